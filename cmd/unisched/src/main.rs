@@ -1,0 +1,3 @@
+//! The unisched binary.
+#![forbid(unsafe_code)]
+fn main() {}

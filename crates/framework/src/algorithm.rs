@@ -1,0 +1,350 @@
+//! The placement algorithm of one attempt: PreFilter, Filter over nodes in parallel, PostFilter when
+//! nothing fits, PreScore/Score, and host selection.
+//!
+//! Filtering stops once `num_feasible_nodes_to_find` nodes pass (upstream's adaptive percentage),
+//! starting where the previous attempt stopped so every node gets its turn. Unlike upstream, which
+//! keeps whichever nodes its goroutines reached first, we evaluate in order in parallel batches and
+//! keep the first N feasible nodes *in order*: the same inputs always give the same choice.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use rayon::prelude::*;
+
+use crate::{
+    Code, CycleState, Diagnosis, FitError, Framework, NodeInfo, NodePluginScores, PodInfo, SeededRng, Snapshot,
+    Status,
+};
+
+/// Below this many nodes every node is evaluated.
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The adaptive percentage never drops below this.
+pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
+
+/// How many feasible nodes to find before scoring, as upstream.
+pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize) -> usize {
+    let n = num_all_nodes as i64;
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return num_all_nodes;
+    }
+    let mut p = i64::from(percentage.unwrap_or(0));
+    if p == 0 {
+        p = (50 - n / 125).max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    }
+    if p >= 100 {
+        return num_all_nodes;
+    }
+    let found = n * p / 100;
+    (found.max(MIN_FEASIBLE_NODES_TO_FIND as i64)) as usize
+}
+
+/// Pods nominated to nodes (set by preemption); the queue implements this.
+pub trait PodNominator: Send + Sync {
+    /// Pods nominated to `node`.
+    fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>>;
+}
+
+/// No nominations (tests, simple loops).
+#[derive(Debug, Default)]
+pub struct NoNominations;
+
+impl PodNominator for NoNominations {
+    fn nominated_pods_for_node(&self, _node: &str) -> Vec<Arc<PodInfo>> {
+        Vec::new()
+    }
+}
+
+/// The chosen node and how it was chosen.
+#[derive(Clone, Debug)]
+pub struct ScheduleResult {
+    /// The node.
+    pub suggested_host: String,
+    /// Nodes evaluated by Filter (feasible + rejected).
+    pub evaluated_nodes: usize,
+    /// Nodes that passed Filter.
+    pub feasible_nodes: usize,
+    /// The best-scored nodes (up to 3), highest first, with per-plugin scores, for explanations.
+    pub top_scores: Vec<NodePluginScores>,
+}
+
+/// Why an attempt produced no node.
+#[derive(Clone, Debug)]
+pub enum ScheduleError {
+    /// No node fits; PostFilter may have run.
+    Fit(Box<FitError>, Option<crate::PostFilterResult>),
+    /// Something failed (a plugin error): retried after the error backoff.
+    Error(Status),
+}
+
+/// Algorithm settings and the state that carries across attempts.
+#[derive(Debug)]
+pub struct SchedulingAlgorithm {
+    percentage_of_nodes_to_score: Option<i32>,
+    next_start_node_index: usize,
+    rng: SeededRng,
+    /// Worker pool; `None` (threads could not be spawned) runs everything on the calling thread.
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl SchedulingAlgorithm {
+    /// An algorithm with `parallelism` worker threads (capped to the machine) and a tie-break seed.
+    pub fn new(parallelism: usize, percentage_of_nodes_to_score: Option<i32>, seed: u64) -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let threads = parallelism.clamp(1, cores.max(1));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("unisched-filter-{i}"))
+            .build()
+            .ok()
+            .map(Arc::new);
+        SchedulingAlgorithm { percentage_of_nodes_to_score, next_start_node_index: 0, rng: SeededRng::new(seed), pool }
+    }
+
+    /// Finds a node for `pod`. `state` must be fresh for this attempt.
+    pub fn schedule_pod(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nominator: &dyn PodNominator,
+    ) -> Result<ScheduleResult, ScheduleError> {
+        let snapshot = state.snapshot();
+        if snapshot.is_empty() {
+            let d = Diagnosis { pre_filter_msg: Some("no nodes available to schedule pods".into()), ..Diagnosis::default() };
+            return Err(ScheduleError::Fit(Box::new(FitError { num_all_nodes: 0, diagnosis: d }), None));
+        }
+        let (feasible, diagnosis, evaluated) = self.find_nodes_that_fit(fwk, state, pod, &snapshot, nominator)?;
+        if feasible.is_empty() {
+            let mut fit = FitError { num_all_nodes: snapshot.len(), diagnosis };
+            let mut nomination = None;
+            if fwk.has_post_filter_plugins() {
+                let (result, status) = fwk.run_post_filter(state, pod, &fit.diagnosis.node_to_status);
+                if status.code() == Code::Error {
+                    return Err(ScheduleError::Error(status));
+                }
+                let msg = status.message();
+                if !msg.is_empty() {
+                    fit.diagnosis.post_filter_msg = Some(msg);
+                }
+                nomination = result;
+            }
+            return Err(ScheduleError::Fit(Box::new(fit), nomination));
+        }
+        if feasible.len() == 1 {
+            return Ok(ScheduleResult {
+                suggested_host: feasible[0].name().to_string(),
+                evaluated_nodes: evaluated,
+                feasible_nodes: 1,
+                top_scores: Vec::new(),
+            });
+        }
+        let scores = self.prioritize_nodes(fwk, state, pod, &feasible).map_err(ScheduleError::Error)?;
+        let (host, top) = self.select_host(scores);
+        Ok(ScheduleResult { suggested_host: host, evaluated_nodes: evaluated, feasible_nodes: feasible.len(), top_scores: top })
+    }
+
+    /// PreFilter + Filter. Returns feasible nodes, the diagnosis, and how many nodes were evaluated.
+    pub fn find_nodes_that_fit(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominator: &dyn PodNominator,
+    ) -> Result<(Vec<Arc<NodeInfo>>, Diagnosis, usize), ScheduleError> {
+        let mut diagnosis = Diagnosis::default();
+        let all = snapshot.nodes();
+        let (pre_result, status, rejectors) = fwk.run_pre_filter(state, pod, all);
+        if !status.is_success() {
+            if !status.is_rejected() {
+                return Err(ScheduleError::Error(status));
+            }
+            diagnosis.pre_filter_msg = Some(status.message());
+            diagnosis.node_to_status.set_absent(status.clone());
+            diagnosis.unschedulable_plugins.extend(rejectors.iter().cloned());
+            diagnosis.add_plugin_status(&status);
+            return Ok((Vec::new(), diagnosis, 0));
+        }
+
+        // Nominated node fast path.
+        if let Some(nominated) = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+            && let Some(node) = snapshot.get(nominated)
+        {
+            let s = fwk.run_filter_with_nominated(state, pod, node, &nominator.nominated_pods_for_node(nominated));
+            if s.is_success() {
+                return Ok((vec![node.clone()], diagnosis, 1));
+            }
+            if s.code() == Code::Error {
+                return Err(ScheduleError::Error(s));
+            }
+        }
+
+        let candidates: Vec<Arc<NodeInfo>> = match pre_result.and_then(|r| r.node_names) {
+            Some(names) => {
+                let restricted: Vec<Arc<NodeInfo>> = all.iter().filter(|n| names.contains(n.name())).cloned().collect();
+                diagnosis.node_to_status.set_absent(Status::unresolvable(format!(
+                    "node(s) didn't satisfy plugin(s) [{}]",
+                    fwk_prefilter_names(fwk)
+                )));
+                restricted
+            }
+            None => all.to_vec(),
+        };
+        let n = candidates.len();
+        if n == 0 {
+            return Ok((Vec::new(), diagnosis, 0));
+        }
+        let to_find = if !fwk.has_filter_plugins() && !fwk.has_score_plugins() {
+            1
+        } else {
+            num_feasible_nodes_to_find(
+                fwk.percentage_of_nodes_to_score().or(self.percentage_of_nodes_to_score),
+                n,
+            )
+        };
+        let start = self.next_start_node_index % n;
+        let state_ref: &CycleState = state;
+        let mut feasible = Vec::with_capacity(to_find.min(n));
+        let mut processed = 0usize;
+        let mut offset = 0usize;
+        let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads().max(1));
+        while offset < n && feasible.len() < to_find {
+            let want = to_find - feasible.len();
+            let batch = (want + want / 4).max(threads * 8).min(n - offset);
+            let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
+            let check = |&i: &usize| check_node(fwk, state_ref, pod, &candidates[i], nominator);
+            let statuses: Vec<Status> = match &self.pool {
+                Some(pool) if batch > 2 && threads > 1 => pool.install(|| idx.par_iter().map(check).collect()),
+                _ => idx.iter().map(check).collect(),
+            };
+            for (k, s) in statuses.into_iter().enumerate() {
+                let node = &candidates[idx[k]];
+                processed = offset + k + 1;
+                if s.is_success() {
+                    feasible.push(node.clone());
+                    if feasible.len() >= to_find {
+                        break;
+                    }
+                } else if s.code() == Code::Error {
+                    self.next_start_node_index = (start + processed) % n;
+                    return Err(ScheduleError::Error(s));
+                } else {
+                    diagnosis.add_plugin_status(&s);
+                    diagnosis.node_to_status.set(node.name(), s);
+                }
+            }
+            offset += batch;
+        }
+        self.next_start_node_index = (start + processed) % n;
+        Ok((feasible, diagnosis, processed))
+    }
+
+    /// PreScore + Score + normalisation + weights.
+    pub fn prioritize_nodes(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<NodePluginScores>, Status> {
+        if !fwk.has_score_plugins() {
+            return Ok(nodes
+                .iter()
+                .map(|n| NodePluginScores { name: n.name().to_string(), scores: Vec::new(), total: 1 })
+                .collect());
+        }
+        let s = fwk.run_pre_score(state, pod, nodes);
+        if !s.is_success() {
+            return Err(s);
+        }
+        let plugins = fwk.active_score_plugins(state);
+        let state_ref: &CycleState = state;
+        let score_node = |node: &Arc<NodeInfo>| -> Result<Vec<i64>, Status> {
+            plugins
+                .iter()
+                .map(|ws| {
+                    ws.plugin.score(state_ref, pod, node).map_err(|s| {
+                        s.with_plugin(ws.plugin.name()).wrap_error(format!("running Score plugin {:?}", ws.plugin.name()))
+                    })
+                })
+                .collect()
+        };
+        let per_node: Vec<Result<Vec<i64>, Status>> = match &self.pool {
+            Some(pool) if nodes.len() > 2 => pool.install(|| nodes.par_iter().map(score_node).collect()),
+            _ => nodes.iter().map(score_node).collect(),
+        };
+        let mut raw = vec![Vec::with_capacity(nodes.len()); plugins.len()];
+        for r in per_node {
+            for (pi, s) in r?.into_iter().enumerate() {
+                raw[pi].push(s);
+            }
+        }
+        fwk.finish_scores(state, pod, &plugins, nodes, raw)
+    }
+
+    /// The highest total wins; equal totals are broken uniformly at random (seeded). Returns the
+    /// host and the top three for explanations.
+    pub fn select_host(&mut self, mut scores: Vec<NodePluginScores>) -> (String, Vec<NodePluginScores>) {
+        let max = scores.iter().map(|s| s.total).max().unwrap_or(0);
+        let mut chosen = 0usize;
+        let mut seen = 0u64;
+        for (i, s) in scores.iter().enumerate() {
+            if s.total == max {
+                seen += 1;
+                if self.rng.below(seen) == 0 {
+                    chosen = i;
+                }
+            }
+        }
+        let host = scores.get(chosen).map(|s| s.name.clone()).unwrap_or_default();
+        let chosen_entry = scores.swap_remove(chosen.min(scores.len().saturating_sub(1)));
+        scores.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
+        let mut top = vec![chosen_entry];
+        top.extend(scores.into_iter().take(2));
+        (host, top)
+    }
+}
+
+fn fwk_prefilter_names(fwk: &Framework) -> String {
+    let names: BTreeSet<String> = fwk.plugin_names().get("preFilter").cloned().unwrap_or_default().into_iter().collect();
+    names.into_iter().collect::<Vec<_>>().join(" ")
+}
+
+fn check_node(
+    fwk: &Framework,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &Arc<NodeInfo>,
+    nominator: &dyn PodNominator,
+) -> Status {
+    let nominated = nominator.nominated_pods_for_node(node.name());
+    fwk.run_filter_with_nominated(state, pod, node, &nominated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feasible_nodes_to_find_table() {
+        let cases = [
+            (None, 10, 10),
+            (None, 99, 99),
+            (None, 100, 100),
+            (None, 1000, 420),
+            (None, 5000, 500),
+            (None, 6000, 300),
+            (None, 7000, 350),
+            (Some(50), 1000, 500),
+            (Some(1), 1000, 100),
+            (Some(100), 5000, 5000),
+        ];
+        for (p, n, want) in cases {
+            assert_eq!(num_feasible_nodes_to_find(p, n), want, "{p:?} {n}");
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`): types, defaults, validation.
+//!
+//! Operators copy configuration between kube-scheduler and unisched, so the field names, defaults
+//! and validation messages follow upstream. Unknown fields are errors (a typo must not silently fall
+//! back to a default), and every error names the field path.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+/// The scheduler name pods use to select unisched when the configuration names none.
+pub const DEFAULT_SCHEDULER_NAME: &str = "unisched";
+/// API version accepted.
+pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+
+/// The whole configuration file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeSchedulerConfiguration {
+    /// Must be `kubescheduler.config.k8s.io/v1` when set.
+    pub api_version: Option<String>,
+    /// Must be `KubeSchedulerConfiguration` when set.
+    pub kind: Option<String>,
+    /// Worker threads for Filter and Score (default 16, capped to the machine by the runtime).
+    pub parallelism: i32,
+    /// Leader election.
+    pub leader_election: LeaderElectionConfiguration,
+    /// API client settings.
+    pub client_connection: ClientConnectionConfiguration,
+    /// Accepted for compatibility; unisched has no pprof endpoint.
+    pub enable_profiling: Option<bool>,
+    /// Accepted for compatibility.
+    pub enable_contention_profiling: Option<bool>,
+    /// Percentage of nodes to find feasible before scoring; 0 = adaptive.
+    pub percentage_of_nodes_to_score: Option<i32>,
+    /// First backoff (seconds).
+    pub pod_initial_backoff_seconds: i64,
+    /// Backoff cap (seconds).
+    pub pod_max_backoff_seconds: i64,
+    /// Profiles, one per scheduler name.
+    pub profiles: Vec<KubeSchedulerProfile>,
+    /// Extenders are not supported; a non-empty list is a validation error.
+    pub extenders: Vec<serde_json::Value>,
+    /// Accepted for compatibility.
+    pub delay_cache_until_active: Option<bool>,
+}
+
+impl Default for KubeSchedulerConfiguration {
+    fn default() -> Self {
+        KubeSchedulerConfiguration {
+            api_version: None,
+            kind: None,
+            parallelism: 16,
+            leader_election: LeaderElectionConfiguration::default(),
+            client_connection: ClientConnectionConfiguration::default(),
+            enable_profiling: None,
+            enable_contention_profiling: None,
+            percentage_of_nodes_to_score: None,
+            pod_initial_backoff_seconds: 1,
+            pod_max_backoff_seconds: 10,
+            profiles: Vec::new(),
+            extenders: Vec::new(),
+            delay_cache_until_active: None,
+        }
+    }
+}
+
+/// Leader election settings (`leaderElection`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LeaderElectionConfiguration {
+    /// Whether to elect a leader before scheduling.
+    pub leader_elect: bool,
+    /// How long a lease is valid (`15s`).
+    pub lease_duration: GoDuration,
+    /// How long the leader retries renewing before giving up (`10s`).
+    pub renew_deadline: GoDuration,
+    /// How often candidates retry (`2s`).
+    pub retry_period: GoDuration,
+    /// Only `leases` is supported.
+    pub resource_lock: String,
+    /// Lease name (`unisched`; never `kube-scheduler`, which belongs to the default scheduler).
+    pub resource_name: String,
+    /// Lease namespace; empty = the scheduler's own namespace.
+    pub resource_namespace: String,
+}
+
+impl Default for LeaderElectionConfiguration {
+    fn default() -> Self {
+        LeaderElectionConfiguration {
+            leader_elect: true,
+            lease_duration: GoDuration(Duration::from_secs(15)),
+            renew_deadline: GoDuration(Duration::from_secs(10)),
+            retry_period: GoDuration(Duration::from_secs(2)),
+            resource_lock: "leases".into(),
+            resource_name: DEFAULT_SCHEDULER_NAME.into(),
+            resource_namespace: String::new(),
+        }
+    }
+}
+
+/// API client settings (`clientConnection`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ClientConnectionConfiguration {
+    /// Path to a kubeconfig; empty = flags, then in-cluster.
+    pub kubeconfig: String,
+    /// Sustained writes per second (default 50). Negative disables the limit.
+    pub qps: f32,
+    /// Burst above qps (default 100).
+    pub burst: i32,
+    /// Accepted for compatibility; unisched speaks JSON.
+    pub content_type: String,
+    /// Accepted for compatibility.
+    pub accept_content_types: String,
+}
+
+impl Default for ClientConnectionConfiguration {
+    fn default() -> Self {
+        ClientConnectionConfiguration {
+            kubeconfig: String::new(),
+            qps: 50.0,
+            burst: 100,
+            content_type: "application/json".into(),
+            accept_content_types: String::new(),
+        }
+    }
+}
+
+/// One profile: a scheduler name with its plugins.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubeSchedulerProfile {
+    /// The `spec.schedulerName` this profile serves.
+    pub scheduler_name: Option<String>,
+    /// Overrides the global percentage.
+    pub percentage_of_nodes_to_score: Option<i32>,
+    /// Plugin sets per extension point.
+    pub plugins: Option<Plugins>,
+    /// Arguments per plugin.
+    pub plugin_config: Vec<PluginConfig>,
+}
+
+/// Plugin sets per extension point.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct Plugins {
+    pub pre_enqueue: PluginSet,
+    pub queue_sort: PluginSet,
+    pub pre_filter: PluginSet,
+    pub filter: PluginSet,
+    pub post_filter: PluginSet,
+    pub pre_score: PluginSet,
+    pub score: PluginSet,
+    pub reserve: PluginSet,
+    pub permit: PluginSet,
+    pub pre_bind: PluginSet,
+    pub bind: PluginSet,
+    pub post_bind: PluginSet,
+    pub multi_point: PluginSet,
+}
+
+/// The extension points, in order, with their configuration names.
+pub const EXTENSION_POINTS: [&str; 12] = [
+    "preEnqueue",
+    "queueSort",
+    "preFilter",
+    "filter",
+    "postFilter",
+    "preScore",
+    "score",
+    "reserve",
+    "permit",
+    "preBind",
+    "bind",
+    "postBind",
+];
+
+impl Plugins {
+    /// The set for an extension point by its configuration name.
+    pub fn set(&self, point: &str) -> Option<&PluginSet> {
+        Some(match point {
+            "preEnqueue" => &self.pre_enqueue,
+            "queueSort" => &self.queue_sort,
+            "preFilter" => &self.pre_filter,
+            "filter" => &self.filter,
+            "postFilter" => &self.post_filter,
+            "preScore" => &self.pre_score,
+            "score" => &self.score,
+            "reserve" => &self.reserve,
+            "permit" => &self.permit,
+            "preBind" => &self.pre_bind,
+            "bind" => &self.bind,
+            "postBind" => &self.post_bind,
+            "multiPoint" => &self.multi_point,
+            _ => return None,
+        })
+    }
+}
+
+/// Enabled and disabled plugins of one extension point.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PluginSet {
+    /// Plugins to enable, after the defaults.
+    pub enabled: Vec<PluginRef>,
+    /// Default plugins to disable; `*` disables all of them.
+    pub disabled: Vec<PluginRef>,
+}
+
+/// A plugin name with an optional score weight.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginRef {
+    /// Plugin name.
+    pub name: String,
+    /// Score weight (Score and multiPoint only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+/// Arguments of one plugin.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Plugin name.
+    pub name: String,
+    /// Arguments (the plugin's `…Args` type; `kind`/`apiVersion` are allowed and ignored).
+    #[serde(default)]
+    pub args: serde_json::Value,
+}
+
+/// A Go-style duration (`15s`, `1m30s`, `500ms`), as `metav1.Duration` serialises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GoDuration(pub Duration);
+
+impl Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_go_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_go_duration(&s).map(GoDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses `1h2m3.5s`, `500ms`, `10us`, `0`.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?}");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        if num_len == 0 {
+            return Err(bad());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    if !total.is_finite() || total > 1e12 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats like Go's `time.Duration.String()` for whole seconds and milliseconds.
+pub fn format_go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    let (h, m, s, milli) = (ms / 3_600_000, (ms / 60_000) % 60, (ms / 1000) % 60, ms % 1000);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if milli == 0 {
+        out.push_str(&format!("{s}s"));
+    } else if h == 0 && m == 0 && s == 0 {
+        out.push_str(&format!("{milli}ms"));
+    } else {
+        let frac = format!("{milli:03}");
+        out.push_str(&format!("{s}.{}s", frac.trim_end_matches('0')));
+    }
+    out
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file is not valid YAML/JSON for the schema (unknown field, wrong type); the message
+    /// names the field.
+    #[error("decoding configuration: {0}")]
+    Decode(String),
+    /// Values that decode but are invalid, one line per field, upstream style.
+    #[error("invalid configuration: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+}
+
+impl KubeSchedulerConfiguration {
+    /// Parses YAML or JSON, applies defaults and validates.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let mut cfg: KubeSchedulerConfiguration =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Decode(e.to_string()))?;
+        cfg.complete();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The default configuration, completed.
+    pub fn defaulted() -> Self {
+        let mut cfg = KubeSchedulerConfiguration::default();
+        cfg.complete();
+        cfg
+    }
+
+    /// Fills defaults that depend on other fields (one default profile when none is given).
+    pub fn complete(&mut self) {
+        if self.profiles.is_empty() {
+            self.profiles.push(KubeSchedulerProfile::default());
+        }
+        for p in &mut self.profiles {
+            if p.scheduler_name.as_deref().is_none_or(str::is_empty) {
+                p.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
+            }
+        }
+    }
+
+    /// Upstream-style validation. Every problem is reported, not only the first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errs = Vec::new();
+        if let Some(v) = &self.api_version
+            && v != API_VERSION
+        {
+            errs.push(format!("apiVersion: Unsupported value: {v:?}: supported values: {API_VERSION:?}"));
+        }
+        if let Some(k) = &self.kind
+            && k != "KubeSchedulerConfiguration"
+        {
+            errs.push(format!("kind: Unsupported value: {k:?}: supported values: \"KubeSchedulerConfiguration\""));
+        }
+        if self.parallelism <= 0 {
+            errs.push(format!("parallelism: Invalid value: {}: should be an integer greater than 0", self.parallelism));
+        }
+        check_percentage(&mut errs, "percentageOfNodesToScore", self.percentage_of_nodes_to_score);
+        if self.pod_initial_backoff_seconds <= 0 {
+            errs.push(format!(
+                "podInitialBackoffSeconds: Invalid value: {}: must be greater than 0",
+                self.pod_initial_backoff_seconds
+            ));
+        }
+        if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds {
+            errs.push(format!(
+                "podMaxBackoffSeconds: Invalid value: {}: must be greater than or equal to PodInitialBackoffSeconds",
+                self.pod_max_backoff_seconds
+            ));
+        }
+        if !self.extenders.is_empty() {
+            errs.push("extenders: Forbidden: scheduler extenders are not supported by unisched".into());
+        }
+        let le = &self.leader_election;
+        if le.leader_elect {
+            if le.lease_duration.0.is_zero() {
+                errs.push("leaderElection.leaseDuration: Invalid value: 0s: must be greater than zero".into());
+            }
+            if le.renew_deadline.0.is_zero() {
+                errs.push("leaderElection.renewDeadline: Invalid value: 0s: must be greater than zero".into());
+            }
+            if le.retry_period.0.is_zero() {
+                errs.push("leaderElection.retryPeriod: Invalid value: 0s: must be greater than zero".into());
+            }
+            if le.lease_duration.0 <= le.renew_deadline.0 {
+                errs.push(format!(
+                    "leaderElection.leaseDuration: Invalid value: {:?}: LeaseDuration must be greater than RenewDeadline",
+                    format_go_duration(le.lease_duration.0)
+                ));
+            }
+            if le.resource_lock != "leases" {
+                errs.push(format!(
+                    "leaderElection.resourceLock: Unsupported value: {:?}: supported values: \"leases\"",
+                    le.resource_lock
+                ));
+            }
+            if le.resource_name.is_empty() {
+                errs.push("leaderElection.resourceName: Required value".into());
+            }
+        }
+        if self.client_connection.burst < 0 {
+            errs.push(format!("clientConnection.burst: Invalid value: {}: must be non-negative", self.client_connection.burst));
+        }
+        let mut names = BTreeSet::new();
+        let mut queue_sort: Option<Vec<PluginRef>> = None;
+        for (i, p) in self.profiles.iter().enumerate() {
+            let path = format!("profiles[{i}]");
+            match p.scheduler_name.as_deref() {
+                None | Some("") => errs.push(format!("{path}.schedulerName: Required value")),
+                Some(n) => {
+                    if !names.insert(n.to_string()) {
+                        errs.push(format!("{path}.schedulerName: Duplicate value: {n:?}"));
+                    }
+                }
+            }
+            check_percentage(&mut errs, &format!("{path}.percentageOfNodesToScore"), p.percentage_of_nodes_to_score);
+            let mut seen = BTreeSet::new();
+            for (j, pc) in p.plugin_config.iter().enumerate() {
+                if !seen.insert(pc.name.clone()) {
+                    errs.push(format!("{path}.pluginConfig[{j}]: Duplicate value: {:?}", pc.name));
+                }
+            }
+            if let Some(plugins) = &p.plugins {
+                for point in EXTENSION_POINTS.iter().chain(["multiPoint"].iter()) {
+                    let Some(set) = plugins.set(point) else { continue };
+                    for (j, e) in set.enabled.iter().enumerate() {
+                        if let Some(w) = e.weight
+                            && !(0..=100).contains(&w)
+                        {
+                            errs.push(format!(
+                                "{path}.plugins.{point}.enabled[{j}].weight: Invalid value: {w}: must be in the range [0, 100]"
+                            ));
+                        }
+                    }
+                }
+                let qs = plugins.queue_sort.enabled.clone();
+                match &queue_sort {
+                    None => queue_sort = Some(qs),
+                    Some(first) if *first != qs => errs.push(format!(
+                        "{path}.plugins.queueSort: Invalid value: {:?}: queueSort must be the same for all profiles",
+                        qs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>()
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        if errs.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(errs)) }
+    }
+}
+
+fn check_percentage(errs: &mut Vec<String>, path: &str, v: Option<i32>) {
+    if let Some(v) = v
+        && !(0..=100).contains(&v)
+    {
+        errs.push(format!("{path}: Invalid value: {v}: not in valid range [0-100]"));
+    }
+}
+
+/// unisched's default multi-point plugins, in upstream order, with upstream weights. Plugins that
+/// are not (yet) registered are skipped when a profile is built from defaults.
+pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
+    ("SchedulingGates", 0),
+    ("PrioritySort", 0),
+    ("NodeUnschedulable", 0),
+    ("NodeName", 0),
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodePorts", 0),
+    ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
+    ("VolumeBinding", 0),
+    ("VolumeZone", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
+    ("DynamicResources", 0),
+    ("DefaultPreemption", 0),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
+    ("DefaultBinder", 0),
+];
+
+/// Merges a default plugin set with a user set, as upstream: user-disabled defaults are dropped
+/// (`*` drops all), a default the user re-enables is replaced in place (new weight), other user
+/// entries follow the defaults.
+pub fn merge_plugin_set(defaults: &[PluginRef], custom: &PluginSet) -> Vec<PluginRef> {
+    let disabled: BTreeSet<&str> = custom.disabled.iter().map(|p| p.name.as_str()).collect();
+    let all_disabled = disabled.contains("*");
+    let mut out = Vec::new();
+    let mut replaced = BTreeSet::new();
+    for d in defaults {
+        if all_disabled || disabled.contains(d.name.as_str()) {
+            continue;
+        }
+        if let Some(c) = custom.enabled.iter().find(|c| c.name == d.name) {
+            out.push(c.clone());
+            replaced.insert(c.name.clone());
+        } else {
+            out.push(d.clone());
+        }
+    }
+    for c in &custom.enabled {
+        if !replaced.contains(&c.name) {
+            out.push(c.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = KubeSchedulerConfiguration::defaulted();
+        assert_eq!(c.parallelism, 16);
+        assert_eq!(c.pod_initial_backoff_seconds, 1);
+        assert_eq!(c.pod_max_backoff_seconds, 10);
+        assert_eq!(c.profiles.len(), 1);
+        assert_eq!(c.profiles[0].scheduler_name.as_deref(), Some("unisched"));
+        assert_eq!(c.leader_election.resource_name, "unisched");
+        assert_eq!(c.leader_election.lease_duration.0, Duration::from_secs(15));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn parse_full_file() {
+        let y = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+parallelism: 4
+leaderElection:
+  leaderElect: false
+  leaseDuration: 1m30s
+clientConnection:
+  qps: 200
+  burst: 400
+profiles:
+- schedulerName: unisched
+  plugins:
+    score:
+      disabled: [{name: NodeResourcesBalancedAllocation}]
+      enabled: [{name: NodeResourcesFit, weight: 5}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+- schedulerName: unisched-batch
+"#;
+        let c = KubeSchedulerConfiguration::from_yaml(y).unwrap();
+        assert_eq!(c.parallelism, 4);
+        assert!(!c.leader_election.leader_elect);
+        assert_eq!(c.leader_election.lease_duration.0, Duration::from_secs(90));
+        assert_eq!(c.client_connection.burst, 400);
+        assert_eq!(c.profiles.len(), 2);
+        assert_eq!(c.profiles[0].plugin_config[0].args["scoringStrategy"]["type"], "MostAllocated");
+    }
+
+    #[test]
+    fn validation_errors_name_fields() {
+        let cases = [
+            ("parallelism: 0", "parallelism: Invalid value: 0"),
+            ("percentageOfNodesToScore: 120", "percentageOfNodesToScore: Invalid value: 120: not in valid range [0-100]"),
+            ("podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2", "podMaxBackoffSeconds: Invalid value: 2"),
+            ("profiles: [{schedulerName: a}, {schedulerName: a}]", "profiles[1].schedulerName: Duplicate value: \"a\""),
+            ("leaderElection: {leaseDuration: 5s, renewDeadline: 10s}", "LeaseDuration must be greater than RenewDeadline"),
+            (
+                "profiles: [{schedulerName: a, pluginConfig: [{name: X}, {name: X}]}]",
+                "profiles[0].pluginConfig[1]: Duplicate value: \"X\"",
+            ),
+            (
+                "profiles: [{schedulerName: a, plugins: {queueSort: {enabled: [{name: A}]}}}, {schedulerName: b, plugins: {queueSort: {enabled: [{name: B}]}}}]",
+                "queueSort must be the same for all profiles",
+            ),
+            ("extenders: [{urlPrefix: x}]", "extenders: Forbidden"),
+        ];
+        for (yaml, want) in cases {
+            let err = KubeSchedulerConfiguration::from_yaml(yaml).unwrap_err().to_string();
+            assert!(err.contains(want), "{yaml}: got {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let err = KubeSchedulerConfiguration::from_yaml("parallelizm: 3").unwrap_err().to_string();
+        assert!(err.contains("parallelizm"), "{err}");
+        let err = KubeSchedulerConfiguration::from_yaml("profiles: [{schedulerName: a, plugin: {}}]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("plugin"), "{err}");
+    }
+
+    #[test]
+    fn go_durations() {
+        let cases = [("15s", 15_000), ("1m30s", 90_000), ("500ms", 500), ("1h", 3_600_000), ("0", 0), ("1.5s", 1500)];
+        for (s, ms) in cases {
+            assert_eq!(parse_go_duration(s).unwrap().as_millis(), ms, "{s}");
+        }
+        for bad in ["", "10", "abc", "-1s", "5x"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_go_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(format_go_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_go_duration(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn merge_table() {
+        let r = |n: &str, w: Option<i32>| PluginRef { name: n.into(), weight: w };
+        let defaults = vec![r("A", Some(1)), r("B", Some(2)), r("C", None)];
+        let cases = vec![
+            (PluginSet::default(), vec![r("A", Some(1)), r("B", Some(2)), r("C", None)]),
+            (PluginSet { enabled: vec![], disabled: vec![r("B", None)] }, vec![r("A", Some(1)), r("C", None)]),
+            (PluginSet { enabled: vec![r("D", None)], disabled: vec![r("*", None)] }, vec![r("D", None)]),
+            (
+                PluginSet { enabled: vec![r("B", Some(7)), r("D", None)], disabled: vec![] },
+                vec![r("A", Some(1)), r("B", Some(7)), r("C", None), r("D", None)],
+            ),
+        ];
+        for (custom, want) in cases {
+            assert_eq!(merge_plugin_set(&defaults, &custom), want, "{custom:?}");
+        }
+    }
+}

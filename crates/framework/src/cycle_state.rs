@@ -1,0 +1,149 @@
+//! `CycleState`: data a plugin computes once per scheduling attempt and reads at later points.
+//!
+//! PreFilter typically parses the pod once and stores the result here so that Filter, run for every
+//! node in parallel, only reads. The state is therefore read-only during Filter and Score (`&self`);
+//! a plugin that must record per-node results in Filter (DynamicResources does) stores a value with
+//! its own interior mutability. Values are `Arc`ed so that cloning the state for preemption dry runs
+//! is cheap; a plugin whose data is changed by `AddPod`/`RemovePod` stores it behind `StateData::clone_data`
+//! so that the clone is deep where it has to be.
+
+use std::{any::Any, collections::HashMap, collections::HashSet, fmt, sync::Arc};
+
+use crate::Snapshot;
+
+/// Data stored in the cycle state. `clone_data` is used when the state is cloned (preemption, the
+/// nominated-pods pass); return a deep copy of whatever `AddPod`/`RemovePod` mutate.
+pub trait StateData: Any + Send + Sync {
+    /// A copy for a cloned cycle state.
+    fn clone_data(&self) -> Arc<dyn StateData>;
+    /// Upcast for downcasting.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Any `Clone` type is state data whose clone is its `Clone`.
+impl<T: Any + Send + Sync + Clone> StateData for T {
+    fn clone_data(&self) -> Arc<dyn StateData> {
+        Arc::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Per-attempt key/value store shared by the plugins of one profile.
+#[derive(Default, Clone)]
+pub struct CycleState {
+    data: HashMap<String, Arc<dyn StateData>>,
+    snapshot: Option<Arc<Snapshot>>,
+    /// Filter plugins whose PreFilter returned Skip.
+    pub skip_filter_plugins: HashSet<String>,
+    /// Score plugins whose PreScore returned Skip.
+    pub skip_score_plugins: HashSet<String>,
+    /// Pods that plugins ask the queue to activate at the end of the cycle, by `namespace/name`.
+    pub pods_to_activate: Vec<String>,
+    /// Whether per-plugin duration metrics are recorded for this attempt (a sample, as upstream).
+    pub record_plugin_metrics: bool,
+}
+
+impl fmt::Debug for CycleState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CycleState")
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .field("skip_filter_plugins", &self.skip_filter_plugins)
+            .field("skip_score_plugins", &self.skip_score_plugins)
+            .finish()
+    }
+}
+
+/// A key was read that no plugin wrote, or it held another type.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateError {
+    /// Nothing was written under the key (usually: the PreFilter that writes it did not run).
+    #[error("{0:?} not found in cycle state")]
+    NotFound(String),
+    /// The key holds a value of another type (two plugins using one key).
+    #[error("cycle state key {0:?} holds a different type")]
+    WrongType(String),
+}
+
+impl CycleState {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty state bound to the snapshot of this attempt.
+    pub fn with_snapshot(snapshot: Arc<Snapshot>) -> Self {
+        CycleState { snapshot: Some(snapshot), ..Self::default() }
+    }
+
+    /// The snapshot this attempt schedules against (empty when none was set, as in unit tests).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.clone().unwrap_or_default()
+    }
+
+    /// Stores a value under `key`.
+    pub fn write<T: StateData>(&mut self, key: impl Into<String>, value: T) {
+        self.data.insert(key.into(), Arc::new(value));
+    }
+
+    /// Stores an already shared value under `key`.
+    pub fn write_arc(&mut self, key: impl Into<String>, value: Arc<dyn StateData>) {
+        self.data.insert(key.into(), value);
+    }
+
+    /// Reads the value under `key` as `T`.
+    pub fn read<T: StateData>(&self, key: &str) -> Result<&T, StateError> {
+        let v = self.data.get(key).ok_or_else(|| StateError::NotFound(key.to_string()))?;
+        (**v).as_any().downcast_ref::<T>().ok_or_else(|| StateError::WrongType(key.to_string()))
+    }
+
+    /// Removes the value under `key`.
+    pub fn delete(&mut self, key: &str) {
+        self.data.remove(key);
+    }
+
+    /// Replaces the value under `key` with a mutated copy (for `AddPod`/`RemovePod`, which run on a
+    /// cloned state and must not touch the original's data).
+    pub fn update<T: StateData + Clone>(&mut self, key: &str, f: impl FnOnce(&mut T)) -> Result<(), StateError> {
+        let mut v = self.read::<T>(key)?.clone();
+        f(&mut v);
+        self.write(key.to_string(), v);
+        Ok(())
+    }
+
+    /// A copy in which every value is `clone_data`'d.
+    pub fn deep_clone(&self) -> CycleState {
+        CycleState {
+            data: self.data.iter().map(|(k, v)| (k.clone(), (**v).clone_data())).collect(),
+            snapshot: self.snapshot.clone(),
+            skip_filter_plugins: self.skip_filter_plugins.clone(),
+            skip_score_plugins: self.skip_score_plugins.clone(),
+            pods_to_activate: self.pods_to_activate.clone(),
+            record_plugin_metrics: self.record_plugin_metrics,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Counter(u32);
+
+    #[test]
+    fn read_write_update_clone() {
+        let mut s = CycleState::new();
+        assert_eq!(s.read::<Counter>("c").unwrap_err(), StateError::NotFound("c".into()));
+        s.write("c", Counter(1));
+        assert_eq!(s.read::<Counter>("c").unwrap(), &Counter(1));
+        assert_eq!(s.read::<String>("c").unwrap_err(), StateError::WrongType("c".into()));
+        let mut copy = s.deep_clone();
+        copy.update::<Counter>("c", |c| c.0 += 1).unwrap();
+        assert_eq!(copy.read::<Counter>("c").unwrap(), &Counter(2));
+        assert_eq!(s.read::<Counter>("c").unwrap(), &Counter(1), "the original is untouched");
+        s.delete("c");
+        assert!(s.read::<Counter>("c").is_err());
+    }
+}

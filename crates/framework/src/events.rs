@@ -1,0 +1,260 @@
+//! Cluster events and queueing hints: which changes in the cluster can make a rejected pod fit.
+//!
+//! Each plugin registers the events that could change its verdict, each with an optional hint
+//! function that looks at the old and new object and says whether *this* pod is worth retrying. The
+//! queue runs only the hints of the plugins that rejected the pod, so a node label change does not
+//! wake every pod waiting for a GPU.
+
+use std::{fmt, sync::Arc};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+};
+
+/// The kind of object an event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventResource {
+    /// Any pod (matches assigned and unscheduled pods).
+    Pod,
+    /// A pod bound to a node.
+    AssignedPod,
+    /// A pod not yet bound.
+    UnscheduledPod,
+    /// A node.
+    Node,
+    /// resource.k8s.io ResourceClaim.
+    ResourceClaim,
+    /// resource.k8s.io ResourceSlice.
+    ResourceSlice,
+    /// resource.k8s.io DeviceClass.
+    DeviceClass,
+    /// A PersistentVolume.
+    PersistentVolume,
+    /// A PersistentVolumeClaim.
+    PersistentVolumeClaim,
+    /// storage.k8s.io StorageClass.
+    StorageClass,
+    /// storage.k8s.io CSINode.
+    CsiNode,
+    /// Every resource.
+    Wildcard,
+}
+
+impl EventResource {
+    /// The upstream label prefix (`Node`, `resource.k8s.io/ResourceClaim`, …).
+    pub fn label(self) -> &'static str {
+        match self {
+            EventResource::Pod => "Pod",
+            EventResource::AssignedPod => "AssignedPod",
+            EventResource::UnscheduledPod => "UnscheduledPod",
+            EventResource::Node => "Node",
+            EventResource::ResourceClaim => "resource.k8s.io/ResourceClaim",
+            EventResource::ResourceSlice => "resource.k8s.io/ResourceSlice",
+            EventResource::DeviceClass => "resource.k8s.io/DeviceClass",
+            EventResource::PersistentVolume => "PersistentVolume",
+            EventResource::PersistentVolumeClaim => "PersistentVolumeClaim",
+            EventResource::StorageClass => "storage.k8s.io/StorageClass",
+            EventResource::CsiNode => "storage.k8s.io/CSINode",
+            EventResource::Wildcard => "*",
+        }
+    }
+}
+
+/// A bit set of actions. `UPDATE` is the union of every specific update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ActionType(pub u32);
+
+impl ActionType {
+    /// No action.
+    pub const NONE: ActionType = ActionType(0);
+    /// Object added.
+    pub const ADD: ActionType = ActionType(1);
+    /// Object deleted.
+    pub const DELETE: ActionType = ActionType(1 << 1);
+    /// Node allocatable changed.
+    pub const UPDATE_NODE_ALLOCATABLE: ActionType = ActionType(1 << 2);
+    /// Node labels changed.
+    pub const UPDATE_NODE_LABEL: ActionType = ActionType(1 << 3);
+    /// Node taints or `spec.unschedulable` changed.
+    pub const UPDATE_NODE_TAINT: ActionType = ActionType(1 << 4);
+    /// Node conditions changed.
+    pub const UPDATE_NODE_CONDITION: ActionType = ActionType(1 << 5);
+    /// Node annotations changed.
+    pub const UPDATE_NODE_ANNOTATION: ActionType = ActionType(1 << 6);
+    /// Pod labels changed.
+    pub const UPDATE_POD_LABEL: ActionType = ActionType(1 << 7);
+    /// Pod requests went down.
+    pub const UPDATE_POD_SCALE_DOWN: ActionType = ActionType(1 << 8);
+    /// Pod tolerations were added.
+    pub const UPDATE_POD_TOLERATION: ActionType = ActionType(1 << 9);
+    /// Pod scheduling gates were all removed.
+    pub const UPDATE_POD_SCHEDULING_GATES_ELIMINATED: ActionType = ActionType(1 << 10);
+    /// `status.resourceClaimStatuses` or `extendedResourceClaimStatus` changed.
+    pub const UPDATE_POD_GENERATED_RESOURCE_CLAIM: ActionType = ActionType(1 << 11);
+    /// Any other update (used for non-node, non-pod resources).
+    pub const UPDATE_OTHER: ActionType = ActionType(1 << 12);
+    /// Every update.
+    pub const UPDATE: ActionType = ActionType(((1 << 13) - 1) & !0b11);
+    /// Everything.
+    pub const ALL: ActionType = ActionType((1 << 13) - 1);
+
+    /// Union.
+    #[must_use]
+    pub const fn or(self, other: ActionType) -> ActionType {
+        ActionType(self.0 | other.0)
+    }
+
+    /// True when the sets intersect.
+    pub const fn intersects(self, other: ActionType) -> bool {
+        self.0 & other.0 != 0
+    }
+}
+
+/// A change in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClusterEvent {
+    /// What changed.
+    pub resource: EventResource,
+    /// How it changed.
+    pub action: ActionType,
+    /// A label for metrics and logs; the built-in events have upstream names.
+    pub label: &'static str,
+}
+
+impl ClusterEvent {
+    /// An event with a label derived by the caller.
+    pub const fn new(resource: EventResource, action: ActionType, label: &'static str) -> Self {
+        ClusterEvent { resource, action, label }
+    }
+
+    /// True when a plugin that registered `self` is interested in `incoming`.
+    pub fn matches(&self, incoming: &ClusterEvent) -> bool {
+        if self.resource == EventResource::Wildcard && self.action == ActionType::ALL {
+            return true;
+        }
+        let resource_ok = self.resource == incoming.resource
+            || self.resource == EventResource::Wildcard
+            || (self.resource == EventResource::Pod
+                && matches!(incoming.resource, EventResource::AssignedPod | EventResource::UnscheduledPod));
+        resource_ok && self.action.intersects(incoming.action) && incoming.action.0 <= self.action.0
+    }
+}
+
+impl fmt::Display for ClusterEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label)
+    }
+}
+
+/// Well-known events, with upstream labels.
+pub mod well_known {
+    use super::{ActionType as A, ClusterEvent as E, EventResource as R};
+    /// A pod was waiting longer than the unschedulable timeout.
+    pub const UNSCHEDULABLE_TIMEOUT: E = E::new(R::Wildcard, A::ALL, "UnschedulableTimeout");
+    /// Forced activation.
+    pub const FORCE_ACTIVATE: E = E::new(R::Wildcard, A::ALL, "ForceActivate");
+    /// An assumed pod's binding failed; what it held is free again.
+    pub const ASSIGNED_POD_DELETE: E = E::new(R::AssignedPod, A::DELETE, "AssignedPodDelete");
+    /// A bound pod was added.
+    pub const ASSIGNED_POD_ADD: E = E::new(R::AssignedPod, A::ADD, "AssignedPodAdd");
+    /// An unscheduled pod was added.
+    pub const UNSCHEDULED_POD_ADD: E = E::new(R::UnscheduledPod, A::ADD, "UnscheduledPodAdd");
+    /// A node was added.
+    pub const NODE_ADD: E = E::new(R::Node, A::ADD, "NodeAdd");
+    /// A node was deleted.
+    pub const NODE_DELETE: E = E::new(R::Node, A::DELETE, "NodeDelete");
+}
+
+/// A changed object handed to queueing hints.
+#[derive(Clone, Debug)]
+pub enum EventObject {
+    /// A pod.
+    Pod(Arc<Pod>),
+    /// A node.
+    Node(Arc<Node>),
+    /// A claim.
+    ResourceClaim(Arc<ResourceClaim>),
+    /// A slice.
+    ResourceSlice(Arc<ResourceSlice>),
+    /// A device class.
+    DeviceClass(Arc<DeviceClass>),
+    /// Something the hint does not need to inspect.
+    Other,
+}
+
+/// What a hint says about one pod and one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueingHint {
+    /// The event cannot help this pod.
+    Skip,
+    /// The event may help; retry the pod.
+    Queue,
+}
+
+/// A hint function: `(pod, old, new)`. An error counts as `Queue`.
+pub type QueueingHintFn =
+    Arc<dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String> + Send + Sync>;
+
+/// An event a plugin cares about, with an optional hint (no hint = always `Queue`).
+#[derive(Clone)]
+pub struct ClusterEventWithHint {
+    /// The event.
+    pub event: ClusterEvent,
+    /// The hint.
+    pub hint: Option<QueueingHintFn>,
+}
+
+impl fmt::Debug for ClusterEventWithHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterEventWithHint")
+            .field("event", &self.event)
+            .field("hint", &self.hint.is_some())
+            .finish()
+    }
+}
+
+impl ClusterEventWithHint {
+    /// An event without a hint.
+    pub fn new(event: ClusterEvent) -> Self {
+        ClusterEventWithHint { event, hint: None }
+    }
+
+    /// An event with a hint.
+    pub fn with_hint(
+        event: ClusterEvent,
+        hint: impl Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        ClusterEventWithHint { event, hint: Some(Arc::new(hint)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_table() {
+        let node_update_alloc = ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ALLOCATABLE, "x");
+        let node_add = ClusterEvent::new(EventResource::Node, ActionType::ADD, "x");
+        let pod_delete = ClusterEvent::new(EventResource::Pod, ActionType::DELETE, "x");
+        let assigned_delete = ClusterEvent::new(EventResource::AssignedPod, ActionType::DELETE, "x");
+        let claim_update = ClusterEvent::new(EventResource::ResourceClaim, ActionType::UPDATE_OTHER, "x");
+        let cases = [
+            (well_known::UNSCHEDULABLE_TIMEOUT, node_add, true),
+            (ClusterEvent::new(EventResource::Node, ActionType::ADD.or(ActionType::UPDATE_NODE_ALLOCATABLE), "r"), node_update_alloc, true),
+            (ClusterEvent::new(EventResource::Node, ActionType::ADD, "r"), node_update_alloc, false),
+            (ClusterEvent::new(EventResource::Node, ActionType::UPDATE, "r"), node_update_alloc, true),
+            (pod_delete, assigned_delete, true),
+            (assigned_delete, pod_delete, false),
+            (ClusterEvent::new(EventResource::ResourceClaim, ActionType::ALL, "r"), claim_update, true),
+            (ClusterEvent::new(EventResource::ResourceSlice, ActionType::ALL, "r"), claim_update, false),
+        ];
+        for (i, (registered, incoming, want)) in cases.iter().enumerate() {
+            assert_eq!(registered.matches(incoming), *want, "case {i}: {registered:?} vs {incoming:?}");
+        }
+    }
+}

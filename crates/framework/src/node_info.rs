@@ -1,0 +1,205 @@
+//! `NodeInfo`: one node and the pods on it, aggregated for Filter and Score.
+//!
+//! The cache owns one `NodeInfo` per node and mutates it as pods come and go; the scheduling cycle
+//! sees immutable copies in a [`Snapshot`](crate::Snapshot). `generation` comes from one global counter
+//! so that the cache can find what changed since the last snapshot in O(changed), even across a node
+//! being deleted and re-added.
+//!
+//! Invariant (tested): `requested` and `non_zero_requested` always equal the sum over `pods`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use k8s_openapi::api::core::v1::Node;
+use unisched_resource::Resource;
+
+use crate::{HostPort, PodInfo};
+
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The next value of the global generation counter.
+pub fn next_generation() -> u64 {
+    GENERATION.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// Host ports in use on a node: IP → set of (protocol, port).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostPortInfo(BTreeMap<String, BTreeSet<(String, i32)>>);
+
+const ANY_IP: &str = "0.0.0.0";
+
+impl HostPortInfo {
+    /// Records a port.
+    pub fn add(&mut self, p: &HostPort) {
+        self.0.entry(p.ip.clone()).or_default().insert((p.protocol.clone(), p.port));
+    }
+
+    /// Forgets a port.
+    pub fn remove(&mut self, p: &HostPort) {
+        if let Some(set) = self.0.get_mut(&p.ip) {
+            set.remove(&(p.protocol.clone(), p.port));
+            if set.is_empty() {
+                self.0.remove(&p.ip);
+            }
+        }
+    }
+
+    /// True when `p` collides with a port in use. `0.0.0.0` collides with every IP.
+    pub fn conflicts(&self, p: &HostPort) -> bool {
+        let key = (p.protocol.clone(), p.port);
+        if p.ip == ANY_IP {
+            return self.0.values().any(|s| s.contains(&key));
+        }
+        [p.ip.as_str(), ANY_IP].iter().any(|ip| self.0.get(*ip).is_some_and(|s| s.contains(&key)))
+    }
+
+    /// Number of (ip, protocol, port) entries.
+    pub fn len(&self) -> usize {
+        self.0.values().map(BTreeSet::len).sum()
+    }
+
+    /// True when no port is in use.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Image presence on a node, for ImageLocality.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageStateSummary {
+    /// Image size in bytes.
+    pub size: i64,
+    /// How many nodes have the image.
+    pub num_nodes: usize,
+}
+
+/// A node with its pods and aggregated requests.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    node: Option<Arc<Node>>,
+    name: String,
+    /// Pods on the node, assumed ones included.
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Pods with (anti-)affinity terms.
+    pub pods_with_affinity: Vec<Arc<PodInfo>>,
+    /// Pods with required anti-affinity terms.
+    pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
+    /// Host ports in use.
+    pub used_ports: HostPortInfo,
+    /// Sum of the pods' exact requests (DRA node-allocatable footprints included).
+    pub requested: Resource,
+    /// Sum of the pods' requests with non-zero cpu/memory defaults (for scoring).
+    pub non_zero_requested: Resource,
+    /// The node's allocatable.
+    pub allocatable: Resource,
+    /// Images on the node.
+    pub image_states: BTreeMap<String, ImageStateSummary>,
+    /// Global generation of the last change.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    /// A NodeInfo for `node` with no pods.
+    pub fn new(node: Arc<Node>) -> Self {
+        let mut ni = NodeInfo::default();
+        ni.set_node(node);
+        ni
+    }
+
+    /// A NodeInfo that only knows the node's name (pods arrived before the node).
+    pub fn placeholder(name: impl Into<String>) -> Self {
+        NodeInfo { name: name.into(), generation: next_generation(), ..Default::default() }
+    }
+
+    /// The node object (None for a node that was deleted while pods remain, or not yet seen).
+    pub fn node(&self) -> Option<&Arc<Node>> {
+        self.node.as_ref()
+    }
+
+    /// The node name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Replaces the node object and recomputes allocatable.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        self.name = node.metadata.name.clone().unwrap_or_default();
+        self.allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(Resource::from_list_lossy)
+            .unwrap_or_default();
+        self.node = Some(node);
+        self.generation = next_generation();
+    }
+
+    /// Forgets the node object (keeping pods: a "ghost" until they are gone).
+    pub fn remove_node(&mut self) {
+        self.node = None;
+        self.generation = next_generation();
+    }
+
+    /// Adds a pod and its requests.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(pod.requests());
+        self.non_zero_requested.add(pod.non_zero_requests());
+        for p in &pod.host_ports {
+            self.used_ports.add(p);
+        }
+        if pod.has_affinity {
+            self.pods_with_affinity.push(pod.clone());
+        }
+        if pod.has_required_anti_affinity {
+            self.pods_with_required_anti_affinity.push(pod.clone());
+        }
+        self.pods.push(pod);
+        self.generation = next_generation();
+    }
+
+    /// Removes the pod with `uid`; returns it when it was present.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodInfo>> {
+        let idx = self.pods.iter().position(|p| p.uid == uid)?;
+        let pod = self.pods.swap_remove(idx);
+        self.pods_with_affinity.retain(|p| p.uid != uid);
+        self.pods_with_required_anti_affinity.retain(|p| p.uid != uid);
+        self.requested.sub(pod.requests());
+        self.non_zero_requested.sub(pod.non_zero_requests());
+        for p in &pod.host_ports {
+            self.used_ports.remove(p);
+        }
+        // Another pod may use the same port (it would have been rejected, but assumed pods and bound
+        // pods can disagree transiently): rebuild the ports from the remaining pods.
+        if !pod.host_ports.is_empty() {
+            self.used_ports = HostPortInfo::default();
+            for other in &self.pods {
+                for p in &other.host_ports {
+                    self.used_ports.add(p);
+                }
+            }
+        }
+        self.generation = next_generation();
+        Some(pod)
+    }
+
+    /// The pod with `uid`, if on this node.
+    pub fn pod(&self, uid: &str) -> Option<&Arc<PodInfo>> {
+        self.pods.iter().find(|p| p.uid == uid)
+    }
+
+    /// Recomputes the aggregates from the pods (used by tests and consistency checks).
+    pub fn recomputed_requested(&self) -> (Resource, Resource) {
+        let mut req = Resource::default();
+        let mut nz = Resource::default();
+        for p in &self.pods {
+            req.add(p.requests());
+            nz.add(p.non_zero_requests());
+        }
+        (req, nz)
+    }
+}

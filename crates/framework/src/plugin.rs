@@ -1,0 +1,255 @@
+//! The plugin interfaces: one small trait per extension point.
+//!
+//! A plugin is one value implementing [`Plugin`] plus any extension-point traits; the `as_*`
+//! conversions tell the framework which points it serves, so one configuration entry under
+//! `multiPoint` enables every point a plugin implements (as upstream). Plugins must not mutate the
+//! `NodeInfo`s they are given; Filter and Score run in parallel over nodes and get `&CycleState`.
+//!
+//! Order of one attempt: PreFilter → Filter (per node, parallel) → PostFilter (only with 0 feasible
+//! nodes) → PreScore → Score (per node, parallel) → NormalizeScore → Reserve → Permit, then in the
+//! binding cycle PreBind → Bind → PostBind. Unreserve undoes Reserve on any later failure and must be
+//! idempotent: it may run for a plugin whose Reserve never ran.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use crate::{ClusterEventWithHint, CycleState, NodeInfo, NodeToStatus, PodInfo, QueuedPodInfo, Status};
+
+/// Highest score a Score plugin may return after normalisation.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// Lowest score.
+pub const MIN_NODE_SCORE: i64 = 0;
+
+macro_rules! conversions {
+    ($($fn:ident => $tr:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("This plugin as a [`", stringify!($tr), "`], when it is one.")]
+            fn $fn(self: Arc<Self>) -> Option<Arc<dyn $tr>> { None }
+        )*
+    };
+}
+
+/// Every plugin: a name and the extension points it serves.
+pub trait Plugin: Send + Sync + 'static {
+    /// The plugin name used in configuration (`NodeResourcesFit`).
+    fn name(&self) -> &str;
+
+    conversions! {
+        as_pre_enqueue => PreEnqueuePlugin,
+        as_queue_sort => QueueSortPlugin,
+        as_pre_filter => PreFilterPlugin,
+        as_filter => FilterPlugin,
+        as_post_filter => PostFilterPlugin,
+        as_pre_score => PreScorePlugin,
+        as_score => ScorePlugin,
+        as_reserve => ReservePlugin,
+        as_permit => PermitPlugin,
+        as_pre_bind => PreBindPlugin,
+        as_bind => BindPlugin,
+        as_post_bind => PostBindPlugin,
+        as_enqueue_extensions => EnqueueExtensions,
+        as_assumed_pod => AssumedPodPlugin,
+    }
+}
+
+/// Implements the `as_*` conversions of [`Plugin`] for the listed extension points.
+///
+/// ```text
+/// impl Plugin for NodeName {
+///     fn name(&self) -> &str { NAME }
+///     unisched_framework::serves!(as_filter, as_enqueue_extensions);
+/// }
+/// ```
+#[macro_export]
+macro_rules! serves {
+    ($($fn:ident),* $(,)?) => {
+        $( $crate::serves!(@one $fn); )*
+    };
+    (@one as_pre_enqueue) => { fn as_pre_enqueue(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PreEnqueuePlugin>> { Some(self) } };
+    (@one as_queue_sort) => { fn as_queue_sort(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::QueueSortPlugin>> { Some(self) } };
+    (@one as_pre_filter) => { fn as_pre_filter(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PreFilterPlugin>> { Some(self) } };
+    (@one as_filter) => { fn as_filter(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::FilterPlugin>> { Some(self) } };
+    (@one as_post_filter) => { fn as_post_filter(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PostFilterPlugin>> { Some(self) } };
+    (@one as_pre_score) => { fn as_pre_score(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PreScorePlugin>> { Some(self) } };
+    (@one as_score) => { fn as_score(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::ScorePlugin>> { Some(self) } };
+    (@one as_reserve) => { fn as_reserve(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::ReservePlugin>> { Some(self) } };
+    (@one as_permit) => { fn as_permit(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PermitPlugin>> { Some(self) } };
+    (@one as_pre_bind) => { fn as_pre_bind(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PreBindPlugin>> { Some(self) } };
+    (@one as_bind) => { fn as_bind(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::BindPlugin>> { Some(self) } };
+    (@one as_post_bind) => { fn as_post_bind(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PostBindPlugin>> { Some(self) } };
+    (@one as_assumed_pod) => { fn as_assumed_pod(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::AssumedPodPlugin>> { Some(self) } };
+    (@one as_enqueue_extensions) => { fn as_enqueue_extensions(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::EnqueueExtensions>> { Some(self) } };
+}
+
+/// Decides whether a pod may enter the active queue at all (scheduling gates, missing claims).
+/// A non-success status gates the pod until an event registered by this plugin arrives. Must be cheap.
+pub trait PreEnqueuePlugin: Plugin {
+    /// Success lets the pod in.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// Orders the active queue. Exactly one per profile.
+pub trait QueueSortPlugin: Plugin {
+    /// True when `a` should be scheduled before `b`.
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// A PreFilter's restriction of the candidate nodes. `None` means all nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreFilterResult {
+    /// The only nodes worth filtering.
+    pub node_names: Option<BTreeSet<String>>,
+}
+
+impl PreFilterResult {
+    /// A result restricting to `names`.
+    pub fn nodes(names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        PreFilterResult { node_names: Some(names.into_iter().map(Into::into).collect()) }
+    }
+
+    /// Intersection of two results.
+    #[must_use]
+    pub fn merge(self, other: PreFilterResult) -> PreFilterResult {
+        match (self.node_names, other.node_names) {
+            (None, x) | (x, None) => PreFilterResult { node_names: x },
+            (Some(a), Some(b)) => PreFilterResult { node_names: Some(a.intersection(&b).cloned().collect()) },
+        }
+    }
+}
+
+/// Runs once per attempt before Filter; computes per-pod state and may narrow the nodes.
+pub trait PreFilterPlugin: Plugin {
+    /// Returns Skip to disable this plugin's Filter for the attempt.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status);
+
+    /// True when `add_pod`/`remove_pod` are meaningful (pods this plugin's state depends on).
+    fn has_extensions(&self) -> bool {
+        false
+    }
+
+    /// Updates the state as if `pod_to_add` were on `node` (nominated pods, preemption dry runs).
+    fn add_pod(&self, _state: &mut CycleState, _pod: &PodInfo, _pod_to_add: &Arc<PodInfo>, _node: &NodeInfo) -> Status {
+        Status::success()
+    }
+
+    /// Updates the state as if `pod_to_remove` were gone from `node`.
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _pod_to_remove: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
+        Status::success()
+    }
+}
+
+/// Decides whether the pod fits one node. Runs in parallel over nodes.
+pub trait FilterPlugin: Plugin {
+    /// Success, or a rejection with upstream-format reasons.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// The nomination a PostFilter made (preemption).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostFilterResult {
+    /// The node the pod is nominated to, when any.
+    pub nominated_node_name: Option<String>,
+}
+
+/// Runs when no node passed Filter (preemption, DRA deallocation).
+pub trait PostFilterPlugin: Plugin {
+    /// Success means the plugin made room (the pod is retried).
+    fn post_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        statuses: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status);
+}
+
+/// Runs once before Score over the feasible nodes.
+pub trait PreScorePlugin: Plugin {
+    /// Skip disables this plugin's Score for the attempt.
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status;
+}
+
+/// One node's score from one plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeScore {
+    /// The node.
+    pub name: String,
+    /// The score.
+    pub score: i64,
+}
+
+/// Ranks feasible nodes. Runs in parallel over nodes.
+pub trait ScorePlugin: Plugin {
+    /// A raw score; after `normalize_score` it must be within `[0, 100]`.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// True when `normalize_score` must be called.
+    fn has_normalize(&self) -> bool {
+        false
+    }
+
+    /// Rescales all nodes' scores in place.
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+        Status::success()
+    }
+}
+
+/// Reserves cluster state for the pod on the chosen node before binding.
+pub trait ReservePlugin: Plugin {
+    /// Reserve; a failure triggers Unreserve of every Reserve plugin.
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Undo; idempotent, may run without a prior Reserve.
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Approves, rejects or delays binding.
+pub trait PermitPlugin: Plugin {
+    /// Success, Wait (with a timeout) or a rejection.
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+/// Prepares binding (volumes, DRA claim status). May do API calls; runs in the binding cycle.
+pub trait PreBindPlugin: Plugin {
+    /// Skip means there is nothing to do for this pod (lets the caller skip work such as writing
+    /// `nominatedNodeName`). The default is Success.
+    fn pre_bind_pre_flight(&self, _state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        Status::success()
+    }
+    /// Do it.
+    fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Binds the pod. The first plugin that does not return Skip decides.
+pub trait BindPlugin: Plugin {
+    /// Success, Skip, or an error.
+    fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Informational, after a successful bind.
+pub trait PostBindPlugin: Plugin {
+    /// Called once the pod is bound.
+    fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+/// The cluster events that can make a pod this plugin rejected schedulable.
+pub trait EnqueueExtensions: Plugin {
+    /// Evaluated once at startup.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint>;
+}
+
+/// Adds what a plugin computed for the chosen node to the pod the cache assumes, so the cache
+/// accounts for it at once (DynamicResources: `status.nodeAllocatableResourceClaimStatuses`).
+/// Runs after host selection, before the pod is assumed.
+pub trait AssumedPodPlugin: Plugin {
+    /// Mutates the copy of the pod that will be assumed on `node`.
+    fn prepare_assumed_pod(&self, state: &CycleState, pod: &mut k8s_openapi::api::core::v1::Pod, node: &str);
+}

@@ -1,0 +1,805 @@
+//! `Framework`: one profile's plugins, in order, per extension point, and the functions that run
+//! them with upstream semantics.
+//!
+//! Built once from a `KubeSchedulerProfile` and a registry of plugin constructors. Multi-point
+//! entries expand to every point a plugin implements; a plugin listed at a specific point overrides
+//! its multi-point entry there, and `disabled` at a specific point removes it from that point only.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, Code, CycleState, FilterPlugin, NodeInfo, NodeScore,
+    NodeToStatus, PermitPlugin, Plugin, PodInfo, PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin,
+    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, QueuedPodInfo,
+    ReservePlugin, ScorePlugin, Status,
+    config::{DEFAULT_MULTI_POINT, KubeSchedulerProfile, PluginRef, PluginSet, merge_plugin_set},
+    permit::WaitingPods,
+};
+
+/// Constructs plugins by name. The plugins crate provides the in-tree registry; tests provide fakes.
+pub trait PluginRegistry {
+    /// True when a plugin of that name can be built.
+    fn contains(&self, name: &str) -> bool;
+    /// Builds the plugin with its `pluginConfig` args (`Null` when none were given).
+    fn build(&self, name: &str, args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String>;
+}
+
+/// Receives timings of extension points and plugins (the runtime turns them into metrics).
+pub trait FrameworkObserver: Send + Sync {
+    /// One extension point finished for one pod.
+    fn extension_point(&self, _profile: &str, _point: &'static str, _status: Code, _elapsed: Duration) {}
+    /// One plugin finished at one extension point (only for sampled attempts).
+    fn plugin(&self, _point: &'static str, _plugin: &str, _status: Code, _elapsed: Duration) {}
+}
+
+struct NoObserver;
+impl FrameworkObserver for NoObserver {}
+
+/// Why a profile could not be built. Messages follow upstream.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameworkError {
+    /// A configured plugin is not in the registry.
+    #[error("{point} plugin {name:?} does not exist")]
+    UnknownPlugin {
+        /// Extension point.
+        point: String,
+        /// Plugin name.
+        name: String,
+    },
+    /// A plugin listed at a point it does not implement.
+    #[error("plugin {name:?} does not extend {point} plugin")]
+    DoesNotExtend {
+        /// Plugin name.
+        name: String,
+        /// Extension point.
+        point: String,
+    },
+    /// Not exactly one QueueSort plugin.
+    #[error("only one queue sort plugin required for profile with scheduler name {profile:?}, but got {count}")]
+    QueueSort {
+        /// Profile.
+        profile: String,
+        /// How many were configured.
+        count: usize,
+    },
+    /// No Bind plugin.
+    #[error("at least one bind plugin is needed for profile with scheduler name {0:?}")]
+    NoBind(String),
+    /// A plugin listed twice at one point.
+    #[error("plugin {name:?} already registered as {point:?}")]
+    Duplicate {
+        /// Plugin name.
+        name: String,
+        /// Extension point.
+        point: String,
+    },
+    /// The plugin's constructor rejected its args.
+    #[error("initializing plugin {name:?}: {message}")]
+    Init {
+        /// Plugin name.
+        name: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// `pluginConfig` for a plugin that does not exist.
+    #[error("pluginConfig for unknown plugin {0:?}")]
+    UnknownPluginConfig(String),
+}
+
+/// A score plugin with its weight.
+#[derive(Clone)]
+pub struct WeightedScore {
+    /// The plugin.
+    pub plugin: Arc<dyn ScorePlugin>,
+    /// Its weight (≥ 1).
+    pub weight: i64,
+}
+
+/// Per-plugin and total scores of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodePluginScores {
+    /// The node.
+    pub name: String,
+    /// `(plugin, weighted score)` in plugin order.
+    pub scores: Vec<(String, i64)>,
+    /// Sum of weighted scores.
+    pub total: i64,
+}
+
+/// One profile's plugins per extension point.
+pub struct Framework {
+    profile_name: String,
+    percentage_of_nodes_to_score: Option<i32>,
+    plugins: BTreeMap<String, Arc<dyn Plugin>>,
+    pre_enqueue: Vec<Arc<dyn PreEnqueuePlugin>>,
+    queue_sort: Arc<dyn QueueSortPlugin>,
+    pre_filter: Vec<Arc<dyn PreFilterPlugin>>,
+    filter: Vec<Arc<dyn FilterPlugin>>,
+    post_filter: Vec<Arc<dyn PostFilterPlugin>>,
+    pre_score: Vec<Arc<dyn PreScorePlugin>>,
+    score: Vec<WeightedScore>,
+    reserve: Vec<Arc<dyn ReservePlugin>>,
+    permit: Vec<Arc<dyn PermitPlugin>>,
+    pre_bind: Vec<Arc<dyn PreBindPlugin>>,
+    bind: Vec<Arc<dyn BindPlugin>>,
+    post_bind: Vec<Arc<dyn PostBindPlugin>>,
+    assumed_pod: Vec<Arc<dyn AssumedPodPlugin>>,
+    events: Vec<(String, Vec<ClusterEventWithHint>)>,
+    waiting_pods: WaitingPods,
+    observer: Arc<dyn FrameworkObserver>,
+}
+
+impl std::fmt::Debug for Framework {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Framework")
+            .field("profile", &self.profile_name)
+            .field("pre_filter", &self.pre_filter.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
+            .field("filter", &self.filter.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
+            .field("score", &self.score.iter().map(|p| (p.plugin.name().to_string(), p.weight)).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn default_multi_point(registry: &dyn PluginRegistry) -> Vec<PluginRef> {
+    DEFAULT_MULTI_POINT
+        .iter()
+        .filter(|(n, _)| registry.contains(n))
+        .map(|(n, w)| PluginRef { name: (*n).to_string(), weight: (*w > 0).then_some(*w) })
+        .collect()
+}
+
+/// Which conversions a point uses, so expansion can test "implements".
+type Probe = fn(&Arc<dyn Plugin>) -> bool;
+
+fn probe(point: &str) -> Probe {
+    match point {
+        "preEnqueue" => |p| p.clone().as_pre_enqueue().is_some(),
+        "queueSort" => |p| p.clone().as_queue_sort().is_some(),
+        "preFilter" => |p| p.clone().as_pre_filter().is_some(),
+        "filter" => |p| p.clone().as_filter().is_some(),
+        "postFilter" => |p| p.clone().as_post_filter().is_some(),
+        "preScore" => |p| p.clone().as_pre_score().is_some(),
+        "score" => |p| p.clone().as_score().is_some(),
+        "reserve" => |p| p.clone().as_reserve().is_some(),
+        "permit" => |p| p.clone().as_permit().is_some(),
+        "preBind" => |p| p.clone().as_pre_bind().is_some(),
+        "bind" => |p| p.clone().as_bind().is_some(),
+        _ => |p| p.clone().as_post_bind().is_some(),
+    }
+}
+
+fn point_type(point: &str) -> String {
+    let mut c = point.chars();
+    match c.next() {
+        Some(f) => format!("{}{}Plugin", f.to_ascii_uppercase(), c.as_str()),
+        None => String::new(),
+    }
+}
+
+impl Framework {
+    /// Builds a profile. Plugins are constructed once, even when they serve several points.
+    pub fn new(profile: &KubeSchedulerProfile, registry: &dyn PluginRegistry) -> Result<Framework, FrameworkError> {
+        let name = profile.scheduler_name.clone().unwrap_or_else(|| crate::config::DEFAULT_SCHEDULER_NAME.into());
+        let plugins_cfg = profile.plugins.clone().unwrap_or_default();
+        let multi = merge_plugin_set(&default_multi_point(registry), &plugins_cfg.multi_point);
+
+        // Resolve each point's ordered (plugin, weight) list.
+        let mut per_point: BTreeMap<&str, Vec<PluginRef>> = BTreeMap::new();
+        let mut needed: BTreeSet<String> = BTreeSet::new();
+        for point in crate::config::EXTENSION_POINTS {
+            let set = plugins_cfg.set(point).cloned().unwrap_or_default();
+            for p in &set.enabled {
+                if !registry.contains(&p.name) {
+                    return Err(FrameworkError::UnknownPlugin { point: point_type(point), name: p.name.clone() });
+                }
+                needed.insert(p.name.clone());
+            }
+            per_point.insert(point, set.enabled.clone());
+        }
+        for p in &multi {
+            if !registry.contains(&p.name) {
+                return Err(FrameworkError::UnknownPlugin { point: "MultiPoint".into(), name: p.name.clone() });
+            }
+            needed.insert(p.name.clone());
+        }
+        for pc in &profile.plugin_config {
+            if !registry.contains(&pc.name) {
+                return Err(FrameworkError::UnknownPluginConfig(pc.name.clone()));
+            }
+        }
+        let mut built: BTreeMap<String, Arc<dyn Plugin>> = BTreeMap::new();
+        for n in &needed {
+            let args = profile
+                .plugin_config
+                .iter()
+                .find(|pc| &pc.name == n)
+                .map(|pc| pc.args.clone())
+                .unwrap_or(serde_json::Value::Null);
+            let plugin = registry
+                .build(n, &args)
+                .map_err(|message| FrameworkError::Init { name: n.clone(), message })?;
+            built.insert(n.clone(), plugin);
+        }
+
+        let mut resolved: BTreeMap<&str, Vec<(Arc<dyn Plugin>, i64)>> = BTreeMap::new();
+        for point in crate::config::EXTENSION_POINTS {
+            let implements = probe(point);
+            let specific = per_point.get(point).cloned().unwrap_or_default();
+            let set: PluginSet = plugins_cfg.set(point).cloned().unwrap_or_default();
+            let disabled: BTreeSet<&str> = set.disabled.iter().map(|p| p.name.as_str()).collect();
+            let weight_of = |r: &PluginRef, fallback: Option<i32>| -> i64 {
+                i64::from(r.weight.or(fallback).filter(|w| *w > 0).unwrap_or(1))
+            };
+            let mut overrides = Vec::new();
+            let mut multi_only = Vec::new();
+            let specific_names: BTreeSet<&str> = specific.iter().map(|p| p.name.as_str()).collect();
+            if !disabled.contains("*") {
+                for m in &multi {
+                    let Some(p) = built.get(&m.name) else { continue };
+                    if !implements(p) || disabled.contains(m.name.as_str()) {
+                        continue;
+                    }
+                    if specific_names.contains(m.name.as_str()) {
+                        overrides.push(m.name.clone());
+                        continue;
+                    }
+                    multi_only.push((p.clone(), weight_of(m, None)));
+                }
+            }
+            let mut list: Vec<(Arc<dyn Plugin>, i64)> = Vec::new();
+            let mut seen = BTreeSet::new();
+            // Overrides first (in their specific order), then multi-point-only, then the rest.
+            for s in specific.iter().filter(|s| overrides.contains(&s.name)) {
+                let Some(p) = built.get(&s.name) else { continue };
+                let multi_weight = multi.iter().find(|m| m.name == s.name).and_then(|m| m.weight);
+                list.push((p.clone(), weight_of(s, multi_weight)));
+                seen.insert(s.name.clone());
+            }
+            for (p, w) in multi_only {
+                seen.insert(p.name().to_string());
+                list.push((p, w));
+            }
+            for s in specific.iter().filter(|s| !overrides.contains(&s.name)) {
+                let Some(p) = built.get(&s.name) else { continue };
+                if !implements(p) {
+                    return Err(FrameworkError::DoesNotExtend { name: s.name.clone(), point: point_type(point) });
+                }
+                if !seen.insert(s.name.clone()) {
+                    return Err(FrameworkError::Duplicate { name: s.name.clone(), point: point.to_string() });
+                }
+                list.push((p.clone(), weight_of(s, None)));
+            }
+            resolved.insert(point, list);
+        }
+
+        let take = |point: &str| resolved.get(point).cloned().unwrap_or_default();
+        let queue_sorts: Vec<Arc<dyn QueueSortPlugin>> =
+            take("queueSort").into_iter().filter_map(|(p, _)| p.as_queue_sort()).collect();
+        if queue_sorts.len() != 1 {
+            return Err(FrameworkError::QueueSort { profile: name, count: queue_sorts.len() });
+        }
+        let bind: Vec<Arc<dyn BindPlugin>> = take("bind").into_iter().filter_map(|(p, _)| p.as_bind()).collect();
+        if bind.is_empty() {
+            return Err(FrameworkError::NoBind(name));
+        }
+        let used: BTreeSet<String> =
+            resolved.values().flatten().map(|(p, _)| p.name().to_string()).collect();
+        let events = built
+            .iter()
+            .filter(|(n, _)| used.contains(*n))
+            .filter_map(|(n, p)| p.clone().as_enqueue_extensions().map(|e| (n.clone(), e.events_to_register())))
+            .collect();
+        let assumed_pod = built
+            .iter()
+            .filter(|(n, _)| used.contains(*n))
+            .filter_map(|(_, p)| p.clone().as_assumed_pod())
+            .collect();
+        Ok(Framework {
+            profile_name: name,
+            percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
+            pre_enqueue: take("preEnqueue").into_iter().filter_map(|(p, _)| p.as_pre_enqueue()).collect(),
+            queue_sort: queue_sorts.into_iter().next().ok_or(FrameworkError::QueueSort { profile: String::new(), count: 0 })?,
+            pre_filter: take("preFilter").into_iter().filter_map(|(p, _)| p.as_pre_filter()).collect(),
+            filter: take("filter").into_iter().filter_map(|(p, _)| p.as_filter()).collect(),
+            post_filter: take("postFilter").into_iter().filter_map(|(p, _)| p.as_post_filter()).collect(),
+            pre_score: take("preScore").into_iter().filter_map(|(p, _)| p.as_pre_score()).collect(),
+            score: take("score")
+                .into_iter()
+                .filter_map(|(p, w)| p.as_score().map(|plugin| WeightedScore { plugin, weight: w }))
+                .collect(),
+            reserve: take("reserve").into_iter().filter_map(|(p, _)| p.as_reserve()).collect(),
+            permit: take("permit").into_iter().filter_map(|(p, _)| p.as_permit()).collect(),
+            pre_bind: take("preBind").into_iter().filter_map(|(p, _)| p.as_pre_bind()).collect(),
+            bind,
+            post_bind: take("postBind").into_iter().filter_map(|(p, _)| p.as_post_bind()).collect(),
+            assumed_pod,
+            events,
+            plugins: built,
+            waiting_pods: WaitingPods::default(),
+            observer: Arc::new(NoObserver),
+        })
+    }
+
+    /// Sets the observer that receives timings.
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn FrameworkObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// The profile's scheduler name.
+    pub fn profile_name(&self) -> &str {
+        &self.profile_name
+    }
+
+    /// The profile's percentage of nodes to score, if it overrides the global one.
+    pub fn percentage_of_nodes_to_score(&self) -> Option<i32> {
+        self.percentage_of_nodes_to_score
+    }
+
+    /// A plugin by name.
+    pub fn plugin(&self, name: &str) -> Option<&Arc<dyn Plugin>> {
+        self.plugins.get(name)
+    }
+
+    /// Names of the plugins at each point (for `/configz` and tests).
+    pub fn plugin_names(&self) -> BTreeMap<&'static str, Vec<String>> {
+        fn names<T: ?Sized + Plugin>(v: &[Arc<T>]) -> Vec<String> {
+            v.iter().map(|p| p.name().to_string()).collect()
+        }
+        let mut m = BTreeMap::new();
+        m.insert("preEnqueue", names(&self.pre_enqueue));
+        m.insert("queueSort", vec![self.queue_sort.name().to_string()]);
+        m.insert("preFilter", names(&self.pre_filter));
+        m.insert("filter", names(&self.filter));
+        m.insert("postFilter", names(&self.post_filter));
+        m.insert("preScore", names(&self.pre_score));
+        m.insert("score", self.score.iter().map(|s| format!("{}={}", s.plugin.name(), s.weight)).collect());
+        m.insert("reserve", names(&self.reserve));
+        m.insert("permit", names(&self.permit));
+        m.insert("preBind", names(&self.pre_bind));
+        m.insert("bind", names(&self.bind));
+        m.insert("postBind", names(&self.post_bind));
+        m
+    }
+
+    /// Events each plugin registered, by plugin name.
+    pub fn events_to_register(&self) -> &[(String, Vec<ClusterEventWithHint>)] {
+        &self.events
+    }
+
+    /// True when the profile has Filter plugins.
+    pub fn has_filter_plugins(&self) -> bool {
+        !self.filter.is_empty()
+    }
+
+    /// True when the profile has Score plugins.
+    pub fn has_score_plugins(&self) -> bool {
+        !self.score.is_empty()
+    }
+
+    /// True when the profile has PostFilter plugins.
+    pub fn has_post_filter_plugins(&self) -> bool {
+        !self.post_filter.is_empty()
+    }
+
+    /// Pods waiting at Permit.
+    pub fn waiting_pods(&self) -> &WaitingPods {
+        &self.waiting_pods
+    }
+
+    fn timed<T>(&self, point: &'static str, f: impl FnOnce() -> (T, Code)) -> T {
+        let start = Instant::now();
+        let (out, code) = f();
+        self.observer.extension_point(&self.profile_name, point, code, start.elapsed());
+        out
+    }
+
+    fn plugin_timed<T>(&self, record: bool, point: &'static str, plugin: &str, f: impl FnOnce() -> T, code: impl Fn(&T) -> Code) -> T {
+        if !record {
+            return f();
+        }
+        let start = Instant::now();
+        let out = f();
+        self.observer.plugin(point, plugin, code(&out), start.elapsed());
+        out
+    }
+
+    /// PreEnqueue: the first rejecting plugin gates the pod.
+    pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
+        for p in &self.pre_enqueue {
+            let s = p.pre_enqueue(pod);
+            if !s.is_success() {
+                let s = s.with_plugin(p.name());
+                return if s.is_rejected() { s } else { s.wrap_error(format!("running PreEnqueue plugin {:?}", p.name())) };
+            }
+        }
+        Status::success()
+    }
+
+    /// QueueSort.
+    pub fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        self.queue_sort.less(a, b)
+    }
+
+    /// The QueueSort plugin's name (all profiles must agree).
+    pub fn queue_sort_name(&self) -> &str {
+        self.queue_sort.name()
+    }
+
+    /// PreFilter. Returns the merged node restriction, the status, and the plugins that rejected.
+    pub fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status, BTreeSet<String>) {
+        let record = state.record_plugin_metrics;
+        self.timed("PreFilter", || {
+            let mut result: Option<PreFilterResult> = None;
+            let mut rejectors = BTreeSet::new();
+            let mut narrowed_by = Vec::new();
+            for p in &self.pre_filter {
+                let (r, s) = self.plugin_timed(record, "PreFilter", p.name(), || p.pre_filter(state, pod, nodes), |(_, s)| s.code());
+                if s.is_skip() {
+                    state.skip_filter_plugins.insert(p.name().to_string());
+                    continue;
+                }
+                if !s.is_success() {
+                    let s = s.with_plugin(p.name());
+                    if s.is_rejected() {
+                        rejectors.insert(p.name().to_string());
+                        let code = s.code();
+                        return ((None, s, rejectors), code);
+                    }
+                    let s = s.wrap_error(format!("running PreFilter plugin {:?}", p.name()));
+                    return ((None, s, rejectors), Code::Error);
+                }
+                if let Some(r) = r.filter(|r| r.node_names.is_some()) {
+                    narrowed_by.push(p.name().to_string());
+                    result = Some(match result {
+                        None => r,
+                        Some(prev) => prev.merge(r),
+                    });
+                    if result.as_ref().and_then(|r| r.node_names.as_ref()).is_some_and(BTreeSet::is_empty) {
+                        let msg = if narrowed_by.len() == 1 {
+                            format!("node(s) didn't satisfy plugin {}", narrowed_by[0])
+                        } else {
+                            format!("node(s) didn't satisfy plugin(s) [{}] simultaneously", narrowed_by.join(" "))
+                        };
+                        rejectors.extend(narrowed_by.iter().cloned());
+                        let s = Status::unresolvable(msg).with_plugin(p.name());
+                        return ((None, s, rejectors), Code::UnschedulableAndUnresolvable);
+                    }
+                }
+            }
+            ((result, Status::success(), rejectors), Code::Success)
+        })
+    }
+
+    /// Filter on one node: the first rejection stops.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for p in &self.filter {
+            if state.skip_filter_plugins.contains(p.name()) {
+                continue;
+            }
+            let s = self.plugin_timed(state.record_plugin_metrics, "Filter", p.name(), || p.filter(state, pod, node), Status::code);
+            if !s.is_success() {
+                let s = s.with_plugin(p.name());
+                if s.is_rejected() {
+                    return s;
+                }
+                return s.wrap_error(format!("running {:?} filter plugin", p.name()));
+            }
+        }
+        Status::success()
+    }
+
+    /// Filter with the pods nominated to this node (priority ≥ the pod's) added, then without them:
+    /// the pod must fit both ways, as upstream.
+    pub fn run_filter_with_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status {
+        let relevant: Vec<&Arc<PodInfo>> =
+            nominated.iter().filter(|n| n.uid != pod.uid && n.priority >= pod.priority).collect();
+        if relevant.is_empty() {
+            return self.run_filter(state, pod, node);
+        }
+        let mut state_with = state.deep_clone();
+        let mut node_with = node.clone();
+        for n in &relevant {
+            node_with.add_pod((*n).clone());
+            let s = self.run_pre_filter_add_pod(&mut state_with, pod, n, &node_with);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        let s = self.run_filter(&state_with, pod, &node_with);
+        if !s.is_success() {
+            return s;
+        }
+        self.run_filter(state, pod, node)
+    }
+
+    /// PreFilter AddPod extensions.
+    pub fn run_pre_filter_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_add: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status {
+        for p in self.pre_filter.iter().filter(|p| p.has_extensions()) {
+            if state.skip_filter_plugins.contains(p.name()) {
+                continue;
+            }
+            let s = p.add_pod(state, pod, to_add, node);
+            if !s.is_success() {
+                return s.with_plugin(p.name()).wrap_error(format!("running AddPod on PreFilter plugin {:?}", p.name()));
+            }
+        }
+        Status::success()
+    }
+
+    /// PreFilter RemovePod extensions.
+    pub fn run_pre_filter_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_remove: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status {
+        for p in self.pre_filter.iter().filter(|p| p.has_extensions()) {
+            if state.skip_filter_plugins.contains(p.name()) {
+                continue;
+            }
+            let s = p.remove_pod(state, pod, to_remove, node);
+            if !s.is_success() {
+                return s
+                    .with_plugin(p.name())
+                    .wrap_error(format!("running RemovePod on PreFilter plugin {:?}", p.name()));
+            }
+        }
+        Status::success()
+    }
+
+    /// PostFilter: the first Success wins; UnschedulableAndUnresolvable stops; otherwise reasons
+    /// accumulate into one Unschedulable status.
+    pub fn run_post_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        statuses: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        self.timed("PostFilter", || {
+            let mut reasons = Vec::new();
+            let mut first_rejector: Option<String> = None;
+            let mut result = None;
+            for p in &self.post_filter {
+                let (r, s) = p.post_filter(state, pod, statuses);
+                if s.is_success() {
+                    return ((r, s.with_plugin(p.name())), Code::Success);
+                }
+                if s.code() == Code::UnschedulableAndUnresolvable {
+                    let code = s.code();
+                    return ((r, s.with_plugin(p.name())), code);
+                }
+                if !s.is_rejected() {
+                    return ((None, s.with_plugin(p.name())), Code::Error);
+                }
+                reasons.extend(s.reasons());
+                first_rejector.get_or_insert_with(|| p.name().to_string());
+                if r.as_ref().is_some_and(|r| r.nominated_node_name.is_some()) {
+                    result = r;
+                }
+            }
+            let mut s = Status::new(Code::Unschedulable, reasons);
+            if let Some(p) = first_rejector {
+                s.set_plugin(p);
+            }
+            ((result, s), Code::Unschedulable)
+        })
+    }
+
+    /// PreScore.
+    pub fn run_pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+        self.timed("PreScore", || {
+            for p in &self.pre_score {
+                let s = p.pre_score(state, pod, nodes);
+                if s.is_skip() {
+                    state.skip_score_plugins.insert(p.name().to_string());
+                    continue;
+                }
+                if !s.is_success() {
+                    let s = s.with_plugin(p.name()).wrap_error(format!("running PreScore plugin {:?}", p.name()));
+                    return (s, Code::Error);
+                }
+            }
+            (Status::success(), Code::Success)
+        })
+    }
+
+    /// The score plugins that will run for this attempt.
+    pub fn active_score_plugins(&self, state: &CycleState) -> Vec<&WeightedScore> {
+        self.score.iter().filter(|s| !state.skip_score_plugins.contains(s.plugin.name())).collect()
+    }
+
+    /// Normalises, validates and weights raw scores (`raw[plugin][node]`), then totals per node.
+    pub fn finish_scores(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        plugins: &[&WeightedScore],
+        nodes: &[Arc<NodeInfo>],
+        raw: Vec<Vec<i64>>,
+    ) -> Result<Vec<NodePluginScores>, Status> {
+        let mut out: Vec<NodePluginScores> = nodes
+            .iter()
+            .map(|n| NodePluginScores { name: n.name().to_string(), scores: Vec::with_capacity(plugins.len()), total: 0 })
+            .collect();
+        for (pi, ws) in plugins.iter().enumerate() {
+            let mut list: Vec<NodeScore> = nodes
+                .iter()
+                .zip(raw.get(pi).into_iter().flatten())
+                .map(|(n, s)| NodeScore { name: n.name().to_string(), score: *s })
+                .collect();
+            if ws.plugin.has_normalize() {
+                let s = ws.plugin.normalize_score(state, pod, &mut list);
+                if !s.is_success() {
+                    return Err(s.with_plugin(ws.plugin.name()).wrap_error(format!("running Normalize on Score plugin {:?}", ws.plugin.name())));
+                }
+            }
+            for (ni, ns) in list.iter().enumerate() {
+                if !(crate::MIN_NODE_SCORE..=crate::MAX_NODE_SCORE).contains(&ns.score) {
+                    return Err(Status::error(format!(
+                        "plugin {:?} returns an invalid score {}, it should in the range of [{}, {}] after normalizing",
+                        ws.plugin.name(),
+                        ns.score,
+                        crate::MIN_NODE_SCORE,
+                        crate::MAX_NODE_SCORE
+                    )));
+                }
+                let weighted = ns.score * ws.weight;
+                out[ni].scores.push((ws.plugin.name().to_string(), weighted));
+                out[ni].total += weighted;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Lets plugins add their per-node results to the pod the cache will assume.
+    pub fn prepare_assumed_pod(&self, state: &CycleState, pod: &PodInfo, node: &str) -> PodInfo {
+        let mut assumed = pod.assumed_on(node);
+        if self.assumed_pod.is_empty() {
+            return assumed;
+        }
+        let mut obj = (*assumed.pod).clone();
+        for p in &self.assumed_pod {
+            p.prepare_assumed_pod(state, &mut obj, node);
+        }
+        assumed = PodInfo::new(obj);
+        assumed
+    }
+
+    /// Reserve; on failure the caller runs Unreserve.
+    pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.timed("Reserve", || {
+            for p in &self.reserve {
+                let s = p.reserve(state, pod, node);
+                if !s.is_success() {
+                    let s = s.with_plugin(p.name());
+                    let code = s.code();
+                    if s.is_rejected() {
+                        return (s, code);
+                    }
+                    return (s.wrap_error(format!("running Reserve plugin {:?}", p.name())), Code::Error);
+                }
+            }
+            (Status::success(), Code::Success)
+        })
+    }
+
+    /// Unreserve, in reverse order of Reserve.
+    pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        self.timed("Unreserve", || {
+            for p in self.reserve.iter().rev() {
+                p.unreserve(state, pod, node);
+            }
+            ((), Code::Success)
+        });
+    }
+
+    /// Permit. Wait registers the pod as waiting (see [`Framework::wait_on_permit`]).
+    pub fn run_permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.timed("Permit", || {
+            let mut waits: BTreeMap<String, Duration> = BTreeMap::new();
+            for p in &self.permit {
+                let (s, timeout) = p.permit(state, pod, node);
+                match s.code() {
+                    Code::Success => {}
+                    Code::Wait => {
+                        waits.insert(p.name().to_string(), timeout.min(Duration::from_secs(15 * 60)));
+                    }
+                    code if s.is_rejected() => return (s.with_plugin(p.name()), code),
+                    _ => {
+                        return (s.with_plugin(p.name()).wrap_error(format!("running Permit plugin {:?}", p.name())), Code::Error);
+                    }
+                }
+            }
+            if waits.is_empty() {
+                return (Status::success(), Code::Success);
+            }
+            self.waiting_pods.add(&pod.uid, waits);
+            let msg = format!("one or more plugins asked to wait and no plugin rejected pod {:?}", pod.name);
+            (Status::new(Code::Wait, [msg]), Code::Wait)
+        })
+    }
+
+    /// Blocks until every plugin that asked the pod to wait allows it, one rejects it, or a timeout.
+    pub fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        self.waiting_pods.wait(&pod.uid)
+    }
+
+    /// PreBind.
+    pub fn run_pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.timed("PreBind", || {
+            for p in &self.pre_bind {
+                if p.pre_bind_pre_flight(state, pod, node).is_skip() {
+                    continue;
+                }
+                let s = p.pre_bind(state, pod, node);
+                if !s.is_success() {
+                    let s = s.with_plugin(p.name());
+                    let code = s.code();
+                    if s.is_rejected() {
+                        return (s, code);
+                    }
+                    return (s.wrap_error(format!("running PreBind plugin {:?}", p.name())), Code::Error);
+                }
+            }
+            (Status::success(), Code::Success)
+        })
+    }
+
+    /// True when some PreBind plugin has work for this pod.
+    pub fn has_pre_bind_work(&self, state: &CycleState, pod: &PodInfo, node: &str) -> bool {
+        self.pre_bind.iter().any(|p| !p.pre_bind_pre_flight(state, pod, node).is_skip())
+    }
+
+    /// Bind: the first plugin that does not Skip decides.
+    pub fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.timed("Bind", || {
+            for p in &self.bind {
+                let s = p.bind(state, pod, node);
+                if s.is_skip() {
+                    continue;
+                }
+                if !s.is_success() {
+                    let s = s.with_plugin(p.name());
+                    if s.is_rejected() {
+                        let code = s.code();
+                        return (s, code);
+                    }
+                    return (s.wrap_error(format!("running Bind plugin {:?}", p.name())), Code::Error);
+                }
+                return (s, Code::Success);
+            }
+            (Status::skip(), Code::Skip)
+        })
+    }
+
+    /// PostBind.
+    pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for p in &self.post_bind {
+            p.post_bind(state, pod, node);
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! One pod's attempt end to end: the scheduling cycle (synchronous, one pod at a time) and the
+//! binding cycle (run by the caller on another thread so that API writes never block the next pod).
+//!
+//! The cache and the queue live in crates above this one; they are reached through the small
+//! [`SchedulerCache`] trait and through the returned values, so this module stays testable with
+//! in-memory fakes. Invariant 3 of DESIGN.md lives here: every path after `assume_pod` that does
+//! not end in a bound pod runs Unreserve and `forget_pod`, exactly once.
+
+use std::{collections::BTreeSet, sync::Arc, time::Instant};
+
+use crate::{
+    Code, CycleState, FitError, Framework, PodInfo, PodNominator, ScheduleError, ScheduleResult,
+    SchedulingAlgorithm, Snapshot, Status, truncate_message,
+};
+
+/// What the scheduling cycle needs from the cache.
+pub trait SchedulerCache: Send + Sync {
+    /// Brings the snapshot up to date and returns it.
+    fn update_snapshot(&self) -> Arc<Snapshot>;
+    /// Adds the pod (with `spec.nodeName` set) as assumed, before it is bound.
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String>;
+    /// Removes an assumed pod after a failure.
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String>;
+    /// Binding was sent; the pod stays assumed until the watch confirms it.
+    fn finish_binding(&self, _pod: &PodInfo) {}
+    /// True when the pod is already assumed (a duplicate pop).
+    fn is_assumed(&self, _uid: &str) -> bool {
+        false
+    }
+}
+
+/// Upstream pod condition reasons.
+pub mod reasons {
+    /// PodScheduled=False because no node fits.
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// PodScheduled=False because of an internal error.
+    pub const SCHEDULER_ERROR: &str = "SchedulerError";
+}
+
+/// A failed attempt, with everything the caller needs to requeue the pod and tell the user.
+#[derive(Clone, Debug)]
+pub struct SchedulingFailure {
+    /// The pod as it was popped.
+    pub pod: Arc<PodInfo>,
+    /// The deciding status.
+    pub status: Status,
+    /// Set when no node fits.
+    pub fit_error: Option<Box<FitError>>,
+    /// `Unschedulable` or `SchedulerError`.
+    pub reason: &'static str,
+    /// The event/condition message, upstream format, truncated.
+    pub message: String,
+    /// Plugins that rejected the pod.
+    pub unschedulable_plugins: BTreeSet<String>,
+    /// Plugins that returned Pending.
+    pub pending_plugins: BTreeSet<String>,
+    /// The node PostFilter nominated, if any (`Some("")` clears a nomination).
+    pub nominated_node: Option<String>,
+    /// True when the pod had been assumed (a failed binding cycle): resources it held are free again,
+    /// so pods waiting for them should be retried (`AssignedPodDelete`).
+    pub released_assumed: bool,
+}
+
+impl SchedulingFailure {
+    fn from_status(pod: Arc<PodInfo>, status: Status, released_assumed: bool) -> Self {
+        let rejected = status.is_rejected();
+        let mut unschedulable_plugins = BTreeSet::new();
+        let mut pending_plugins = BTreeSet::new();
+        if let Some(p) = status.plugin() {
+            match status.code() {
+                Code::Pending => {
+                    pending_plugins.insert(p.to_string());
+                }
+                Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                    unschedulable_plugins.insert(p.to_string());
+                }
+                _ => {}
+            }
+        }
+        let message = if rejected {
+            // A rejection after host selection concerns exactly one node.
+            truncate_message(&format!("0/1 nodes are available: {}.", status.message()))
+        } else {
+            truncate_message(&status.message())
+        };
+        SchedulingFailure {
+            pod,
+            reason: if rejected { reasons::UNSCHEDULABLE } else { reasons::SCHEDULER_ERROR },
+            message,
+            status,
+            fit_error: None,
+            unschedulable_plugins,
+            pending_plugins,
+            nominated_node: None,
+            released_assumed,
+        }
+    }
+
+    fn from_fit(pod: Arc<PodInfo>, fit: Box<FitError>, nominated: Option<String>) -> Self {
+        let message = truncate_message(&fit.to_string());
+        SchedulingFailure {
+            pod,
+            status: Status::unschedulable(message.clone()),
+            reason: reasons::UNSCHEDULABLE,
+            message,
+            unschedulable_plugins: fit.diagnosis.unschedulable_plugins.clone(),
+            pending_plugins: fit.diagnosis.pending_plugins.clone(),
+            fit_error: Some(fit),
+            nominated_node: nominated,
+            released_assumed: false,
+        }
+    }
+}
+
+/// A pod assumed on a node, ready for its binding cycle.
+#[derive(Debug)]
+pub struct BindingTask {
+    /// The attempt's state (moves to the binding thread).
+    pub state: CycleState,
+    /// The pod as popped.
+    pub pod: Arc<PodInfo>,
+    /// The pod as assumed (nodeName and plugin-provided status set).
+    pub assumed: Arc<PodInfo>,
+    /// The chosen node.
+    pub node: String,
+    /// How the node was chosen.
+    pub result: ScheduleResult,
+    /// When the scheduling cycle started.
+    pub started: Instant,
+}
+
+/// What the scheduling cycle decided.
+#[derive(Debug)]
+pub enum CycleOutcome {
+    /// Assumed; run [`run_binding_cycle`] next (possibly on another thread).
+    Assumed(Box<BindingTask>),
+    /// Not placed.
+    Failed(Box<SchedulingFailure>),
+    /// Not attempted (being deleted, already assumed); the caller just marks it done.
+    Skipped(&'static str),
+}
+
+/// Runs the scheduling cycle for one pod.
+pub fn run_scheduling_cycle(
+    fwk: &Framework,
+    algo: &mut SchedulingAlgorithm,
+    cache: &dyn SchedulerCache,
+    nominator: &dyn PodNominator,
+    pod: Arc<PodInfo>,
+    record_plugin_metrics: bool,
+) -> CycleOutcome {
+    let started = Instant::now();
+    if pod.is_terminating() {
+        return CycleOutcome::Skipped("skip schedule deleting pod");
+    }
+    if cache.is_assumed(&pod.uid) {
+        return CycleOutcome::Skipped("pod is already assumed");
+    }
+    if let Some(bad) = pod.invalid_quantities().first() {
+        let status = Status::unresolvable(format!(
+            "pod has an invalid quantity {:?} for resource {:?}",
+            bad.value, bad.resource
+        ))
+        .with_plugin("NodeResourcesFit");
+        return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, status, false)));
+    }
+    let snapshot = cache.update_snapshot();
+    let mut state = CycleState::with_snapshot(snapshot);
+    state.record_plugin_metrics = record_plugin_metrics;
+    let result = match algo.schedule_pod(fwk, &mut state, &pod, nominator) {
+        Ok(r) => r,
+        Err(ScheduleError::Fit(fit, nomination)) => {
+            let nominated = nomination.and_then(|n| n.nominated_node_name);
+            return CycleOutcome::Failed(Box::new(SchedulingFailure::from_fit(pod, fit, nominated)));
+        }
+        Err(ScheduleError::Error(status)) => {
+            return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, status, false)));
+        }
+    };
+    let node = result.suggested_host.clone();
+    let assumed = Arc::new(fwk.prepare_assumed_pod(&state, &pod, &node));
+    if let Err(e) = cache.assume_pod(assumed.clone()) {
+        return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(
+            pod,
+            Status::error(format!("assuming pod: {e}")),
+            false,
+        )));
+    }
+    let s = fwk.run_reserve(&mut state, &assumed, &node);
+    if !s.is_success() {
+        fwk.run_unreserve(&mut state, &assumed, &node);
+        let forget = cache.forget_pod(&assumed);
+        let s = combine_forget(s, forget);
+        return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, s, true)));
+    }
+    let s = fwk.run_permit(&mut state, &assumed, &node);
+    if !s.is_success() && s.code() != Code::Wait {
+        fwk.run_unreserve(&mut state, &assumed, &node);
+        let forget = cache.forget_pod(&assumed);
+        let s = combine_forget(s, forget);
+        return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, s, true)));
+    }
+    CycleOutcome::Assumed(Box::new(BindingTask { state, pod, assumed, node, result, started }))
+}
+
+fn combine_forget(status: Status, forget: Result<(), String>) -> Status {
+    match forget {
+        Ok(()) => status,
+        Err(e) => Status::error(format!("{}; forgetting assumed pod: {e}", status.message())),
+    }
+}
+
+/// A pod that was bound.
+#[derive(Debug)]
+pub struct BoundPod {
+    /// The pod as assumed.
+    pub assumed: Arc<PodInfo>,
+    /// The node.
+    pub node: String,
+    /// How the node was chosen.
+    pub result: ScheduleResult,
+    /// When its scheduling cycle started.
+    pub started: Instant,
+}
+
+/// Runs Permit-wait, PreBind, Bind and PostBind. On any failure: Unreserve and forget, then the
+/// failure is returned for requeueing.
+pub fn run_binding_cycle(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    task: BindingTask,
+) -> Result<BoundPod, Box<SchedulingFailure>> {
+    let BindingTask { mut state, pod, assumed, node, result, started } = task;
+    let fail = |state: &mut CycleState, s: Status| {
+        fwk.run_unreserve(state, &assumed, &node);
+        let forget = cache.forget_pod(&assumed);
+        Box::new(SchedulingFailure::from_status(pod.clone(), combine_forget(s, forget), true))
+    };
+    let s = fwk.wait_on_permit(&assumed);
+    if !s.is_success() {
+        return Err(fail(&mut state, s));
+    }
+    let s = fwk.run_pre_bind(&mut state, &assumed, &node);
+    if !s.is_success() {
+        return Err(fail(&mut state, s));
+    }
+    let s = fwk.run_bind(&state, &assumed, &node);
+    if !s.is_success() {
+        let s = if s.is_skip() { Status::error("no bind plugin bound the pod") } else { s };
+        return Err(fail(&mut state, s));
+    }
+    cache.finish_binding(&assumed);
+    fwk.run_post_bind(&state, &assumed, &node);
+    Ok(BoundPod { assumed, node, result, started })
+}
