@@ -1,0 +1,17 @@
+//! Exact Kubernetes quantities, resource vectors and pod request math.
+//!
+//! This crate is the bottom of the unisched ledger. Everything that asks "how much does this pod need"
+//! or "how much does this node have" goes through it, so that the scheduler, the embedded kubelet and
+//! the DRA node-allocatable accounting agree to the unit.
+#![forbid(unsafe_code)]
+
+mod quantity;
+mod requests;
+mod resource;
+
+pub use quantity::{Format, Quantity, QuantityError};
+pub use requests::*;
+pub use resource::{
+    CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, InvalidQuantity, MEMORY, PODS, Resource,
+    is_extended_resource_name, is_hugepages, is_node_allocatable_resource,
+};
