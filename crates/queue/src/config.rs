@@ -1,0 +1,113 @@
+//! Queue settings.
+//!
+//! The defaults are upstream's (`podInitialBackoffSeconds: 1`, `podMaxBackoffSeconds: 10`, 5 minutes
+//! in the unschedulable pool). A builder, because the runtime sets the backoffs from
+//! `KubeSchedulerConfiguration` while tests mostly only swap the clock.
+
+use std::{sync::Arc, time::Duration};
+
+use crate::clock::{Clock, RealClock};
+
+/// Upstream `DefaultPodInitialBackoffDuration`.
+pub const DEFAULT_POD_INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Upstream `DefaultPodMaxBackoffDuration`.
+pub const DEFAULT_POD_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Upstream `DefaultPodMaxInUnschedulablePodsDuration`.
+pub const DEFAULT_MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+/// How often upstream flushes the unschedulable pool (`flushUnschedulablePodsLeftover`).
+pub const UNSCHEDULABLE_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
+/// The backoff ordering window, which is also the backoff flush interval.
+pub const BACKOFF_WINDOW: Duration = Duration::from_secs(1);
+
+/// Settings of a [`crate::SchedulingQueue`].
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Backoff after the first failed attempt.
+    pub pod_initial_backoff: Duration,
+    /// Backoff cap. Zero disables backoff entirely.
+    pub pod_max_backoff: Duration,
+    /// A rejected pod is retried after this long even if no event woke it.
+    pub max_in_unschedulable: Duration,
+    /// Upstream's `SchedulerPopFromBackoffQ` (beta, on by default): pop a backing-off rejected pod
+    /// when activeQ is empty, run PreEnqueue when a pod enters backoffQ rather than when it leaves,
+    /// and align backoff expiry to 1 s ordering windows. Off gives the older exact-expiry behaviour.
+    pub pop_from_backoff: bool,
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            pod_initial_backoff: DEFAULT_POD_INITIAL_BACKOFF,
+            pod_max_backoff: DEFAULT_POD_MAX_BACKOFF,
+            max_in_unschedulable: DEFAULT_MAX_IN_UNSCHEDULABLE,
+            pop_from_backoff: true,
+            clock: Arc::new(RealClock),
+        }
+    }
+}
+
+impl QueueConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> QueueConfigBuilder {
+        QueueConfigBuilder {
+            config: QueueConfig::default(),
+        }
+    }
+}
+
+/// Builds a [`QueueConfig`].
+#[derive(Clone, Debug)]
+pub struct QueueConfigBuilder {
+    config: QueueConfig,
+}
+
+impl QueueConfigBuilder {
+    /// Backoff after the first failed attempt.
+    #[must_use]
+    pub fn pod_initial_backoff(mut self, d: Duration) -> Self {
+        self.config.pod_initial_backoff = d;
+        self
+    }
+
+    /// Backoff cap (zero disables backoff).
+    #[must_use]
+    pub fn pod_max_backoff(mut self, d: Duration) -> Self {
+        self.config.pod_max_backoff = d;
+        self
+    }
+
+    /// Both backoffs from `podInitialBackoffSeconds`/`podMaxBackoffSeconds` (negative values count as 0).
+    #[must_use]
+    pub fn backoff_seconds(self, initial: i64, max: i64) -> Self {
+        let secs = |s: i64| Duration::from_secs(u64::try_from(s).unwrap_or(0));
+        self.pod_initial_backoff(secs(initial)).pod_max_backoff(secs(max))
+    }
+
+    /// How long a rejected pod may wait for an event before it is retried anyway.
+    #[must_use]
+    pub fn max_in_unschedulable(mut self, d: Duration) -> Self {
+        self.config.max_in_unschedulable = d;
+        self
+    }
+
+    /// Upstream `SchedulerPopFromBackoffQ` behaviour (default on).
+    #[must_use]
+    pub fn pop_from_backoff(mut self, on: bool) -> Self {
+        self.config.pop_from_backoff = on;
+        self
+    }
+
+    /// The clock (default: [`RealClock`]).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// The configuration.
+    pub fn build(self) -> QueueConfig {
+        self.config
+    }
+}

@@ -1,0 +1,205 @@
+//! Queueing hints: does this event justify retrying this pod, and how soon?
+//!
+//! Built once per profile from `Framework::events_to_register`. Only the hints of the plugins that
+//! rejected the pod (its unschedulable and pending plugins) run, because only they can change their
+//! verdict; a Queue from a *Pending* plugin means "the thing I was waiting for happened" and skips
+//! backoff, while a Queue from a rejecting plugin retries after backoff (the rejection was a
+//! scheduling failure and is penalised). A hint error counts as Queue so a buggy hint can delay a pod,
+//! never strand it.
+//!
+//! Two registration rules follow upstream `buildQueueingHintMap`/`fillEnqueueExtensions`:
+//! a PreEnqueue/PreFilter/Filter/Reserve/Permit plugin that does not implement `EnqueueExtensions`
+//! is interested in every event (we cannot know better), and a plugin registering `Node/Add` without
+//! `Node/UpdateNodeTaint` also gets the latter (a node that becomes schedulable after creation is
+//! reported as a taint update).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use unisched_framework::{
+    ActionType, ClusterEvent, EventObject, EventResource, Framework, QueuedPodInfo, QueueingHint,
+    QueueingHintFn,
+};
+
+use crate::events::is_wildcard;
+
+/// How a pod should be requeued after an event, in increasing urgency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Strategy {
+    /// Stay in the unschedulable pool.
+    Skip,
+    /// Go to backoffQ, or activeQ when the backoff is already over.
+    AfterBackoff,
+    /// Go to activeQ now (a Pending plugin said Queue).
+    Immediately,
+}
+
+struct HintFunction {
+    plugin: String,
+    hint: Option<QueueingHintFn>,
+}
+
+/// One profile's registered events.
+pub(crate) struct ProfileHints {
+    by_event: Vec<(ClusterEvent, Vec<HintFunction>)>,
+    plugin_events: BTreeMap<String, Vec<ClusterEvent>>,
+    /// Plugins registered for everything because they lack `EnqueueExtensions`. Upstream registers
+    /// them for every resource rather than for the wildcard, so the wildcard event itself (the
+    /// unschedulable timeout) does not release pods they gate.
+    defaulted: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for ProfileHints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.plugin_events.iter()).finish()
+    }
+}
+
+const EVERYTHING: ClusterEvent = ClusterEvent::new(EventResource::Wildcard, ActionType::ALL, "*");
+const NODE_TAINT: ClusterEvent = ClusterEvent::new(
+    EventResource::Node,
+    ActionType::UPDATE_NODE_TAINT,
+    "NodeUpdateNodeTaint",
+);
+
+/// The key the queue uses for a pod object (the same rule as `PodInfo::uid`).
+pub(crate) fn pod_uid(pod: &Pod) -> String {
+    match pod.metadata.uid.as_deref() {
+        Some(u) if !u.is_empty() => u.to_string(),
+        _ => format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+impl ProfileHints {
+    pub(crate) fn from_framework(fwk: &Framework) -> Self {
+        let mut hints = ProfileHints {
+            by_event: Vec::new(),
+            plugin_events: BTreeMap::new(),
+            defaulted: BTreeSet::new(),
+        };
+        let registered = fwk.events_to_register();
+        let with_extensions: BTreeSet<&str> = registered.iter().map(|(n, _)| n.as_str()).collect();
+        // A plugin that registered an empty list is interested in nothing: pods it rejected wait for
+        // the unschedulable timeout (or their own updates, through other plugins' hints).
+        for (plugin, events) in registered {
+            let mut node_add = false;
+            let mut node_taint = false;
+            for e in events {
+                if e.event.resource == EventResource::Node {
+                    node_add |= e.event.action.intersects(ActionType::ADD);
+                    node_taint |= e.event.action.intersects(ActionType::UPDATE_NODE_TAINT);
+                }
+                hints.register(plugin, e.event, e.hint.clone());
+            }
+            if node_add && !node_taint {
+                hints.register(plugin, NODE_TAINT, None);
+            }
+        }
+        let names = fwk.plugin_names();
+        let rejecting_points = ["preEnqueue", "preFilter", "filter", "reserve", "permit"];
+        for point in rejecting_points {
+            for name in names.get(point).into_iter().flatten() {
+                if !with_extensions.contains(name.as_str()) && hints.defaulted.insert(name.clone()) {
+                    hints.register(name, EVERYTHING, None);
+                }
+            }
+        }
+        hints
+    }
+
+    fn register(&mut self, plugin: &str, event: ClusterEvent, hint: Option<QueueingHintFn>) {
+        let f = HintFunction {
+            plugin: plugin.to_string(),
+            hint,
+        };
+        match self.by_event.iter_mut().find(|(e, _)| *e == event) {
+            Some((_, fns)) => fns.push(f),
+            None => self.by_event.push((event, vec![f])),
+        }
+        self.plugin_events
+            .entry(plugin.to_string())
+            .or_default()
+            .push(event);
+    }
+
+    /// True when some plugin registered an event matching `event`.
+    pub(crate) fn interested(&self, event: &ClusterEvent) -> bool {
+        self.by_event.iter().any(|(e, _)| e.matches(event))
+    }
+
+    /// True when `plugin` (a gating PreEnqueue plugin) registered an event matching `event`.
+    pub(crate) fn plugin_interested(&self, plugin: &str, event: &ClusterEvent) -> bool {
+        if self.defaulted.contains(plugin) {
+            return !is_wildcard(event);
+        }
+        self.plugin_events
+            .get(plugin)
+            .is_some_and(|evs| evs.iter().any(|e| e.matches(event)))
+    }
+
+    /// Upstream `isPodWorthRequeuing`.
+    pub(crate) fn evaluate(
+        &self,
+        qpi: &QueuedPodInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Strategy {
+        let pending = &qpi.pending_plugins;
+        let rejected_by = |p: &str| qpi.unschedulable_plugins.contains(p) || pending.contains(p);
+        let mut strategy = Strategy::Skip;
+        for (registered, fns) in &self.by_event {
+            if !registered.matches(event) {
+                continue;
+            }
+            for f in fns.iter().filter(|f| rejected_by(&f.plugin)) {
+                let hint = match &f.hint {
+                    None => QueueingHint::Queue,
+                    Some(h) => h(&qpi.pod_info.pod, old, new).unwrap_or_else(|err| {
+                        tracing::warn!(
+                            plugin = %f.plugin, event = %event, pod = %qpi.pod_info.key(), %err,
+                            "queueing hint failed; treating it as Queue"
+                        );
+                        QueueingHint::Queue
+                    }),
+                };
+                if hint == QueueingHint::Skip {
+                    continue;
+                }
+                if pending.contains(&f.plugin) {
+                    return Strategy::Immediately;
+                }
+                if pending.is_empty() {
+                    return Strategy::AfterBackoff;
+                }
+                strategy = Strategy::AfterBackoff;
+            }
+        }
+        strategy
+    }
+}
+
+/// The strategy for `qpi` and `event`, before consulting any hint: `None` means "ask the hints".
+pub(crate) fn precheck(
+    qpi: &QueuedPodInfo,
+    event: &ClusterEvent,
+    new: Option<&EventObject>,
+) -> Option<Strategy> {
+    if qpi.unschedulable_plugins.is_empty() && qpi.pending_plugins.is_empty() {
+        // Failed with an error (or never attempted): retry after the error backoff.
+        return Some(Strategy::AfterBackoff);
+    }
+    if is_wildcard(event) {
+        // A wildcard may target one pod (ForceActivate carries it as the new object).
+        return Some(match new {
+            None => Strategy::AfterBackoff,
+            Some(EventObject::Pod(p)) if pod_uid(p) == qpi.pod_info.uid => Strategy::AfterBackoff,
+            Some(_) => Strategy::Skip,
+        });
+    }
+    None
+}

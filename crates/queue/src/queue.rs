@@ -1,0 +1,1258 @@
+//! The scheduling queue itself.
+//!
+//! Every pod the scheduler is responsible for and has not bound yet is in exactly one place:
+//!
+//! | place | what it means | how it leaves |
+//! |---|---|---|
+//! | activeQ | ready, ordered by the QueueSort plugin | `pop` |
+//! | backoffQ | retried after a failure, waiting for its backoff | `flush_backoff_completed`, `pop` when activeQ is empty, `activate` |
+//! | unschedulable | rejected, waiting for an event a rejecting plugin cares about | events through hints, `flush_unschedulable_leftover`, `activate`, its own updates |
+//! | gated | refused by a PreEnqueue plugin (kept in the unschedulable pool, counted apart) | events the gating plugin registered, its own updates |
+//! | in flight | popped, being scheduled or bound | `done`, `add_unschedulable_if_not_present` / `handle_failure` |
+//! | done | `done` was called after a successful cycle; waiting for the watch to show it bound | `assigned_pod_added`, `delete`, or a binding failure requeues it |
+//!
+//! Events that arrive while pods are in flight are recorded and replayed through the hints when an
+//! in-flight pod fails, because the event may be exactly what the pod needed and it will not come
+//! again. Recorded events are dropped once no in-flight pod started before them.
+//!
+//! One mutex guards all of it (upstream splits it into four locks; one is simpler and the critical
+//! sections are short). Hint functions and PreEnqueue plugins run under that lock and must not call
+//! back into the queue. The nominator has its own read-write lock so the parallel Filter pass only
+//! reads it. Lock order: queue state, then nominator.
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    fmt,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::{Condvar, Mutex, RwLock};
+use unisched_framework::{
+    ActionType, ClusterEvent, EventObject, EventResource, Framework, PodInfo, PodNominator, QueuedPodInfo,
+    SchedulingFailure, well_known,
+};
+
+use crate::{
+    affinity::{POD_TOPOLOGY_SPREAD, required_affinity_selects},
+    config::{BACKOFF_WINDOW, QueueConfig},
+    events::{
+        BACKOFF_COMPLETE, FORCE_ACTIVATE, POP_FROM_BACKOFF_Q, SCHEDULE_ATTEMPT_FAILURE, UNSCHEDULED_POD_ADD,
+        UNSCHEDULED_POD_UPDATE, is_wildcard, pod_scheduling_properties_change,
+    },
+    heap::{Keyed, KeyedHeap},
+    hints::{ProfileHints, Strategy, precheck},
+    nominator::Nominator,
+};
+
+impl Keyed for QueuedPodInfo {
+    fn key(&self) -> &str {
+        &self.pod_info.uid
+    }
+}
+
+/// Where a pod is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PodLocation {
+    /// In activeQ.
+    Active,
+    /// In backoffQ (rejected-pod or error backoff).
+    Backoff,
+    /// In the unschedulable pool, waiting for an event.
+    Unschedulable,
+    /// In the unschedulable pool because a PreEnqueue plugin refused it.
+    Gated,
+    /// Popped and not yet done or requeued.
+    InFlight,
+    /// Done after a successful cycle, not yet seen bound.
+    Done,
+}
+
+impl PodLocation {
+    /// The name used in logs and in the `scheduler_pending_pods{queue}` label (for the four queues).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodLocation::Active => "active",
+            PodLocation::Backoff => "backoff",
+            PodLocation::Unschedulable => "unschedulable",
+            PodLocation::Gated => "gated",
+            PodLocation::InFlight => "in-flight",
+            PodLocation::Done => "done",
+        }
+    }
+}
+
+impl fmt::Display for PodLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Pod counts for `scheduler_pending_pods{queue}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingPods {
+    /// activeQ.
+    pub active: usize,
+    /// backoffQ (both heaps).
+    pub backoff: usize,
+    /// Unschedulable pool without the gated pods.
+    pub unschedulable: usize,
+    /// Gated pods.
+    pub gated: usize,
+    /// Popped, not done (not a `pending_pods` label; for debugging).
+    pub in_flight: usize,
+}
+
+impl PendingPods {
+    /// `(queue label, count)` for the metric.
+    pub fn by_label(&self) -> [(&'static str, usize); 4] {
+        [
+            ("active", self.active),
+            ("backoff", self.backoff),
+            ("unschedulable", self.unschedulable),
+            ("gated", self.gated),
+        ]
+    }
+}
+
+/// Why a failed pod was not requeued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The pod was deleted while in flight.
+    Deleted,
+    /// The pod got a node meanwhile (bound by someone else, or an extender).
+    Bound,
+    /// The queue does not know the pod (deleted after `done`, or never popped).
+    NotTracked,
+}
+
+/// What happened to a failed pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeued {
+    /// It is queued here.
+    To(PodLocation),
+    /// It is gone.
+    Dropped(DropReason),
+}
+
+/// Queue errors.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QueueError {
+    /// No profile was given.
+    #[error("the scheduling queue needs at least one profile")]
+    NoProfiles,
+    /// Two profiles with one scheduler name.
+    #[error("duplicate profile for scheduler name {0:?}")]
+    DuplicateProfile(String),
+    /// Profiles must share one QueueSort plugin, as upstream requires.
+    #[error(
+        "profiles must use the same queue sort plugin: {first:?} uses {first_sort:?}, {other:?} uses {other_sort:?}"
+    )]
+    QueueSortMismatch {
+        /// First profile.
+        first: String,
+        /// Its QueueSort plugin.
+        first_sort: String,
+        /// The profile that differs.
+        other: String,
+        /// Its QueueSort plugin.
+        other_sort: String,
+    },
+    /// A failed pod is already queued (a caller bug: it was requeued twice).
+    #[error("pod {pod} is already present in the {queue} queue")]
+    AlreadyPresent {
+        /// `namespace/name`.
+        pod: String,
+        /// Where it is.
+        queue: PodLocation,
+    },
+}
+
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    pod: Arc<PodInfo>,
+    deleted: bool,
+}
+
+#[derive(Debug)]
+struct Recorded {
+    seq: u64,
+    event: ClusterEvent,
+    old: Option<EventObject>,
+    new: Option<EventObject>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    active: KeyedHeap<QueuedPodInfo>,
+    backoff: KeyedHeap<QueuedPodInfo>,
+    error_backoff: KeyedHeap<QueuedPodInfo>,
+    unschedulable: BTreeMap<String, QueuedPodInfo>,
+    gated: usize,
+    in_flight: BTreeMap<String, InFlight>,
+    events: VecDeque<Recorded>,
+    next_seq: u64,
+    done: BTreeMap<String, Arc<PodInfo>>,
+    /// `namespace/name` → uid for every pod the queue tracks (for `activate`).
+    keys: HashMap<String, String>,
+    cycle: u64,
+    closed: bool,
+}
+
+impl State {
+    fn location(&self, uid: &str) -> Option<PodLocation> {
+        if self.active.contains(uid) {
+            Some(PodLocation::Active)
+        } else if self.backoff.contains(uid) || self.error_backoff.contains(uid) {
+            Some(PodLocation::Backoff)
+        } else if let Some(q) = self.unschedulable.get(uid) {
+            Some(if q.gating_plugin.is_some() {
+                PodLocation::Gated
+            } else {
+                PodLocation::Unschedulable
+            })
+        } else if self.in_flight.get(uid).is_some_and(|f| !f.deleted) {
+            Some(PodLocation::InFlight)
+        } else if self.done.contains_key(uid) {
+            Some(PodLocation::Done)
+        } else {
+            None
+        }
+    }
+
+    fn queued(&self, uid: &str) -> Option<&QueuedPodInfo> {
+        self.active
+            .get(uid)
+            .or_else(|| self.backoff.get(uid))
+            .or_else(|| self.error_backoff.get(uid))
+            .or_else(|| self.unschedulable.get(uid))
+    }
+
+    /// The newest pod object the queue has for `uid`.
+    fn current_pod(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.queued(uid)
+            .map(|q| q.pod_info.clone())
+            .or_else(|| {
+                self.in_flight
+                    .get(uid)
+                    .filter(|f| !f.deleted)
+                    .map(|f| f.pod.clone())
+            })
+            .or_else(|| self.done.get(uid).cloned())
+    }
+
+    fn unsched_put(&mut self, qpi: QueuedPodInfo) {
+        let gated = qpi.gating_plugin.is_some();
+        if let Some(old) = self.unschedulable.insert(qpi.pod_info.uid.clone(), qpi)
+            && old.gating_plugin.is_some()
+        {
+            self.gated -= 1;
+        }
+        if gated {
+            self.gated += 1;
+        }
+    }
+
+    fn unsched_take(&mut self, uid: &str) -> Option<QueuedPodInfo> {
+        let q = self.unschedulable.remove(uid)?;
+        if q.gating_plugin.is_some() {
+            self.gated -= 1;
+        }
+        Some(q)
+    }
+
+    fn forget_key(&mut self, pod: &PodInfo) {
+        if self.keys.get(&pod.key()).is_some_and(|u| *u == pod.uid) {
+            self.keys.remove(&pod.key());
+        }
+    }
+
+    fn record(&mut self, event: ClusterEvent, old: Option<EventObject>, new: Option<EventObject>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.events.push_back(Recorded { seq, event, old, new });
+    }
+
+    /// Ends the pod's in-flight period and drops the events nobody in flight can need any more.
+    fn finish_in_flight(&mut self, uid: &str) -> Option<InFlight> {
+        let f = self.in_flight.remove(uid)?;
+        let oldest = self.in_flight.values().map(|f| f.seq).min();
+        while self
+            .events
+            .front()
+            .is_some_and(|e| oldest.is_none_or(|o| e.seq < o))
+        {
+            self.events.pop_front();
+        }
+        Some(f)
+    }
+}
+
+/// The scheduling queue. See the module documentation for the life of a pod.
+pub struct SchedulingQueue {
+    profiles: BTreeMap<String, Arc<Framework>>,
+    hints: BTreeMap<String, ProfileHints>,
+    sort: Arc<Framework>,
+    config: QueueConfig,
+    epoch: Instant,
+    state: Mutex<State>,
+    cond: Condvar,
+    nominator: RwLock<Nominator>,
+}
+
+impl fmt::Debug for SchedulingQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulingQueue")
+            .field("profiles", &self.profiles.keys().collect::<Vec<_>>())
+            .field("pending", &self.pending_pods())
+            .finish()
+    }
+}
+
+type Less<'a> = Box<dyn Fn(&QueuedPodInfo, &QueuedPodInfo) -> bool + 'a>;
+
+impl SchedulingQueue {
+    /// A queue for these profiles. Pods are matched to a profile by `spec.schedulerName`; all
+    /// profiles must use the same QueueSort plugin.
+    pub fn new(profiles: Vec<Arc<Framework>>, config: QueueConfig) -> Result<Self, QueueError> {
+        let Some(first) = profiles.first().cloned() else {
+            return Err(QueueError::NoProfiles);
+        };
+        let mut by_name = BTreeMap::new();
+        let mut hints = BTreeMap::new();
+        for fwk in profiles {
+            let name = fwk.profile_name().to_string();
+            if fwk.queue_sort_name() != first.queue_sort_name() {
+                return Err(QueueError::QueueSortMismatch {
+                    first: first.profile_name().to_string(),
+                    first_sort: first.queue_sort_name().to_string(),
+                    other: name,
+                    other_sort: fwk.queue_sort_name().to_string(),
+                });
+            }
+            hints.insert(name.clone(), ProfileHints::from_framework(&fwk));
+            if by_name.insert(name.clone(), fwk).is_some() {
+                return Err(QueueError::DuplicateProfile(name));
+            }
+        }
+        let epoch = config.clock.now();
+        Ok(SchedulingQueue {
+            profiles: by_name,
+            hints,
+            sort: first,
+            config,
+            epoch,
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+            nominator: RwLock::new(Nominator::default()),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn now(&self) -> Instant {
+        self.config.clock.now()
+    }
+
+    // ---- backoff -------------------------------------------------------------------------------
+
+    /// The backoff after `count` failures: `initial · 2^(count-1)`, capped at the maximum; zero for
+    /// `count == 0` or when the maximum is zero.
+    pub fn backoff_duration(&self, count: u32) -> Duration {
+        backoff_duration(
+            self.config.pod_initial_backoff,
+            self.config.pod_max_backoff,
+            count,
+        )
+    }
+
+    fn align(&self, t: Instant) -> Instant {
+        if !self.config.pop_from_backoff {
+            return t;
+        }
+        match t.checked_duration_since(self.epoch) {
+            Some(d) => {
+                let window = BACKOFF_WINDOW.as_nanos();
+                let floored = d.as_nanos() - d.as_nanos() % window;
+                u64::try_from(floored).map_or(t, |n| self.epoch + Duration::from_nanos(n))
+            }
+            None => t,
+        }
+    }
+
+    /// When the pod's backoff ends (`None`: it has none).
+    pub fn backoff_expiry(&self, qpi: &QueuedPodInfo) -> Option<Instant> {
+        if self.config.pod_max_backoff.is_zero() {
+            return None;
+        }
+        let count = if qpi.consecutive_errors_count > 0 {
+            qpi.consecutive_errors_count
+        } else {
+            qpi.unschedulable_count
+        };
+        if count == 0 {
+            return None;
+        }
+        Some(self.align(qpi.timestamp + self.backoff_duration(count)))
+    }
+
+    fn backing_off(&self, qpi: &QueuedPodInfo, now: Instant) -> bool {
+        match self.backoff_expiry(qpi) {
+            None => false,
+            // The whole current window is still backing off; it is flushed when it ends.
+            Some(e) if self.config.pop_from_backoff => e >= self.align(now),
+            Some(e) => e > now,
+        }
+    }
+
+    /// How long until the next backoff window starts: the runtime flushes backoffQ then, and every
+    /// [`BACKOFF_WINDOW`] after, so a whole window is released at once.
+    pub fn until_next_backoff_window(&self) -> Duration {
+        let now = self.now();
+        let next = self.align(now) + BACKOFF_WINDOW;
+        next.saturating_duration_since(now)
+    }
+
+    fn active_less(&self) -> Less<'_> {
+        Box::new(move |a, b| self.sort.less(a, b))
+    }
+
+    fn backoff_less(&self) -> Less<'_> {
+        Box::new(move |a, b| {
+            let (ea, eb) = (self.backoff_expiry(a), self.backoff_expiry(b));
+            if ea != eb {
+                return ea < eb;
+            }
+            self.config.pop_from_backoff && self.sort.less(a, b)
+        })
+    }
+
+    fn error_less(&self) -> Less<'_> {
+        Box::new(move |a, b| self.backoff_expiry(a) < self.backoff_expiry(b))
+    }
+
+    // ---- plumbing ------------------------------------------------------------------------------
+
+    fn profile_of(&self, pod: &PodInfo) -> Option<&Arc<Framework>> {
+        self.profiles.get(pod.scheduler_name())
+    }
+
+    fn hints_of(&self, pod: &PodInfo) -> Option<&ProfileHints> {
+        self.hints.get(pod.scheduler_name())
+    }
+
+    fn interested(&self, event: &ClusterEvent) -> bool {
+        is_wildcard(event) || self.hints.values().any(|h| h.interested(event))
+    }
+
+    fn worth(
+        &self,
+        qpi: &QueuedPodInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Strategy {
+        if let Some(s) = precheck(qpi, event, new) {
+            return s;
+        }
+        match self.hints_of(&qpi.pod_info) {
+            Some(h) => h.evaluate(qpi, event, old, new),
+            None => Strategy::AfterBackoff,
+        }
+    }
+
+    /// Runs PreEnqueue, the gating plugin first. Sets or clears `gating_plugin`.
+    fn run_pre_enqueue(&self, qpi: &mut QueuedPodInfo) {
+        let Some(fwk) = self.profile_of(&qpi.pod_info) else {
+            qpi.gating_plugin = None;
+            return;
+        };
+        if let Some(gate) = qpi.gating_plugin.clone()
+            && let Some(plugin) = fwk.plugin(&gate).and_then(|p| p.clone().as_pre_enqueue())
+            && !plugin.pre_enqueue(&qpi.pod_info).is_success()
+        {
+            return;
+        }
+        let status = fwk.run_pre_enqueue(&qpi.pod_info);
+        if status.is_success() {
+            qpi.gating_plugin = None;
+            return;
+        }
+        let plugin = status.plugin().unwrap_or("PreEnqueue").to_string();
+        tracing::debug!(pod = %qpi.pod_info.key(), %plugin, %status, "pod gated by PreEnqueue");
+        qpi.unschedulable_plugins.insert(plugin.clone());
+        qpi.gating_plugin = Some(plugin);
+    }
+
+    /// Upstream `moveToActiveQ`: PreEnqueue (unless the pod comes straight from backoffQ, where it
+    /// already ran), then activeQ, or the pool when gated. True when the pod is now in activeQ.
+    fn move_to_active(
+        &self,
+        st: &mut State,
+        mut qpi: QueuedPodInfo,
+        event: &str,
+        from_backoff: bool,
+    ) -> bool {
+        if !(self.config.pop_from_backoff && from_backoff) {
+            self.run_pre_enqueue(&mut qpi);
+        }
+        let uid = qpi.pod_info.uid.clone();
+        if qpi.gating_plugin.is_some() {
+            if st.active.contains(&uid) || st.backoff.contains(&uid) || st.error_backoff.contains(&uid) {
+                // Unreachable: callers take the pod out of every queue first.
+                tracing::error!(pod = %qpi.pod_info.key(), "gated pod is already queued; keeping the queued copy");
+                return false;
+            }
+            tracing::trace!(pod = %qpi.pod_info.key(), event, "pod moved to the unschedulable pool (gated)");
+            st.unsched_put(qpi);
+            return false;
+        }
+        if qpi.initial_attempt_timestamp.is_none() {
+            qpi.initial_attempt_timestamp = Some(self.now());
+        }
+        st.unsched_take(&uid);
+        st.backoff.remove(&uid, &*self.backoff_less());
+        st.error_backoff.remove(&uid, &*self.error_less());
+        if event == UNSCHEDULED_POD_ADD || event == UNSCHEDULED_POD_UPDATE {
+            self.nominator.write().add(qpi.pod_info.clone(), None);
+        }
+        tracing::trace!(pod = %qpi.pod_info.key(), event, "pod moved to activeQ");
+        st.active.push(qpi, &*self.active_less());
+        true
+    }
+
+    /// Upstream `moveToBackoffQ`. True when the pod is now in backoffQ (false: gated).
+    fn move_to_backoff(&self, st: &mut State, mut qpi: QueuedPodInfo, event: &str) -> bool {
+        if self.config.pop_from_backoff {
+            self.run_pre_enqueue(&mut qpi);
+            if qpi.gating_plugin.is_some() {
+                st.unsched_put(qpi);
+                return false;
+            }
+        }
+        let uid = qpi.pod_info.uid.clone();
+        st.unsched_take(&uid);
+        tracing::trace!(pod = %qpi.pod_info.key(), event, "pod moved to backoffQ");
+        if qpi.unschedulable_plugins.is_empty() && qpi.pending_plugins.is_empty() {
+            st.backoff.remove(&uid, &*self.backoff_less());
+            st.error_backoff.push(qpi, &*self.error_less());
+        } else {
+            st.error_backoff.remove(&uid, &*self.error_less());
+            st.backoff.push(qpi, &*self.backoff_less());
+        }
+        true
+    }
+
+    /// Upstream `requeuePodWithQueueingStrategy`. Returns where the pod ended up.
+    fn requeue(&self, st: &mut State, qpi: QueuedPodInfo, strategy: Strategy, event: &str) -> PodLocation {
+        let uid = qpi.pod_info.uid.clone();
+        match strategy {
+            Strategy::Skip => st.unsched_put(qpi),
+            Strategy::AfterBackoff if self.backing_off(&qpi, self.now()) => {
+                self.move_to_backoff(st, qpi, event);
+            }
+            _ => {
+                self.move_to_active(st, qpi, event, false);
+            }
+        }
+        st.location(&uid).unwrap_or(PodLocation::Unschedulable)
+    }
+
+    fn woke(&self, loc: PodLocation) -> bool {
+        loc == PodLocation::Active || (self.config.pop_from_backoff && loc == PodLocation::Backoff)
+    }
+
+    /// Upstream `movePodsToActiveOrBackoffQueue`. Returns how many pods left the pool.
+    fn move_pods(
+        &self,
+        st: &mut State,
+        uids: Vec<String>,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> usize {
+        if !self.interested(event) {
+            return 0;
+        }
+        let mut moved = 0;
+        let mut wake = false;
+        for uid in uids {
+            let Some(q) = st.unschedulable.get(&uid) else {
+                continue;
+            };
+            if let Some(gate) = &q.gating_plugin
+                && !self
+                    .hints_of(&q.pod_info)
+                    .is_some_and(|h| h.plugin_interested(gate, event))
+            {
+                continue;
+            }
+            let strategy = self.worth(q, event, old, new);
+            if strategy == Strategy::Skip {
+                continue;
+            }
+            let Some(q) = st.unsched_take(&uid) else { continue };
+            let loc = self.requeue(st, q, strategy, event.label);
+            if !matches!(loc, PodLocation::Unschedulable | PodLocation::Gated) {
+                moved += 1;
+            }
+            wake |= self.woke(loc);
+        }
+        if !st.in_flight.is_empty() {
+            st.record(*event, old.cloned(), new.cloned());
+        }
+        if wake {
+            self.cond.notify_all();
+        }
+        moved
+    }
+
+    // ---- informer-facing operations ------------------------------------------------------------
+
+    /// A new unscheduled pod: activeQ, or the gated pool when a PreEnqueue plugin refuses it. A pod
+    /// the queue already tracks is treated as an update. Pods whose `spec.schedulerName` matches no
+    /// profile are ignored (false).
+    pub fn add(&self, pod: Arc<PodInfo>) -> bool {
+        if self.profile_of(&pod).is_none() {
+            tracing::warn!(pod = %pod.key(), scheduler = pod.scheduler_name(), "pod for an unknown profile ignored");
+            return false;
+        }
+        let mut st = self.state.lock();
+        if st.location(&pod.uid).is_some() {
+            self.update_locked(&mut st, None, pod);
+            return true;
+        }
+        st.keys.insert(pod.key(), pod.uid.clone());
+        let qpi = QueuedPodInfo::new(pod, self.now());
+        if self.move_to_active(&mut st, qpi, UNSCHEDULED_POD_ADD, false) {
+            self.cond.notify_all();
+        }
+        true
+    }
+
+    /// An unscheduled pod changed. `old` is the previous object (the queue's copy when `None`).
+    ///
+    /// In flight: the change is recorded (and replayed if the attempt fails) and the newer object is
+    /// kept for the requeue. In activeQ or backoffQ: updated in place. In the pool: each specific
+    /// update event runs through the hints, so removing a scheduling gate re-runs PreEnqueue. Unknown:
+    /// added. A pod that now has a node has been bound and is removed, as [`Self::delete`].
+    pub fn update(&self, old: Option<&PodInfo>, new: Arc<PodInfo>) {
+        if new.node_name().is_some() {
+            self.delete(&new);
+            return;
+        }
+        let mut st = self.state.lock();
+        self.update_locked(&mut st, old.map(|o| o.pod.clone()), new);
+    }
+
+    fn update_locked(&self, st: &mut State, old: Option<Arc<Pod>>, new: Arc<PodInfo>) {
+        let uid = new.uid.clone();
+        let old = old.or_else(|| st.current_pod(&uid).map(|p| p.pod.clone()));
+        let events = match &old {
+            Some(o) => pod_scheduling_properties_change(o, &new.pod),
+            None => vec![ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                ActionType::UPDATE_OTHER,
+                UNSCHEDULED_POD_UPDATE,
+            )],
+        };
+        let old_obj = old.clone().map(EventObject::Pod);
+        let new_obj = EventObject::Pod(new.pod.clone());
+
+        if let Some(f) = st.in_flight.get_mut(&uid).filter(|f| !f.deleted) {
+            f.pod = new;
+            for e in events {
+                st.record(e, old_obj.clone(), Some(new_obj.clone()));
+            }
+            return;
+        }
+        if let Some(p) = st.done.get_mut(&uid) {
+            *p = new;
+            return;
+        }
+        let set = |q: &mut QueuedPodInfo| q.pod_info = new.clone();
+        if st.active.update(&uid, &*self.active_less(), set)
+            || st.backoff.update(&uid, &*self.backoff_less(), set)
+            || st.error_backoff.update(&uid, &*self.error_less(), set)
+        {
+            self.nominator.write().update(old.as_deref(), new);
+            return;
+        }
+        if let Some(mut qpi) = st.unsched_take(&uid) {
+            qpi.pod_info = new.clone();
+            self.nominator.write().update(old.as_deref(), new);
+            let mut current = Some(qpi);
+            for e in &events {
+                let Some(q) = current.take() else { break };
+                let strategy = self.worth(&q, e, old_obj.as_ref(), Some(&new_obj));
+                if strategy == Strategy::Skip {
+                    current = Some(q);
+                    continue;
+                }
+                let loc = self.requeue(st, q, strategy, e.label);
+                if self.woke(loc) {
+                    self.cond.notify_all();
+                }
+                if !matches!(loc, PodLocation::Unschedulable | PodLocation::Gated) {
+                    break;
+                }
+                current = st.unsched_take(&uid);
+            }
+            if let Some(q) = current {
+                st.unsched_put(q);
+            }
+            return;
+        }
+        if self.profile_of(&new).is_none() {
+            tracing::warn!(pod = %new.key(), scheduler = new.scheduler_name(), "pod for an unknown profile ignored");
+            return;
+        }
+        st.keys.insert(new.key(), uid);
+        let qpi = QueuedPodInfo::new(new, self.now());
+        if self.move_to_active(st, qpi, UNSCHEDULED_POD_UPDATE, false) {
+            self.cond.notify_all();
+        }
+    }
+
+    /// The pod is gone (deleted, or bound and so no longer unscheduled). It leaves every queue and
+    /// the nominator; an in-flight pod is marked so that its requeue drops it.
+    pub fn delete(&self, pod: &PodInfo) {
+        let mut st = self.state.lock();
+        let uid = &pod.uid;
+        self.nominator.write().delete(uid);
+        st.active.remove(uid, &*self.active_less());
+        st.backoff.remove(uid, &*self.backoff_less());
+        st.error_backoff.remove(uid, &*self.error_less());
+        st.unsched_take(uid);
+        st.done.remove(uid);
+        if let Some(f) = st.in_flight.get_mut(uid) {
+            f.deleted = true;
+        }
+        st.forget_key(pod);
+    }
+
+    /// A pod was bound to a node (seen by the watch). Its nomination ends, a pod of ours waiting in
+    /// `Done` is forgotten, and waiting pods whose required affinity selects it (or that
+    /// PodTopologySpread rejected, in its namespace) are offered the `AssignedPodAdd` event.
+    pub fn assigned_pod_added(&self, pod: &PodInfo) {
+        let mut st = self.state.lock();
+        self.nominator.write().delete(&pod.uid);
+        if st.done.remove(&pod.uid).is_some() {
+            st.forget_key(pod);
+        }
+        let candidates = cross_topology_candidates(&st, &pod.pod);
+        let new = EventObject::Pod(pod.pod.clone());
+        self.move_pods(
+            &mut st,
+            candidates,
+            &well_known::ASSIGNED_POD_ADD,
+            None,
+            Some(&new),
+        );
+    }
+
+    /// A bound pod changed. Each specific update event is offered to the waiting pods: a scale-down
+    /// to all of them (freed resources help anyone), anything else only to the cross-topology
+    /// candidates, as upstream.
+    pub fn assigned_pod_updated(&self, old: &PodInfo, new: &PodInfo) {
+        let events = pod_scheduling_properties_change(&old.pod, &new.pod);
+        let old_obj = EventObject::Pod(old.pod.clone());
+        let new_obj = EventObject::Pod(new.pod.clone());
+        let mut st = self.state.lock();
+        for e in events {
+            let candidates = if e.action.intersects(ActionType::UPDATE_POD_SCALE_DOWN) {
+                st.unschedulable.keys().cloned().collect()
+            } else {
+                cross_topology_candidates(&st, &new.pod)
+            };
+            self.move_pods(&mut st, candidates, &e, Some(&old_obj), Some(&new_obj));
+        }
+    }
+
+    /// Offers a cluster event to every pod in the unschedulable pool (upstream
+    /// `MoveAllToActiveOrBackoffQueue`). Events no plugin registered are dropped here, before any
+    /// pod is looked at; the others are also recorded for in-flight pods. Returns how many pods left
+    /// the pool.
+    pub fn move_all_to_active_or_backoff(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+    ) -> usize {
+        let mut st = self.state.lock();
+        if !self.interested(&event) {
+            return 0;
+        }
+        let candidates = st.unschedulable.keys().cloned().collect();
+        self.move_pods(&mut st, candidates, &event, old.as_ref(), new.as_ref())
+    }
+
+    /// Moves pods (by `namespace/name`) from the pool or backoffQ straight to activeQ. A pod in
+    /// flight gets a `ForceActivate` event recorded so that it is retried when it comes back.
+    /// Unknown keys are ignored.
+    pub fn activate<'a>(&self, keys: impl IntoIterator<Item = &'a str>) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let mut wake = false;
+        for key in keys {
+            let Some(uid) = st.keys.get(key).cloned() else {
+                continue;
+            };
+            if let Some(q) = st.unsched_take(&uid) {
+                wake |= self.move_to_active(st, q, FORCE_ACTIVATE, false);
+                continue;
+            }
+            let from_backoff = st
+                .backoff
+                .remove(&uid, &*self.backoff_less())
+                .or_else(|| st.error_backoff.remove(&uid, &*self.error_less()));
+            if let Some(q) = from_backoff {
+                wake |= self.move_to_active(st, q, FORCE_ACTIVATE, true);
+                continue;
+            }
+            if let Some(pod) = st
+                .in_flight
+                .get(&uid)
+                .filter(|f| !f.deleted)
+                .map(|f| f.pod.pod.clone())
+            {
+                st.record(well_known::FORCE_ACTIVATE, None, Some(EventObject::Pod(pod)));
+            }
+        }
+        if wake {
+            self.cond.notify_all();
+        }
+    }
+
+    // ---- scheduler-facing operations -----------------------------------------------------------
+
+    fn take_next(&self, st: &mut State) -> Option<QueuedPodInfo> {
+        loop {
+            let mut qpi = match st.active.pop(&*self.active_less()) {
+                Some(q) => q,
+                None if self.config.pop_from_backoff => {
+                    let q = st.backoff.pop(&*self.backoff_less())?;
+                    tracing::trace!(pod = %q.pod_info.key(), event = POP_FROM_BACKOFF_Q, "popped from backoffQ");
+                    q
+                }
+                None => return None,
+            };
+            let uid = qpi.pod_info.uid.clone();
+            if st.in_flight.contains_key(&uid) {
+                tracing::error!(pod = %qpi.pod_info.key(), "the same pod is tracked in multiple places; discarding the queued copy");
+                continue;
+            }
+            qpi.attempts += 1;
+            qpi.unschedulable_plugins.clear();
+            qpi.pending_plugins.clear();
+            qpi.gating_plugin = None;
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.in_flight.insert(
+                uid,
+                InFlight {
+                    seq,
+                    pod: qpi.pod_info.clone(),
+                    deleted: false,
+                },
+            );
+            st.cycle += 1;
+            return Some(qpi);
+        }
+    }
+
+    /// Pops the next pod, waiting up to `timeout` (real time) for one. `None` on timeout or when the
+    /// queue is closed and empty. The pod is in flight until [`Self::done`] or a requeue.
+    pub fn pop(&self, timeout: Duration) -> Option<QueuedPodInfo> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut st = self.state.lock();
+        loop {
+            if let Some(q) = self.take_next(&mut st) {
+                return Some(q);
+            }
+            if st.closed {
+                return None;
+            }
+            let timed_out = match deadline {
+                Some(d) => self.cond.wait_until(&mut st, d).timed_out(),
+                None => {
+                    self.cond.wait(&mut st);
+                    false
+                }
+            };
+            if timed_out {
+                return self.take_next(&mut st);
+            }
+        }
+    }
+
+    /// Pops the next pod if there is one, without waiting.
+    pub fn try_pop(&self) -> Option<QueuedPodInfo> {
+        let mut st = self.state.lock();
+        self.take_next(&mut st)
+    }
+
+    /// The attempt for this pod is over (called after PreBind on success, and on paths that drop the
+    /// pod). A pod that is not requeued stays known as `Done` until the watch shows it bound or
+    /// deleted, so that a later binding failure can still requeue it. Idempotent.
+    pub fn done(&self, uid: &str) {
+        let mut st = self.state.lock();
+        if let Some(f) = st.finish_in_flight(uid) {
+            if f.deleted {
+                st.forget_key(&f.pod);
+            } else {
+                st.done.insert(uid.to_string(), f.pod);
+            }
+        }
+    }
+
+    /// Requeues a pod after a failed attempt (upstream `AddUnschedulableIfNotPresent`), and ends its
+    /// in-flight period. `qpi.unschedulable_plugins`/`pending_plugins` must say who rejected it (both
+    /// empty: an error). Counters: an error bumps `consecutive_errors_count`; a rejection bumps
+    /// `unschedulable_count` and resets the errors. The events recorded while the pod was in flight
+    /// are replayed through the hints: Skip → unschedulable pool, Queue → backoffQ (or activeQ when
+    /// the backoff is over), Queue from a Pending plugin → activeQ. An error always goes to backoff.
+    ///
+    /// The newest object seen during the attempt replaces `qpi.pod_info`. A pod deleted or bound
+    /// meanwhile, or unknown to the queue, is dropped.
+    pub fn add_unschedulable_if_not_present(
+        &self,
+        mut qpi: QueuedPodInfo,
+        scheduling_cycle: u64,
+    ) -> Result<Requeued, QueueError> {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let uid = qpi.pod_info.uid.clone();
+        if let Some(queue) = st.queued(&uid).and(st.location(&uid)) {
+            st.finish_in_flight(&uid);
+            return Err(QueueError::AlreadyPresent {
+                pod: qpi.pod_info.key(),
+                queue,
+            });
+        }
+        let (latest, deleted, since) = match (st.in_flight.get(&uid), st.done.remove(&uid)) {
+            (Some(f), _) => (f.pod.clone(), f.deleted, Some(f.seq)),
+            (None, Some(p)) => (p, false, None),
+            (None, None) => return Ok(Requeued::Dropped(DropReason::NotTracked)),
+        };
+        if deleted || latest.node_name().is_some() {
+            st.finish_in_flight(&uid);
+            st.forget_key(&latest);
+            let reason = if deleted {
+                DropReason::Deleted
+            } else {
+                DropReason::Bound
+            };
+            tracing::debug!(pod = %latest.key(), ?reason, "failed pod not requeued");
+            return Ok(Requeued::Dropped(reason));
+        }
+        qpi.pod_info = latest;
+        let rejected = !(qpi.unschedulable_plugins.is_empty() && qpi.pending_plugins.is_empty());
+        if rejected {
+            qpi.unschedulable_count += 1;
+            qpi.consecutive_errors_count = 0;
+        } else {
+            qpi.consecutive_errors_count += 1;
+        }
+        qpi.timestamp = self.now();
+        qpi.gating_plugin = None;
+
+        let strategy = match since {
+            Some(seq) if rejected => {
+                let mut strategy = Strategy::Skip;
+                for e in st.events.iter().filter(|e| e.seq > seq) {
+                    match self.worth(&qpi, &e.event, e.old.as_ref(), e.new.as_ref()) {
+                        Strategy::Skip => {}
+                        Strategy::Immediately => {
+                            strategy = Strategy::Immediately;
+                            break;
+                        }
+                        Strategy::AfterBackoff => {
+                            strategy = Strategy::AfterBackoff;
+                            if qpi.pending_plugins.is_empty() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                strategy
+            }
+            // An error, or a pod whose in-flight record is already gone (its events are unknown).
+            _ => Strategy::AfterBackoff,
+        };
+        st.finish_in_flight(&uid);
+        let key = qpi.pod_info.key();
+        let loc = self.requeue(st, qpi, strategy, SCHEDULE_ATTEMPT_FAILURE);
+        tracing::debug!(pod = %key, ?strategy, queue = %loc, scheduling_cycle, "pod requeued after a failed attempt");
+        if self.woke(loc) {
+            self.cond.notify_all();
+        }
+        Ok(Requeued::To(loc))
+    }
+
+    /// [`Self::add_unschedulable_if_not_present`] for a [`SchedulingFailure`]: copies its rejecting
+    /// and pending plugins into `qpi`, requeues, then applies the failure's nomination (a node from
+    /// PostFilter, `""` to clear, or none: keep `status.nominatedNodeName`).
+    ///
+    /// When `failure.released_assumed` is set the caller should also announce the freed room with
+    /// `move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, Some(assumed pod), None)`: only the caller
+    /// has the assumed pod (with its node) that hints need.
+    pub fn handle_failure(
+        &self,
+        mut qpi: QueuedPodInfo,
+        failure: &SchedulingFailure,
+    ) -> Result<Requeued, QueueError> {
+        qpi.unschedulable_plugins = failure.unschedulable_plugins.clone();
+        qpi.pending_plugins = failure.pending_plugins.clone();
+        let pod = qpi.pod_info.clone();
+        let cycle = self.scheduling_cycle();
+        let result = self.add_unschedulable_if_not_present(qpi, cycle)?;
+        if matches!(result, Requeued::To(_)) {
+            self.add_nominated_pod(pod, failure.nominated_node.as_deref());
+        }
+        Ok(result)
+    }
+
+    /// Moves pods whose backoff is over from backoffQ to activeQ (upstream runs this every second,
+    /// aligned to the backoff windows; see [`Self::until_next_backoff_window`]). Returns how many moved.
+    pub fn flush_backoff_completed(&self) -> usize {
+        let mut st = self.state.lock();
+        let now = self.now();
+        let mut ready = Vec::new();
+        while st.backoff.peek().is_some_and(|q| !self.backing_off(q, now)) {
+            ready.extend(st.backoff.pop(&*self.backoff_less()));
+        }
+        while st.error_backoff.peek().is_some_and(|q| !self.backing_off(q, now)) {
+            ready.extend(st.error_backoff.pop(&*self.error_less()));
+        }
+        let mut moved = 0;
+        for q in ready {
+            if self.move_to_active(&mut st, q, BACKOFF_COMPLETE, true) {
+                moved += 1;
+            }
+        }
+        if moved > 0 {
+            self.cond.notify_all();
+        }
+        moved
+    }
+
+    /// Retries pods that waited in the pool longer than `max_in_unschedulable` (upstream runs this
+    /// every 30 s) with the `UnschedulableTimeout` event. Gated pods stay unless their gating plugin
+    /// registered the wildcard event. Returns how many left the pool.
+    pub fn flush_unschedulable_leftover(&self) -> usize {
+        let mut st = self.state.lock();
+        let now = self.now();
+        let max = self.config.max_in_unschedulable;
+        let stale: Vec<String> = st
+            .unschedulable
+            .iter()
+            .filter(|(_, q)| now.saturating_duration_since(q.timestamp) > max)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        if stale.is_empty() {
+            return 0;
+        }
+        self.move_pods(&mut st, stale, &well_known::UNSCHEDULABLE_TIMEOUT, None, None)
+    }
+
+    /// Wakes every `pop` and makes them return `None` once the queue is empty.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.cond.notify_all();
+    }
+
+    // ---- nominator -----------------------------------------------------------------------------
+
+    /// Nominates the pod to `node` (`Some("")` clears), or with `None` to its
+    /// `status.nominatedNodeName`. Ignored for pods the queue does not track or that have a node.
+    pub fn add_nominated_pod(&self, pod: Arc<PodInfo>, node: Option<&str>) {
+        let st = self.state.lock();
+        let Some(current) = st.current_pod(&pod.uid) else {
+            return;
+        };
+        if current.node_name().is_some() {
+            return;
+        }
+        self.nominator.write().add(current, node);
+    }
+
+    /// Removes the pod's nomination (upstream does this once the pod is assumed).
+    pub fn delete_nominated_pod_if_exists(&self, uid: &str) {
+        self.nominator.write().delete(uid);
+    }
+
+    /// The node the pod is nominated to.
+    pub fn nominated_node(&self, uid: &str) -> Option<String> {
+        self.nominator.read().node_of(uid).map(str::to_string)
+    }
+
+    // ---- introspection -------------------------------------------------------------------------
+
+    /// Counts per queue.
+    pub fn pending_pods(&self) -> PendingPods {
+        let st = self.state.lock();
+        PendingPods {
+            active: st.active.len(),
+            backoff: st.backoff.len() + st.error_backoff.len(),
+            unschedulable: st.unschedulable.len() - st.gated,
+            gated: st.gated,
+            in_flight: st.in_flight.values().filter(|f| !f.deleted).count(),
+        }
+    }
+
+    /// Pods popped so far (upstream `SchedulingCycle`).
+    pub fn scheduling_cycle(&self) -> u64 {
+        self.state.lock().cycle
+    }
+
+    /// Where the pod with this uid is, if the queue tracks it.
+    pub fn location(&self, uid: &str) -> Option<PodLocation> {
+        self.state.lock().location(uid)
+    }
+
+    /// A copy of the queued entry (not for in-flight or done pods).
+    pub fn get(&self, uid: &str) -> Option<QueuedPodInfo> {
+        self.state.lock().queued(uid).cloned()
+    }
+
+    /// Uids of the pods in one place, in no particular order (activeQ and backoffQ in heap order).
+    pub fn pods_in(&self, location: PodLocation) -> Vec<String> {
+        let st = self.state.lock();
+        let uids =
+            |h: &KeyedHeap<QueuedPodInfo>| h.iter().map(|q| q.pod_info.uid.clone()).collect::<Vec<_>>();
+        match location {
+            PodLocation::Active => uids(&st.active),
+            PodLocation::Backoff => {
+                let mut v = uids(&st.backoff);
+                v.extend(uids(&st.error_backoff));
+                v
+            }
+            PodLocation::Unschedulable | PodLocation::Gated => st
+                .unschedulable
+                .values()
+                .filter(|q| (q.gating_plugin.is_some()) == (location == PodLocation::Gated))
+                .map(|q| q.pod_info.uid.clone())
+                .collect(),
+            PodLocation::InFlight => st
+                .in_flight
+                .iter()
+                .filter(|(_, f)| !f.deleted)
+                .map(|(u, _)| u.clone())
+                .collect(),
+            PodLocation::Done => st.done.keys().cloned().collect(),
+        }
+    }
+
+    /// Recorded events still held for in-flight pods.
+    pub fn in_flight_events(&self) -> usize {
+        self.state.lock().events.len()
+    }
+
+    /// Checks the internal bookkeeping (every pod in one place, counters and indexes agree). For
+    /// tests and debugging; O(pods).
+    #[doc(hidden)]
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let st = self.state.lock();
+        check(&st)
+    }
+}
+
+fn check(st: &State) -> Result<(), String> {
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    let mut note = |uid: &str, place: &'static str| -> Result<(), String> {
+        match seen.insert(uid.to_string(), place) {
+            Some(other) => Err(format!("pod {uid} is in {other} and {place}")),
+            None => Ok(()),
+        }
+    };
+    for q in st.active.iter() {
+        note(&q.pod_info.uid, "activeQ")?;
+    }
+    for q in st.backoff.iter() {
+        note(&q.pod_info.uid, "backoffQ")?;
+    }
+    for q in st.error_backoff.iter() {
+        note(&q.pod_info.uid, "errorBackoffQ")?;
+    }
+    for uid in st.unschedulable.keys() {
+        note(uid, "unschedulable")?;
+    }
+    for (uid, f) in &st.in_flight {
+        if !f.deleted {
+            note(uid, "in-flight")?;
+        }
+    }
+    for uid in st.done.keys() {
+        note(uid, "done")?;
+    }
+    let gated = st
+        .unschedulable
+        .values()
+        .filter(|q| q.gating_plugin.is_some())
+        .count();
+    if gated != st.gated {
+        return Err(format!("gated counter {} but {gated} gated pods", st.gated));
+    }
+    for uid in seen.keys() {
+        if !st.keys.values().any(|u| u == uid) {
+            return Err(format!("pod {uid} has no key"));
+        }
+    }
+    for (key, uid) in &st.keys {
+        if !seen.contains_key(uid) {
+            return Err(format!("key {key} points at untracked pod {uid}"));
+        }
+    }
+    if let Some(oldest) = st.in_flight.values().map(|f| f.seq).min() {
+        if st.events.front().is_some_and(|e| e.seq < oldest) {
+            return Err("an event older than every in-flight pod was kept".into());
+        }
+    } else if !st.events.is_empty() {
+        return Err(format!("{} events kept with nothing in flight", st.events.len()));
+    }
+    Ok(())
+}
+
+fn cross_topology_candidates(st: &State, pod: &Pod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    st.unschedulable
+        .iter()
+        .filter(|(_, q)| {
+            (q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD) && q.pod_info.namespace == ns)
+                || required_affinity_selects(&q.pod_info.pod, pod)
+        })
+        .map(|(uid, _)| uid.clone())
+        .collect()
+}
+
+/// `initial · 2^(count-1)` capped at `max` (overflow-safe); zero for `count == 0` or `max == 0`.
+pub fn backoff_duration(initial: Duration, max: Duration, count: u32) -> Duration {
+    if count == 0 || max.is_zero() {
+        return Duration::ZERO;
+    }
+    let shift = count - 1;
+    let (init, cap) = (initial.as_nanos(), max.as_nanos());
+    if shift >= 64 || init > (cap >> shift) {
+        return max;
+    }
+    u64::try_from(init << shift).map_or(max, Duration::from_nanos)
+}
+
+impl PodNominator for SchedulingQueue {
+    fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.nominator.read().pods_for_node(node)
+    }
+}
+
+#[cfg(test)]
+impl SchedulingQueue {
+    pub(crate) fn nominated_count(&self) -> usize {
+        self.nominator.read().len()
+    }
+}

@@ -1,0 +1,554 @@
+//! Queueing hints, pending plugins, gating and in-flight event replay.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, PodAffinity, PodAffinityTerm, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint, well_known,
+};
+
+use super::fakes::*;
+use crate::{PodLocation, Requeued};
+
+const CLAIM_UPDATE: ClusterEvent = ClusterEvent::new(
+    EventResource::ResourceClaim,
+    ActionType::UPDATE_OTHER,
+    "resource.k8s.io/ResourceClaimUpdate",
+);
+const CLAIM_ADD: ClusterEvent = ClusterEvent::new(
+    EventResource::ResourceClaim,
+    ActionType::ADD,
+    "resource.k8s.io/ResourceClaimAdd",
+);
+const SLICE_ADD: ClusterEvent = ClusterEvent::new(
+    EventResource::ResourceSlice,
+    ActionType::ADD,
+    "resource.k8s.io/ResourceSliceAdd",
+);
+const GATES_ELIMINATED: ClusterEvent = ClusterEvent::new(
+    EventResource::Pod,
+    ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED,
+    "PodUpdatePodSchedulingGatesEliminated",
+);
+
+fn scheduling_gates() -> Arc<dyn unisched_framework::Plugin> {
+    Arc::new(Gate {
+        name: "SchedulingGates",
+        by_gates: true,
+        events: vec![ClusterEventWithHint::with_hint(
+            GATES_ELIMINATED,
+            |_, _, new| match new {
+                Some(EventObject::Pod(p)) => Ok(
+                    if p.spec
+                        .as_ref()
+                        .and_then(|s| s.scheduling_gates.as_ref())
+                        .is_none_or(Vec::is_empty)
+                    {
+                        QueueingHint::Queue
+                    } else {
+                        QueueingHint::Skip
+                    },
+                ),
+                _ => Ok(QueueingHint::Skip),
+            },
+        )],
+    })
+}
+
+/// Puts a fresh pod into the unschedulable pool, rejected by `unschedulable` / `pending`.
+fn rejected(q: &crate::SchedulingQueue, name: &str, unschedulable: &[&str], pending: &[&str]) {
+    q.add(pod(name, 0));
+    let qpi = pop_named(q, name);
+    assert_eq!(
+        fail(q, qpi, unschedulable, pending),
+        Requeued::To(PodLocation::Unschedulable)
+    );
+}
+
+#[test]
+fn hints_decide_skip_or_queue() {
+    let hint_error = ClusterEventWithHint::with_hint(SLICE_ADD, |_, _, _| Err("boom".to_string()));
+    let plugins = vec![
+        fake("NodeFit", vec![node_hint(well_known::NODE_ADD)]),
+        fake("Other", vec![ev(CLAIM_ADD)]),
+        fake("Broken", vec![hint_error]),
+    ];
+    struct Case {
+        name: &'static str,
+        rejector: &'static str,
+        event: ClusterEvent,
+        new: Option<EventObject>,
+        want: PodLocation,
+    }
+    let cases = [
+        Case {
+            name: "hint skips",
+            rejector: "NodeFit",
+            event: well_known::NODE_ADD,
+            new: node("n", false),
+            want: PodLocation::Unschedulable,
+        },
+        Case {
+            name: "hint queues",
+            rejector: "NodeFit",
+            event: well_known::NODE_ADD,
+            new: node("n", true),
+            want: PodLocation::Backoff,
+        },
+        Case {
+            name: "not a rejector's event",
+            rejector: "NodeFit",
+            event: CLAIM_ADD,
+            new: None,
+            want: PodLocation::Unschedulable,
+        },
+        Case {
+            name: "no hint means queue",
+            rejector: "Other",
+            event: CLAIM_ADD,
+            new: None,
+            want: PodLocation::Backoff,
+        },
+        Case {
+            name: "hint error means queue",
+            rejector: "Broken",
+            event: SLICE_ADD,
+            new: None,
+            want: PodLocation::Backoff,
+        },
+        Case {
+            name: "other plugin's hint ignored",
+            rejector: "Other",
+            event: well_known::NODE_ADD,
+            new: node("n", true),
+            want: PodLocation::Unschedulable,
+        },
+        Case {
+            name: "wildcard moves everyone",
+            rejector: "NodeFit",
+            event: well_known::UNSCHEDULABLE_TIMEOUT,
+            new: None,
+            want: PodLocation::Backoff,
+        },
+        Case {
+            name: "NodeAdd implies taint update",
+            rejector: "NodeFit",
+            event: ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_TAINT, "NodeTaint"),
+            new: None,
+            want: PodLocation::Backoff,
+        },
+        Case {
+            name: "label update not registered",
+            rejector: "NodeFit",
+            event: ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_LABEL, "NodeLabel"),
+            new: node("n", true),
+            want: PodLocation::Unschedulable,
+        },
+    ];
+    for c in cases {
+        let (q, _clock) = queue(plugins.clone());
+        rejected(&q, "p", &[c.rejector], &[]);
+        q.move_all_to_active_or_backoff(c.event, None, c.new);
+        assert_eq!(q.location(&uid("p")), Some(c.want), "{}", c.name);
+        q.check_consistency().expect(c.name);
+    }
+}
+
+#[test]
+fn pending_plugin_queue_skips_backoff() {
+    let plugins = vec![
+        fake("Claims", vec![ev(CLAIM_UPDATE)]),
+        fake("NodeFit", vec![node_hint(well_known::NODE_ADD)]),
+    ];
+    let cases: [(
+        &str,
+        &[&str],
+        &[&str],
+        ClusterEvent,
+        Option<EventObject>,
+        PodLocation,
+    ); 5] = [
+        (
+            "pending + queue: active now",
+            &[],
+            &["Claims"],
+            CLAIM_UPDATE,
+            None,
+            PodLocation::Active,
+        ),
+        (
+            "rejected + queue: backoff",
+            &["Claims"],
+            &[],
+            CLAIM_UPDATE,
+            None,
+            PodLocation::Backoff,
+        ),
+        (
+            "mixed, pending queues",
+            &["NodeFit"],
+            &["Claims"],
+            CLAIM_UPDATE,
+            None,
+            PodLocation::Active,
+        ),
+        (
+            "mixed, only rejector queues",
+            &["NodeFit"],
+            &["Claims"],
+            well_known::NODE_ADD,
+            node("n", true),
+            PodLocation::Backoff,
+        ),
+        (
+            "mixed, nobody queues",
+            &["NodeFit"],
+            &["Claims"],
+            well_known::NODE_ADD,
+            node("n", false),
+            PodLocation::Unschedulable,
+        ),
+    ];
+    for (name, unsched, pending, event, new, want) in cases {
+        let (q, _clock) = queue(plugins.clone());
+        rejected(&q, "p", unsched, pending);
+        q.move_all_to_active_or_backoff(event, None, new);
+        assert_eq!(q.location(&uid("p")), Some(want), "{name}");
+    }
+}
+
+#[test]
+fn gated_pods_only_released_by_gating_plugin_events() {
+    let claims_gate: Arc<dyn unisched_framework::Plugin> = Arc::new(Gate {
+        name: "ClaimsGate",
+        by_gates: false,
+        events: vec![ev(CLAIM_ADD)],
+    });
+    let (q, clock) = queue(vec![
+        scheduling_gates(),
+        claims_gate,
+        fake("NodeFit", vec![ev(well_known::NODE_ADD)]),
+    ]);
+
+    // spec.schedulingGates: only the gates-eliminated update releases it.
+    let g = gated_pod("g");
+    assert!(q.add(g.clone()));
+    assert_eq!(q.location(&uid("g")), Some(PodLocation::Gated));
+    assert_eq!(
+        q.get(&uid("g")).and_then(|e| e.gating_plugin),
+        Some("SchedulingGates".to_string())
+    );
+    assert!(q.try_pop().is_none());
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+    q.move_all_to_active_or_backoff(CLAIM_ADD, None, None);
+    clock.advance(10 * 60 * SEC);
+    q.flush_unschedulable_leftover();
+    q.flush_backoff_completed();
+    assert_eq!(
+        q.location(&uid("g")),
+        Some(PodLocation::Gated),
+        "no foreign event or timeout releases it"
+    );
+    let relabeled = labeled(&g, "x", "y");
+    q.update(Some(&g), relabeled.clone());
+    assert_eq!(
+        q.location(&uid("g")),
+        Some(PodLocation::Gated),
+        "an unrelated update keeps it gated"
+    );
+    let ungated = with(&relabeled, |p| {
+        if let Some(s) = p.spec.as_mut() {
+            s.scheduling_gates = None;
+        }
+    });
+    q.update(Some(&relabeled), ungated);
+    assert_eq!(q.location(&uid("g")), Some(PodLocation::Active));
+
+    // Gated by a PreEnqueue plugin that registered ResourceClaim/Add.
+    let c = labeled(&pod("c", 0), "needs", "ClaimsGate");
+    q.add(c.clone());
+    assert_eq!(q.location(&uid("c")), Some(PodLocation::Gated));
+    assert_eq!(q.pending_pods().gated, 1);
+    q.move_all_to_active_or_backoff(CLAIM_ADD, None, None);
+    assert_eq!(
+        q.location(&uid("c")),
+        Some(PodLocation::Gated),
+        "the event re-ran PreEnqueue, which still refuses"
+    );
+    let fixed = with(&c, |p| p.metadata.labels = None);
+    q.update(Some(&c), fixed);
+    assert_eq!(
+        q.location(&uid("c")),
+        Some(PodLocation::Gated),
+        "ClaimsGate registered no pod update"
+    );
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+    assert_eq!(q.location(&uid("c")), Some(PodLocation::Gated));
+    q.move_all_to_active_or_backoff(CLAIM_ADD, None, None);
+    assert_eq!(q.location(&uid("c")), Some(PodLocation::Active));
+    assert_eq!(q.pending_pods().gated, 0);
+    q.check_consistency().expect("consistent");
+}
+
+#[test]
+fn pre_enqueue_runs_when_entering_backoff() {
+    let (q, _clock) = queue(vec![
+        scheduling_gates(),
+        fake("NodeFit", vec![ev(well_known::NODE_ADD)]),
+    ]);
+    let p = pod("p", 0);
+    q.add(p.clone());
+    let qpi = pop_named(&q, "p");
+    // The pod gains a scheduling gate while in flight, then fails.
+    let gated = with(&p, |x| {
+        if let Some(s) = x.spec.as_mut() {
+            s.scheduling_gates = Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+                name: "g".into(),
+            }]);
+        }
+    });
+    q.update(Some(&p), gated);
+    assert_eq!(
+        fail(&q, qpi, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Unschedulable)
+    );
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+    assert_eq!(
+        q.location(&uid("p")),
+        Some(PodLocation::Gated),
+        "PreEnqueue refused it on the way to backoffQ"
+    );
+}
+
+#[test]
+fn in_flight_events_are_replayed() {
+    let plugins = vec![fake("NodeFit", vec![node_hint(well_known::NODE_ADD)])];
+    let cases: [(&str, Option<Option<EventObject>>, PodLocation); 3] = [
+        ("no event", None, PodLocation::Unschedulable),
+        (
+            "useless event",
+            Some(node("n", false)),
+            PodLocation::Unschedulable,
+        ),
+        ("useful event", Some(node("n", true)), PodLocation::Backoff),
+    ];
+    for (name, event, want) in cases {
+        let (q, _clock) = queue(plugins.clone());
+        q.add(pod("p", 0));
+        let qpi = pop_named(&q, "p");
+        if let Some(new) = event {
+            q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, new);
+            assert_eq!(q.in_flight_events(), 1, "{name}");
+        }
+        assert_eq!(fail(&q, qpi, &["NodeFit"], &[]), Requeued::To(want), "{name}");
+        assert_eq!(q.in_flight_events(), 0, "{name}: garbage-collected");
+    }
+}
+
+#[test]
+fn in_flight_events_only_after_the_pod_was_popped() {
+    let (q, _clock) = queue(vec![fake("NodeFit", vec![node_hint(well_known::NODE_ADD)])]);
+    q.add(pod("a", 1));
+    q.add(pod("b", 0));
+    let a = pop_named(&q, "a");
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n1", true));
+    let b = pop_named(&q, "b");
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n2", false));
+    assert_eq!(q.in_flight_events(), 2);
+    assert_eq!(
+        fail(&q, b, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Unschedulable),
+        "b started after the useful event"
+    );
+    assert_eq!(q.in_flight_events(), 2, "a still needs both");
+    assert_eq!(fail(&q, a, &["NodeFit"], &[]), Requeued::To(PodLocation::Backoff));
+    assert_eq!(q.in_flight_events(), 0);
+
+    // done() garbage-collects too, oldest first.
+    q.activate(["default/a", "default/b"]);
+    let a = q.try_pop().expect("a");
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+    let b = q.try_pop().expect("b");
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+    q.done(&b.pod_info.uid);
+    assert_eq!(q.in_flight_events(), 2);
+    q.done(&a.pod_info.uid);
+    assert_eq!(q.in_flight_events(), 0);
+    q.check_consistency().expect("consistent");
+}
+
+#[test]
+fn in_flight_update_is_recorded_and_newest_object_requeued() {
+    let label_update = ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_LABEL, "PodLabel");
+    let (q, _clock) = queue(vec![
+        fake("Labels", vec![ev(label_update)]),
+        fake("NodeFit", vec![]),
+    ]);
+    let p = pod("p", 0);
+    q.add(p.clone());
+    let qpi = pop_named(&q, "p");
+    let newer = labeled(&p, "tier", "gold");
+    q.update(Some(&p), newer);
+    assert_eq!(q.location(&uid("p")), Some(PodLocation::InFlight));
+    assert_eq!(
+        fail(&q, qpi, &["Labels"], &[]),
+        Requeued::To(PodLocation::Backoff)
+    );
+    let e = q.get(&uid("p")).expect("queued");
+    assert_eq!(
+        e.pod_info
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("tier"))
+            .map(String::as_str),
+        Some("gold")
+    );
+
+    // The same update does not help a pod rejected by a plugin that ignores labels.
+    let p2 = pod("p2", 0);
+    q.add(p2.clone());
+    let qpi = pop_named(&q, "p2");
+    q.update(Some(&p2), labeled(&p2, "tier", "gold"));
+    assert_eq!(
+        fail(&q, qpi, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Unschedulable)
+    );
+}
+
+#[test]
+fn unschedulable_pod_update_runs_hints_for_that_update() {
+    let label_update = ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_LABEL, "PodLabel");
+    let (q, _clock) = queue(vec![
+        fake("Labels", vec![ev(label_update)]),
+        fake("NodeFit", vec![]),
+    ]);
+    rejected(&q, "a", &["Labels"], &[]);
+    rejected(&q, "b", &["NodeFit"], &[]);
+    for n in ["a", "b"] {
+        let old = q.get(&uid(n)).expect("queued").pod_info;
+        q.update(Some(&old), labeled(&old, "x", "1"));
+    }
+    assert_eq!(q.location(&uid("a")), Some(PodLocation::Backoff));
+    assert_eq!(q.location(&uid("b")), Some(PodLocation::Unschedulable));
+    let b = q.get(&uid("b")).expect("queued");
+    assert!(
+        b.pod_info
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("x")),
+        "stored object updated"
+    );
+}
+
+#[test]
+fn plugins_without_enqueue_extensions_get_every_event() {
+    let (q, _clock) = queue(vec![Arc::new(NoExtensions("Legacy")), fake("NodeFit", vec![])]);
+    rejected(&q, "p", &["Legacy"], &[]);
+    assert_eq!(q.move_all_to_active_or_backoff(SLICE_ADD, None, None), 1);
+    rejected(&q, "q", &["NodeFit"], &[]);
+    assert_eq!(
+        q.move_all_to_active_or_backoff(SLICE_ADD, None, None),
+        0,
+        "an empty registration wants nothing"
+    );
+}
+
+fn with_cpu(p: &unisched_framework::PodInfo, cpu: &str) -> Arc<unisched_framework::PodInfo> {
+    with(p, |x| {
+        if let Some(s) = x.spec.as_mut() {
+            s.node_name = Some("n1".into());
+            s.containers = vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }];
+        }
+    })
+}
+
+#[test]
+fn assigned_pod_events_prefilter_by_affinity_and_spread() {
+    let assigned_add = ClusterEvent::new(
+        EventResource::AssignedPod,
+        ActionType::ADD.or(ActionType::UPDATE_POD_LABEL),
+        "AssignedPod",
+    );
+    let scale_down = ClusterEvent::new(
+        EventResource::Pod,
+        ActionType::UPDATE_POD_SCALE_DOWN,
+        "PodScaleDown",
+    );
+    let (q, _clock) = queue(vec![
+        fake("InterPodAffinity", vec![ev(assigned_add)]),
+        fake("PodTopologySpread", vec![ev(assigned_add)]),
+        fake("NodeResourcesFit", vec![ev(scale_down), ev(assigned_add)]),
+    ]);
+    let wants_web = with(&pod("w", 0), |p| {
+        if let Some(s) = p.spec.as_mut() {
+            s.affinity = Some(k8s_openapi::api::core::v1::Affinity {
+                pod_affinity: Some(PodAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+                            ..Default::default()
+                        }),
+                        topology_key: "zone".into(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+    });
+    q.add(wants_web);
+    fail(&q, pop_named(&q, "w"), &["InterPodAffinity"], &[]);
+    rejected(&q, "s", &["PodTopologySpread"], &[]);
+    rejected(&q, "f", &["NodeResourcesFit"], &[]);
+
+    let mut other_ns = raw_pod("db", 0);
+    other_ns.metadata.namespace = Some("other".into());
+    other_ns.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+    q.assigned_pod_added(&unisched_framework::PodInfo::new(other_ns));
+    for n in ["w", "s", "f"] {
+        assert_eq!(
+            q.location(&uid(n)),
+            Some(PodLocation::Unschedulable),
+            "{n}: not a candidate"
+        );
+    }
+    let web = labeled(&pod("web", 0), "app", "web");
+    q.assigned_pod_added(&web);
+    assert_eq!(
+        q.location(&uid("w")),
+        Some(PodLocation::Backoff),
+        "affinity selects the new pod"
+    );
+    assert_eq!(
+        q.location(&uid("s")),
+        Some(PodLocation::Backoff),
+        "spread counts pods in its namespace"
+    );
+    assert_eq!(
+        q.location(&uid("f")),
+        Some(PodLocation::Unschedulable),
+        "fit is not a cross-topology plugin"
+    );
+
+    let big = with_cpu(&pod("big", 0), "2");
+    let small = with_cpu(&big, "1");
+    q.assigned_pod_updated(&big, &small);
+    assert_eq!(
+        q.location(&uid("f")),
+        Some(PodLocation::Backoff),
+        "a scale-down is offered to everyone"
+    );
+}

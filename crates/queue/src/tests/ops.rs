@@ -1,0 +1,350 @@
+//! activate, nominator, delete, update in place, done, failures, pending counts, blocking pop.
+
+use std::{sync::Arc, time::Duration};
+
+use unisched_framework::{PodInfo, PodNominator, Status, well_known};
+
+use super::fakes::*;
+use crate::{DropReason, PendingPods, PodLocation, QueueError, Requeued, SchedulingQueue};
+
+fn node_fit() -> Arc<dyn unisched_framework::Plugin> {
+    fake("NodeFit", vec![node_hint(well_known::NODE_ADD)])
+}
+
+#[test]
+fn activate_moves_pool_and_backoff_and_marks_in_flight() {
+    let (q, _clock) = queue(vec![node_fit()]);
+    q.add(pod("pool", 0));
+    q.add(pod("backoff", 0));
+    q.add(pod("flight", 0));
+    q.add(pod("other", 0));
+    fail(&q, pop_named(&q, "pool"), &["NodeFit"], &[]);
+    fail(&q, pop_named(&q, "backoff"), &[], &[]);
+    let flight = pop_named(&q, "flight");
+    let other = pop_named(&q, "other");
+    assert_eq!(q.location(&uid("backoff")), Some(PodLocation::Backoff));
+
+    q.activate([
+        "default/pool",
+        "default/backoff",
+        "default/flight",
+        "default/nope",
+    ]);
+    assert_eq!(q.location(&uid("pool")), Some(PodLocation::Active));
+    assert_eq!(q.location(&uid("backoff")), Some(PodLocation::Active));
+    assert_eq!(
+        fail(&q, flight, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Backoff),
+        "ForceActivate targets it"
+    );
+    assert_eq!(
+        fail(&q, other, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Unschedulable),
+        "but not others"
+    );
+    q.check_consistency().expect("consistent");
+}
+
+#[test]
+fn activate_keeps_gated_pods_gated() {
+    let gate = Arc::new(Gate {
+        name: "G",
+        by_gates: true,
+        events: vec![],
+    });
+    let (q, _clock) = queue(vec![gate]);
+    q.add(gated_pod("g"));
+    q.activate(["default/g"]);
+    assert_eq!(q.location(&uid("g")), Some(PodLocation::Gated));
+}
+
+#[test]
+fn nominator() {
+    let (q, _clock) = queue(vec![node_fit()]);
+    let a = nominated_in_status(&pod("a", 5), "n1");
+    q.add(a.clone());
+    assert_eq!(names(q.nominated_pods_for_node("n1")), ["a"]);
+
+    let b = pod("b", 0);
+    q.add(b.clone());
+    q.add_nominated_pod(b.clone(), Some("n2"));
+    assert_eq!(q.nominated_node(&uid("b")).as_deref(), Some("n2"));
+    let b2 = labeled(&b, "x", "1");
+    q.update(Some(&b), b2.clone());
+    assert_eq!(
+        q.nominated_node(&uid("b")).as_deref(),
+        Some("n2"),
+        "kept across an update without a nomination"
+    );
+    assert_eq!(
+        q.nominated_pods_for_node("n2")[0]
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .map(|l| l.len()),
+        Some(1),
+        "fresh object"
+    );
+    let b3 = nominated_in_status(&b2, "n3");
+    q.update(Some(&b2), b3);
+    assert_eq!(
+        q.nominated_node(&uid("b")).as_deref(),
+        Some("n3"),
+        "the status wins when it changes"
+    );
+
+    // A failure applies PostFilter's nomination; "" clears it.
+    let qpi = pop_named(&q, "a");
+    let f = failure(qpi.pod_info.clone(), &["NodeFit"], Some("n9"));
+    assert_eq!(
+        q.handle_failure(qpi, &f),
+        Ok(Requeued::To(PodLocation::Unschedulable))
+    );
+    assert_eq!(q.nominated_node(&uid("a")).as_deref(), Some("n9"));
+    q.activate(["default/a"]);
+    let qpi = pop_named(&q, "a");
+    let f = failure(qpi.pod_info.clone(), &["NodeFit"], Some(""));
+    q.handle_failure(qpi, &f).expect("requeued");
+    assert_eq!(q.nominated_node(&uid("a")), None);
+
+    // Cleared on delete and on bind; ignored for unknown or bound pods.
+    q.delete(&b);
+    assert_eq!(q.nominated_node(&uid("b")), None);
+    q.add_nominated_pod(pod("stranger", 0), Some("n1"));
+    assert_eq!(q.nominated_node(&uid("stranger")), None);
+    let c = pod("c", 0);
+    q.add(c.clone());
+    q.add_nominated_pod(c.clone(), Some("n1"));
+    assert_eq!(q.nominated_count(), 1);
+    q.assigned_pod_added(&with(&c, |p| {
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some("n1".into());
+        }
+    }));
+    assert_eq!(q.nominated_node(&uid("c")), None);
+    q.delete_nominated_pod_if_exists(&uid("a"));
+    assert_eq!(q.nominated_count(), 0);
+}
+
+fn names(pods: Vec<Arc<PodInfo>>) -> Vec<String> {
+    pods.iter().map(|p| p.name.clone()).collect()
+}
+
+/// Builds a queue holding pod `p` in `place`; returns the popped entry when it is in flight.
+fn place(q: &SchedulingQueue, place: PodLocation) -> Option<unisched_framework::QueuedPodInfo> {
+    match place {
+        PodLocation::Gated => {
+            q.add(gated_pod("p"));
+        }
+        _ => {
+            q.add(pod("p", 0));
+        }
+    }
+    match place {
+        PodLocation::Active | PodLocation::Gated => None,
+        PodLocation::Backoff => {
+            fail(q, pop_named(q, "p"), &[], &[]);
+            None
+        }
+        PodLocation::Unschedulable => {
+            fail(q, pop_named(q, "p"), &["NodeFit"], &[]);
+            None
+        }
+        PodLocation::InFlight => Some(pop_named(q, "p")),
+        PodLocation::Done => {
+            let qpi = pop_named(q, "p");
+            q.done(&qpi.pod_info.uid);
+            None
+        }
+    }
+}
+
+#[test]
+fn delete_from_every_place() {
+    let all = [
+        PodLocation::Active,
+        PodLocation::Backoff,
+        PodLocation::Unschedulable,
+        PodLocation::Gated,
+        PodLocation::InFlight,
+        PodLocation::Done,
+    ];
+    for where_ in all {
+        let (q, _clock) = queue(vec![
+            node_fit(),
+            Arc::new(Gate {
+                name: "G",
+                by_gates: true,
+                events: vec![],
+            }),
+        ]);
+        let popped = place(&q, where_);
+        assert_eq!(q.location(&uid("p")), Some(where_), "setup {where_}");
+        q.add_nominated_pod(pod("p", 0), Some("n"));
+        q.delete(&pod("p", 0));
+        assert_eq!(q.location(&uid("p")), None, "{where_}");
+        assert_eq!(q.pending_pods(), PendingPods::default(), "{where_}");
+        assert_eq!(q.nominated_node(&uid("p")), None, "{where_}");
+        q.check_consistency().expect("consistent");
+        if let Some(qpi) = popped {
+            assert_eq!(
+                fail(&q, qpi, &["NodeFit"], &[]),
+                Requeued::Dropped(DropReason::Deleted)
+            );
+            assert_eq!(q.location(&uid("p")), None);
+            q.check_consistency().expect("consistent");
+        }
+        assert!(q.try_pop().is_none(), "{where_}");
+    }
+}
+
+#[test]
+fn failure_after_done_requeues_but_deleted_or_bound_pods_are_dropped() {
+    let (q, _clock) = queue(vec![node_fit()]);
+    q.add(pod("p", 0));
+    let qpi = pop_named(&q, "p");
+    q.done(&qpi.pod_info.uid);
+    assert_eq!(q.location(&uid("p")), Some(PodLocation::Done));
+    assert_eq!(q.pending_pods(), PendingPods::default());
+    // Binding failed: the pod comes back even though done() was called.
+    assert_eq!(fail(&q, qpi, &[], &[]), Requeued::To(PodLocation::Backoff));
+
+    // Deleted after done.
+    q.activate(["default/p"]);
+    let qpi = pop_named(&q, "p");
+    q.done(&qpi.pod_info.uid);
+    q.delete(&qpi.pod_info.clone());
+    assert_eq!(fail(&q, qpi, &[], &[]), Requeued::Dropped(DropReason::NotTracked));
+
+    // Bound by someone else while in flight (seen as an update with a node: a delete).
+    let p = pod("b", 0);
+    q.add(p.clone());
+    let qpi = pop_named(&q, "b");
+    q.update(
+        Some(&p),
+        with(&p, |x| {
+            if let Some(s) = x.spec.as_mut() {
+                s.node_name = Some("n".into());
+            }
+        }),
+    );
+    assert_eq!(fail(&q, qpi, &[], &[]), Requeued::Dropped(DropReason::Deleted));
+
+    // Bound: a Done pod is forgotten when the watch shows it assigned.
+    q.add(pod("s", 0));
+    let qpi = pop_named(&q, "s");
+    q.done(&qpi.pod_info.uid);
+    q.assigned_pod_added(&with(&qpi.pod_info, |x| {
+        if let Some(s) = x.spec.as_mut() {
+            s.node_name = Some("n".into());
+        }
+    }));
+    assert_eq!(q.location(&uid("s")), None);
+    q.check_consistency().expect("consistent");
+}
+
+#[test]
+fn requeue_twice_is_an_error() {
+    let (q, _clock) = queue(vec![node_fit()]);
+    q.add(pod("p", 0));
+    let qpi = pop_named(&q, "p");
+    let copy = qpi.clone();
+    fail(&q, qpi, &["NodeFit"], &[]);
+    assert!(matches!(
+        q.add_unschedulable_if_not_present(copy, 1),
+        Err(QueueError::AlreadyPresent {
+            queue: PodLocation::Unschedulable,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn handle_failure_with_error_status() {
+    let (q, _clock) = queue(vec![node_fit()]);
+    q.add(pod("p", 0));
+    let qpi = pop_named(&q, "p");
+    let mut f = failure(qpi.pod_info.clone(), &[], None);
+    f.status = Status::error("api down");
+    assert_eq!(q.handle_failure(qpi, &f), Ok(Requeued::To(PodLocation::Backoff)));
+    assert_eq!(q.get(&uid("p")).map(|e| e.consecutive_errors_count), Some(1));
+}
+
+#[test]
+fn update_in_place_reorders() {
+    let (q, _clock) = queue(vec![]);
+    let a = pod("a", 5);
+    let b = pod("b", 1);
+    q.add(a);
+    q.add(b.clone());
+    q.update(Some(&b), pod("b", 10));
+    assert_eq!(pop_named(&q, "b").pod_info.priority, 10);
+    assert_eq!(pop_named(&q, "a").pod_info.priority, 5);
+
+    // Re-adding a tracked pod is an update, never a duplicate.
+    q.add(pod("c", 0));
+    q.add(pod("c", 3));
+    assert_eq!(q.pending_pods().active, 1);
+    assert_eq!(pop_named(&q, "c").pod_info.priority, 3);
+}
+
+#[test]
+fn pending_pods_counts() {
+    let (q, _clock) = queue(vec![
+        node_fit(),
+        Arc::new(Gate {
+            name: "G",
+            by_gates: true,
+            events: vec![],
+        }),
+    ]);
+    for n in ["u", "b", "f", "a"] {
+        q.add(pod(n, 0));
+    }
+    fail(&q, pop_named(&q, "u"), &["NodeFit"], &[]);
+    fail(&q, pop_named(&q, "b"), &[], &[]);
+    let _f = pop_named(&q, "f");
+    q.add(gated_pod("g"));
+    let want = PendingPods {
+        active: 1,
+        backoff: 1,
+        unschedulable: 1,
+        gated: 1,
+        in_flight: 1,
+    };
+    assert_eq!(q.pending_pods(), want);
+    assert_eq!(
+        want.by_label(),
+        [("active", 1), ("backoff", 1), ("unschedulable", 1), ("gated", 1)]
+    );
+    for (loc, n) in [
+        (PodLocation::Active, "a"),
+        (PodLocation::Backoff, "b"),
+        (PodLocation::Unschedulable, "u"),
+        (PodLocation::Gated, "g"),
+        (PodLocation::InFlight, "f"),
+    ] {
+        assert_eq!(q.pods_in(loc), vec![uid(n)], "{loc}");
+    }
+}
+
+#[test]
+fn blocking_pop_and_close() {
+    let (q, _clock) = queue(vec![]);
+    let q = Arc::new(q);
+    assert!(q.pop(Duration::from_millis(5)).is_none(), "times out when empty");
+    let popper = {
+        let q = q.clone();
+        std::thread::spawn(move || q.pop(Duration::from_secs(30)).map(|p| p.pod_info.name.clone()))
+    };
+    q.add(pod("p", 0));
+    assert_eq!(popper.join().ok().flatten().as_deref(), Some("p"));
+
+    let waiter = {
+        let q = q.clone();
+        std::thread::spawn(move || q.pop(Duration::from_secs(30)).is_none())
+    };
+    q.close();
+    assert!(waiter.join().unwrap_or(false), "close wakes and ends pop");
+}
