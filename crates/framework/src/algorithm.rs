@@ -109,8 +109,8 @@ impl SchedulingAlgorithm {
     ) -> Result<ScheduleResult, ScheduleError> {
         let snapshot = state.snapshot();
         if snapshot.is_empty() {
-            let d = Diagnosis { pre_filter_msg: Some("no nodes available to schedule pods".into()), ..Diagnosis::default() };
-            return Err(ScheduleError::Fit(Box::new(FitError { num_all_nodes: 0, diagnosis: d }), None));
+            // Upstream's ErrNoNodesAvailable: an error (retried after backoff), not a FitError.
+            return Err(ScheduleError::Error(Status::error("no nodes available to schedule pods")));
         }
         let (feasible, diagnosis, evaluated) = self.find_nodes_that_fit(fwk, state, pod, &snapshot, nominator)?;
         if feasible.is_empty() {

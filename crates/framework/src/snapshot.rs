@@ -11,7 +11,9 @@ use crate::NodeInfo;
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     nodes: Vec<Arc<NodeInfo>>,
-    index: HashMap<String, usize>,
+    /// Shared between clones: the order only changes when nodes come or go, so a clone that only
+    /// [`replace`](Snapshot::replace)s entries never copies the name index.
+    index: Arc<HashMap<String, usize>>,
     /// The highest node generation included.
     pub generation: u64,
 }
@@ -21,7 +23,7 @@ impl Snapshot {
     pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Self {
         let generation = nodes.iter().map(|n| n.generation).max().unwrap_or(0);
         let index = nodes.iter().enumerate().map(|(i, n)| (n.name().to_string(), i)).collect();
-        Snapshot { nodes, index, generation }
+        Snapshot { nodes, index: Arc::new(index), generation }
     }
 
     /// Convenience for tests: a snapshot from owned NodeInfos.

@@ -189,6 +189,9 @@ impl Resource {
         for (name, v) in self.iter_nonzero() {
             let q = if name == CPU {
                 Quantity::from_milli(v)
+            } else if matches!(name, MEMORY | EPHEMERAL_STORAGE) || is_hugepages(name) {
+                // Byte amounts read best in binary units (8Gi, not 8589934592), as kubectl shows them.
+                Quantity::new(v, crate::Format::BinarySI)
             } else {
                 Quantity::from_i64(v)
             };
@@ -216,4 +219,48 @@ pub fn is_extended_resource_name(name: &str) -> bool {
 /// ephemeral-storage and hugepages (the ones KEP-5517 lets DRA devices supply).
 pub fn is_node_allocatable_resource(name: &str) -> bool {
     matches!(name, CPU | MEMORY | EPHEMERAL_STORAGE) || is_hugepages(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn to_list_uses_kubectl_units() {
+        let mut r = Resource::default();
+        r.add_amount(CPU, 1500);
+        r.add_amount(MEMORY, 8 * 1024 * 1024 * 1024);
+        r.add_amount("hugepages-2Mi", 4 * 1024 * 1024);
+        r.add_amount("example.com/gpu", 2);
+        r.add_amount(EPHEMERAL_STORAGE, 1_500_000_000);
+        let l = r.to_list();
+        let got: Vec<(&str, &str)> = l.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("cpu", "1500m"),
+                ("ephemeral-storage", "1500000000"),
+                ("example.com/gpu", "2"),
+                ("hugepages-2Mi", "4Mi"),
+                ("memory", "8Gi"),
+            ]
+        );
+        let (back, invalid) = Resource::from_list(&l);
+        assert!(invalid.is_empty());
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn extended_resource_names() {
+        for (name, want) in [
+            ("example.com/gpu", true),
+            ("nvidia.com/gpu", true),
+            ("cpu", false),
+            ("kubernetes.io/foo", false),
+            ("deviceclass.resource.kubernetes.io/gpu", false),
+            ("requests.example.com/gpu", false),
+        ] {
+            assert_eq!(is_extended_resource_name(name), want, "{name}");
+        }
+    }
 }
