@@ -1,3 +1,73 @@
-//! The unisched binary.
+//! The unisched binary: `run` (in a cluster), `sim` (the embedded control plane), `version`.
+//!
+//! Thin on purpose: parsing flags, setting up logging and calling into the runtime and the
+//! simulator. Flags keep kube-scheduler's names where they exist.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod logging;
+mod run;
+mod sim;
+
+use clap::{Parser, Subcommand};
+
+/// A Kubernetes scheduler with one ledger for node resources and devices.
+#[derive(Parser, Debug)]
+#[command(name = "unisched", version, about)]
+struct Cli {
+    /// Log verbosity, klog style (0-10): 4 is debug, 5 and above trace.
+    #[arg(
+        short = 'v',
+        long = "v",
+        global = true,
+        default_value_t = 2,
+        env = "UNISCHED_V"
+    )]
+    verbosity: u8,
+    /// Log format: text or json.
+    #[arg(long = "logging-format", global = true, default_value = "text")]
+    logging_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the scheduler against a cluster (or a `unisched sim --serve` control plane).
+    Run(run::RunArgs),
+    /// Run a scenario on the embedded control plane and print a report.
+    Sim(sim::SimArgs),
+    /// Print the version.
+    Version,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.verbosity, &cli.logging_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("unisched-io")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let result = match cli.command {
+        Command::Version => {
+            println!("unisched {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Command::Run(args) => rt.block_on(run::run(args)),
+        Command::Sim(args) => rt.block_on(sim::sim(args)),
+    };
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

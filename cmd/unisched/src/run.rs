@@ -1,0 +1,149 @@
+//! `unisched run`: the scheduler for a real cluster.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use kube::{Client, Config, config::KubeConfigOptions, config::Kubeconfig};
+use unisched_framework::config::KubeSchedulerConfiguration;
+use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
+
+/// Flags of `unisched run` (kube-scheduler names where they exist).
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Path to a `KubeSchedulerConfiguration` (kubescheduler.config.k8s.io/v1).
+    #[arg(long, env = "UNISCHED_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Path to a kubeconfig; overrides `clientConnection.kubeconfig`. Default: in-cluster, then ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Override `leaderElection.leaderElect`.
+    #[arg(long = "leader-elect")]
+    pub leader_elect: Option<bool>,
+    /// Override `leaderElection.resourceNamespace` (default: the pod's namespace).
+    #[arg(long = "leader-elect-resource-namespace")]
+    pub lease_namespace: Option<String>,
+    /// Override `clientConnection.qps` (negative: unlimited).
+    #[arg(long = "kube-api-qps")]
+    pub qps: Option<f32>,
+    /// Override `clientConnection.burst`.
+    #[arg(long = "kube-api-burst")]
+    pub burst: Option<i32>,
+    /// Where to serve /metrics, /healthz, /livez, /readyz and /configz (plain HTTP).
+    #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:10259")]
+    pub metrics_bind_address: SocketAddr,
+    /// Seed for tie-breaks among equally scored nodes (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// Loads the configuration file (or the defaults) and applies flag overrides.
+pub fn load_config(path: Option<&PathBuf>) -> Result<KubeSchedulerConfiguration> {
+    match path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            KubeSchedulerConfiguration::from_yaml(&text)
+                .with_context(|| format!("invalid configuration {}", p.display()))
+        }
+        None => Ok(KubeSchedulerConfiguration::defaulted()),
+    }
+}
+
+/// This replica's identity: hostname plus a random suffix, like kube-scheduler.
+pub fn identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unisched".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{host}_{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Builds a client from an explicit kubeconfig or by inference.
+pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
+    let config = match kubeconfig {
+        Some(p) => {
+            let kc =
+                Kubeconfig::read_from(p).with_context(|| format!("reading kubeconfig {}", p.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .context("loading kubeconfig")?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig given and none could be inferred")?,
+    };
+    Client::try_from(config).context("building the API client")
+}
+
+/// Runs until the lease is lost (exit 1) or the process is interrupted (exit 0).
+pub async fn run(args: RunArgs) -> Result<u8> {
+    let mut config = load_config(args.config.as_ref())?;
+    if let Some(v) = args.leader_elect {
+        config.leader_election.leader_elect = v;
+    }
+    if let Some(ns) = args.lease_namespace {
+        config.leader_election.resource_namespace = ns;
+    }
+    if let Some(q) = args.qps {
+        config.client_connection.qps = q;
+    }
+    if let Some(b) = args.burst {
+        config.client_connection.burst = b;
+    }
+    config.validate().context("invalid configuration after flags")?;
+    let kubeconfig = args.kubeconfig.clone().or_else(|| {
+        let k = &config.client_connection.kubeconfig;
+        (!k.is_empty()).then(|| PathBuf::from(k))
+    });
+    let client = client(kubeconfig.as_ref()).await?;
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let options = SchedulerOptions {
+        config,
+        seed,
+        identity: identity(),
+        health_addr: Some(args.metrics_bind_address),
+        default_namespace: own_namespace(),
+    };
+    let scheduler = Scheduler::new(client, options).await?;
+    if let Some(addr) = scheduler.health_addr {
+        tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /configz");
+    }
+    tokio::select! {
+        r = scheduler.run() => match r {
+            Ok(()) => Ok(0),
+            Err(RuntimeError::LeaseLost) => {
+                tracing::error!("leaderelection lost");
+                Ok(1)
+            }
+            Err(e) => Err(e.into()),
+        },
+        _ = tokio::signal::ctrl_c() => {
+            tracing::info!("interrupted; stopping");
+            scheduler.stop();
+            Ok(0)
+        }
+    }
+}

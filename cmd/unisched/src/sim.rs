@@ -1,0 +1,290 @@
+//! `unisched sim`: apply a scenario to the embedded control plane, let the real scheduler runtime
+//! place it over HTTP, and report.
+
+use std::{
+    io::Write,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+use unisched_runtime::{Scheduler, SchedulerOptions};
+use unisched_sim::{ApiServer, DeleteOptions, RunningServer, Store, report, scenario};
+
+/// Output format of the report.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    /// Readable tables.
+    Table,
+    /// One JSON document (stable shape).
+    Json,
+}
+
+/// Flags of `unisched sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Scenario files or directories (see README: steps, `*.delete.yaml`).
+    #[arg(required_unless_present = "serve")]
+    pub paths: Vec<PathBuf>,
+    /// Report format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Give up waiting for the cluster to settle after this many seconds (per step).
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+    /// A `KubeSchedulerConfiguration` for the in-process scheduler (leader election is turned off).
+    #[arg(long = "scheduler-config")]
+    pub scheduler_config: Option<PathBuf>,
+    /// Keep the control plane running after the scenario (Ctrl-C stops it).
+    #[arg(long)]
+    pub serve: bool,
+    /// Where to write a kubeconfig for kubectl and `unisched run` (with --serve).
+    #[arg(long = "kubeconfig-out")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Run only the control plane (start `unisched run --kubeconfig …` separately).
+    #[arg(long = "no-scheduler")]
+    pub no_scheduler: bool,
+    /// Port to listen on (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Seed for tie-breaks, so the same scenario gives the same placement.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// How long nothing may change for the cluster to count as settled (milliseconds).
+    #[arg(long = "settle-ms", default_value_t = 500)]
+    pub settle_ms: u64,
+}
+
+fn progress(msg: &str) {
+    let mut e = std::io::stderr();
+    let _ = writeln!(e, "[sim] {msg}");
+}
+
+/// True when every pod is bound, rejected with a reason, or finished.
+fn all_decided(store: &Store) -> (bool, usize, usize) {
+    let pods = store.list_all("pods", None).unwrap_or_default();
+    let mut undecided = 0;
+    for p in &pods {
+        let v = p.value();
+        let bound = v["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let phase = v["status"]["phase"].as_str().unwrap_or("");
+        let rejected = v["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "PodScheduled" && c["status"] == "False");
+        let gated = v["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty());
+        if !(bound || rejected || gated || phase == "Succeeded" || phase == "Failed") {
+            undecided += 1;
+        }
+    }
+    (undecided == 0, pods.len(), undecided)
+}
+
+/// Waits until nothing has been written for `quiet`, every pod is decided, and (with an in-process
+/// scheduler) no pod is waiting in activeQ/backoffQ or being bound: a pod in backoff will be retried
+/// and may still land, so the cluster has not settled.
+async fn settle(store: &Store, quiet: Duration, timeout: Duration, scheduler: Option<&Scheduler>) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut last_report = Instant::now();
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return false;
+        }
+        let quiet_ok = store.wait_quiet(quiet, remaining).await;
+        let (decided, total, undecided) = all_decided(store);
+        match scheduler {
+            None if quiet_ok => return true,
+            Some(s) if quiet_ok && decided && s.is_idle() => return true,
+            _ => {}
+        }
+        if last_report.elapsed() > Duration::from_secs(2) {
+            progress(&format!("waiting: {}/{total} pods decided", total - undecided));
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn plural_of(kind: &str) -> String {
+    match kind {
+        "PriorityClass" => "priorityclasses".into(),
+        "DeviceClass" => "deviceclasses".into(),
+        "PodDisruptionBudget" => "poddisruptionbudgets".into(),
+        other => format!("{}s", other.to_ascii_lowercase()),
+    }
+}
+
+/// Creates (or, for `pods: true`, only the pods / for `false` everything but the pods) of a step.
+fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()> {
+    for o in step.apply.iter().filter(|o| (o.kind == "Pod") == pods) {
+        apply_one(store, o)?;
+    }
+    Ok(())
+}
+
+fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
+    for d in &step.delete {
+        let plural = plural_of(&d.kind);
+        match store.delete(
+            &plural,
+            d.namespace.as_deref(),
+            &d.name,
+            &DeleteOptions::default(),
+        ) {
+            Ok(_) => {}
+            Err(e) => bail!("{}: deleting {} {}: {e}", d.source, d.kind, d.name),
+        }
+    }
+    Ok(())
+}
+
+fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<()> {
+    {
+        let plural = plural_of(&o.kind);
+        let mut value: Value = o.value.clone();
+        // Status in scenario files is accepted for nodes (allocatable) and slices; the store keeps it.
+        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        store
+            .create(&plural, o.namespace.as_deref(), value)
+            .with_context(|| format!("{}: creating {} {}", o.source, o.kind, o.display_name()))?;
+        if o.kind == "Node" && o.value.get("status").is_some() {
+            // Creation may drop status for kinds with a status subresource; write it explicitly.
+            let name = o.value["metadata"]["name"].as_str().unwrap_or_default();
+            let patch = unisched_sim::Patch::Merge(serde_json::json!({"status": o.value["status"].clone()}));
+            store
+                .patch_status("nodes", None, name, &patch)
+                .with_context(|| format!("{}: node status", o.source))?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the scheduler's cache holds as many nodes as the store.
+async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration) {
+    let want = store.list_all("nodes", None).map(|v| v.len()).unwrap_or(0);
+    let start = Instant::now();
+    while scheduler.cache().node_count() != want && start.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs the command; returns the exit code (0 settled, 3 did not settle in time).
+pub async fn sim(args: SimArgs) -> Result<u8> {
+    let started = Instant::now();
+    // Read and validate everything first: nothing is applied if any file is bad.
+    let scenario = if args.paths.is_empty() {
+        scenario::Scenario::default()
+    } else {
+        scenario::load(&args.paths)?
+    };
+    let server: RunningServer = ApiServer::builder()
+        .build()
+        .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
+        .await
+        .context("starting the embedded API server")?;
+    let store = server.store().clone();
+    progress(&format!("control plane listening on {}", server.url()));
+
+    let scheduler = if args.no_scheduler {
+        None
+    } else {
+        let mut config = crate::run::load_config(args.scheduler_config.as_ref())?;
+        config.leader_election.leader_elect = false;
+        config.client_connection.qps = -1.0;
+        let kconfig = kube::Config::new(server.url().parse().context("server URL")?);
+        let client = kube::Client::try_from(kconfig).context("building the API client")?;
+        let options = SchedulerOptions {
+            config,
+            seed: args.seed,
+            identity: "unisched-sim".into(),
+            health_addr: None,
+            default_namespace: "default".into(),
+        };
+        let s = Arc::new(Scheduler::new(client, options).await?);
+        let runner = s.clone();
+        let task = tokio::spawn(async move { runner.run().await });
+        // Wait for the informers' first list so the first pods are not raced.
+        let wait = Instant::now();
+        while !s.health().is_synced() && wait.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Some((s, task))
+    };
+
+    for ns in scenario::missing_namespaces(&scenario) {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        if let Err(e) = store.create("namespaces", None, obj) {
+            tracing::debug!(namespace = %ns, error = %e, "creating namespace");
+        }
+    }
+    let quiet = Duration::from_millis(args.settle_ms);
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let mut settled = true;
+    for (i, step) in scenario.steps.iter().enumerate() {
+        progress(&format!(
+            "step {}/{} {:?}: {} to create, {} to delete",
+            i + 1,
+            scenario.steps.len(),
+            step.name,
+            step.apply.len(),
+            step.delete.len()
+        ));
+        apply_deletes(&store, step)?;
+        apply_objects(&store, step, false)?;
+        if let Some((s, _)) = &scheduler {
+            // A barrier: the pods of a step see the cluster the step describes, whatever order the
+            // watches deliver events in. Without it placement would depend on thread timing.
+            wait_for_cache(&store, s, Duration::from_secs(10)).await;
+        }
+        apply_objects(&store, step, true)?;
+        if !settle(
+            &store,
+            quiet,
+            timeout,
+            scheduler.as_ref().map(|(s, _)| s.as_ref()),
+        )
+        .await
+        {
+            settled = false;
+            progress(&format!(
+                "step {:?} did not settle within {:.0}s",
+                step.name, args.timeout
+            ));
+        }
+    }
+    let report = report::build(&store, started.elapsed().as_secs_f64());
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
+        Output::Table => print!("{}", report.to_table()),
+    }
+    if args.serve {
+        let kubeconfig = server.kubeconfig();
+        let path = args
+            .kubeconfig_out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
+        std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+        progress(&format!(
+            "serving on {} — try: kubectl --kubeconfig {} get pods -A   (Ctrl-C to stop)",
+            server.url(),
+            path.display()
+        ));
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    if let Some((s, task)) = scheduler {
+        s.stop();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    server.shutdown().await;
+    Ok(if settled { 0 } else { 3 })
+}

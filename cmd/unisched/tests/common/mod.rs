@@ -1,0 +1,91 @@
+//! Helpers for tests that run the real `unisched` binary.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_unisched"))
+}
+
+/// A fresh temporary directory for one test.
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("unisched-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Kills the child when dropped, so a failing test leaves nothing running.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Starts `unisched sim <scenario> --serve --kubeconfig-out <dir>/kubeconfig [extra]` and waits
+/// for the kubeconfig to appear.
+pub fn serve(dir: &Path, scenario: &Path, extra: &[&str]) -> (ChildGuard, PathBuf) {
+    let kc = dir.join("kubeconfig");
+    let child = Command::new(bin())
+        .arg("sim")
+        .arg(scenario)
+        .args(["--serve", "--kubeconfig-out"])
+        .arg(&kc)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = ChildGuard(child);
+    wait_for(Duration::from_secs(60), || kc.exists().then_some(())).expect("kubeconfig written");
+    (guard, kc)
+}
+
+/// Runs kubectl with a kubeconfig; returns (success, stdout, stderr).
+pub fn kubectl(kc: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .output()
+        .expect("kubectl on PATH");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One node with the given allocatable cpu and memory.
+pub fn node_yaml(name: &str, cpu: &str, memory: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  allocatable: {{cpu: \"{cpu}\", memory: {memory}, pods: \"110\"}}\n  capacity: {{cpu: \"{cpu}\", memory: {memory}, pods: \"110\"}}\n"
+    )
+}
+
+/// A pod for unisched with a cpu request.
+pub fn pod_yaml(name: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: unisched\n  containers: [{{name: c, image: registry.example/app:1, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]\n"
+    )
+}

@@ -1,0 +1,318 @@
+//! Watches feeding the cache and the queue.
+//!
+//! One watch per kind, each with kube-runtime's watcher (list, then watch from the list's
+//! resourceVersion; relist on 410; exponential backoff on errors). After a relist, objects that
+//! were not re-listed are treated as deleted, so a missed delete during a disconnect cannot leave a
+//! ghost pod holding resources. `synced` flips once every watch has finished its first list; the
+//! scheduler does not pop a pod before that (`/readyz` reports it).
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use parking_lot::Mutex;
+use unisched_cache::Cache;
+use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource, PodInfo, well_known};
+use unisched_queue::SchedulingQueue;
+
+/// Applies watch events for one kind.
+pub trait Handler: Send + Sync + 'static {
+    /// The object type.
+    type Obj: Clone + Send + Sync + 'static;
+    /// The object's identity (UID for pods, name for nodes).
+    fn key(obj: &Self::Obj) -> String;
+    /// Added or modified.
+    fn apply(&self, obj: Self::Obj);
+    /// Deleted (by key; the handler remembers the last object).
+    fn delete(&self, key: &str);
+    /// Keys currently known.
+    fn known_keys(&self) -> Vec<String>;
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Pods: assigned ones feed the cache, unassigned ones for our profiles feed the queue.
+pub struct PodHandler {
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    known: Mutex<HashMap<String, Arc<PodInfo>>>,
+}
+
+impl PodHandler {
+    /// A handler over the cache and queue.
+    pub fn new(cache: Arc<Cache>, queue: Arc<SchedulingQueue>) -> Self {
+        PodHandler {
+            cache,
+            queue,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The last object seen for a pod UID.
+    pub fn get(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        self.known.lock().get(uid).cloned()
+    }
+
+    fn release(&self, old: &Arc<PodInfo>) {
+        if let Err(e) = self.cache.remove_pod(old) {
+            tracing::debug!(pod = %old.key(), error = %e, "removing pod from cache");
+        }
+        self.queue.move_all_to_active_or_backoff(
+            well_known::ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(old.pod.clone())),
+            None,
+        );
+    }
+}
+
+impl Handler for PodHandler {
+    type Obj = Pod;
+
+    fn key(obj: &Pod) -> String {
+        PodInfo::from_arc(Arc::new(obj.clone())).uid
+    }
+
+    fn apply(&self, pod: Pod) {
+        let new = Arc::new(PodInfo::new(pod));
+        let old = self.known.lock().insert(new.uid.clone(), new.clone());
+        let terminal = is_terminal(&new.pod);
+        let old_assigned = old.as_ref().is_some_and(|o| o.node_name().is_some());
+        match (new.node_name().is_some(), terminal) {
+            (true, false) => {
+                if old_assigned {
+                    if let Some(old) = &old {
+                        if let Err(e) = self.cache.update_pod(old, new.clone()) {
+                            tracing::warn!(pod = %new.key(), error = %e, "updating pod in cache");
+                        }
+                        self.queue.assigned_pod_updated(old, &new);
+                    }
+                } else {
+                    if let Some(old) = &old {
+                        // Was pending: the queue drops it now that it has a node.
+                        self.queue.update(Some(old), new.clone());
+                    }
+                    if let Err(e) = self.cache.add_pod(new.clone()) {
+                        tracing::warn!(pod = %new.key(), error = %e, "adding pod to cache");
+                    }
+                    self.queue.assigned_pod_added(&new);
+                }
+            }
+            (true, true) => {
+                if old_assigned && let Some(old) = &old {
+                    self.release(old);
+                }
+            }
+            (false, false) => match &old {
+                None => {
+                    self.queue.add(new);
+                }
+                Some(old) => self.queue.update(Some(old), new),
+            },
+            (false, true) => self.queue.delete(&new),
+        }
+    }
+
+    fn delete(&self, key: &str) {
+        let Some(old) = self.known.lock().remove(key) else {
+            return;
+        };
+        if old.node_name().is_some() {
+            if !is_terminal(&old.pod) {
+                self.release(&old);
+            }
+        } else {
+            self.queue.delete(&old);
+        }
+    }
+
+    fn known_keys(&self) -> Vec<String> {
+        self.known.lock().keys().cloned().collect()
+    }
+}
+
+/// Nodes feed the cache; their changes can make waiting pods schedulable.
+pub struct NodeHandler {
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    known: Mutex<HashMap<String, Arc<Node>>>,
+}
+
+impl NodeHandler {
+    /// A handler over the cache and queue.
+    pub fn new(cache: Arc<Cache>, queue: Arc<SchedulingQueue>) -> Self {
+        NodeHandler {
+            cache,
+            queue,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The specific update events a node change contains (most specific first), as upstream.
+pub fn node_scheduling_properties_change(old: &Node, new: &Node) -> Vec<ClusterEvent> {
+    let mut out = Vec::new();
+    let spec = |n: &Node| n.spec.clone().unwrap_or_default();
+    let status = |n: &Node| n.status.clone().unwrap_or_default();
+    let (os, ns) = (spec(old), spec(new));
+    if os.unschedulable.unwrap_or(false) != ns.unschedulable.unwrap_or(false) || os.taints != ns.taints {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_TAINT,
+            "NodeTaintChange",
+        ));
+    }
+    if status(old).allocatable != status(new).allocatable {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_ALLOCATABLE,
+            "NodeAllocatableChange",
+        ));
+    }
+    if old.metadata.labels != new.metadata.labels {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_LABEL,
+            "NodeLabelChange",
+        ));
+    }
+    let conds = |n: &Node| {
+        status(n)
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.type_, c.status))
+            .collect::<Vec<_>>()
+    };
+    if conds(old) != conds(new) {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_CONDITION,
+            "NodeConditionChange",
+        ));
+    }
+    if old.metadata.annotations != new.metadata.annotations {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_ANNOTATION,
+            "NodeAnnotationChange",
+        ));
+    }
+    out
+}
+
+impl Handler for NodeHandler {
+    type Obj = Node;
+
+    fn key(obj: &Node) -> String {
+        obj.metadata.name.clone().unwrap_or_default()
+    }
+
+    fn apply(&self, node: Node) {
+        let new = Arc::new(node);
+        let name = Self::key(&new);
+        let old = self.known.lock().insert(name, new.clone());
+        match old {
+            None => {
+                self.cache.add_node(new.clone());
+                self.queue.move_all_to_active_or_backoff(
+                    well_known::NODE_ADD,
+                    None,
+                    Some(EventObject::Node(new)),
+                );
+            }
+            Some(old) => {
+                self.cache.update_node(new.clone());
+                for ev in node_scheduling_properties_change(&old, &new) {
+                    self.queue.move_all_to_active_or_backoff(
+                        ev,
+                        Some(EventObject::Node(old.clone())),
+                        Some(EventObject::Node(new.clone())),
+                    );
+                }
+            }
+        }
+    }
+
+    fn delete(&self, key: &str) {
+        let Some(old) = self.known.lock().remove(key) else {
+            return;
+        };
+        if let Err(e) = self.cache.remove_node(key) {
+            tracing::debug!(node = key, error = %e, "removing node from cache");
+        }
+        self.queue
+            .move_all_to_active_or_backoff(well_known::NODE_DELETE, Some(EventObject::Node(old)), None);
+    }
+
+    fn known_keys(&self) -> Vec<String> {
+        self.known.lock().keys().cloned().collect()
+    }
+}
+
+/// Runs a watch forever, applying events to `handler`. `on_synced` is called after the first
+/// complete list.
+pub async fn run_watch<H, K>(
+    api: Api<K>,
+    config: watcher::Config,
+    handler: Arc<H>,
+    on_synced: impl Fn() + Send + 'static,
+) where
+    H: Handler<Obj = K>,
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut relist: Option<HashSet<String>> = None;
+    let mut synced = false;
+    loop {
+        match stream.try_next().await {
+            Ok(Some(event)) => match event {
+                watcher::Event::Init => relist = Some(HashSet::new()),
+                watcher::Event::InitApply(obj) => {
+                    if let Some(seen) = relist.as_mut() {
+                        seen.insert(H::key(&obj));
+                    }
+                    handler.apply(obj);
+                }
+                watcher::Event::InitDone => {
+                    if let Some(seen) = relist.take() {
+                        for k in handler.known_keys() {
+                            if !seen.contains(&k) {
+                                handler.delete(&k);
+                            }
+                        }
+                    }
+                    if !synced {
+                        synced = true;
+                        on_synced();
+                    }
+                }
+                watcher::Event::Apply(obj) => handler.apply(obj),
+                watcher::Event::Delete(obj) => handler.delete(&H::key(&obj)),
+            },
+            Ok(None) => return,
+            Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
+        }
+    }
+}
+
+/// The APIs of the watched kinds.
+pub fn pods_api(client: &Client) -> Api<Pod> {
+    Api::all(client.clone())
+}
+
+/// The node API.
+pub fn nodes_api(client: &Client) -> Api<Node> {
+    Api::all(client.clone())
+}

@@ -1,0 +1,20 @@
+//! Everything that talks to an API server: watchers feeding the cache and queue, the API writer,
+//! events, leader election, metrics and health endpoints, and the loop that drives the
+//! synchronous scheduling core.
+#![forbid(unsafe_code)]
+
+mod events;
+mod http;
+mod informers;
+mod leader;
+mod metrics;
+mod scheduler;
+mod writer;
+
+pub use events::*;
+pub use http::*;
+pub use informers::*;
+pub use leader::*;
+pub use metrics::*;
+pub use scheduler::*;
+pub use writer::*;

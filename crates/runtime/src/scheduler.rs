@@ -1,0 +1,579 @@
+//! The running scheduler: profiles, cache, queue, watches, the scheduling loop and binding tasks.
+//!
+//! The scheduling cycle runs on one dedicated OS thread, one pod at a time, exactly like upstream;
+//! it never awaits. Everything that does I/O — binding cycles, status patches, events — is handed
+//! to the tokio runtime, so a slow API server delays a pod's binding, never the next pod's
+//! placement. The same code runs in a cluster (`unisched run`) and inside `unisched sim`.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::{Client, runtime::watcher};
+use serde_json::json;
+use tokio::runtime::Handle;
+use unisched_cache::Cache;
+use unisched_framework::{
+    CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure,
+    SeededRng, config::KubeSchedulerConfiguration, run_binding_cycle, run_scheduling_cycle, well_known,
+};
+use unisched_plugins::{BindError, Binder, PluginContext, Registry};
+use unisched_queue::{QueueConfig, SchedulingQueue};
+
+use crate::{
+    ApiWriter, EventRecorder, EventType, Health, LeaderFlag, LeaseConfig, Metrics, NodeHandler, PodEvent,
+    PodHandler, WriteError, informers, run_leader_election, spawn_event_writer,
+};
+
+/// Why the scheduler could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The configuration does not describe a valid scheduler.
+    #[error("building profile {profile:?}: {message}")]
+    Profile {
+        /// Profile.
+        profile: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The queue rejected the profiles (e.g. different QueueSort plugins).
+    #[error("building the scheduling queue: {0}")]
+    Queue(String),
+    /// Metrics could not be registered.
+    #[error(transparent)]
+    Metrics(#[from] crate::MetricsError),
+    /// The health/metrics endpoint could not bind.
+    #[error("serving health and metrics on {addr}: {error}")]
+    Serve {
+        /// Address.
+        addr: SocketAddr,
+        /// Error.
+        error: std::io::Error,
+    },
+    /// The leader lease was lost; the process must exit.
+    #[error("leaderelection lost")]
+    LeaseLost,
+}
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    /// The completed, validated configuration.
+    pub config: KubeSchedulerConfiguration,
+    /// Tie-break seed; a fixed one makes runs repeatable.
+    pub seed: u64,
+    /// This replica's identity (lease holder, event `reportingInstance`).
+    pub identity: String,
+    /// Where to serve `/metrics`, `/healthz`, `/readyz`, `/configz`; `None` serves nothing.
+    pub health_addr: Option<SocketAddr>,
+    /// Lease namespace when the configuration leaves it empty.
+    pub default_namespace: String,
+}
+
+/// Binds through the API writer from a blocking thread.
+struct RuntimeBinder {
+    writer: ApiWriter,
+    handle: Handle,
+}
+
+impl Binder for RuntimeBinder {
+    fn bind(&self, pod: &Pod, node: &str) -> Result<(), BindError> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let writer = self.writer.clone();
+        let node = node.to_string();
+        self.handle
+            .block_on(async move { writer.bind(&ns, &name, &uid, &node).await })
+            .map_err(|e| match e {
+                WriteError::Conflict(m) => BindError::Conflict(m),
+                WriteError::NotFound(m) => BindError::NotFound(m),
+                other => BindError::Api(other.to_string()),
+            })
+    }
+}
+
+struct Shared {
+    profiles: HashMap<String, Arc<Framework>>,
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    pods: Arc<PodHandler>,
+    writer: ApiWriter,
+    events: EventRecorder,
+    metrics: Metrics,
+    handle: Handle,
+    stop: AtomicBool,
+    bindings_in_flight: AtomicUsize,
+}
+
+/// A running scheduler.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    health: Health,
+    leader: LeaderFlag,
+    options: SchedulerOptions,
+    client: Client,
+    /// Where the health endpoints listen, when served.
+    pub health_addr: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("identity", &self.options.identity)
+            .finish()
+    }
+}
+
+impl Scheduler {
+    /// Builds profiles, cache, queue and writer, and starts the health endpoint. Nothing is
+    /// watched or scheduled until [`Scheduler::run`].
+    pub async fn new(client: Client, options: SchedulerOptions) -> Result<Self, RuntimeError> {
+        let metrics = Metrics::new()?;
+        let cfg = &options.config;
+        let leader = LeaderFlag::new(!cfg.leader_election.leader_elect);
+        let writer = ApiWriter::new(
+            client.clone(),
+            cfg.client_connection.qps,
+            cfg.client_connection.burst,
+            metrics.clone(),
+            leader.clone(),
+        );
+        let handle = Handle::current();
+        let binder: Arc<dyn Binder> = Arc::new(RuntimeBinder {
+            writer: writer.clone(),
+            handle: handle.clone(),
+        });
+        let registry = Registry::in_tree(PluginContext::new(binder));
+        let mut profiles = HashMap::new();
+        let mut frameworks = Vec::new();
+        for p in &cfg.profiles {
+            let name = p.scheduler_name.clone().unwrap_or_default();
+            let fwk = Framework::new(p, &registry)
+                .map_err(|e| RuntimeError::Profile {
+                    profile: name.clone(),
+                    message: e.to_string(),
+                })?
+                .with_observer(Arc::new(metrics.clone()));
+            let fwk = Arc::new(fwk);
+            metrics.init_profile(&name);
+            frameworks.push(fwk.clone());
+            profiles.insert(name, fwk);
+        }
+        let qcfg = QueueConfig::builder()
+            .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
+            .build();
+        let queue =
+            Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
+        let cache = Arc::new(Cache::new());
+        let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
+        let events = spawn_event_writer(writer.clone(), metrics.clone(), options.identity.clone(), 1000);
+        let health = Health::default();
+        let mut health_addr = None;
+        if let Some(addr) = options.health_addr {
+            let configz = serde_json::to_string_pretty(&json!({"componentconfig": cfg})).unwrap_or_default();
+            let (bound, _task) = crate::serve(addr, metrics.clone(), health.clone(), configz)
+                .await
+                .map_err(|error| RuntimeError::Serve { addr, error })?;
+            health_addr = Some(bound);
+        }
+        let shared = Arc::new(Shared {
+            profiles,
+            cache,
+            queue,
+            pods,
+            writer,
+            events,
+            metrics,
+            handle,
+            stop: AtomicBool::new(false),
+            bindings_in_flight: AtomicUsize::new(0),
+        });
+        Ok(Scheduler {
+            shared,
+            health,
+            leader,
+            options,
+            client,
+            health_addr,
+        })
+    }
+
+    /// The metrics (for tests and the benchmark).
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The cache (for reports and tests).
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.shared.cache
+    }
+
+    /// The queue (for reports and tests).
+    pub fn queue(&self) -> &Arc<SchedulingQueue> {
+        &self.shared.queue
+    }
+
+    /// True when no pod is waiting to be tried soon: activeQ and backoffQ are empty and no
+    /// attempt or binding is in flight. Pods in the unschedulable pool wait for an event and do not
+    /// count. The simulator uses this to know the cluster has settled.
+    pub fn is_idle(&self) -> bool {
+        let p = self.shared.queue.pending_pods();
+        p.active == 0
+            && p.backoff == 0
+            && p.in_flight == 0
+            && self.shared.bindings_in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Health state.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Asks the loop to stop (in-process use: the simulator and tests).
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.queue.close();
+    }
+
+    /// Watches, elects, schedules. Returns `Err(LeaseLost)` when leadership is lost, `Ok` after
+    /// [`Scheduler::stop`].
+    pub async fn run(&self) -> Result<(), RuntimeError> {
+        let sh = self.shared.clone();
+        // Watches.
+        let pending_syncs = Arc::new(AtomicUsize::new(2));
+        let mark = |health: Health, pending: Arc<AtomicUsize>| {
+            move || {
+                if pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    health.set_synced();
+                    tracing::info!("caches synced");
+                }
+            }
+        };
+        let nodes = Arc::new(NodeHandler::new(sh.cache.clone(), sh.queue.clone()));
+        let tasks = vec![
+            tokio::spawn(informers::run_watch(
+                informers::nodes_api(&self.client),
+                watcher::Config::default(),
+                nodes,
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                informers::pods_api(&self.client),
+                watcher::Config::default(),
+                sh.pods.clone(),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            // Periodic queue flushes and gauges.
+            tokio::spawn(periodic(sh.clone())),
+        ];
+        // Leader election.
+        let cfg = &self.options.config;
+        let election = if cfg.leader_election.leader_elect {
+            let le = &cfg.leader_election;
+            let lease = LeaseConfig {
+                namespace: if le.resource_namespace.is_empty() {
+                    self.options.default_namespace.clone()
+                } else {
+                    le.resource_namespace.clone()
+                },
+                name: le.resource_name.clone(),
+                identity: self.options.identity.clone(),
+                lease_duration: le.lease_duration.0,
+                renew_deadline: le.renew_deadline.0,
+                retry_period: le.retry_period.0,
+            };
+            Some(tokio::spawn(run_leader_election(
+                self.client.clone(),
+                lease,
+                self.leader.clone(),
+                sh.metrics.clone(),
+            )))
+        } else {
+            sh.metrics.leader.set(1);
+            None
+        };
+        // The scheduling loop, on its own thread.
+        let loop_shared = sh.clone();
+        let health = self.health.clone();
+        let leader = self.leader.clone();
+        let seed = self.options.seed;
+        let parallelism = usize::try_from(cfg.parallelism).unwrap_or(1);
+        let percentage = cfg.percentage_of_nodes_to_score;
+        let loop_thread = std::thread::Builder::new()
+            .name("unisched-schedule".into())
+            .spawn(move || scheduling_loop(loop_shared, health, leader, seed, parallelism, percentage));
+        if let Err(e) = &loop_thread {
+            tracing::error!(error = %e, "cannot start the scheduling thread");
+        }
+        let result = match election {
+            Some(mut election) => loop {
+                tokio::select! {
+                    _ = &mut election => break Err(RuntimeError::LeaseLost),
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {
+                        if sh.stop.load(Ordering::SeqCst) { election.abort(); break Ok(()); }
+                    }
+                }
+            },
+            None => {
+                while !sh.stop.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(())
+            }
+        };
+        if result.is_err() {
+            self.health.set_dying();
+            self.leader.set(false);
+        }
+        sh.stop.store(true, Ordering::SeqCst);
+        sh.queue.close();
+        for t in tasks {
+            t.abort();
+        }
+        if let Ok(t) = loop_thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        result
+    }
+}
+
+async fn periodic(sh: Arc<Shared>) {
+    let mut tick = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick += 1;
+        sh.queue.flush_backoff_completed();
+        if tick.is_multiple_of(30) {
+            sh.queue.flush_unschedulable_leftover();
+        }
+        for (label, n) in sh.queue.pending_pods().by_label() {
+            sh.metrics
+                .pending_pods
+                .with_label_values(&[label])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        let set = |t: &str, n: usize| {
+            sh.metrics
+                .cache_size
+                .with_label_values(&[t])
+                .set(i64::try_from(n).unwrap_or(i64::MAX))
+        };
+        set("nodes", sh.cache.node_count());
+        set("pods", sh.cache.pod_count());
+        set("assumed_pods", sh.cache.assumed_pod_count());
+    }
+}
+
+fn scheduling_loop(
+    sh: Arc<Shared>,
+    health: Health,
+    leader: LeaderFlag,
+    seed: u64,
+    parallelism: usize,
+    percentage: Option<i32>,
+) {
+    let mut algos: HashMap<String, SchedulingAlgorithm> = HashMap::new();
+    let mut sampler = SeededRng::new(seed ^ 0x5eed);
+    while !sh.stop.load(Ordering::SeqCst) {
+        if !health.is_synced() || !leader.is_leader() {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let Some(qpi) = sh.queue.pop(Duration::from_millis(200)) else {
+            continue;
+        };
+        schedule_one(&sh, &mut algos, &mut sampler, qpi, seed, parallelism, percentage);
+    }
+}
+
+fn schedule_one(
+    sh: &Arc<Shared>,
+    algos: &mut HashMap<String, SchedulingAlgorithm>,
+    sampler: &mut SeededRng,
+    qpi: QueuedPodInfo,
+    seed: u64,
+    parallelism: usize,
+    percentage: Option<i32>,
+) {
+    let start = Instant::now();
+    let pod = qpi.pod_info.clone();
+    let Some(fwk) = sh.profiles.get(pod.scheduler_name()).cloned() else {
+        sh.queue.done(&pod.uid);
+        return;
+    };
+    let algo = algos
+        .entry(fwk.profile_name().to_string())
+        .or_insert_with(|| SchedulingAlgorithm::new(parallelism, percentage, seed));
+    let record = sampler.below(100) < 10;
+    let outcome = run_scheduling_cycle(
+        &fwk,
+        algo,
+        sh.cache.as_ref(),
+        sh.queue.as_ref(),
+        pod.clone(),
+        record,
+    );
+    match outcome {
+        CycleOutcome::Skipped(why) => {
+            tracing::debug!(pod = %pod.key(), why, "skipping pod");
+            sh.queue.done(&pod.uid);
+        }
+        CycleOutcome::Failed(f) => handle_failure(sh, &fwk, qpi, *f, start),
+        CycleOutcome::Assumed(task) => {
+            sh.metrics
+                .algorithm_duration
+                .with_label_values::<&str>(&[])
+                .observe(start.elapsed().as_secs_f64());
+            let sh2 = sh.clone();
+            sh.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
+            sh.metrics.goroutines.with_label_values(&["binding"]).inc();
+            sh.handle.spawn_blocking(move || {
+                let assumed = task.assumed.clone();
+                let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
+                match result {
+                    Ok(bound) => {
+                        sh2.queue.done(&bound.assumed.uid);
+                        let profile = fwk.profile_name();
+                        sh2.metrics
+                            .schedule_attempts
+                            .with_label_values(&["scheduled", profile])
+                            .inc();
+                        sh2.metrics
+                            .attempt_duration
+                            .with_label_values(&["scheduled", profile])
+                            .observe(start.elapsed().as_secs_f64());
+                        let attempts = qpi.attempts.max(1);
+                        sh2.metrics
+                            .pod_scheduling_attempts
+                            .with_label_values::<&str>(&[])
+                            .observe(f64::from(attempts));
+                        let first = qpi.initial_attempt_timestamp.unwrap_or(qpi.timestamp);
+                        sh2.metrics
+                            .sli_duration
+                            .with_label_values(&[&attempts.to_string()])
+                            .observe(first.elapsed().as_secs_f64());
+                        sh2.events.record(PodEvent {
+                            namespace: bound.assumed.namespace.clone(),
+                            name: bound.assumed.name.clone(),
+                            uid: bound.assumed.uid.clone(),
+                            type_: EventType::Normal,
+                            reason: "Scheduled".into(),
+                            action: "Binding".into(),
+                            note: format!("Successfully assigned {} to {}", bound.assumed.key(), bound.node),
+                            controller: profile.to_string(),
+                        });
+                    }
+                    Err(f) => {
+                        sh2.queue.move_all_to_active_or_backoff(
+                            well_known::ASSIGNED_POD_DELETE,
+                            Some(EventObject::Pod(assumed.pod.clone())),
+                            None,
+                        );
+                        handle_failure(&sh2, &fwk, qpi, *f, start);
+                    }
+                }
+                sh2.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+                sh2.metrics.goroutines.with_label_values(&["binding"]).dec();
+            });
+        }
+    }
+}
+
+/// Requeues, tells the user (event + PodScheduled=False), records metrics.
+fn handle_failure(
+    sh: &Arc<Shared>,
+    fwk: &Framework,
+    qpi: QueuedPodInfo,
+    f: SchedulingFailure,
+    start: Instant,
+) {
+    let profile = fwk.profile_name();
+    let result = if f.status.is_rejected() || f.fit_error.is_some() {
+        "unschedulable"
+    } else {
+        "error"
+    };
+    sh.metrics
+        .schedule_attempts
+        .with_label_values(&[result, profile])
+        .inc();
+    sh.metrics
+        .attempt_duration
+        .with_label_values(&[result, profile])
+        .observe(start.elapsed().as_secs_f64());
+    let pod = f.pod.clone();
+    // The pod may have been deleted or bound by someone else meanwhile.
+    let latest: Option<Arc<PodInfo>> = sh.pods.get(&pod.uid);
+    let Some(latest) = latest else {
+        sh.queue.done(&pod.uid);
+        return;
+    };
+    if latest.node_name().is_some() {
+        sh.queue.done(&pod.uid);
+        return;
+    }
+    if let Err(e) = sh.queue.handle_failure(qpi, &f) {
+        tracing::debug!(pod = %pod.key(), error = %e, "requeue after failure");
+    }
+    tracing::info!(pod = %pod.key(), reason = f.reason, message = %f.message, "unable to schedule pod");
+    sh.events.record(PodEvent {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        type_: EventType::Warning,
+        reason: "FailedScheduling".into(),
+        action: "Scheduling".into(),
+        note: f.message.clone(),
+        controller: profile.to_string(),
+    });
+    let unchanged = latest
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(f.reason)
+                && c.message.as_deref() == Some(&f.message)
+        });
+    let nominated_change = f.nominated_node.is_some();
+    if unchanged && !nominated_change {
+        return;
+    }
+    let mut status = json!({
+        "conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": f.reason,
+            "message": f.message,
+            "lastProbeTime": null,
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }]
+    });
+    if let Some(n) = &f.nominated_node {
+        status["nominatedNodeName"] = if n.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(n)
+        };
+    }
+    let writer = sh.writer.clone();
+    let (ns, name) = (pod.namespace.clone(), pod.name.clone());
+    sh.handle.spawn(async move {
+        if let Err(e) = writer
+            .patch_pod_status(&ns, &name, json!({ "status": status }))
+            .await
+        {
+            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "patching PodScheduled condition");
+        }
+    });
+}

@@ -1,0 +1,351 @@
+//! The ResourceClaim controller, after kube-controller-manager's `resourceclaim` controller:
+//!
+//! - For each `pod.spec.resourceClaims[]` entry naming a `resourceClaimTemplateName`, creates a
+//!   ResourceClaim from the template (`generateName: <pod>-<entry>-`, controller owner reference to the
+//!   pod, annotation `resource.kubernetes.io/pod-claim-name: <entry>`, labels/annotations from the
+//!   template metadata, spec from the template's `spec.spec`) and records it in
+//!   `pod.status.resourceClaimStatuses`. An orphan claim created earlier for the same pod entry is
+//!   reused instead of creating another.
+//! - For a scheduled pod, reserves allocated claims that are not yet reserved for it.
+//! - Removes deleted, replaced or finished pods from `status.reservedFor`. When the list becomes empty
+//!   and the claim carries the `resource.kubernetes.io/delete-protection` finalizer, clears
+//!   `status.allocation` and removes the finalizer (also for a claim being deleted).
+//! - Deletes an unreserved generated claim whose pod is finished or replaced (the garbage collector
+//!   deletes those of deleted pods).
+
+use serde_json::{Map, Value, json};
+
+use super::{Next, is_terminal, next_event, record_event};
+use crate::patch::Patch;
+use crate::store::{DeleteOptions, EventType, ObjectRef, Store};
+use crate::util::{get_path, get_str};
+
+/// Annotation on generated claims naming the pod's claim entry.
+pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+/// Finalizer the scheduler puts on claims it allocates.
+pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+const COMPONENT: &str = "resource_claim";
+
+/// Runs until `shutdown` changes.
+pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let (Ok(pods), Ok(claims), Ok(templates)) =
+        (store.resolve("pods"), store.resolve("resourceclaims"), store.resolve("resourceclaimtemplates"))
+    else {
+        tracing::info!("resource claims are not served: the ResourceClaim controller does not run");
+        return;
+    };
+    let mut sub = store.subscribe();
+    resync(&store);
+    loop {
+        match next_event(&mut sub, &mut shutdown).await {
+            Next::Stop => return,
+            Next::Resync => {
+                sub = store.subscribe();
+                resync(&store);
+            }
+            Next::Event(ev) => {
+                if ev.kind == pods {
+                    let deleted = ev.event_type == EventType::Deleted;
+                    on_pod(&store, &ev.object, deleted);
+                } else if ev.kind == claims {
+                    if ev.event_type != EventType::Deleted {
+                        sync_claim(&store, &ev.object);
+                    }
+                } else if ev.kind == templates && ev.event_type == EventType::Added {
+                    // Pods that waited for this template.
+                    for pod in store.snapshot(pods, Some(ev.object.namespace())) {
+                        if pod_uses_template(pod.value(), ev.object.name()) {
+                            sync_pod(&store, &pod);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn resync(store: &Store) {
+    if let Ok(list) = store.list_all("pods", None) {
+        for pod in list {
+            if has_claims(pod.value()) {
+                on_pod(store, &pod, false);
+            }
+        }
+    }
+    if let Ok(list) = store.list_all("resourceclaims", None) {
+        for claim in list {
+            sync_claim(store, &claim);
+        }
+    }
+}
+
+fn pod_claims(pod: &Value) -> Vec<Value> {
+    get_path(pod, &["spec", "resourceClaims"]).and_then(Value::as_array).cloned().unwrap_or_default()
+}
+
+fn has_claims(pod: &Value) -> bool {
+    !pod_claims(pod).is_empty()
+}
+
+fn pod_uses_template(pod: &Value, template: &str) -> bool {
+    pod_claims(pod).iter().any(|c| get_str(c, &["resourceClaimTemplateName"]) == Some(template))
+}
+
+/// Whether it is certain that the pod's containers will never run (upstream `isPodDone`).
+fn is_pod_done(pod: &Value) -> bool {
+    is_terminal(pod)
+        || (get_path(pod, &["metadata", "deletionTimestamp"]).is_some()
+            && get_str(pod, &["spec", "nodeName"]).unwrap_or_default().is_empty())
+}
+
+/// The claim name a pod entry refers to: `Some(Some(name))`, `Some(None)` when the controller decided
+/// no claim is needed, `None` when a template claim was not created yet.
+fn claim_name_for(pod: &Value, entry: &Value) -> Option<Option<String>> {
+    if let Some(n) = get_str(entry, &["resourceClaimName"]) {
+        return Some(Some(n.to_string()));
+    }
+    let entry_name = get_str(entry, &["name"]).unwrap_or_default();
+    let statuses = get_path(pod, &["status", "resourceClaimStatuses"]).and_then(Value::as_array)?;
+    let s = statuses.iter().find(|s| get_str(s, &["name"]) == Some(entry_name))?;
+    Some(get_str(s, &["resourceClaimName"]).map(str::to_string))
+}
+
+fn controller_pod(claim: &Value) -> Option<(String, String)> {
+    get_path(claim, &["metadata", "ownerReferences"]).and_then(Value::as_array)?.iter().find_map(|o| {
+        (o.get("controller") == Some(&json!(true))
+            && get_str(o, &["apiVersion"]) == Some("v1")
+            && get_str(o, &["kind"]) == Some("Pod"))
+        .then(|| (get_str(o, &["name"]).unwrap_or_default().to_string(), get_str(o, &["uid"]).unwrap_or_default().to_string()))
+    })
+}
+
+fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool) {
+    if !has_claims(pod.value()) {
+        return;
+    }
+    let ns = pod.namespace();
+    if deleted || is_pod_done(pod.value()) {
+        // Release reservations held by this pod.
+        if let Ok(claims) = store.list_all("resourceclaims", Some(ns)) {
+            for claim in claims {
+                let reserved = get_path(claim.value(), &["status", "reservedFor"]).and_then(Value::as_array);
+                let owned = controller_pod(claim.value()).is_some_and(|(_, uid)| uid == pod.uid());
+                if owned || reserved.is_some_and(|r| r.iter().any(|e| get_str(e, &["uid"]) == Some(pod.uid()))) {
+                    sync_claim(store, &claim);
+                }
+            }
+        }
+        return;
+    }
+    sync_pod(store, pod);
+}
+
+fn sync_pod(store: &Store, pod: &ObjectRef) {
+    let pod_v = pod.value();
+    if get_path(pod_v, &["metadata", "deletionTimestamp"]).is_some() {
+        return;
+    }
+    let ns = pod.namespace().to_string();
+    let mut new_statuses: Vec<Value> = Vec::new();
+    for entry in pod_claims(pod_v) {
+        let entry_name = get_str(&entry, &["name"]).unwrap_or_default().to_string();
+        let Some(template) = get_str(&entry, &["resourceClaimTemplateName"]).map(str::to_string) else { continue };
+        match claim_name_for(pod_v, &entry) {
+            Some(None) => continue,
+            Some(Some(existing)) => {
+                if let Some(c) = store.try_get("resourceclaims", Some(&ns), &existing)
+                    && controller_pod(c.value()).is_some_and(|(_, uid)| uid == pod.uid())
+                {
+                    continue;
+                }
+            }
+            None => {}
+        }
+        let claim = match find_generated_claim(store, pod, &entry_name) {
+            Some(c) => c,
+            None => match create_claim(store, pod, &entry_name, &template) {
+                Ok(c) => c,
+                Err(msg) => {
+                    record_event(
+                        store,
+                        pod_v,
+                        "Warning",
+                        "FailedResourceClaimCreation",
+                        &format!("PodResourceClaim {entry_name}: {msg}"),
+                        COMPONENT,
+                    );
+                    continue;
+                }
+            },
+        };
+        new_statuses.push(json!({"name": entry_name, "resourceClaimName": claim.name()}));
+    }
+    if !new_statuses.is_empty() {
+        let patch = Patch::Strategic(json!({"status": {"resourceClaimStatuses": new_statuses}}));
+        if let Err(e) = store.patch_status("pods", Some(&ns), pod.name(), &patch) {
+            tracing::warn!(pod = pod.name(), error = %e, "could not record generated resource claims in the pod status");
+        }
+    }
+    // A pod bound without the scheduler (spec.nodeName set at creation) gets its claims reserved here.
+    let Some(current) = store.try_get("pods", Some(&ns), pod.name()) else { return };
+    if get_str(current.value(), &["spec", "nodeName"]).unwrap_or_default().is_empty() {
+        return;
+    }
+    for entry in pod_claims(current.value()) {
+        let Some(Some(name)) = claim_name_for(current.value(), &entry) else { continue };
+        let Some(claim) = store.try_get("resourceclaims", Some(&ns), &name) else { continue };
+        let c = claim.value();
+        let reserved: Vec<Value> =
+            get_path(c, &["status", "reservedFor"]).and_then(Value::as_array).cloned().unwrap_or_default();
+        if get_path(c, &["status", "allocation"]).is_some()
+            && !reserved.iter().any(|r| get_str(r, &["uid"]) == Some(current.uid()))
+            && reserved.len() < 256
+        {
+            let mut list = reserved;
+            list.push(json!({"resource": "pods", "name": current.name(), "uid": current.uid()}));
+            let patch = Patch::Merge(json!({"metadata": {"resourceVersion": claim.resource_version().to_string()},
+                                            "status": {"reservedFor": list}}));
+            if let Err(e) = store.patch_status("resourceclaims", Some(&ns), &name, &patch) {
+                tracing::debug!(claim = name, error = %e, "could not reserve a claim for a bound pod");
+            }
+        }
+    }
+}
+
+fn find_generated_claim(store: &Store, pod: &ObjectRef, entry_name: &str) -> Option<ObjectRef> {
+    store.dependents_of(pod.uid()).into_iter().map(|(_, c)| c).find(|c| {
+        c.get("kind").and_then(Value::as_str) == Some("ResourceClaim")
+            && controller_pod(c.value()).is_some_and(|(_, uid)| uid == pod.uid())
+            && get_str(c.value(), &["metadata", "annotations", POD_CLAIM_NAME_ANNOTATION]) == Some(entry_name)
+    })
+}
+
+fn create_claim(store: &Store, pod: &ObjectRef, entry_name: &str, template: &str) -> Result<ObjectRef, String> {
+    let ns = pod.namespace();
+    let tpl = store
+        .try_get("resourceclaimtemplates", Some(ns), template)
+        .ok_or_else(|| format!("resource claim template {template:?}: resourceclaimtemplates.resource.k8s.io {template:?} not found"))?;
+    let tmeta = get_path(tpl.value(), &["spec", "metadata"]).cloned().unwrap_or(json!({}));
+    let mut annotations: Map<String, Value> = tmeta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
+    annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), json!(entry_name));
+    let mut generate = format!("{}-{entry_name}-", pod.name());
+    let max_base = 57;
+    if generate.len() > max_base {
+        let pod_part = pod.name().len() * max_base / generate.len();
+        let entry_part = entry_name.len() * max_base / generate.len();
+        generate = format!("{}-{}", &pod.name()[..pod_part], &entry_name[..entry_part]);
+    }
+    let mut claim = json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "generateName": generate,
+            "namespace": ns,
+            "annotations": annotations,
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Pod", "name": pod.name(), "uid": pod.uid(),
+                "controller": true, "blockOwnerDeletion": true,
+            }],
+        },
+    });
+    if let Some(labels) = tmeta.get("labels") {
+        claim["metadata"]["labels"] = labels.clone();
+    }
+    if let Some(spec) = get_path(tpl.value(), &["spec", "spec"]) {
+        claim["spec"] = spec.clone();
+    }
+    store.create("resourceclaims", Some(ns), claim).map_err(|e| format!("create ResourceClaim {generate}: {e}"))
+}
+
+fn sync_claim(store: &Store, claim: &ObjectRef) {
+    for _ in 0..5 {
+        match try_sync_claim(store, claim.namespace(), claim.name()) {
+            Ok(()) => return,
+            Err(e) if e.is_conflict() => continue,
+            Err(e) if e.is_not_found() => return,
+            Err(e) => {
+                tracing::warn!(claim = claim.name(), error = %e, "ResourceClaim controller could not sync a claim");
+                return;
+            }
+        }
+    }
+}
+
+fn try_sync_claim(store: &Store, ns: &str, name: &str) -> Result<(), crate::StoreError> {
+    let claim = store.get("resourceclaims", Some(ns), name)?;
+    let c = claim.value();
+    let reserved: Vec<Value> = get_path(c, &["status", "reservedFor"]).and_then(Value::as_array).cloned().unwrap_or_default();
+    let valid: Vec<Value> = reserved
+        .iter()
+        .filter(|r| {
+            let group = get_str(r, &["apiGroup"]).unwrap_or_default();
+            if !group.is_empty() || get_str(r, &["resource"]) != Some("pods") {
+                return true;
+            }
+            let pod_name = get_str(r, &["name"]).unwrap_or_default();
+            match store.try_get("pods", Some(ns), pod_name) {
+                Some(p) => p.uid() == get_str(r, &["uid"]).unwrap_or_default() && !is_pod_done(p.value()),
+                None => false,
+            }
+        })
+        .cloned()
+        .collect();
+    let has_finalizer = get_path(c, &["metadata", "finalizers"])
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == DELETE_PROTECTION_FINALIZER));
+    let rv = claim.resource_version().to_string();
+    let mut current = claim.clone();
+    if valid.len() < reserved.len() {
+        let mut status = json!({"reservedFor": if valid.is_empty() { Value::Null } else { json!(valid) }});
+        if valid.is_empty() && has_finalizer {
+            status["allocation"] = Value::Null;
+        }
+        current = store.patch_status(
+            "resourceclaims",
+            Some(ns),
+            name,
+            &Patch::Merge(json!({"metadata": {"resourceVersion": rv}, "status": status})),
+        )?;
+        if has_finalizer && get_path(current.value(), &["status", "allocation"]).is_none() {
+            current = remove_protection(store, &current)?;
+        }
+    } else if has_finalizer && get_path(c, &["metadata", "deletionTimestamp"]).is_some() && valid.is_empty() {
+        if get_path(c, &["status", "allocation"]).is_some() {
+            current = store.patch_status(
+                "resourceclaims",
+                Some(ns),
+                name,
+                &Patch::Merge(json!({"metadata": {"resourceVersion": rv}, "status": {"allocation": null}})),
+            )?;
+        }
+        current = remove_protection(store, &current)?;
+    }
+    if valid.is_empty()
+        && let Some((pod_name, pod_uid)) = controller_pod(current.value())
+        && let Some(pod) = store.try_get("pods", Some(ns), &pod_name)
+        && (pod.uid() != pod_uid || is_pod_done(pod.value()))
+    {
+        let opts = DeleteOptions { precondition_uid: Some(current.uid().to_string()), ..DeleteOptions::default() };
+        match store.delete("resourceclaims", Some(ns), name, &opts) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() || e.is_conflict() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn remove_protection(store: &Store, claim: &ObjectRef) -> Result<ObjectRef, crate::StoreError> {
+    let left: Vec<Value> = get_path(claim.value(), &["metadata", "finalizers"])
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter(|x| *x != DELETE_PROTECTION_FINALIZER).cloned().collect())
+        .unwrap_or_default();
+    let patch = Patch::Merge(json!({"metadata": {"finalizers": left, "resourceVersion": claim.resource_version().to_string()}}));
+    match store.patch("resourceclaims", Some(claim.namespace()), claim.name(), &patch) {
+        Ok(o) => Ok(o),
+        // Removing the last finalizer of a claim being deleted removes the claim.
+        Err(e) if e.is_not_found() => Ok(claim.clone()),
+        Err(e) => Err(e),
+    }
+}

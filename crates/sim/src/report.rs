@@ -1,0 +1,356 @@
+//! What `unisched sim` prints when a scenario has settled.
+//!
+//! Read straight from the control plane's objects, not from the scheduler, so the report shows what
+//! a user of the cluster would see (`kubectl get`), including pods the scheduler never touched.
+//! The JSON shape is a contract: scripts depend on it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Serialize;
+use serde_json::{Value, json};
+use unisched_resource::{PodRequestOptions, Resource, pod_requests};
+
+use crate::Store;
+
+/// One allocated device.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceReport {
+    /// Request name (`gpu`, `req/sub`, `container-0-request-0`).
+    pub request: String,
+    /// Driver.
+    pub driver: String,
+    /// Pool.
+    pub pool: String,
+    /// Device.
+    pub device: String,
+    /// Consumed capacity for shared devices.
+    pub consumed_capacity: Option<Value>,
+}
+
+/// One claim a pod uses.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ClaimReport {
+    /// The claim's real name.
+    pub name: String,
+    /// Allocated devices (empty when unallocated).
+    pub devices: Vec<DeviceReport>,
+}
+
+/// One pod.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Node, when bound.
+    pub node: Option<String>,
+    /// `status.phase`.
+    pub phase: String,
+    /// Why it is not running (PodScheduled reason, or the kubelet's rejection reason).
+    pub reason: Option<String>,
+    /// The matching message.
+    pub message: Option<String>,
+    /// Claims the pod uses.
+    pub claims: Vec<ClaimReport>,
+    /// `status.extendedResourceClaimStatus`.
+    pub extended_resource_claim_status: Option<Value>,
+    /// `status.nodeAllocatableResourceClaimStatuses`.
+    pub node_allocatable_resource_claim_statuses: Option<Value>,
+}
+
+/// One node.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeReport {
+    /// Name.
+    pub name: String,
+    /// `status.allocatable` (canonical quantities).
+    pub allocatable: BTreeMap<String, String>,
+    /// Sum of the requests of the pods on the node (DRA node-allocatable demand included).
+    pub requested: BTreeMap<String, String>,
+}
+
+/// Device usage of one pool (table only).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolReport {
+    /// Driver.
+    pub driver: String,
+    /// Pool.
+    pub pool: String,
+    /// Devices in the pool.
+    pub devices: usize,
+    /// Devices allocated to at least one claim.
+    pub allocated: usize,
+}
+
+/// Totals.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Pods with a node.
+    pub scheduled: usize,
+    /// Pods without a node.
+    pub unschedulable: usize,
+    /// Wall-clock seconds the scenario took.
+    pub seconds: f64,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Report {
+    /// Pods, by namespace and name.
+    pub pods: Vec<PodReport>,
+    /// Nodes, by name.
+    pub nodes: Vec<NodeReport>,
+    /// Device pools (not in the JSON contract).
+    #[serde(skip)]
+    pub pools: Vec<PoolReport>,
+    /// Totals.
+    pub summary: Summary,
+    /// Per-pod explanations (`--explain`), not in the JSON contract unless asked.
+    #[serde(skip)]
+    pub explanations: Vec<String>,
+}
+
+fn list(store: &Store, resource: &str) -> Vec<Value> {
+    store.list_all(resource, None).map(|v| v.iter().map(|o| o.value().clone()).collect()).unwrap_or_default()
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+fn claim_devices(claim: &Value) -> Vec<DeviceReport> {
+    claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| DeviceReport {
+            request: r["request"].as_str().unwrap_or_default().to_string(),
+            driver: r["driver"].as_str().unwrap_or_default().to_string(),
+            pool: r["pool"].as_str().unwrap_or_default().to_string(),
+            device: r["device"].as_str().unwrap_or_default().to_string(),
+            consumed_capacity: r.get("consumedCapacity").filter(|v| !v.is_null()).cloned(),
+        })
+        .collect()
+}
+
+/// The names of the claims a pod uses: direct ones, generated ones (from pod status) and the
+/// scheduler-created extended-resource claim.
+pub fn pod_claim_names(pod: &Value) -> Vec<String> {
+    let statuses = pod["status"]["resourceClaimStatuses"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for rc in pod["spec"]["resourceClaims"].as_array().into_iter().flatten() {
+        if let Some(n) = rc["resourceClaimName"].as_str() {
+            out.push(n.to_string());
+        } else if let Some(n) = statuses
+            .iter()
+            .find(|s| s["name"] == rc["name"])
+            .and_then(|s| s["resourceClaimName"].as_str())
+        {
+            out.push(n.to_string());
+        }
+    }
+    if let Some(n) = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"].as_str() {
+        out.push(n.to_string());
+    }
+    out
+}
+
+/// Builds the report from the store.
+pub fn build(store: &Store, seconds: f64) -> Report {
+    let claims: BTreeMap<(String, String), Value> = list(store, "resourceclaims")
+        .into_iter()
+        .map(|c| {
+            let key = (
+                c["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                c["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            );
+            (key, c)
+        })
+        .collect();
+    let mut pods = Vec::new();
+    let mut requested: BTreeMap<String, Resource> = BTreeMap::new();
+    let opts = PodRequestOptions { include_node_allocatable_claims: true, ..Default::default() };
+    for v in list(store, "pods") {
+        let Ok(pod) = serde_json::from_value::<Pod>(v.clone()) else { continue };
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        if let Some(n) = &node
+            && !is_terminal(&pod)
+        {
+            requested.entry(n.clone()).or_default().add(&pod_requests(&pod, &opts));
+        }
+        let status = pod.status.clone().unwrap_or_default();
+        let sched = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False");
+        let (reason, message) = if node.is_none() {
+            (sched.and_then(|c| c.reason.clone()), sched.and_then(|c| c.message.clone()))
+        } else if status.phase.as_deref() == Some("Failed") {
+            (status.reason.clone(), status.message.clone())
+        } else {
+            (None, None)
+        };
+        let claim_reports = pod_claim_names(&v)
+            .into_iter()
+            .map(|cn| {
+                let devices = claims.get(&(ns.clone(), cn.clone())).map(claim_devices).unwrap_or_default();
+                ClaimReport { name: cn, devices }
+            })
+            .collect();
+        pods.push(PodReport {
+            namespace: ns,
+            name,
+            node,
+            phase: status.phase.clone().unwrap_or_else(|| "Pending".into()),
+            reason,
+            message,
+            claims: claim_reports,
+            extended_resource_claim_status: v["status"].get("extendedResourceClaimStatus").filter(|x| !x.is_null()).cloned(),
+            node_allocatable_resource_claim_statuses: v["status"]
+                .get("nodeAllocatableResourceClaimStatuses")
+                .filter(|x| !x.is_null())
+                .cloned(),
+        });
+    }
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut nodes = Vec::new();
+    for v in list(store, "nodes") {
+        let Ok(node) = serde_json::from_value::<Node>(v) else { continue };
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let alloc = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+        let allocatable = Resource::from_list_lossy(&alloc).to_list().into_iter().map(|(k, q)| (k, q.0)).collect();
+        let req = requested.remove(&name).unwrap_or_default();
+        let requested = req.to_list().into_iter().map(|(k, q)| (k, q.0)).collect();
+        nodes.push(NodeReport { name, allocatable, requested });
+    }
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let scheduled = pods.iter().filter(|p| p.node.is_some()).count();
+    let summary = Summary { scheduled, unschedulable: pods.len() - scheduled, seconds };
+    Report { pools: pool_usage(store, &claims), pods, nodes, summary, explanations: Vec::new() }
+}
+
+fn pool_usage(store: &Store, claims: &BTreeMap<(String, String), Value>) -> Vec<PoolReport> {
+    // Newest generation per pool, devices counted over its slices.
+    let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let slices = list(store, "resourceslices");
+    for s in &slices {
+        let key = (s["spec"]["driver"].as_str().unwrap_or_default().to_string(), s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string());
+        let g = s["spec"]["pool"]["generation"].as_i64().unwrap_or(0);
+        let e = newest.entry(key).or_insert(g);
+        *e = (*e).max(g);
+    }
+    let mut devices: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for s in &slices {
+        let key = (s["spec"]["driver"].as_str().unwrap_or_default().to_string(), s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string());
+        if newest.get(&key).copied() == Some(s["spec"]["pool"]["generation"].as_i64().unwrap_or(0)) {
+            *devices.entry(key).or_insert(0) += s["spec"]["devices"].as_array().map_or(0, Vec::len);
+        }
+    }
+    let mut allocated: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for c in claims.values() {
+        for d in claim_devices(c) {
+            allocated.entry((d.driver, d.pool)).or_default().insert(d.device);
+        }
+    }
+    devices
+        .into_iter()
+        .map(|((driver, pool), n)| {
+            let a = allocated.get(&(driver.clone(), pool.clone())).map_or(0, BTreeSet::len);
+            PoolReport { driver, pool, devices: n, allocated: a }
+        })
+        .collect()
+}
+
+impl Report {
+    /// The JSON document (the contract shape).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| json!({}))
+    }
+
+    /// The human-readable table.
+    pub fn to_table(&self) -> String {
+        let mut rows: Vec<[String; 4]> = vec![["POD".into(), "NODE".into(), "DEVICES".into(), "REASON".into()]];
+        for p in &self.pods {
+            let devices: Vec<String> = p
+                .claims
+                .iter()
+                .flat_map(|c| c.devices.iter().map(|d| format!("{}/{}", d.pool, d.device)))
+                .collect();
+            let reason = match (&p.reason, &p.message) {
+                (Some(r), Some(m)) => format!("{r}: {m}"),
+                (Some(r), None) => r.clone(),
+                _ => String::new(),
+            };
+            rows.push([
+                format!("{}/{}", p.namespace, p.name),
+                p.node.clone().unwrap_or_else(|| "<none>".into()),
+                if devices.is_empty() { "-".into() } else { devices.join(",") },
+                reason,
+            ]);
+        }
+        let mut out = table(&rows);
+        out.push('\n');
+        let mut nrows: Vec<[String; 4]> =
+            vec![["NODE".into(), "CPU (req/alloc)".into(), "MEMORY (req/alloc)".into(), "HUGEPAGES (req/alloc)".into()]];
+        for n in &self.nodes {
+            let pair = |k: &str| {
+                format!(
+                    "{}/{}",
+                    n.requested.get(k).map_or("0", String::as_str),
+                    n.allocatable.get(k).map_or("0", String::as_str)
+                )
+            };
+            let huge: Vec<String> = n
+                .allocatable
+                .keys()
+                .filter(|k| k.starts_with("hugepages-"))
+                .map(|k| format!("{k}={}", pair(k)))
+                .collect();
+            nrows.push([n.name.clone(), pair("cpu"), pair("memory"), if huge.is_empty() { "-".into() } else { huge.join(" ") }]);
+        }
+        out.push_str(&table(&nrows));
+        if !self.pools.is_empty() {
+            out.push('\n');
+            let mut prows: Vec<[String; 4]> = vec![["DRIVER".into(), "POOL".into(), "ALLOCATED".into(), "DEVICES".into()]];
+            for p in &self.pools {
+                prows.push([p.driver.clone(), p.pool.clone(), p.allocated.to_string(), p.devices.to_string()]);
+            }
+            out.push_str(&table(&prows));
+        }
+        for e in &self.explanations {
+            out.push('\n');
+            out.push_str(e);
+        }
+        out.push_str(&format!(
+            "\n{} scheduled, {} unschedulable in {:.2}s\n",
+            self.summary.scheduled, self.summary.unschedulable, self.summary.seconds
+        ));
+        out
+    }
+}
+
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 == N {
+                line.push_str(c);
+            } else {
+                line.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,397 @@
+//! Scenario files for `unisched sim`: what to create (and delete), in which order.
+//!
+//! A path is a YAML/JSON file (multi-document) or a directory. A directory whose entries are
+//! sub-directories is a sequence of steps, applied in lexical order with the cluster settling in
+//! between; otherwise its files (lexical order) form one step. In a step, files named
+//! `*.delete.yaml` list objects to delete by `kind`, `namespace` and `name`.
+//!
+//! Everything is read and validated before anything is applied, so a typo in the last file does
+//! not leave a half-built cluster behind. Errors name the file, the document index and the field.
+//! Objects are applied in dependency order (namespaces before pods, classes before claims), so a
+//! scenario can list them in any order.
+
+use std::{
+    collections::BTreeSet,
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use serde_json::Value;
+
+/// The kinds a scenario may contain, in the order they are applied.
+pub const APPLY_ORDER: &[(&str, &str)] = &[
+    ("v1", "Namespace"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("v1", "Node"),
+    ("resource.k8s.io/v1", "ResourceSlice"),
+    ("resource.k8s.io/v1", "DeviceTaintRule"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("resource.k8s.io/v1", "ResourceClaim"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "Pod"),
+];
+
+/// Where a document came from: `file#index` (0-based).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// The file.
+    pub file: PathBuf,
+    /// Document index within the file.
+    pub index: usize,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (document {})", self.file.display(), self.index)
+    }
+}
+
+/// An object to create.
+#[derive(Clone, Debug)]
+pub struct ScenarioObject {
+    /// Where it came from.
+    pub source: Source,
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace (namespaced kinds; `default` when unset).
+    pub namespace: Option<String>,
+    /// The object as written (unknown fields kept).
+    pub value: Value,
+}
+
+impl ScenarioObject {
+    /// `metadata.name` (or `generateName` + `*`).
+    pub fn display_name(&self) -> String {
+        let m = &self.value["metadata"];
+        m["name"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}*", m["generateName"].as_str().unwrap_or("")))
+    }
+}
+
+/// An object to delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteRef {
+    /// Where it came from.
+    pub source: Source,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// One step: deletions first, then creations in dependency order.
+#[derive(Clone, Debug, Default)]
+pub struct Step {
+    /// The step's name (directory name, or the file name).
+    pub name: String,
+    /// Objects to create, sorted by [`APPLY_ORDER`].
+    pub apply: Vec<ScenarioObject>,
+    /// Objects to delete.
+    pub delete: Vec<DeleteRef>,
+}
+
+/// A loaded scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Scenario {
+    /// Steps in order.
+    pub steps: Vec<Step>,
+}
+
+/// A scenario that cannot be used. Nothing has been applied when this is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The path could not be read.
+    #[error("{path}: {error}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// A document is not valid YAML/JSON.
+    #[error("{at}: invalid YAML: {message}")]
+    Syntax {
+        /// Where.
+        at: Source,
+        /// Parser message.
+        message: String,
+    },
+    /// A document is not a valid object.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// Where.
+        at: Source,
+        /// What is wrong (names the field).
+        message: String,
+    },
+    /// No objects at all.
+    #[error("no objects found in {0}")]
+    Empty(String),
+}
+
+fn is_namespaced(kind: &str) -> bool {
+    !matches!(kind, "Namespace" | "Node" | "PriorityClass" | "DeviceClass" | "ResourceSlice" | "DeviceTaintRule")
+}
+
+fn order_of(kind: &str) -> usize {
+    APPLY_ORDER.iter().position(|(_, k)| *k == kind).unwrap_or(APPLY_ORDER.len())
+}
+
+/// Loads and validates a scenario from one or more paths (their steps are concatenated).
+pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
+    let mut scenario = Scenario::default();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|error| ScenarioError::Io { path: path.clone(), error })?;
+        if meta.is_dir() {
+            let entries = sorted_entries(path)?;
+            let dirs: Vec<&PathBuf> = entries.iter().filter(|p| p.is_dir()).collect();
+            if dirs.is_empty() {
+                scenario.steps.push(load_step(step_name(path), &entries)?);
+            } else {
+                for d in dirs {
+                    let files = sorted_entries(d)?;
+                    scenario.steps.push(load_step(step_name(d), &files)?);
+                }
+            }
+        } else {
+            scenario.steps.push(load_step(step_name(path), std::slice::from_ref(path))?);
+        }
+    }
+    if scenario.steps.iter().all(|s| s.apply.is_empty() && s.delete.is_empty()) {
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(ScenarioError::Empty(names.join(", ")));
+    }
+    Ok(scenario)
+}
+
+fn step_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string())
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
+    let rd = std::fs::read_dir(dir).map_err(|error| ScenarioError::Io { path: dir.to_path_buf(), error })?;
+    let mut v = Vec::new();
+    for e in rd {
+        let e = e.map_err(|error| ScenarioError::Io { path: dir.to_path_buf(), error })?;
+        let p = e.path();
+        let is_doc = p.extension().is_some_and(|x| x == "yaml" || x == "yml" || x == "json");
+        if p.is_dir() || is_doc {
+            v.push(p);
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+fn is_delete_file(p: &Path) -> bool {
+    p.file_name().map(|n| n.to_string_lossy()).is_some_and(|n| n.ends_with(".delete.yaml") || n.ends_with(".delete.yml"))
+}
+
+/// Splits a file into documents (YAML multi-doc; JSON is YAML). `List` kinds are flattened.
+fn documents(file: &Path) -> Result<Vec<(Source, Value)>, ScenarioError> {
+    let text = std::fs::read_to_string(file).map_err(|error| ScenarioError::Io { path: file.to_path_buf(), error })?;
+    let mut out = Vec::new();
+    for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let source = Source { file: file.to_path_buf(), index };
+        let v: Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| ScenarioError::Syntax { at: source.clone(), message: e.to_string() })?;
+        if v.is_null() {
+            continue;
+        }
+        if v["kind"].as_str().is_some_and(|k| k == "List" || k.ends_with("List")) && v["items"].is_array() {
+            for item in v["items"].as_array().into_iter().flatten() {
+                out.push((source.clone(), item.clone()));
+            }
+        } else {
+            out.push((source, v));
+        }
+    }
+    Ok(out)
+}
+
+fn load_step(name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
+    let mut step = Step { name, ..Default::default() };
+    for file in files.iter().filter(|f| f.is_file()) {
+        let delete = is_delete_file(file);
+        for (source, v) in documents(file)? {
+            if delete {
+                step.delete.push(parse_delete(source, &v)?);
+            } else {
+                step.apply.push(parse_object(source, v)?);
+            }
+        }
+    }
+    step.apply.sort_by_key(|o| order_of(&o.kind));
+    Ok(step)
+}
+
+fn invalid(source: &Source, message: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid { at: source.clone(), message: message.into() }
+}
+
+fn parse_delete(source: Source, v: &Value) -> Result<DeleteRef, ScenarioError> {
+    let kind = v["kind"].as_str().ok_or_else(|| invalid(&source, "kind: Required value"))?.to_string();
+    if order_of(&kind) == APPLY_ORDER.len() {
+        return Err(invalid(&source, format!("kind: Unsupported value: {kind:?}")));
+    }
+    let name = v["name"]
+        .as_str()
+        .or_else(|| v["metadata"]["name"].as_str())
+        .ok_or_else(|| invalid(&source, "name: Required value"))?
+        .to_string();
+    let namespace = is_namespaced(&kind).then(|| {
+        v["namespace"].as_str().or_else(|| v["metadata"]["namespace"].as_str()).unwrap_or("default").to_string()
+    });
+    Ok(DeleteRef { source, kind, namespace, name })
+}
+
+fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, ScenarioError> {
+    if !v.is_object() {
+        return Err(invalid(&source, "expected an object"));
+    }
+    let api_version = v["apiVersion"].as_str().ok_or_else(|| invalid(&source, "apiVersion: Required value"))?.to_string();
+    let kind = v["kind"].as_str().ok_or_else(|| invalid(&source, "kind: Required value"))?.to_string();
+    let Some((want_version, _)) = APPLY_ORDER.iter().find(|(_, k)| *k == kind) else {
+        let supported: Vec<&str> = APPLY_ORDER.iter().map(|(_, k)| *k).collect();
+        return Err(invalid(&source, format!("kind: Unsupported value: {kind:?}: supported values: {}", supported.join(", "))));
+    };
+    if api_version != *want_version {
+        return Err(invalid(&source, format!("apiVersion: Unsupported value: {api_version:?} for kind {kind}: use {want_version:?}")));
+    }
+    let meta = &v["metadata"];
+    if meta["name"].as_str().is_none_or(str::is_empty) && meta["generateName"].as_str().is_none_or(str::is_empty) {
+        return Err(invalid(&source, "metadata.name: Required value: name or generateName is required"));
+    }
+    validate_typed(&source, &kind, &v)?;
+    let namespace = if is_namespaced(&kind) {
+        let ns = meta["namespace"].as_str().unwrap_or("default").to_string();
+        v["metadata"]["namespace"] = Value::String(ns.clone());
+        Some(ns)
+    } else {
+        None
+    };
+    Ok(ScenarioObject { source, api_version, kind, namespace, value: v })
+}
+
+/// Decodes into the k8s-openapi 1.37 type to catch wrong field types early.
+fn validate_typed(source: &Source, kind: &str, v: &Value) -> Result<(), ScenarioError> {
+    use k8s_openapi::api::{core::v1 as core, policy::v1 as policy, resource::v1 as res, scheduling::v1 as sched};
+    fn check<T: serde::de::DeserializeOwned>(source: &Source, v: &Value) -> Result<(), ScenarioError> {
+        serde_json::from_value::<T>(v.clone()).map(|_| ()).map_err(|e| invalid(source, e.to_string()))
+    }
+    match kind {
+        "Namespace" => check::<core::Namespace>(source, v),
+        "Node" => check::<core::Node>(source, v),
+        "Pod" => check::<core::Pod>(source, v),
+        "PriorityClass" => check::<sched::PriorityClass>(source, v),
+        "PodDisruptionBudget" => check::<policy::PodDisruptionBudget>(source, v),
+        "DeviceClass" => check::<res::DeviceClass>(source, v),
+        "ResourceSlice" => check::<res::ResourceSlice>(source, v),
+        "ResourceClaim" => check::<res::ResourceClaim>(source, v),
+        "ResourceClaimTemplate" => check::<res::ResourceClaimTemplate>(source, v),
+        "DeviceTaintRule" => check::<res::DeviceTaintRule>(source, v),
+        _ => Ok(()),
+    }
+}
+
+/// Namespaces referenced by objects of a scenario but not created by it (the runner creates them,
+/// `default` aside, so small scenarios need not list them).
+pub fn missing_namespaces(s: &Scenario) -> BTreeSet<String> {
+    let created: BTreeSet<String> = s
+        .steps
+        .iter()
+        .flat_map(|st| &st.apply)
+        .filter(|o| o.kind == "Namespace")
+        .filter_map(|o| o.value["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    s.steps
+        .iter()
+        .flat_map(|st| &st.apply)
+        .filter_map(|o| o.namespace.clone())
+        .filter(|ns| ns != "default" && !created.contains(ns))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("unisched-scenario-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn orders_by_dependency_and_defaults_namespace() {
+        let d = tmpdir("order");
+        let f = write(
+            &d,
+            "all.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: x}]}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\napiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu}\nspec: {}\n---\n",
+        );
+        let s = load(&[f]).unwrap();
+        let kinds: Vec<&str> = s.steps[0].apply.iter().map(|o| o.kind.as_str()).collect();
+        assert_eq!(kinds, ["DeviceClass", "Node", "Pod"]);
+        assert_eq!(s.steps[0].apply[2].namespace.as_deref(), Some("default"));
+        assert_eq!(s.steps[0].apply[2].value["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn steps_from_subdirectories_with_deletes() {
+        let d = tmpdir("steps");
+        write(&d, "01-setup/nodes.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n");
+        write(&d, "02-remove/x.delete.yaml", "kind: Pod\nnamespace: team\nname: p\n---\nkind: Node\nname: n\n");
+        let s = load(&[d]).unwrap();
+        assert_eq!(s.steps.len(), 2);
+        assert_eq!(s.steps[0].name, "01-setup");
+        assert_eq!(
+            s.steps[1].delete.iter().map(|r| (r.kind.as_str(), r.namespace.as_deref(), r.name.as_str())).collect::<Vec<_>>(),
+            [("Pod", Some("team"), "p"), ("Node", None, "n")]
+        );
+    }
+
+    #[test]
+    fn errors_name_file_document_and_field() {
+        let d = tmpdir("errors");
+        let cases = [
+            ("a.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\nkind: Pod\nmetadata: {name: p}\n", "document 1", "apiVersion: Required value"),
+            ("b.yaml", "apiVersion: v1\nkind: Gadget\nmetadata: {name: g}\n", "document 0", "kind: Unsupported value: \"Gadget\""),
+            ("c.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {}\n", "document 0", "metadata.name: Required value"),
+            ("d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 3}\n", "document 0", "invalid type"),
+            ("e.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: [\n", "document 0", "invalid YAML"),
+            ("f.yaml", "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: c}\n", "document 0", "apiVersion: Unsupported value"),
+        ];
+        for (file, text, doc, want) in cases {
+            let p = write(&d, file, text);
+            let err = load(&[p]).unwrap_err().to_string();
+            assert!(err.contains(file) && err.contains(doc) && err.contains(want), "{file}: {err}");
+        }
+    }
+
+    #[test]
+    fn missing_namespaces_are_reported() {
+        let d = tmpdir("ns");
+        let f = write(
+            &d,
+            "x.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team}\nspec: {containers: [{name: c, image: x}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: q, namespace: made}\nspec: {containers: [{name: c, image: x}]}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: made}\n",
+        );
+        let s = load(&[f]).unwrap();
+        assert_eq!(missing_namespaces(&s), BTreeSet::from(["team".to_string()]));
+    }
+}

@@ -1,0 +1,494 @@
+//! Request routing and the REST verbs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::ServerConfig;
+use super::discovery;
+use super::table::{IncludeObject, table, wants_table};
+use crate::error::{StoreError, success_status};
+use crate::patch::Patch;
+use crate::registry::{KindId, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{DeleteOptions, Deletion, ListOptions, ObjectRef, Propagation, Store, Subscription, WatchOptions};
+use crate::util::{get_str, parse_query};
+
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+    pub(crate) config: ServerConfig,
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
+    pub(crate) server_address: String,
+}
+
+type Query = HashMap<String, String>;
+
+fn json_bytes(code: StatusCode, bytes: Bytes) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+fn json_value(code: StatusCode, v: &Value) -> Response {
+    json_bytes(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+}
+
+fn error_response(e: &StoreError) -> Response {
+    let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_value(code, &e.to_status())
+}
+
+fn object_response(code: StatusCode, o: &ObjectRef) -> Response {
+    json_bytes(code, o.json_bytes().clone())
+}
+
+/// The one handler: routes by path, then by method.
+pub(crate) async fn dispatch(
+    State(app): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let query: Query = parse_query(uri.query().unwrap_or_default()).into_iter().collect();
+    let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let registry = app.store.registry();
+    let not_found = || error_response(&StoreError::UnknownResource(uri.path().to_string()));
+    match segs.as_slice() {
+        ["version"] => json_value(StatusCode::OK, &discovery::version()),
+        ["healthz" | "livez" | "readyz", ..] => (StatusCode::OK, "ok").into_response(),
+        ["api"] => json_value(StatusCode::OK, &discovery::api_versions(&app.server_address)),
+        ["apis"] => json_value(StatusCode::OK, &discovery::api_group_list(registry)),
+        ["api", "v1"] => match discovery::resource_list(registry, "", "v1") {
+            Some(v) => json_value(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        ["apis", group] => match discovery::api_group(registry, group) {
+            Some(v) => json_value(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        ["apis", group, version] => match discovery::resource_list(registry, group, version) {
+            Some(v) => json_value(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        ["openapi", "v3"] => json_value(StatusCode::OK, &discovery::openapi_v3_root(registry)),
+        ["openapi", "v3", "api", version] => match discovery::openapi_v3_gv(registry, "", version) {
+            Some(v) => json_value(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        ["openapi", "v3", "apis", group, version] => match discovery::openapi_v3_gv(registry, group, version) {
+            Some(v) => json_value(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        ["api", "v1", rest @ ..] => resource(&app, "", "v1", rest, &method, &query, &headers, body).await,
+        ["apis", group, version, rest @ ..] => resource(&app, group, version, rest, &method, &query, &headers, body).await,
+        _ => not_found(),
+    }
+}
+
+struct Target<'a> {
+    kind: KindId,
+    rt: &'a ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn route<'a>(app: &'a AppState, group: &str, version: &str, rest: &[&str]) -> Option<Target<'a>> {
+    let registry = app.store.registry();
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if registry.by_gvr(group, version, plural).is_some_and(|k| registry.get(k).namespaced) =>
+        {
+            let mut r = vec![*plural];
+            r.extend_from_slice(tail);
+            (Some((*ns).to_string()), r)
+        }
+        other => (None, other.to_vec()),
+    };
+    let (plural, name, sub) = match rest.as_slice() {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some((*n).to_string()), None),
+        [p, n, s] => (*p, Some((*n).to_string()), Some((*s).to_string())),
+        _ => return None,
+    };
+    let kind = registry.by_gvr(group, version, plural)?;
+    let rt = registry.get(kind);
+    if !rt.namespaced && namespace.is_some() {
+        return None;
+    }
+    if rt.namespaced && namespace.is_none() && name.is_some() {
+        return None;
+    }
+    if let Some(s) = &sub
+        && !rt.has_subresource(s)
+    {
+        return None;
+    }
+    Some(Target { kind, rt, namespace, name, sub })
+}
+
+fn flag(q: &Query, key: &str) -> bool {
+    q.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn dry_run(q: &Query) -> bool {
+    q.get("dryRun").is_some_and(|v| v == "All")
+}
+
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(StoreError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, \
+             application/yaml (got {ct})"
+        )));
+    }
+    if ct.contains("yaml") {
+        return serde_yaml::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding YAML: {e}")));
+    }
+    serde_json::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding JSON body: {e}")))
+}
+
+fn accept(headers: &HeaderMap) -> &str {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("application/json")
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource(
+    app: &Arc<AppState>,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    method: &Method,
+    q: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(t) = route(app, group, version, rest) else {
+        return error_response(&StoreError::UnknownResource(format!("/{}", rest.join("/"))));
+    };
+    let res = match (&t.name, t.sub.as_deref(), method.clone()) {
+        (None, None, Method::GET) if flag(q, "watch") => return watch(app, &t, q, headers),
+        (None, None, Method::GET) => list(app, &t, q, headers),
+        (None, None, Method::POST) => create(app, &t, q, headers, &body),
+        (None, None, Method::DELETE) => delete_collection(app, &t, q),
+        (Some(n), None | Some("status"), Method::GET) => get(app, &t, n, q, headers),
+        (Some(n), sub @ (None | Some("status")), Method::PUT) => update(app, &t, n, sub.is_some(), q, headers, &body),
+        (Some(n), sub @ (None | Some("status")), Method::PATCH) => patch(app, &t, n, sub.is_some(), q, headers, &body),
+        (Some(n), None, Method::DELETE) => delete(app, &t, n, q, &body),
+        (Some(n), Some("binding"), Method::POST) => bind(app, &t, n, headers, &body),
+        _ => Err(StoreError::MethodNotAllowed(format!("the server does not allow this method on the requested resource ({method})"))),
+    };
+    match res {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn ns_of<'t>(t: &'t Target<'_>) -> &'t str {
+    t.namespace.as_deref().unwrap_or_default()
+}
+
+fn list_options(q: &Query) -> Result<ListOptions, StoreError> {
+    Ok(ListOptions {
+        label_selector: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
+        field_selector: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or_default())?,
+        limit: match q.get("limit").filter(|l| !l.is_empty()) {
+            Some(l) => Some(l.parse::<usize>().map_err(|_| StoreError::BadRequest(format!("invalid limit {l:?}")))?),
+            None => None,
+        },
+        continue_token: q.get("continue").cloned(),
+        resource_version: q.get("resourceVersion").cloned(),
+        resource_version_match: q.get("resourceVersionMatch").cloned(),
+    })
+}
+
+fn list(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Result<Response, StoreError> {
+    let opts = list_options(q)?;
+    let list = app.store.list_in(t.kind, t.namespace.as_deref(), &opts)?;
+    let mut meta = json!({"resourceVersion": list.resource_version.to_string()});
+    if let Some(c) = &list.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = list.remaining_item_count {
+        meta["remainingItemCount"] = json!(r);
+    }
+    if wants_table(accept(headers)) {
+        let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
+        return Ok(json_value(StatusCode::OK, &table(t.rt, &list.items, include, meta, true)));
+    }
+    let mut out = Vec::with_capacity(128 + list.items.iter().map(|i| i.json_bytes().len() + 1).sum::<usize>());
+    out.extend_from_slice(b"{\"kind\":");
+    out.extend_from_slice(&serde_json::to_vec(t.rt.list_kind).unwrap_or_default());
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend_from_slice(&serde_json::to_vec(t.rt.api_version).unwrap_or_default());
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend_from_slice(&serde_json::to_vec(&meta).unwrap_or_default());
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in list.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item.json_bytes());
+    }
+    out.extend_from_slice(b"]}");
+    Ok(json_bytes(StatusCode::OK, Bytes::from(out)))
+}
+
+fn get(app: &AppState, t: &Target<'_>, name: &str, q: &Query, headers: &HeaderMap) -> Result<Response, StoreError> {
+    let o = app.store.get_in(t.kind, ns_of(t), name)?;
+    if wants_table(accept(headers)) {
+        let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
+        let meta = json!({"resourceVersion": o.resource_version().to_string()});
+        return Ok(json_value(StatusCode::OK, &table(t.rt, &[o], include, meta, true)));
+    }
+    Ok(object_response(StatusCode::OK, &o))
+}
+
+fn create(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<Response, StoreError> {
+    let obj = parse_body(headers, body)?;
+    let o = app.store.create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
+    Ok(object_response(StatusCode::CREATED, &o))
+}
+
+fn update(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    status: bool,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
+    let obj = parse_body(headers, body)?;
+    let o = app.store.update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
+    Ok(object_response(StatusCode::OK, &o))
+}
+
+fn patch(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    status: bool,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let p = Patch::from_body(ct, body)?;
+    let (o, created) = app.store.patch_in(t.kind, ns_of(t), name, &p, status, dry_run(q))?;
+    Ok(object_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &o))
+}
+
+fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
+    let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
+    };
+    let policy = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| get_str(&b, &["propagationPolicy"]).map(str::to_string))
+        .or_else(|| match b.get("orphanDependents").and_then(Value::as_bool) {
+            Some(true) => Some("Orphan".into()),
+            _ => None,
+        });
+    let propagation = match policy.as_deref() {
+        None | Some("") | Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
+        Some("Orphan") => Propagation::Orphan,
+        Some(other) => {
+            return Err(StoreError::BadRequest(format!(
+                "propagationPolicy {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )));
+        }
+    };
+    let body_dry = b.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All"));
+    Ok(DeleteOptions {
+        propagation,
+        precondition_uid: get_str(&b, &["preconditions", "uid"]).map(str::to_string),
+        precondition_resource_version: get_str(&b, &["preconditions", "resourceVersion"]).map(str::to_string),
+        dry_run: dry_run(q) || body_dry,
+    })
+}
+
+fn delete(app: &AppState, t: &Target<'_>, name: &str, q: &Query, body: &[u8]) -> Result<Response, StoreError> {
+    let opts = delete_options(q, body)?;
+    Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
+        Deletion::Removed(o) => object_response(StatusCode::OK, &o),
+        Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o),
+    })
+}
+
+fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Response, StoreError> {
+    let mut opts = list_options(q)?;
+    opts.limit = None;
+    opts.continue_token = None;
+    let dopts = delete_options(q, b"")?;
+    let list = app.store.list_in(t.kind, t.namespace.as_deref(), &opts)?;
+    let mut items = Vec::new();
+    for o in &list.items {
+        match app.store.delete_in(t.kind, o.namespace(), o.name(), &dopts) {
+            Ok(d) => items.push(d.object().to_value()),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let rv = app.store.resource_version();
+    Ok(json_value(
+        StatusCode::OK,
+        &json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    ))
+}
+
+fn bind(app: &AppState, t: &Target<'_>, name: &str, headers: &HeaderMap, body: &[u8]) -> Result<Response, StoreError> {
+    let b = parse_body(headers, body)?;
+    app.store.bind_in(ns_of(t), name, &b)?;
+    Ok(json_value(StatusCode::CREATED, &success_status(201)))
+}
+
+// ----- watch -----
+
+struct WatchState {
+    sub: Subscription,
+    rt: ResourceType,
+    bookmarks: bool,
+    bookmark_every: Duration,
+    next_bookmark: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    initial_end_pending: bool,
+    table: Option<IncludeObject>,
+    done: bool,
+}
+
+fn push_event(buf: &mut Vec<u8>, event_type: &str, object: &[u8]) {
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(event_type.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    buf.extend_from_slice(object);
+    buf.extend_from_slice(b"}\n");
+}
+
+impl WatchState {
+    fn bookmark(&self, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": self.sub.position().to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta});
+        let mut buf = Vec::new();
+        push_event(&mut buf, "BOOKMARK", &serde_json::to_vec(&obj).unwrap_or_default());
+        Bytes::from(buf)
+    }
+
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.initial_end_pending && self.sub.initial_events_left() == 0 {
+                self.initial_end_pending = false;
+                if self.bookmarks {
+                    return Some(self.bookmark(true));
+                }
+            }
+            match self.sub.poll_batch(512) {
+                Err(e) => {
+                    self.done = true;
+                    let mut buf = Vec::new();
+                    push_event(&mut buf, "ERROR", &serde_json::to_vec(&e.to_status()).unwrap_or_default());
+                    return Some(Bytes::from(buf));
+                }
+                Ok(batch) if !batch.is_empty() => {
+                    let mut buf = Vec::with_capacity(batch.iter().map(|e| e.object.json_bytes().len() + 32).sum());
+                    for ev in &batch {
+                        match self.table {
+                            Some(include) => {
+                                let meta = json!({"resourceVersion": ev.object.resource_version().to_string()});
+                                let t = table(&self.rt, std::slice::from_ref(&ev.object), include, meta, false);
+                                push_event(&mut buf, ev.event_type.as_str(), &serde_json::to_vec(&t).unwrap_or_default());
+                            }
+                            None => push_event(&mut buf, ev.event_type.as_str(), ev.object.json_bytes()),
+                        }
+                    }
+                    return Some(Bytes::from(buf));
+                }
+                Ok(_) => {}
+            }
+            tokio::select! {
+                r = self.sub.changed() => {
+                    if r.is_err() {
+                        return None;
+                    }
+                    // Let a burst of writes land before reading, so one chunk carries several events.
+                    tokio::task::yield_now().await;
+                }
+                _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
+                    self.next_bookmark = tokio::time::Instant::now() + self.bookmark_every;
+                    return Some(self.bookmark(false));
+                }
+                _ = tokio::time::sleep_until(self.deadline) => {
+                    self.done = true;
+                    return None;
+                }
+                _ = self.shutdown.changed() => {
+                    self.done = true;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+fn watch(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Response {
+    let setup = || -> Result<WatchState, StoreError> {
+        let lo = list_options(q)?;
+        let send_initial = match q.get("sendInitialEvents").map(String::as_str) {
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            _ => None,
+        };
+        let opts = WatchOptions {
+            label_selector: lo.label_selector,
+            field_selector: lo.field_selector,
+            resource_version: q.get("resourceVersion").cloned(),
+            send_initial_events: send_initial,
+        };
+        let sub = app.store.watch_in(t.kind, t.namespace.as_deref(), &opts)?;
+        let timeout = match q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
+            Some(s) => Duration::from_secs(
+                s.parse::<u64>().map_err(|_| StoreError::BadRequest(format!("invalid timeoutSeconds {s:?}")))?,
+            ),
+            None => app.config.watch_timeout,
+        };
+        let now = tokio::time::Instant::now();
+        let table = wants_table(accept(headers)).then(|| IncludeObject::parse(q.get("includeObject").map(String::as_str)));
+        Ok(WatchState {
+            sub,
+            rt: t.rt.clone(),
+            bookmarks: flag(q, "allowWatchBookmarks"),
+            bookmark_every: app.config.bookmark_interval.max(Duration::from_millis(10)),
+            next_bookmark: now + app.config.bookmark_interval,
+            deadline: now + timeout,
+            shutdown: app.shutdown.clone(),
+            initial_end_pending: send_initial == Some(true),
+            table,
+            done: false,
+        })
+    };
+    let state = match setup() {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let stream = futures::stream::unfold(state, |mut st| async move {
+        st.next_chunk().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), st))
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+}

@@ -1,0 +1,1003 @@
+//! The object store: every object as JSON, one global resourceVersion, a bounded event history and
+//! watchers that pull from it.
+//!
+//! Writes take a short exclusive lock to stamp the next resourceVersion, swap the object and append
+//! the event; everything expensive (decoding for validation, patching, serialising) happens outside
+//! the lock. Watchers are woken through a `tokio::sync::watch` channel carrying the latest
+//! resourceVersion and read the history themselves, so one slow watcher never holds up a writer and
+//! each event is serialised once no matter how many watchers receive it.
+
+mod list;
+mod object;
+mod watch;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use serde_json::{Value, json};
+
+pub use list::{ListOptions, ObjectList};
+pub use object::{EventType, ObjectRef, StoreEvent, StoredObject};
+pub use watch::{Subscription, WatchEvent, WatchOptions};
+
+use crate::error::StoreError;
+use crate::patch::Patch;
+use crate::registry::{KindId, Registry, ResourceType};
+use crate::strategy::{self, Lookup, UpdateMode};
+use crate::util::{self, get_path, get_str, meta_mut};
+
+/// (namespace, name); namespace is "" for cluster-scoped objects.
+pub(crate) type Key = (String, String);
+
+/// Store settings.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// How many events are retained for watch resumption and consistent paging (at least 1).
+    pub history: usize,
+    /// Whether namespaced objects need an existing namespace (as with the NamespaceLifecycle
+    /// admission plugin). `default`, `kube-system`, `kube-public` and `kube-node-lease` always exist.
+    pub require_namespaces: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { history: 100_000, require_namespaces: true }
+    }
+}
+
+/// How dependents are treated when their owner is deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Delete the owner now, the garbage collector deletes dependents afterwards (the default).
+    #[default]
+    Background,
+    /// Keep the owner (with the `foregroundDeletion` finalizer) until its dependents are gone.
+    Foreground,
+    /// Remove the owner reference from dependents and keep them.
+    Orphan,
+}
+
+/// Options of a delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// Dependent handling.
+    pub propagation: Propagation,
+    /// Only delete if the object has this UID.
+    pub precondition_uid: Option<String>,
+    /// Only delete if the object has this resourceVersion.
+    pub precondition_resource_version: Option<String>,
+    /// Validate only.
+    pub dry_run: bool,
+}
+
+/// The outcome of a delete.
+#[derive(Clone, Debug)]
+pub enum Deletion {
+    /// The object is gone; this is its last state.
+    Removed(ObjectRef),
+    /// The object has finalizers: it now carries a deletionTimestamp and stays until they are removed.
+    Pending(ObjectRef),
+}
+
+impl Deletion {
+    /// The object in either case.
+    pub fn object(&self) -> &ObjectRef {
+        match self {
+            Self::Removed(o) | Self::Pending(o) => o,
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) rv: u64,
+    pub(crate) objects: Vec<BTreeMap<Key, ObjectRef>>,
+    pub(crate) history: VecDeque<Arc<StoreEvent>>,
+    uids: HashMap<String, (KindId, Key)>,
+    dependents: HashMap<String, BTreeSet<(KindId, Key)>>,
+}
+
+impl State {
+    /// The resourceVersion of the oldest retained event.
+    pub(crate) fn first_rv(&self) -> u64 {
+        self.history.front().map_or(self.rv + 1, |e| e.resource_version())
+    }
+}
+
+struct Inner {
+    registry: Registry,
+    state: RwLock<State>,
+    notify: tokio::sync::watch::Sender<u64>,
+    history_limit: usize,
+    require_namespaces: bool,
+    namespaces: Option<KindId>,
+    pods: Option<KindId>,
+}
+
+/// The in-memory object store. Cheap to clone; all clones share the same data.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("resource_version", &self.resource_version()).finish()
+    }
+}
+
+const MAX_ATTEMPTS: usize = 64;
+
+fn key_of(ns: &str, name: &str) -> Key {
+    (ns.to_string(), name.to_string())
+}
+
+fn finalizers_of(v: &Value) -> Vec<String> {
+    get_path(v, &["metadata", "finalizers"])
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn owner_uids(v: &Value) -> Vec<String> {
+    get_path(v, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|o| get_str(o, &["uid"]).map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+fn without_meta_and_status(v: &Value) -> Value {
+    let mut c = v.clone();
+    if let Value::Object(m) = &mut c {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    c
+}
+
+impl Store {
+    /// A store serving `registry`, with the default namespaces and priority classes created.
+    pub fn new(registry: Registry, config: StoreConfig) -> Self {
+        let n = registry.types().len();
+        let namespaces = registry.by_gvr("", "v1", "namespaces");
+        let pods = registry.by_gvr("", "v1", "pods");
+        let (notify, _) = tokio::sync::watch::channel(0);
+        let store = Self {
+            inner: Arc::new(Inner {
+                registry,
+                state: RwLock::new(State {
+                    rv: 0,
+                    objects: vec![BTreeMap::new(); n],
+                    history: VecDeque::new(),
+                    uids: HashMap::new(),
+                    dependents: HashMap::new(),
+                }),
+                notify,
+                history_limit: config.history.max(1),
+                require_namespaces: config.require_namespaces,
+                namespaces,
+                pods,
+            }),
+        };
+        if let Some(ns) = namespaces {
+            for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                let obj = json!({"metadata": {"name": name}});
+                if let Err(e) = store.create_in(ns, None, obj, false) {
+                    tracing::warn!(namespace = name, error = %e, "could not create a default namespace");
+                }
+            }
+        }
+        if let Some(pc) = store.inner.registry.by_gvr("scheduling.k8s.io", "v1", "priorityclasses") {
+            for obj in strategy::builtin_priority_classes() {
+                if let Err(e) = store.create_in(pc, None, obj, false) {
+                    tracing::warn!(error = %e, "could not create a built-in priority class");
+                }
+            }
+        }
+        store
+    }
+
+    /// The served resources.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Resolves a resource name (see [`Registry::resolve`]).
+    pub fn resolve(&self, resource: &str) -> Result<KindId, StoreError> {
+        self.inner.registry.resolve(resource).ok_or_else(|| StoreError::UnknownResource(resource.to_string()))
+    }
+
+    fn rt(&self, kind: KindId) -> &ResourceType {
+        self.inner.registry.get(kind)
+    }
+
+    /// The latest committed resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.state.read().rv
+    }
+
+    /// The resourceVersion of the oldest event still retained (watches from older versions get 410).
+    pub fn oldest_resource_version(&self) -> u64 {
+        self.inner.state.read().first_rv()
+    }
+
+    pub(crate) fn state(&self) -> &RwLock<State> {
+        &self.inner.state
+    }
+
+    pub(crate) fn notifier(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.notify.subscribe()
+    }
+
+    fn namespace_for(&self, rt: &ResourceType, ns: Option<&str>) -> String {
+        if rt.namespaced { ns.unwrap_or("default").to_string() } else { String::new() }
+    }
+
+    fn not_found(&self, rt: &ResourceType, name: &str) -> StoreError {
+        StoreError::NotFound { group: rt.group.to_string(), resource: rt.plural.to_string(), name: name.to_string() }
+    }
+
+    // ----- reads -----
+
+    pub(crate) fn get_in(&self, kind: KindId, ns: &str, name: &str) -> Result<ObjectRef, StoreError> {
+        let st = self.inner.state.read();
+        st.objects[kind.0].get(&key_of(ns, name)).cloned().ok_or_else(|| self.not_found(self.rt(kind), name))
+    }
+
+    /// One object. `namespace` is ignored for cluster-scoped resources and defaults to `default`.
+    pub fn get(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace);
+        self.get_in(kind, &ns, name)
+    }
+
+    /// One object, or None.
+    pub fn try_get(&self, resource: &str, namespace: Option<&str>, name: &str) -> Option<ObjectRef> {
+        self.get(resource, namespace, name).ok()
+    }
+
+    /// Every object of a resource (in one namespace, or all when `namespace` is None), in key order.
+    pub fn list_all(&self, resource: &str, namespace: Option<&str>) -> Result<Vec<ObjectRef>, StoreError> {
+        let kind = self.resolve(resource)?;
+        Ok(self.snapshot(kind, namespace))
+    }
+
+    pub(crate) fn snapshot(&self, kind: KindId, namespace: Option<&str>) -> Vec<ObjectRef> {
+        let st = self.inner.state.read();
+        st.objects[kind.0]
+            .iter()
+            .filter(|(k, _)| namespace.is_none_or(|n| k.0 == n))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Lists with selectors and paging (see [`ListOptions`]).
+    pub fn list(&self, resource: &str, namespace: Option<&str>, opts: &ListOptions) -> Result<ObjectList, StoreError> {
+        let kind = self.resolve(resource)?;
+        self.list_in(kind, namespace, opts)
+    }
+
+    /// The object with this UID, if any (with its resource).
+    pub fn get_by_uid(&self, uid: &str) -> Option<(KindId, ObjectRef)> {
+        let st = self.inner.state.read();
+        let (kind, key) = st.uids.get(uid)?;
+        st.objects[kind.0].get(key).map(|o| (*kind, o.clone()))
+    }
+
+    /// The objects whose ownerReferences name this UID.
+    pub fn dependents_of(&self, uid: &str) -> Vec<(KindId, ObjectRef)> {
+        let st = self.inner.state.read();
+        st.dependents
+            .get(uid)
+            .map(|set| set.iter().filter_map(|(k, key)| st.objects[k.0].get(key).map(|o| (*k, o.clone()))).collect())
+            .unwrap_or_default()
+    }
+
+    // ----- commit machinery -----
+
+    fn index_add(st: &mut State, kind: KindId, key: &Key, obj: &Value) {
+        let uid = util::uid_of(obj);
+        if !uid.is_empty() {
+            st.uids.insert(uid.to_string(), (kind, key.clone()));
+        }
+        for owner in owner_uids(obj) {
+            st.dependents.entry(owner).or_default().insert((kind, key.clone()));
+        }
+    }
+
+    fn index_remove(st: &mut State, kind: KindId, key: &Key, obj: &Value) {
+        let uid = util::uid_of(obj);
+        if st.uids.get(uid).is_some_and(|(k, kk)| *k == kind && kk == key) {
+            st.uids.remove(uid);
+        }
+        for owner in owner_uids(obj) {
+            if let Some(set) = st.dependents.get_mut(&owner) {
+                set.remove(&(kind, key.clone()));
+                if set.is_empty() {
+                    st.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    fn push_history(&self, st: &mut State, ev: Arc<StoreEvent>) {
+        st.history.push_back(ev);
+        while st.history.len() > self.inner.history_limit {
+            st.history.pop_front();
+        }
+    }
+
+    fn commit_put(
+        &self,
+        st: &mut State,
+        kind: KindId,
+        key: Key,
+        mut value: Value,
+        event_type: EventType,
+        prev: Option<ObjectRef>,
+    ) -> Arc<StoreEvent> {
+        st.rv += 1;
+        let rv = st.rv;
+        meta_mut(&mut value).insert("resourceVersion".into(), Value::String(rv.to_string()));
+        let obj = Arc::new(StoredObject::new(value, rv));
+        if let Some(p) = &prev {
+            Self::index_remove(st, kind, &key, p.value());
+        }
+        Self::index_add(st, kind, &key, obj.value());
+        st.objects[kind.0].insert(key, obj.clone());
+        let ev = Arc::new(StoreEvent::new(event_type, kind, obj, prev));
+        self.push_history(st, ev.clone());
+        ev
+    }
+
+    fn commit_delete(&self, st: &mut State, kind: KindId, key: Key, prev: ObjectRef) -> Arc<StoreEvent> {
+        st.rv += 1;
+        let rv = st.rv;
+        let mut value = prev.to_value();
+        meta_mut(&mut value).insert("resourceVersion".into(), Value::String(rv.to_string()));
+        let obj = Arc::new(StoredObject::new(value, rv));
+        st.objects[kind.0].remove(&key);
+        Self::index_remove(st, kind, &key, prev.value());
+        let ev = Arc::new(StoreEvent::new(EventType::Deleted, kind, obj, Some(prev)));
+        self.push_history(st, ev.clone());
+        ev
+    }
+
+    fn notify(&self, rv: u64) {
+        self.inner.notify.send_if_modified(|cur| {
+            if rv > *cur {
+                *cur = rv;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), StoreError> {
+        let Value::Object(m) = obj else {
+            return Err(StoreError::BadRequest(format!("the body of a {} must be a JSON object", rt.kind)));
+        };
+        match m.get("apiVersion").and_then(Value::as_str) {
+            Some(av) if !av.is_empty() && av != rt.api_version => {
+                return Err(StoreError::BadRequest(format!(
+                    "the API version in the data ({av}) does not match the expected API version ({})",
+                    rt.api_version
+                )));
+            }
+            _ => {}
+        }
+        match m.get("kind").and_then(Value::as_str) {
+            Some(k) if !k.is_empty() && k != rt.kind => {
+                return Err(StoreError::BadRequest(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    rt.kind
+                )));
+            }
+            _ => {}
+        }
+        m.insert("apiVersion".into(), json!(rt.api_version));
+        m.insert("kind".into(), json!(rt.kind));
+        if !m.get("metadata").is_some_and(Value::is_object) {
+            m.insert("metadata".into(), json!({}));
+        }
+        Ok(())
+    }
+
+    // ----- create -----
+
+    pub(crate) fn create_in(
+        &self,
+        kind: KindId,
+        ns: Option<&str>,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<ObjectRef, StoreError> {
+        let rt = self.rt(kind);
+        Self::check_type(rt, &mut obj)?;
+        let namespace = if rt.namespaced {
+            let meta_ns = util::namespace_of(&obj).to_string();
+            let ns = match (ns, meta_ns.as_str()) {
+                (Some(u), m) if !m.is_empty() && u != m => {
+                    return Err(StoreError::BadRequest(
+                        "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    ));
+                }
+                (Some(u), _) => u.to_string(),
+                (None, "") => "default".to_string(),
+                (None, m) => m.to_string(),
+            };
+            if let Err(msg) = util::check_dns_label(&ns) {
+                return Err(StoreError::invalid(rt.kind, util::name_of(&obj), "metadata.namespace", format!("Invalid value: {ns:?}: {msg}")));
+            }
+            ns
+        } else {
+            String::new()
+        };
+        let generate_base = {
+            let meta = meta_mut(&mut obj);
+            if rt.namespaced {
+                meta.insert("namespace".into(), json!(namespace));
+            } else {
+                meta.remove("namespace");
+            }
+            for f in ["resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                meta.remove(f);
+            }
+            meta.insert("uid".into(), json!(util::new_uid()));
+            meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
+            meta.insert("generation".into(), json!(1));
+            let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let base = meta.get("generateName").and_then(Value::as_str).unwrap_or_default().to_string();
+            if name.is_empty() {
+                if base.is_empty() {
+                    return Err(StoreError::invalid(
+                        rt.kind,
+                        "",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    ));
+                }
+                meta.insert("name".into(), json!(util::generate_name(&base)));
+                Some(base)
+            } else {
+                None
+            }
+        };
+        strategy::prepare_create(rt, &mut obj, self)?;
+        strategy::validate(rt, &obj)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let name = util::name_of(&obj).to_string();
+            let key = key_of(&namespace, &name);
+            let mut st = self.inner.state.write();
+            if rt.namespaced
+                && self.inner.require_namespaces
+                && let Some(nsk) = self.inner.namespaces
+            {
+                match st.objects[nsk.0].get(&key_of("", &namespace)) {
+                    None => {
+                        return Err(StoreError::NotFound {
+                            group: String::new(),
+                            resource: "namespaces".into(),
+                            name: namespace,
+                        });
+                    }
+                    Some(n) if get_path(n, &["metadata", "deletionTimestamp"]).is_some() => {
+                        return Err(StoreError::Forbidden(format!(
+                            "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                            rt.plural
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if st.objects[kind.0].contains_key(&key) {
+                drop(st);
+                match &generate_base {
+                    Some(base) => {
+                        meta_mut(&mut obj).insert("name".into(), json!(util::generate_name(base)));
+                        continue;
+                    }
+                    None => {
+                        return Err(StoreError::AlreadyExists {
+                            group: rt.group.to_string(),
+                            resource: rt.plural.to_string(),
+                            name,
+                        });
+                    }
+                }
+            }
+            if dry_run {
+                return Ok(Arc::new(StoredObject::new(obj, st.rv)));
+            }
+            let ev = self.commit_put(&mut st, kind, key, obj, EventType::Added, None);
+            let rv = st.rv;
+            drop(st);
+            self.notify(rv);
+            return Ok(ev.object.clone());
+        }
+        Err(StoreError::Internal("could not generate a unique name".into()))
+    }
+
+    /// Creates an object. `namespace` overrides `metadata.namespace` (they must agree if both are set).
+    pub fn create(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        self.create_in(kind, namespace, obj, false)
+    }
+
+    // ----- update -----
+
+    fn finish_update(
+        &self,
+        rt: &ResourceType,
+        cur: &ObjectRef,
+        mut cand: Value,
+        mode: UpdateMode,
+    ) -> Result<Value, StoreError> {
+        Self::check_type(rt, &mut cand)?;
+        let name = cur.name().to_string();
+        {
+            let meta = meta_mut(&mut cand);
+            match meta.get("name").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() && n != name => {
+                    return Err(StoreError::BadRequest(format!(
+                        "the name of the object ({n}) does not match the name on the URL ({name})"
+                    )));
+                }
+                _ => {}
+            }
+            if rt.namespaced {
+                match meta.get("namespace").and_then(Value::as_str) {
+                    Some(n) if !n.is_empty() && n != cur.namespace() => {
+                        return Err(StoreError::BadRequest(
+                            "the namespace of the provided object does not match the namespace sent on the request"
+                                .into(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut next = match mode {
+            UpdateMode::Status => {
+                let mut n = cur.to_value();
+                let status = cand.get("status").filter(|s| !s.is_null()).cloned();
+                if let Value::Object(m) = &mut n {
+                    match status {
+                        Some(s) => m.insert("status".into(), s),
+                        None => m.remove("status"),
+                    };
+                }
+                n
+            }
+            UpdateMode::Main | UpdateMode::Internal => {
+                if rt.status.has_subresource()
+                    && let Value::Object(m) = &mut cand
+                {
+                    match cur.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                cand
+            }
+        };
+        let cur_meta = cur.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let new_finalizers = finalizers_of(&next);
+        {
+            let meta = meta_mut(&mut next);
+            meta.insert("name".into(), json!(name));
+            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "generation"] {
+                match cur_meta.get(f) {
+                    Some(v) => meta.insert(f.into(), v.clone()),
+                    None => meta.remove(f),
+                };
+            }
+            meta.remove("selfLink");
+        }
+        if cur_meta.get("deletionTimestamp").is_some() {
+            let old = finalizers_of(cur.value());
+            let added: Vec<&String> = new_finalizers.iter().filter(|f| !old.contains(f)).collect();
+            if !added.is_empty() {
+                return Err(StoreError::invalid(
+                    rt.kind,
+                    &name,
+                    "metadata.finalizers",
+                    format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                ));
+            }
+        }
+        if mode != UpdateMode::Status && without_meta_and_status(&next) != without_meta_and_status(cur.value()) {
+            let generation = cur_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+            meta_mut(&mut next).insert("generation".into(), json!(generation));
+        }
+        strategy::prepare_update(rt, cur.value(), &mut next, mode)?;
+        strategy::validate(rt, &next)?;
+        meta_mut(&mut next).insert("resourceVersion".into(), Value::String(cur.resource_version().to_string()));
+        Ok(next)
+    }
+
+    /// Read-modify-write with retries: `f` maps the current object to the wanted one. A
+    /// `metadata.resourceVersion` in the wanted object is a precondition (409 on mismatch).
+    pub(crate) fn guaranteed_update(
+        &self,
+        kind: KindId,
+        ns: &str,
+        name: &str,
+        mode: UpdateMode,
+        dry_run: bool,
+        f: &mut dyn FnMut(&ObjectRef) -> Result<Value, StoreError>,
+    ) -> Result<ObjectRef, StoreError> {
+        let rt = self.rt(kind);
+        let resource = rt.qualified_plural();
+        for _ in 0..MAX_ATTEMPTS {
+            let cur = self.get_in(kind, ns, name)?;
+            let cand = f(&cur)?;
+            let wanted_rv = get_str(&cand, &["metadata", "resourceVersion"]).unwrap_or_default().to_string();
+            let has_precondition = !wanted_rv.is_empty();
+            if has_precondition && wanted_rv != cur.resource_version().to_string() {
+                return Err(StoreError::stale(&resource, name));
+            }
+            let next = self.finish_update(rt, &cur, cand, mode)?;
+            if next == *cur.value() {
+                return Ok(cur);
+            }
+            if dry_run {
+                return Ok(Arc::new(StoredObject::new(next, cur.resource_version())));
+            }
+            let finalize = get_path(&next, &["metadata", "deletionTimestamp"]).is_some() && finalizers_of(&next).is_empty();
+            let key = key_of(ns, name);
+            let mut st = self.inner.state.write();
+            let Some(latest) = st.objects[kind.0].get(&key).cloned() else {
+                return Err(self.not_found(rt, name));
+            };
+            if latest.resource_version() != cur.resource_version() {
+                drop(st);
+                if has_precondition {
+                    return Err(StoreError::stale(&resource, name));
+                }
+                continue;
+            }
+            let ev = if finalize {
+                self.commit_delete(&mut st, kind, key, latest)
+            } else {
+                self.commit_put(&mut st, kind, key, next, EventType::Modified, Some(latest))
+            };
+            let rv = st.rv;
+            drop(st);
+            self.notify(rv);
+            return Ok(ev.object.clone());
+        }
+        Err(StoreError::stale(&resource, name))
+    }
+
+    pub(crate) fn update_in(
+        &self,
+        kind: KindId,
+        ns: &str,
+        name: &str,
+        body: Value,
+        status: bool,
+        dry_run: bool,
+    ) -> Result<ObjectRef, StoreError> {
+        let mode = if status { UpdateMode::Status } else { UpdateMode::Main };
+        self.guaranteed_update(kind, ns, name, mode, dry_run, &mut |_| Ok(body.clone()))
+    }
+
+    /// Replaces an object (PUT). Its `metadata.resourceVersion`, if set, must be current (else 409).
+    /// For kinds with a status subresource the stored status is kept.
+    pub fn update(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())));
+        let name = util::name_of(&obj).to_string();
+        self.update_in(kind, &ns, &name, obj, false, false)
+    }
+
+    /// Replaces an object's status (PUT `/status`); everything else in `obj` is ignored.
+    pub fn update_status(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())));
+        let name = util::name_of(&obj).to_string();
+        self.update_in(kind, &ns, &name, obj, true, false)
+    }
+
+    pub(crate) fn patch_in(
+        &self,
+        kind: KindId,
+        ns: &str,
+        name: &str,
+        patch: &Patch,
+        status: bool,
+        dry_run: bool,
+    ) -> Result<(ObjectRef, bool), StoreError> {
+        let mode = if status { UpdateMode::Status } else { UpdateMode::Main };
+        let res = self.guaranteed_update(kind, ns, name, mode, dry_run, &mut |cur| {
+            let mut v = cur.to_value();
+            patch.apply_to(&mut v)?;
+            Ok(v)
+        });
+        match (res, patch) {
+            (Err(StoreError::NotFound { resource, .. }), Patch::Apply(body))
+                if !status && resource == self.rt(kind).plural =>
+            {
+                let mut obj = body.clone();
+                meta_mut(&mut obj).insert("name".into(), json!(name));
+                let ns = if self.rt(kind).namespaced { Some(ns) } else { None };
+                self.create_in(kind, ns, obj, dry_run).map(|o| (o, true))
+            }
+            (res, _) => res.map(|o| (o, false)),
+        }
+    }
+
+    /// Patches an object (main resource; the status of kinds with a status subresource is kept).
+    pub fn patch(&self, resource: &str, namespace: Option<&str>, name: &str, patch: &Patch) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace);
+        self.patch_in(kind, &ns, name, patch, false, false).map(|(o, _)| o)
+    }
+
+    /// Patches an object's `/status` subresource (only `status` changes).
+    pub fn patch_status(&self, resource: &str, namespace: Option<&str>, name: &str, patch: &Patch) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace);
+        self.patch_in(kind, &ns, name, patch, true, false).map(|(o, _)| o)
+    }
+
+    /// Creates the object or, if it exists, strategic-merges it into the stored one; a given `status` is
+    /// written through the status subresource too. The resource comes from `apiVersion` and `kind`.
+    /// Meant for scenario loading.
+    pub fn apply(&self, obj: Value) -> Result<ObjectRef, StoreError> {
+        let api_version = get_str(&obj, &["apiVersion"]).unwrap_or_default();
+        let kind_name = get_str(&obj, &["kind"]).unwrap_or_default();
+        let kind = self.inner.registry.by_api_version_kind(api_version, kind_name).ok_or_else(|| {
+            StoreError::BadRequest(format!("no resource is served for apiVersion {api_version:?}, kind {kind_name:?}"))
+        })?;
+        let rt = self.rt(kind);
+        let ns = self.namespace_for(rt, Some(util::namespace_of(&obj)).filter(|s| !s.is_empty()));
+        let name = util::name_of(&obj).to_string();
+        let status = obj.get("status").cloned();
+        let exists = !name.is_empty() && self.get_in(kind, &ns, &name).is_ok();
+        let mut out = if exists {
+            let mut body = obj.clone();
+            if let Value::Object(m) = &mut body {
+                m.remove("status");
+            }
+            self.patch_in(kind, &ns, &name, &Patch::Strategic(body), false, false)?.0
+        } else {
+            self.create_in(kind, if rt.namespaced { Some(&ns) } else { None }, obj, false)?
+        };
+        if let Some(status) = status
+            && rt.status.has_subresource()
+            && out.get("status") != Some(&status)
+        {
+            let name = out.name().to_string();
+            out = self
+                .patch_in(kind, &ns, &name, &Patch::Merge(json!({"status": status})), true, false)?
+                .0;
+        }
+        Ok(out)
+    }
+
+    // ----- delete -----
+
+    pub(crate) fn delete_in(&self, kind: KindId, ns: &str, name: &str, opts: &DeleteOptions) -> Result<Deletion, StoreError> {
+        let rt = self.rt(kind);
+        let resource = rt.qualified_plural();
+        for _ in 0..MAX_ATTEMPTS {
+            let cur = self.get_in(kind, ns, name)?;
+            if let Some(uid) = &opts.precondition_uid
+                && uid != cur.uid()
+            {
+                return Err(StoreError::Conflict {
+                    resource,
+                    name: name.to_string(),
+                    message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", cur.uid()),
+                });
+            }
+            if let Some(rv) = &opts.precondition_resource_version
+                && *rv != cur.resource_version().to_string()
+            {
+                return Err(StoreError::Conflict {
+                    resource,
+                    name: name.to_string(),
+                    message: format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        cur.resource_version()
+                    ),
+                });
+            }
+            let mut finalizers = finalizers_of(cur.value());
+            let propagation_finalizer = match opts.propagation {
+                Propagation::Orphan => Some("orphan"),
+                Propagation::Foreground => Some("foregroundDeletion"),
+                Propagation::Background => None,
+            };
+            if let Some(f) = propagation_finalizer
+                && !self.dependents_of(cur.uid()).is_empty()
+                && !finalizers.iter().any(|x| x == f)
+            {
+                finalizers.push(f.to_string());
+            }
+            let key = key_of(ns, name);
+            if !finalizers.is_empty() {
+                let deleting = get_path(cur.value(), &["metadata", "deletionTimestamp"]).is_some();
+                if deleting && finalizers == finalizers_of(cur.value()) {
+                    return Ok(Deletion::Pending(cur));
+                }
+                let mut next = cur.to_value();
+                {
+                    let meta = meta_mut(&mut next);
+                    meta.insert("finalizers".into(), json!(finalizers));
+                    if !deleting {
+                        meta.insert("deletionTimestamp".into(), json!(util::now_rfc3339()));
+                        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    }
+                }
+                if opts.dry_run {
+                    return Ok(Deletion::Pending(Arc::new(StoredObject::new(next, cur.resource_version()))));
+                }
+                let mut st = self.inner.state.write();
+                if st.objects[kind.0].get(&key).map(|o| o.resource_version()) != Some(cur.resource_version()) {
+                    continue;
+                }
+                let ev = self.commit_put(&mut st, kind, key, next, EventType::Modified, Some(cur));
+                let rv = st.rv;
+                drop(st);
+                self.notify(rv);
+                return Ok(Deletion::Pending(ev.object.clone()));
+            }
+            if opts.dry_run {
+                return Ok(Deletion::Removed(cur));
+            }
+            let mut st = self.inner.state.write();
+            if st.objects[kind.0].get(&key).map(|o| o.resource_version()) != Some(cur.resource_version()) {
+                continue;
+            }
+            let ev = self.commit_delete(&mut st, kind, key, cur);
+            let rv = st.rv;
+            drop(st);
+            self.notify(rv);
+            return Ok(Deletion::Removed(ev.object.clone()));
+        }
+        Err(StoreError::stale(&resource, name))
+    }
+
+    /// Deletes an object: removed at once without finalizers, otherwise marked with a deletionTimestamp.
+    pub fn delete(&self, resource: &str, namespace: Option<&str>, name: &str, opts: &DeleteOptions) -> Result<Deletion, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace);
+        self.delete_in(kind, &ns, name, opts)
+    }
+
+    // ----- binding -----
+
+    pub(crate) fn bind_in(&self, ns: &str, name: &str, binding: &Value) -> Result<ObjectRef, StoreError> {
+        let pods = self.inner.pods.ok_or_else(|| StoreError::UnknownResource("pods".into()))?;
+        let node = get_str(binding, &["target", "name"]).unwrap_or_default().to_string();
+        if node.is_empty() {
+            return Err(StoreError::invalid("Binding", name, "target.name", "Required value"));
+        }
+        if let Some(k) = get_str(binding, &["target", "kind"])
+            && !k.is_empty()
+            && k != "Node"
+        {
+            return Err(StoreError::invalid("Binding", name, "target.kind", format!("Unsupported value: {k:?}: supported values: \"Node\"")));
+        }
+        if let Some(n) = get_str(binding, &["metadata", "name"])
+            && !n.is_empty()
+            && n != name
+        {
+            return Err(StoreError::BadRequest(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        let uid = get_str(binding, &["metadata", "uid"]).filter(|u| !u.is_empty()).map(str::to_string);
+        let annotations = get_path(binding, &["metadata", "annotations"]).and_then(Value::as_object).cloned();
+        let conflict = |message: String| StoreError::Conflict { resource: "pods/binding".into(), name: name.to_string(), message };
+        self.guaranteed_update(pods, ns, name, UpdateMode::Internal, false, &mut |cur| {
+            if let Some(u) = &uid
+                && u != cur.uid()
+            {
+                return Err(conflict(format!("Precondition failed: UID in precondition: {u}, UID in object meta: {}", cur.uid())));
+            }
+            if get_path(cur.value(), &["metadata", "deletionTimestamp"]).is_some() {
+                return Err(conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+            }
+            let current = get_str(cur.value(), &["spec", "nodeName"]).unwrap_or_default();
+            if !current.is_empty() {
+                return Err(conflict(format!("pod {name} is already assigned to node {current:?}")));
+            }
+            if get_path(cur.value(), &["spec", "schedulingGates"]).and_then(Value::as_array).is_some_and(|g| !g.is_empty()) {
+                return Err(conflict(format!("pod {name} has non-empty .spec.schedulingGates")));
+            }
+            let mut v = cur.to_value();
+            util::object_at(&mut v, &["spec"]).insert("nodeName".into(), json!(node));
+            if let Some(a) = &annotations {
+                let target = util::object_at(&mut v, &["metadata", "annotations"]);
+                for (k, val) in a {
+                    target.insert(k.clone(), val.clone());
+                }
+            }
+            Ok(v)
+        })
+    }
+
+    /// Binds a pod to a node, as `POST pods/{name}/binding` does: only if `spec.nodeName` is empty
+    /// (409 otherwise) and, when `uid` is given, only if it matches the pod.
+    pub fn bind(&self, namespace: &str, pod: &str, node: &str, uid: Option<&str>) -> Result<ObjectRef, StoreError> {
+        let mut binding = json!({"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}});
+        if let Some(u) = uid {
+            binding["metadata"]["uid"] = json!(u);
+        }
+        self.bind_in(namespace, pod, &binding)
+    }
+
+    // ----- waiting -----
+
+    /// Waits until the object exists and `pred` holds for it, or `timeout` passes (504 `Timeout`).
+    pub async fn wait_for(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Result<ObjectRef, StoreError> {
+        let kind = self.resolve(resource)?;
+        let ns = self.namespace_for(self.rt(kind), namespace);
+        let mut rx = self.notifier();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            rx.borrow_and_update();
+            if let Ok(o) = self.get_in(kind, &ns, name)
+                && pred(o.value())
+            {
+                return Ok(o);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(StoreError::Internal("store closed".into())),
+                Err(_) => {
+                    return Err(StoreError::Timeout(format!(
+                        "timed out after {timeout:?} waiting for {} {ns}/{name}",
+                        self.rt(kind).plural
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Waits until no write has happened for `quiet` (the store has settled), or `timeout` passes.
+    /// Returns whether it settled.
+    pub async fn wait_quiet(&self, quiet: Duration, timeout: Duration) -> bool {
+        let mut rx = self.notifier();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            rx.borrow_and_update();
+            let until = tokio::time::Instant::now() + quiet;
+            if until > deadline {
+                return false;
+            }
+            match tokio::time::timeout_at(until, rx.changed()).await {
+                Err(_) => return true,
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return false,
+            }
+        }
+    }
+}
+
+impl Lookup for Store {
+    fn lookup(&self, resource: &str, namespace: &str, name: &str) -> Option<ObjectRef> {
+        let kind = self.inner.registry.resolve(resource)?;
+        self.get_in(kind, namespace, name).ok()
+    }
+
+    fn all(&self, resource: &str) -> Vec<ObjectRef> {
+        match self.inner.registry.resolve(resource) {
+            Some(kind) => self.snapshot(kind, None),
+            None => Vec::new(),
+        }
+    }
+}

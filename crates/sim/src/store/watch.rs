@@ -1,0 +1,257 @@
+//! Watches: a cursor over the store's event history, filtered by resource, namespace and selectors.
+
+use std::collections::VecDeque;
+
+use crate::error::StoreError;
+use crate::registry::KindId;
+use crate::selector::{FieldSelector, LabelSelector};
+
+use super::{EventType, ObjectRef, Store, StoreEvent};
+
+/// Options of a watch.
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    /// `labelSelector`.
+    pub label_selector: LabelSelector,
+    /// `fieldSelector`.
+    pub field_selector: FieldSelector,
+    /// `resourceVersion`: start after this version. Unset or `"0"` starts now and first delivers every
+    /// existing object as ADDED.
+    pub resource_version: Option<String>,
+    /// `sendInitialEvents`: force (true) or suppress (false) the initial ADDED events.
+    pub send_initial_events: Option<bool>,
+}
+
+/// One event as a watcher sees it (after selector filtering: an object that stops matching is
+/// DELETED, one that starts matching is ADDED).
+#[derive(Clone, Debug)]
+pub struct WatchEvent {
+    /// What happened.
+    pub event_type: EventType,
+    /// The resource.
+    pub kind: KindId,
+    /// The object.
+    pub object: ObjectRef,
+    /// The underlying store event (None for initial ADDED events).
+    pub source: Option<std::sync::Arc<StoreEvent>>,
+}
+
+impl WatchEvent {
+    /// The event's resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.object.resource_version()
+    }
+}
+
+/// A live cursor over store events. Dropping it ends the watch.
+pub struct Subscription {
+    store: Store,
+    kind: Option<KindId>,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    pos: u64,
+    rx: tokio::sync::watch::Receiver<u64>,
+    pending: VecDeque<WatchEvent>,
+    initial_left: usize,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").field("kind", &self.kind).field("position", &self.pos).finish()
+    }
+}
+
+/// How many history entries one poll scans at most.
+const SCAN: usize = 2048;
+
+impl Subscription {
+    fn matches(&self, obj: &serde_json::Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && crate::util::namespace_of(obj) != ns
+        {
+            return false;
+        }
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    fn convert(&self, ev: &std::sync::Arc<StoreEvent>) -> Option<WatchEvent> {
+        if self.kind.is_some_and(|k| k != ev.kind) {
+            return None;
+        }
+        let now = self.matches(ev.object.value());
+        let (event_type, object) = match ev.event_type {
+            EventType::Added | EventType::Deleted => {
+                if !now {
+                    return None;
+                }
+                (ev.event_type, ev.object.clone())
+            }
+            EventType::Modified => {
+                let before = ev.previous.as_ref().is_some_and(|p| self.matches(p.value()));
+                match (before, now) {
+                    (true, true) => (EventType::Modified, ev.object.clone()),
+                    (false, true) => (EventType::Added, ev.object.clone()),
+                    (true, false) => (EventType::Deleted, ev.previous_at_rv()),
+                    (false, false) => return None,
+                }
+            }
+        };
+        Some(WatchEvent { event_type, kind: ev.kind, object, source: Some(ev.clone()) })
+    }
+
+    /// The resourceVersion up to which events have been read (matching or not).
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// How many initial ADDED events are still to be delivered.
+    pub fn initial_events_left(&self) -> usize {
+        self.initial_left
+    }
+
+    /// Events available now, without waiting: pending initial events first, then history. Errors
+    /// with 410 Gone when the cursor fell behind the retained history.
+    pub fn poll_batch(&mut self, max: usize) -> Result<Vec<WatchEvent>, StoreError> {
+        let max = max.max(1);
+        if !self.pending.is_empty() {
+            let n = self.pending.len().min(max);
+            self.initial_left = self.initial_left.saturating_sub(n);
+            return Ok(self.pending.drain(..n).collect());
+        }
+        self.rx.borrow_and_update();
+        let mut out = Vec::new();
+        let st = self.store.state().read();
+        let first = st.first_rv();
+        if self.pos + 1 < first {
+            return Err(StoreError::Gone(format!("too old resource version: {} ({})", self.pos, first - 1)));
+        }
+        let start = (self.pos + 1 - first) as usize;
+        if start >= st.history.len() {
+            return Ok(out);
+        }
+        let end = st.history.len().min(start + SCAN);
+        for ev in st.history.range(start..end) {
+            if let Some(we) = self.convert(ev) {
+                out.push(we);
+                if out.len() >= max {
+                    self.pos = ev.resource_version();
+                    return Ok(out);
+                }
+            }
+        }
+        if let Some(ev) = st.history.get(end - 1) {
+            self.pos = ev.resource_version();
+        }
+        Ok(out)
+    }
+
+    /// Waits until the store has changed since the last poll.
+    pub async fn changed(&mut self) -> Result<(), StoreError> {
+        self.rx.changed().await.map_err(|_| StoreError::Internal("store closed".into()))
+    }
+
+    /// The next event, waiting for one if needed.
+    pub async fn next(&mut self) -> Result<WatchEvent, StoreError> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                self.initial_left = self.initial_left.saturating_sub(1);
+                return Ok(e);
+            }
+            let batch = self.poll_batch(SCAN)?;
+            if batch.is_empty() {
+                self.changed().await?;
+            } else {
+                self.pending.extend(batch);
+            }
+        }
+    }
+
+    /// The next event if one is available now.
+    pub fn try_next(&mut self) -> Result<Option<WatchEvent>, StoreError> {
+        if self.pending.is_empty() {
+            let batch = self.poll_batch(SCAN)?;
+            self.pending.extend(batch);
+        }
+        if self.pending.is_empty() {
+            return Ok(None);
+        }
+        self.initial_left = self.initial_left.saturating_sub(1);
+        Ok(self.pending.pop_front())
+    }
+}
+
+impl Store {
+    /// Every event of every resource from now on.
+    pub fn subscribe(&self) -> Subscription {
+        let rx = self.notifier();
+        let pos = self.resource_version();
+        Subscription {
+            store: self.clone(),
+            kind: None,
+            namespace: None,
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+            pos,
+            rx,
+            pending: VecDeque::new(),
+            initial_left: 0,
+        }
+    }
+
+    /// Every event of every resource after `resource_version` (410 later if that is too old).
+    pub fn subscribe_from(&self, resource_version: u64) -> Subscription {
+        let mut s = self.subscribe();
+        s.pos = resource_version;
+        s
+    }
+
+    pub(crate) fn watch_in(
+        &self,
+        kind: KindId,
+        namespace: Option<&str>,
+        opts: &WatchOptions,
+    ) -> Result<Subscription, StoreError> {
+        let rv = opts.resource_version.as_deref().unwrap_or_default();
+        let (start, initial) = match rv {
+            "" | "0" => (None, opts.send_initial_events != Some(false)),
+            other => {
+                let n = other
+                    .parse::<u64>()
+                    .map_err(|_| StoreError::BadRequest(format!("invalid resourceVersion {other:?}")))?;
+                (Some(n), opts.send_initial_events == Some(true))
+            }
+        };
+        let rx = self.notifier();
+        let mut sub = Subscription {
+            store: self.clone(),
+            kind: Some(kind),
+            namespace: namespace.map(str::to_string),
+            labels: opts.label_selector.clone(),
+            fields: opts.field_selector.clone(),
+            pos: 0,
+            rx,
+            pending: VecDeque::new(),
+            initial_left: 0,
+        };
+        let st = self.state().read();
+        sub.pos = if initial { st.rv } else { start.unwrap_or(st.rv) };
+        if initial {
+            for (k, obj) in st.objects[kind.0].iter() {
+                if namespace.is_some_and(|ns| k.0 != ns) || !sub.matches(obj.value()) {
+                    continue;
+                }
+                sub.pending.push_back(WatchEvent { event_type: EventType::Added, kind, object: obj.clone(), source: None });
+            }
+            sub.initial_left = sub.pending.len();
+        }
+        drop(st);
+        Ok(sub)
+    }
+
+    /// Watches one resource (optionally in one namespace) with selectors.
+    pub fn watch(&self, resource: &str, namespace: Option<&str>, opts: &WatchOptions) -> Result<Subscription, StoreError> {
+        let kind = self.resolve(resource)?;
+        self.watch_in(kind, namespace, opts)
+    }
+}

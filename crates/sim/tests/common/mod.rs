@@ -1,0 +1,70 @@
+//! Shared helpers: start a server on a free loopback port and a kube-rs client for it.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use serde_json::{Value, json};
+use unisched_sim::{ApiServer, ApiServerBuilder, RunningServer};
+
+pub async fn start_with(builder: ApiServerBuilder) -> (RunningServer, Client) {
+    let running = builder.build().serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let mut config = kube::Config::new(running.url().parse().unwrap());
+    config.default_namespace = "default".into();
+    config.read_timeout = Some(Duration::from_secs(30));
+    let client = Client::try_from(config).unwrap();
+    (running, client)
+}
+
+/// A server without controllers.
+pub async fn start() -> (RunningServer, Client) {
+    start_with(ApiServer::builder().controllers(false)).await
+}
+
+pub fn pod_json(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    })
+}
+
+pub fn pod(name: &str) -> Pod {
+    serde_json::from_value(pod_json(name)).unwrap()
+}
+
+pub fn pod_with_cpu(name: &str, cpu: &str) -> Pod {
+    let mut p = pod_json(name);
+    p["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": cpu}});
+    serde_json::from_value(p).unwrap()
+}
+
+pub fn node_json(name: &str, cpu: &str, pods: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": pods},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    })
+}
+
+/// Runs `f` until it returns Some or the timeout passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
