@@ -1,0 +1,1006 @@
+//! Device selectors: our own small trait, and the CEL implementation behind it.
+//!
+//! The allocator only talks to [`SelectorEngine`] and [`DeviceSelector`], so the CEL
+//! implementation can be swapped (for example for `cel` 0.15 once kube-cel moves to it).
+//!
+//! [`CelSelectorEngine`] implements the Kubernetes DRA device-selector environment on top of
+//! `cel` 0.13 (through `kube_cel::cel`) and kube-cel 0.8:
+//!
+//! * the variable `device` with `driver`, `attributes[domain][id]`, `capacity[domain][id]` (as
+//!   Kubernetes quantities) and `allowMultipleAllocations`. Attribute and capacity names without a
+//!   domain belong to the driver's domain;
+//! * looking up an unknown domain yields an empty map. cel-rust has no hook for that, so every
+//!   lookup `device.attributes[K]` / `device.capacity[K]` (also through `.field` syntax and through
+//!   `cel.bind` aliases of `device`, `device.attributes` or `device.capacity`) is rewritten at
+//!   compile time into `K in M ? M[K] : {}`. An unknown id inside a known domain still fails with
+//!   "no such key", as in Kubernetes;
+//! * `cel.bind(name, init, body)` is rewritten into the equivalent comprehension, as cel-go does;
+//! * `includes()` for scalar and list-typed attributes (lists longer than 48 entries are an error);
+//! * the kube-cel libraries: quantity, semver, strings, lists, sets, regex, …
+//!
+//! Every expression is compiled once per engine (cache keyed by the expression text) and gets a
+//! process-unique [`SelectorId`]. The per-device CEL value (`device`) is built once per device and
+//! stored in the device's [`DeviceValueSlot`], so it is shared by all selectors and all pods.
+//!
+//! Results that are not booleans, evaluation errors, and panics inside the interpreter are all
+//! reported as [`SelectorEvalError`]; the allocator turns them into fatal errors, never into
+//! "no match".
+//!
+//! Known differences from cel-go (the interpreter is dynamically typed): there is no compile-time
+//! type check, so a type error shows up at evaluation time; selecting a field of a non-map value
+//! yields `false` in cel-rust instead of an error; two-variable comprehensions and the `.?` optional
+//! syntax are not supported by cel 0.13 and fail to compile; there is no cost limit (the API
+//! server's admission check bounds the cost of stored expressions).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
+use kube_cel::KubeCelExt;
+use kube_cel::cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapExpr, SelectExpr,
+    operators,
+};
+use kube_cel::cel::common::types::CelString;
+use kube_cel::cel::extractors::This;
+use kube_cel::cel::objects::{Key, Map};
+use kube_cel::cel::parser::Parser;
+use kube_cel::cel::{Context, ExecutionError, Value};
+use parking_lot::RwLock;
+
+/// Maximum number of entries that `includes()` accepts in a list (ResourceSliceMaxAttributeValuesPerDevice).
+pub const MAX_INCLUDES_LIST_LEN: usize = 48;
+
+/// Maximum length of a selector expression accepted by the API (10 KiB).
+pub const MAX_EXPRESSION_LEN: usize = 10 * 1024;
+
+/// Number of compiled expressions an engine keeps before it starts over.
+const COMPILE_CACHE_CAP: usize = 4096;
+
+/// Process-unique identity of a compiled selector; the key of the per-device match caches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SelectorId(pub u64);
+
+static NEXT_SELECTOR_ID: AtomicU64 = AtomicU64::new(1);
+
+impl SelectorId {
+    /// A fresh identity, never returned before in this process.
+    pub fn fresh() -> Self {
+        SelectorId(NEXT_SELECTOR_ID.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// An expression that could not be compiled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("CEL compile error: {message}")]
+pub struct SelectorCompileError {
+    /// What was wrong.
+    pub message: String,
+}
+
+/// An evaluation that did not produce a boolean.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("CEL runtime error: {message}")]
+pub struct SelectorEvalError {
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Per-device storage an engine may use for its own representation of the device (for CEL, the
+/// `device` value). It is filled at most once and lives as long as the prepared slice.
+#[derive(Default)]
+pub struct DeviceValueSlot(OnceLock<Arc<dyn Any + Send + Sync>>);
+
+impl fmt::Debug for DeviceValueSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "DeviceValueSlot(set)"
+        } else {
+            "DeviceValueSlot(empty)"
+        })
+    }
+}
+
+impl DeviceValueSlot {
+    /// The stored value, creating it with `init` on first use.
+    pub fn get_or_init(
+        &self,
+        init: impl FnOnce() -> Arc<dyn Any + Send + Sync>,
+    ) -> &Arc<dyn Any + Send + Sync> {
+        self.0.get_or_init(init)
+    }
+}
+
+/// What a selector sees of one device.
+#[derive(Clone, Copy, Debug)]
+pub struct SelectorInput<'a> {
+    /// The driver of the slice that publishes the device.
+    pub driver: &'a str,
+    /// The device as published.
+    pub device: &'a Device,
+    /// Engine-owned per-device storage.
+    pub slot: &'a DeviceValueSlot,
+}
+
+/// One compiled device selector.
+pub trait DeviceSelector: Send + Sync + fmt::Debug {
+    /// Identity used for caching match results.
+    fn id(&self) -> SelectorId;
+    /// The source text.
+    fn expression(&self) -> &str;
+    /// Evaluates the selector for one device.
+    fn matches(&self, input: SelectorInput<'_>) -> Result<bool, SelectorEvalError>;
+    /// If the selector can only be true for devices of one driver (a top-level conjunct
+    /// `device.driver == "x"`), that driver. Used to skip evaluation for other drivers.
+    fn required_driver(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Compiles selector expressions. Implementations cache compiled selectors.
+pub trait SelectorEngine: Send + Sync {
+    /// Compiles (or fetches from the cache) one expression.
+    fn compile(&self, expression: &str) -> Result<Arc<dyn DeviceSelector>, SelectorCompileError>;
+}
+
+type CompileResult = Result<Arc<CelSelector>, SelectorCompileError>;
+
+/// The CEL implementation of [`SelectorEngine`].
+pub struct CelSelectorEngine {
+    shared: Arc<CelShared>,
+    cache: RwLock<HashMap<Arc<str>, CompileResult>>,
+}
+
+impl fmt::Debug for CelSelectorEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CelSelectorEngine")
+            .field("cached", &self.cache.read().len())
+            .finish()
+    }
+}
+
+/// State shared by all selectors of one engine: the root context with every function registered,
+/// and the tiny programs used to build quantity and semver values.
+struct CelShared {
+    root: Context<'static>,
+    quantity_ctor: IdedExpr,
+    semver_ctor: IdedExpr,
+}
+
+impl Default for CelSelectorEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CelSelectorEngine {
+    /// A new engine with an empty compile cache.
+    pub fn new() -> Self {
+        let mut root = Context::default().with_all();
+        root.add_function("includes", includes);
+        // The constructor programs are constants; parsing them cannot fail.
+        let quantity_ctor = Parser::new().parse("quantity(s)").unwrap_or_default();
+        let semver_ctor = Parser::new().parse("semver(s)").unwrap_or_default();
+        CelSelectorEngine {
+            shared: Arc::new(CelShared {
+                root,
+                quantity_ctor,
+                semver_ctor,
+            }),
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Compiles an expression and returns the concrete CEL selector.
+    pub fn compile_cel(&self, expression: &str) -> CompileResult {
+        if let Some(hit) = self.cache.read().get(expression) {
+            return hit.clone();
+        }
+        let compiled = compile_expression(expression).map(|(expr, required_driver)| {
+            Arc::new(CelSelector {
+                id: SelectorId::fresh(),
+                source: Arc::from(expression),
+                expr,
+                required_driver,
+                shared: Arc::clone(&self.shared),
+            })
+        });
+        let mut cache = self.cache.write();
+        if let Some(hit) = cache.get(expression) {
+            return hit.clone();
+        }
+        if cache.len() >= COMPILE_CACHE_CAP {
+            cache.clear();
+        }
+        cache.insert(Arc::from(expression), compiled.clone());
+        compiled
+    }
+
+    /// Number of cached expressions (for tests and metrics).
+    pub fn cached_expressions(&self) -> usize {
+        self.cache.read().len()
+    }
+}
+
+impl SelectorEngine for CelSelectorEngine {
+    fn compile(&self, expression: &str) -> Result<Arc<dyn DeviceSelector>, SelectorCompileError> {
+        self.compile_cel(expression).map(|s| s as Arc<dyn DeviceSelector>)
+    }
+}
+
+/// A compiled CEL device selector.
+pub struct CelSelector {
+    id: SelectorId,
+    source: Arc<str>,
+    expr: IdedExpr,
+    required_driver: Option<String>,
+    shared: Arc<CelShared>,
+}
+
+impl fmt::Debug for CelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CelSelector")
+            .field("id", &self.id)
+            .field("expression", &self.source)
+            .finish()
+    }
+}
+
+/// The CEL value of a device, or why it could not be built.
+type DeviceValue = Result<Value, String>;
+
+impl DeviceSelector for CelSelector {
+    fn id(&self) -> SelectorId {
+        self.id
+    }
+
+    fn expression(&self) -> &str {
+        &self.source
+    }
+
+    fn required_driver(&self) -> Option<&str> {
+        self.required_driver.as_deref()
+    }
+
+    fn matches(&self, input: SelectorInput<'_>) -> Result<bool, SelectorEvalError> {
+        let slot = input.slot.get_or_init(|| {
+            let value: DeviceValue = build_device_value(&self.shared, input.driver, input.device);
+            Arc::new(value)
+        });
+        let value = match slot.downcast_ref::<DeviceValue>() {
+            Some(Ok(value)) => value.clone(),
+            Some(Err(message)) => {
+                return Err(SelectorEvalError {
+                    message: message.clone(),
+                });
+            }
+            // Another engine filled the slot; build a private copy.
+            None => build_device_value(&self.shared, input.driver, input.device)
+                .map_err(|message| SelectorEvalError { message })?,
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let mut ctx = self.shared.root.new_inner_scope();
+            ctx.add_variable_from_value("device", value);
+            Value::resolve(&self.expr, &ctx)
+        }));
+        match outcome {
+            Ok(Ok(Value::Bool(b))) => Ok(b),
+            Ok(Ok(other)) => Err(SelectorEvalError {
+                message: format!(
+                    "result of type {} could not be converted to bool",
+                    other.type_of()
+                ),
+            }),
+            Ok(Err(err)) => Err(SelectorEvalError {
+                message: describe_execution_error(&err),
+            }),
+            Err(_) => Err(SelectorEvalError {
+                message: "internal error in the CEL interpreter".to_string(),
+            }),
+        }
+    }
+}
+
+fn describe_execution_error(err: &ExecutionError) -> String {
+    match err {
+        ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
+        ExecutionError::UndeclaredReference(name) => format!("undeclared reference to '{name}'"),
+        ExecutionError::NoSuchOverload => "no such overload".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// `<target>.includes(<arg>)`: list membership, or equality for a scalar target.
+fn includes(This(target): This<Value>, needle: Value) -> Result<bool, ExecutionError> {
+    match target {
+        Value::List(items) => {
+            if items.len() > MAX_INCLUDES_LIST_LEN {
+                return Err(ExecutionError::function_error(
+                    "includes",
+                    format!(
+                        "'includes' function cannot be applied to lists longer than {MAX_INCLUDES_LIST_LEN} values"
+                    ),
+                ));
+            }
+            Ok(items.contains(&needle))
+        }
+        scalar => Ok(scalar == needle),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Device values
+// ------------------------------------------------------------------------------------------------
+
+fn string_value(s: &str) -> Value {
+    Value::String(Arc::new(s.to_string()))
+}
+
+fn map_value(entries: HashMap<Key, Value>) -> Value {
+    Value::Map(Map {
+        map: Arc::new(entries),
+    })
+}
+
+/// Runs one of the constructor programs (`quantity(s)` / `semver(s)`) for a string.
+fn construct(shared: &CelShared, ctor: &IdedExpr, s: &str) -> Result<Value, String> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut ctx = shared.root.new_inner_scope();
+        ctx.add_variable_from_value("s", string_value(s));
+        Value::resolve(ctor, &ctx)
+    }));
+    match outcome {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(err)) => Err(describe_execution_error(&err)),
+        Err(_) => Err("internal error in the CEL interpreter".to_string()),
+    }
+}
+
+fn attribute_value(shared: &CelShared, attr: &DeviceAttribute) -> Result<Value, String> {
+    let semver = |v: &str| {
+        construct(shared, &shared.semver_ctor, v).map_err(|e| format!("parse semantic version {v:?}: {e}"))
+    };
+    if let Some(values) = &attr.ints {
+        return Ok(Value::List(Arc::new(
+            values.iter().map(|v| Value::Int(*v)).collect(),
+        )));
+    }
+    if let Some(values) = &attr.bools {
+        return Ok(Value::List(Arc::new(
+            values.iter().map(|v| Value::Bool(*v)).collect(),
+        )));
+    }
+    if let Some(values) = &attr.strings {
+        return Ok(Value::List(Arc::new(
+            values.iter().map(|v| string_value(v)).collect(),
+        )));
+    }
+    if let Some(values) = &attr.versions {
+        let items = values.iter().map(|v| semver(v)).collect::<Result<Vec<_>, _>>()?;
+        return Ok(Value::List(Arc::new(items)));
+    }
+    if let Some(v) = attr.int {
+        return Ok(Value::Int(v));
+    }
+    if let Some(v) = attr.bool {
+        return Ok(Value::Bool(v));
+    }
+    if let Some(v) = &attr.string {
+        return Ok(string_value(v));
+    }
+    if let Some(v) = &attr.version {
+        return semver(v);
+    }
+    Err("unsupported attribute value".to_string())
+}
+
+/// Splits a qualified name into (domain, id), using the driver as the default domain.
+pub fn split_qualified_name<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str) {
+    match name.split_once('/') {
+        Some((domain, id)) => (domain, id),
+        None => (driver, name),
+    }
+}
+
+fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> DeviceValue {
+    let mut attributes: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    for (name, attr) in device.attributes.iter().flatten() {
+        let value = attribute_value(shared, attr).map_err(|e| format!("attribute {name}: {e}"))?;
+        let (domain, id) = split_qualified_name(name, driver);
+        attributes
+            .entry(domain.to_string())
+            .or_default()
+            .insert(Key::String(Arc::new(id.to_string())), value);
+    }
+    let mut capacity: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    for (name, cap) in device.capacity.iter().flatten() {
+        let value = construct(shared, &shared.quantity_ctor, &cap.value.0)
+            .map_err(|e| format!("capacity {name}: invalid quantity {:?}: {e}", cap.value.0))?;
+        let (domain, id) = split_qualified_name(name, driver);
+        capacity
+            .entry(domain.to_string())
+            .or_default()
+            .insert(Key::String(Arc::new(id.to_string())), value);
+    }
+    let outer = |m: HashMap<String, HashMap<Key, Value>>| {
+        map_value(
+            m.into_iter()
+                .map(|(k, v)| (Key::String(Arc::new(k)), map_value(v)))
+                .collect(),
+        )
+    };
+    let mut fields = HashMap::new();
+    fields.insert(Key::String(Arc::new("driver".into())), string_value(driver));
+    fields.insert(Key::String(Arc::new("attributes".into())), outer(attributes));
+    fields.insert(Key::String(Arc::new("capacity".into())), outer(capacity));
+    fields.insert(
+        Key::String(Arc::new("allowMultipleAllocations".into())),
+        Value::Bool(device.allow_multiple_allocations.unwrap_or(false)),
+    );
+    Ok(map_value(fields))
+}
+
+// ------------------------------------------------------------------------------------------------
+// Compilation: parse, validate, rewrite
+// ------------------------------------------------------------------------------------------------
+
+/// Parses and rewrites an expression; also returns the driver prefilter, if any.
+fn compile_expression(source: &str) -> Result<(IdedExpr, Option<String>), SelectorCompileError> {
+    if source.trim().is_empty() {
+        return Err(SelectorCompileError {
+            message: "empty expression".to_string(),
+        });
+    }
+    if source.len() > MAX_EXPRESSION_LEN {
+        return Err(SelectorCompileError {
+            message: format!(
+                "expression is {} bytes long, the limit is {MAX_EXPRESSION_LEN}",
+                source.len()
+            ),
+        });
+    }
+    let parsed = catch_unwind(AssertUnwindSafe(|| Parser::new().parse(source)))
+        .map_err(|_| SelectorCompileError {
+            message: "internal error in the CEL parser".to_string(),
+        })?
+        .map_err(|errs| SelectorCompileError {
+            message: errs.to_string().trim().to_string(),
+        })?;
+    let mut next_id = max_id(&parsed) + 1;
+    let mut rewriter = Rewriter {
+        next_id: &mut next_id,
+    };
+    let mut scope = Vec::new();
+    let rewritten = rewriter.rewrite(parsed, &mut scope)?;
+    let required_driver = required_driver(&rewritten);
+    Ok((rewritten, required_driver))
+}
+
+fn max_id(expr: &IdedExpr) -> u64 {
+    let mut max = expr.id;
+    visit_children(expr, &mut |child| max = max.max(max_id(child)));
+    max
+}
+
+fn visit_children(expr: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
+    match &expr.expr {
+        Expr::Call(call) => {
+            if let Some(t) = &call.target {
+                f(t);
+            }
+            call.args.iter().for_each(&mut *f);
+        }
+        Expr::Comprehension(c) => {
+            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                f(e);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(&mut *f),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(e) = &entry.expr {
+                    f(&e.key);
+                    f(&e.value);
+                }
+            }
+        }
+        Expr::Select(s) => f(&s.operand),
+        Expr::Struct(s) => {
+            for entry in &s.entries {
+                if let EntryExpr::StructField(e) = &entry.expr {
+                    f(&e.value);
+                }
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// What an identifier or sub-expression stands for, as far as the domain-map rewrite cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Alias {
+    Device,
+    DomainMap,
+    /// A name that shadows an alias (comprehension variable or an unrelated binding).
+    Other,
+}
+
+struct Rewriter<'a> {
+    next_id: &'a mut u64,
+}
+
+type Scope = Vec<(String, Alias)>;
+
+impl Rewriter<'_> {
+    fn id(&mut self) -> u64 {
+        let id = *self.next_id;
+        *self.next_id += 1;
+        id
+    }
+
+    fn node(&mut self, expr: Expr) -> IdedExpr {
+        IdedExpr { id: self.id(), expr }
+    }
+
+    fn classify(expr: &IdedExpr, scope: &Scope) -> Option<Alias> {
+        match &expr.expr {
+            Expr::Ident(name) => match scope.iter().rev().find(|(n, _)| n == name) {
+                Some((_, alias)) => Some(*alias),
+                None if name == "device" => Some(Alias::Device),
+                None => None,
+            },
+            Expr::Select(sel)
+                if !sel.test
+                    && (sel.field == "attributes" || sel.field == "capacity")
+                    && Self::classify(&sel.operand, scope) == Some(Alias::Device) =>
+            {
+                Some(Alias::DomainMap)
+            }
+            _ => None,
+        }
+        .filter(|a| *a != Alias::Other)
+    }
+
+    /// `key in map ? map[key] : {}`
+    fn domain_lookup(&mut self, map: IdedExpr, key: IdedExpr) -> IdedExpr {
+        let cond = self.node(Expr::Call(CallExpr {
+            func_name: operators::IN.to_string(),
+            target: None,
+            args: vec![key.clone(), map.clone()],
+        }));
+        let index = self.node(Expr::Call(CallExpr {
+            func_name: operators::INDEX.to_string(),
+            target: None,
+            args: vec![map, key],
+        }));
+        let empty = self.node(Expr::Map(MapExpr { entries: Vec::new() }));
+        self.node(Expr::Call(CallExpr {
+            func_name: operators::CONDITIONAL.to_string(),
+            target: None,
+            args: vec![cond, index, empty],
+        }))
+    }
+
+    fn rewrite(&mut self, expr: IdedExpr, scope: &mut Scope) -> Result<IdedExpr, SelectorCompileError> {
+        let id = expr.id;
+        let out = match expr.expr {
+            Expr::Unspecified => {
+                return Err(SelectorCompileError {
+                    message: "unsupported expression".to_string(),
+                });
+            }
+            Expr::Struct(s) => {
+                return Err(SelectorCompileError {
+                    message: format!("message construction ({}{{...}}) is not supported", s.type_name),
+                });
+            }
+            Expr::Literal(l) => Expr::Literal(l),
+            Expr::Ident(name) => Expr::Ident(name),
+            Expr::List(l) => {
+                let mut elements = Vec::with_capacity(l.elements.len());
+                for e in l.elements {
+                    elements.push(self.rewrite(e, scope)?);
+                }
+                Expr::List(ListExpr {
+                    elements,
+                    optional_indices: l.optional_indices,
+                })
+            }
+            Expr::Map(m) => {
+                let mut entries = Vec::with_capacity(m.entries.len());
+                for mut entry in m.entries {
+                    match entry.expr {
+                        EntryExpr::MapEntry(mut e) => {
+                            e.key = self.rewrite(e.key, scope)?;
+                            e.value = self.rewrite(e.value, scope)?;
+                            entry.expr = EntryExpr::MapEntry(e);
+                        }
+                        EntryExpr::StructField(_) => {
+                            return Err(SelectorCompileError {
+                                message: "field initializers are not supported in map literals".to_string(),
+                            });
+                        }
+                    }
+                    entries.push(entry);
+                }
+                Expr::Map(MapExpr { entries })
+            }
+            Expr::Select(sel) => {
+                if !sel.test && Self::classify(&sel.operand, scope) == Some(Alias::DomainMap) {
+                    let map = self.rewrite(*sel.operand, scope)?;
+                    let key = self.node(Expr::Literal(LiteralValue::String(CelString::from(
+                        sel.field.as_str(),
+                    ))));
+                    return Ok(self.domain_lookup(map, key));
+                }
+                let operand = self.rewrite(*sel.operand, scope)?;
+                Expr::Select(SelectExpr {
+                    operand: Box::new(operand),
+                    field: sel.field,
+                    test: sel.test,
+                })
+            }
+            Expr::Call(call) => return self.rewrite_call(id, call, scope),
+            Expr::Comprehension(c) => {
+                let c = *c;
+                let iter_range = self.rewrite(c.iter_range, scope)?;
+                let accu_init = self.rewrite(c.accu_init, scope)?;
+                let depth = scope.len();
+                scope.push((c.iter_var.clone(), Alias::Other));
+                if let Some(v2) = &c.iter_var2 {
+                    scope.push((v2.clone(), Alias::Other));
+                }
+                scope.push((c.accu_var.clone(), Alias::Other));
+                let loop_cond = self.rewrite(c.loop_cond, scope);
+                let loop_step = self.rewrite(c.loop_step, scope);
+                let result = self.rewrite(c.result, scope);
+                scope.truncate(depth);
+                Expr::Comprehension(Box::new(ComprehensionExpr {
+                    iter_range,
+                    iter_var: c.iter_var,
+                    iter_var2: c.iter_var2,
+                    accu_var: c.accu_var,
+                    accu_init,
+                    loop_cond: loop_cond?,
+                    loop_step: loop_step?,
+                    result: result?,
+                }))
+            }
+        };
+        Ok(IdedExpr { id, expr: out })
+    }
+
+    fn rewrite_call(
+        &mut self,
+        id: u64,
+        call: CallExpr,
+        scope: &mut Scope,
+    ) -> Result<IdedExpr, SelectorCompileError> {
+        // cel.bind(name, init, body) -> comprehension over an empty list with `name` as accumulator.
+        let is_bind = call.func_name == "bind"
+            && call.args.len() == 3
+            && matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel");
+        if is_bind {
+            let mut args = call.args.into_iter();
+            let (Some(var), Some(init), Some(body)) = (args.next(), args.next(), args.next()) else {
+                return Err(SelectorCompileError {
+                    message: "cel.bind needs three arguments".to_string(),
+                });
+            };
+            let Expr::Ident(name) = var.expr else {
+                return Err(SelectorCompileError {
+                    message: "cel.bind: the first argument must be a simple identifier".to_string(),
+                });
+            };
+            let alias = Self::classify(&init, scope).unwrap_or(Alias::Other);
+            let init = self.rewrite(init, scope)?;
+            scope.push((name.clone(), alias));
+            let body = self.rewrite(body, scope);
+            scope.pop();
+            let body = body?;
+            let empty_list = self.node(Expr::List(ListExpr::new(Vec::new())));
+            let stop = self.node(Expr::Literal(LiteralValue::Boolean(false.into())));
+            let step = self.node(Expr::Ident(name.clone()));
+            return Ok(IdedExpr {
+                id,
+                expr: Expr::Comprehension(Box::new(ComprehensionExpr {
+                    iter_range: empty_list,
+                    iter_var: "#unused".to_string(),
+                    iter_var2: None,
+                    accu_var: name,
+                    accu_init: init,
+                    loop_cond: stop,
+                    loop_step: step,
+                    result: body,
+                })),
+            });
+        }
+
+        // M[K] where M is device.attributes / device.capacity (or an alias of them).
+        if call.target.is_none()
+            && call.func_name == operators::INDEX
+            && call.args.len() == 2
+            && Self::classify(&call.args[0], scope) == Some(Alias::DomainMap)
+        {
+            let mut args = call.args.into_iter();
+            let (Some(map), Some(key)) = (args.next(), args.next()) else {
+                return Err(SelectorCompileError {
+                    message: "index needs two operands".to_string(),
+                });
+            };
+            let map = self.rewrite(map, scope)?;
+            let key = self.rewrite(key, scope)?;
+            return Ok(self.domain_lookup(map, key));
+        }
+
+        let target = match call.target {
+            Some(t) => Some(Box::new(self.rewrite(*t, scope)?)),
+            None => None,
+        };
+        let mut args = Vec::with_capacity(call.args.len());
+        for a in call.args {
+            args.push(self.rewrite(a, scope)?);
+        }
+        Ok(IdedExpr {
+            id,
+            expr: Expr::Call(CallExpr {
+                func_name: call.func_name,
+                target,
+                args,
+            }),
+        })
+    }
+}
+
+/// Finds a top-level conjunct `device.driver == "lit"` (either operand order).
+fn required_driver(expr: &IdedExpr) -> Option<String> {
+    let Expr::Call(call) = &expr.expr else { return None };
+    if call.target.is_some() || call.args.len() != 2 {
+        return None;
+    }
+    match call.func_name.as_str() {
+        operators::LOGICAL_AND => required_driver(&call.args[0]).or_else(|| required_driver(&call.args[1])),
+        operators::EQUALS => {
+            let is_driver = |e: &IdedExpr| {
+                matches!(&e.expr, Expr::Select(SelectExpr { operand, field, test: false })
+                    if field == "driver" && matches!(&operand.expr, Expr::Ident(n) if n == "device"))
+            };
+            let literal = |e: &IdedExpr| match &e.expr {
+                Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_string()),
+                _ => None,
+            };
+            let (a, b) = (&call.args[0], &call.args[1]);
+            if is_driver(a) {
+                literal(b)
+            } else if is_driver(b) {
+                literal(a)
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::resource::v1::DeviceCapacity;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+    fn attr_int(v: i64) -> DeviceAttribute {
+        DeviceAttribute {
+            int: Some(v),
+            ..Default::default()
+        }
+    }
+    fn attr_str(v: &str) -> DeviceAttribute {
+        DeviceAttribute {
+            string: Some(v.into()),
+            ..Default::default()
+        }
+    }
+
+    fn gpu() -> Device {
+        let mut attributes = std::collections::BTreeMap::new();
+        attributes.insert("model".to_string(), attr_str("a100"));
+        attributes.insert("index".to_string(), attr_int(3));
+        attributes.insert(
+            "driverVersion".to_string(),
+            DeviceAttribute {
+                version: Some("1.2.3".into()),
+                ..Default::default()
+            },
+        );
+        attributes.insert("resource.kubernetes.io/numaNode".to_string(), attr_int(1));
+        attributes.insert(
+            "models".to_string(),
+            DeviceAttribute {
+                strings: Some(vec!["x".into(), "y".into()]),
+                ..Default::default()
+            },
+        );
+        attributes.insert(
+            "someBool".to_string(),
+            DeviceAttribute {
+                bool: Some(true),
+                ..Default::default()
+            },
+        );
+        let mut capacity = std::collections::BTreeMap::new();
+        capacity.insert(
+            "memory".to_string(),
+            DeviceCapacity {
+                value: ApiQuantity("80Gi".into()),
+                request_policy: None,
+            },
+        );
+        Device {
+            name: "gpu-0".into(),
+            attributes: Some(attributes),
+            capacity: Some(capacity),
+            allow_multiple_allocations: Some(true),
+            ..Default::default()
+        }
+    }
+
+    fn eval(engine: &CelSelectorEngine, expr: &str) -> Result<bool, String> {
+        let sel = engine.compile(expr).map_err(|e| e.to_string())?;
+        let device = gpu();
+        let slot = DeviceValueSlot::default();
+        sel.matches(SelectorInput {
+            driver: "gpu.example.com",
+            device: &device,
+            slot: &slot,
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn environment_table() {
+        let engine = CelSelectorEngine::new();
+        let cases: &[(&str, Result<bool, &str>)] = &[
+            (r#"device.driver == "gpu.example.com""#, Ok(true)),
+            (r#"device.driver == "other""#, Ok(false)),
+            (
+                r#"device.attributes["gpu.example.com"].model == "a100""#,
+                Ok(true),
+            ),
+            (r#"device.attributes["gpu.example.com"].index == 3"#, Ok(true)),
+            (
+                r#"device.attributes["resource.kubernetes.io"].numaNode == 1"#,
+                Ok(true),
+            ),
+            (r#"device.attributes["other.com"].size() == 0"#, Ok(true)),
+            (
+                r#"device.attributes["other.com"].model == "x""#,
+                Err("no such key"),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].nosuch == "x""#,
+                Err("no such key"),
+            ),
+            (r#"has(device.attributes["gpu.example.com"].nosuch)"#, Ok(false)),
+            (r#"has(device.attributes["gpu.example.com"].model)"#, Ok(true)),
+            (r#"!("other.com" in device.attributes)"#, Ok(true)),
+            (
+                r#"device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0"#,
+                Ok(true),
+            ),
+            (
+                r#"device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("100Gi"))"#,
+                Ok(false),
+            ),
+            (r#"device.capacity["x.com"].size() == 0"#, Ok(true)),
+            (
+                r#"device.attributes["gpu.example.com"].driverVersion.isGreaterThan(semver("1.0.0"))"#,
+                Ok(true),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].driverVersion.isLessThan(semver("v1.0.0", true))"#,
+                Ok(false),
+            ),
+            (r#"isSemver("v1.0.0", true) && !isSemver("v1.0.0")"#, Ok(true)),
+            (r#"device.allowMultipleAllocations"#, Ok(true)),
+            (
+                r#"cel.bind(dra, device.attributes["gpu.example.com"], dra.someBool && dra.model == "a100")"#,
+                Ok(true),
+            ),
+            (
+                r#"cel.bind(a, device.attributes, a["nope.com"].size() == 0)"#,
+                Ok(true),
+            ),
+            (
+                r#"cel.bind(d, device, d.attributes["nope.com"].size() == 0)"#,
+                Ok(true),
+            ),
+            (r#"cel.bind(x, 1, cel.bind(y, x + 1, y == 2))"#, Ok(true)),
+            (
+                r#"device.attributes["gpu.example.com"].models.includes("y")"#,
+                Ok(true),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].models.includes("z")"#,
+                Ok(false),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].model.includes("a100")"#,
+                Ok(true),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].models.exists(m, m == "x")"#,
+                Ok(true),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].model.startsWith("a1")"#,
+                Ok(true),
+            ),
+            (
+                r#"device.attributes["gpu.example.com"].model"#,
+                Err("could not be converted to bool"),
+            ),
+            (r#"1 +"#, Err("compile error")),
+            (r#""#, Err("compile error")),
+            (
+                r#"!("name" in device.capacity["gpu.example.com"]) || device.capacity["gpu.example.com"].name.isGreaterThan(quantity("1Ki"))"#,
+                Ok(true),
+            ),
+        ];
+        for (expr, want) in cases {
+            let got = eval(&engine, expr);
+            match (want, &got) {
+                (Ok(w), Ok(g)) => assert_eq!(w, g, "{expr}"),
+                (Err(w), Err(g)) => assert!(g.contains(w), "{expr}: error {g:?} should contain {w:?}"),
+                _ => panic!("{expr}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn compile_cache_and_driver_prefilter() {
+        let engine = CelSelectorEngine::new();
+        let a = engine
+            .compile(r#"device.driver == "a.com" && device.attributes["a.com"].x"#)
+            .unwrap();
+        let b = engine
+            .compile(r#"device.driver == "a.com" && device.attributes["a.com"].x"#)
+            .unwrap();
+        assert_eq!(a.id(), b.id());
+        assert_eq!(engine.cached_expressions(), 1);
+        assert_eq!(a.required_driver(), Some("a.com"));
+        let c = engine.compile(r#""b.com" == device.driver"#).unwrap();
+        assert_eq!(c.required_driver(), Some("b.com"));
+        let d = engine.compile(r#"device.driver == "a.com" || true"#).unwrap();
+        assert_eq!(d.required_driver(), None);
+        assert_ne!(a.id(), c.id());
+    }
+
+    #[test]
+    fn invalid_version_attribute_is_an_error() {
+        let engine = CelSelectorEngine::new();
+        let sel = engine.compile("true").unwrap();
+        let mut device = gpu();
+        if let Some(attrs) = device.attributes.as_mut() {
+            attrs.insert(
+                "bad".into(),
+                DeviceAttribute {
+                    version: Some("not-a-version".into()),
+                    ..Default::default()
+                },
+            );
+        }
+        let slot = DeviceValueSlot::default();
+        let err = sel
+            .matches(SelectorInput {
+                driver: "d",
+                device: &device,
+                slot: &slot,
+            })
+            .unwrap_err();
+        assert!(err.message.contains("attribute bad"), "{err}");
+    }
+}
