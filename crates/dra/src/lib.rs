@@ -20,7 +20,7 @@
 //!
 //! Typical use by the DynamicResources plugin:
 //!
-//! ```ignore
+//! ```text
 //! let engine = CelSelectorEngine::new();                       // process-wide, caches compiled CEL
 //! let index = Arc::new(DraSnapshotIndex::new(prepared_slices)); // maintained by the cache
 //! let claims = pod_claims.iter()

@@ -1,7 +1,7 @@
 //! Compact fixture builders for tests (enabled by the `testing` cargo feature, so the plugin crate
 //! can reuse them).
 //!
-//! ```ignore
+//! ```text
 //! let s = slice("node-a-gpu", "gpu.example.com", "node-a", "node-a")
 //!     .device(dev("gpu-0").int("index", 0).string("model", "a100").cap("memory", "80Gi"))
 //!     .build();
