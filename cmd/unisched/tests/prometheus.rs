@@ -1,0 +1,722 @@
+//! Prometheus against the real binary: the dashboard's queries and the alert rules work on what
+//! unisched actually exports.
+//!
+//! 1. `promtool check rules` and `promtool test rules` on deploy/prometheus/.
+//! 2. `unisched sim --serve --no-scheduler` (the embedded control plane) with three nodes and a
+//!    few pods, then `unisched run` against it with the Deployment's own arguments and the
+//!    ConfigMap's own configuration from deploy/manifests (leader election on, lease in
+//!    unisched-system), metrics on a loopback port.
+//! 3. Prometheus (Debian's package) scraping it every second with deploy/prometheus/prometheus.yml
+//!    (target filled in) and the alert rules loaded, while waves of pods are created and scheduled.
+//! 4. Every expression of the Grafana dashboard (panels and template variables) runs as an instant
+//!    query and must succeed with data; every alert rule must evaluate with health "ok", and none
+//!    may be active on this healthy cluster.
+//!
+//! Everything listens on 127.0.0.1, the whole run is bounded (90 s), and the child processes and
+//! the temporary directory are removed on drop, also when an assertion fails. Prometheus is not
+//! optional: CI installs it (`.ci/run`), so its absence fails the test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::{
+    fs,
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_unisched");
+const BUDGET: Duration = Duration::from_secs(90);
+const NAMESPACE: &str = "unisched-system";
+const CONFIG_PATH: &str = "/etc/unisched/config.yaml";
+const INSTALL_HINT: &str =
+    "install Debian's prometheus: apt-get install -y prometheus (CI does this in .ci/run)";
+
+/// Dashboard expressions allowed to return no series, and why. They must still succeed.
+const MAY_BE_EMPTY: &[(&str, &str)] = &[
+    (
+        "plugin=\"DynamicResources\"",
+        "no pod in this scenario has ResourceClaims, so the DynamicResources plugin records no timings \
+         (and it is not registered in every build yet)",
+    ),
+    (
+        "unisched_dra_allocations_total",
+        "counter vector without label values until the first device allocation; this scenario has no DRA",
+    ),
+    (
+        "unisched_extended_resource_claims_total",
+        "counter vector without label values until the first KEP-5004 claim; this scenario has none",
+    ),
+    (
+        "unisched_node_allocatable_rejections_total",
+        "counter vector without label values until a KEP-5517 rejection; this scenario has no DRA",
+    ),
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(rel: &str) -> String {
+    let p = repo().join(rel);
+    fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+}
+
+/// A single-document YAML file of deploy/, as JSON.
+fn yaml(rel: &str) -> Value {
+    serde_yaml::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// An executable on PATH.
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A tiny HTTP/1.1 client (loopback only; no TLS, no keep-alive).
+// ---------------------------------------------------------------------------------------------
+
+fn dechunk(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size_line = String::from_utf8_lossy(&rest[..eol]);
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        rest = &rest[eol + 2..];
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = rest.get(size + 2..).unwrap_or_default();
+    }
+    out
+}
+
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: application/json\r\n\
+         Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of HTTP headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = &raw[split + 4..];
+    let body = if chunked { dechunk(body) } else { body.to_vec() };
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http(addr, "GET", path, "text/plain", "")
+}
+
+fn url_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harness: child processes and a temporary directory, cleaned up on drop.
+// ---------------------------------------------------------------------------------------------
+
+struct Harness {
+    dir: PathBuf,
+    children: Vec<(String, Child)>,
+    deadline: Instant,
+    started: Instant,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir = std::env::temp_dir().join(format!("unisched-prometheus-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let started = Instant::now();
+        Harness {
+            dir,
+            children: Vec::new(),
+            deadline: started + BUDGET,
+            started,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Starts a child with stdout and stderr in `<name>.log`.
+    fn spawn(&mut self, name: &str, cmd: &mut Command) {
+        let log = fs::File::create(self.path(&format!("{name}.log"))).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name.to_string(), child));
+    }
+
+    /// Fails if a child has exited (it should run until dropped).
+    fn check_alive(&mut self) {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+                panic!("{name} exited early ({status}):\n{log}");
+            }
+        }
+    }
+
+    /// Polls `f` every 100 ms until it returns Some, within `limit` and the overall budget.
+    fn wait<T>(&mut self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let until = (Instant::now() + limit).min(self.deadline);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            self.check_alive();
+            assert!(
+                Instant::now() < until,
+                "timed out after {:?} waiting for {what}",
+                self.started.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_tail(&self, name: &str, lines: usize) -> String {
+        let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (name, _) in &self.children {
+                eprintln!("---- last lines of {name}.log ----\n{}", self.log_tail(name, 40));
+            }
+        }
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus queries
+// ---------------------------------------------------------------------------------------------
+
+fn query(prom: SocketAddr, expr: &str) -> Value {
+    let (status, body) = http(
+        prom,
+        "POST",
+        "/api/v1/query",
+        "application/x-www-form-urlencoded",
+        &format!("query={}", url_encode(expr)),
+    )
+    .unwrap_or_else(|e| panic!("querying Prometheus for {expr}: {e}"));
+    let v: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("{expr}: HTTP {status}, not JSON ({e}): {body}"));
+    assert_eq!(v["status"], "success", "query failed: {expr}\n{body}");
+    v
+}
+
+/// The numeric values of an instant-vector (or scalar) result.
+fn values(v: &Value) -> Vec<f64> {
+    let data = &v["data"];
+    let parse = |x: &Value| x[1].as_str().and_then(|s| s.parse::<f64>().ok());
+    match data["resultType"].as_str() {
+        Some("vector") => data["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| parse(&s["value"]))
+            .collect(),
+        Some("scalar") => parse(&data["result"]).into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn first_value(prom: SocketAddr, expr: &str) -> Option<f64> {
+    values(&query(prom, expr)).into_iter().next()
+}
+
+/// Grafana's variables, as a test resolves them: intervals become 1m, and the multi-value
+/// variables (always used with =~) match everything.
+fn resolve(expr: &str) -> String {
+    let mut s = expr.to_string();
+    for (from, to) in [
+        ("${__rate_interval}", "1m"),
+        ("$__rate_interval", "1m"),
+        ("${__interval}", "1m"),
+        ("$__interval", "1m"),
+        ("${__range}", "1m"),
+        ("$__range", "1m"),
+    ] {
+        s = s.replace(from, to);
+    }
+    for var in ["job", "instance", "profile"] {
+        s = s
+            .replace(&format!("${{{var}}}"), ".*")
+            .replace(&format!("${var}"), ".*");
+    }
+    assert!(!s.contains('$'), "unresolved variable in {s}");
+    s
+}
+
+/// `label_values(selector, label)` (a Grafana variable query) as PromQL.
+fn variable_query(def: &str) -> String {
+    let inner = def
+        .trim()
+        .strip_prefix("label_values(")
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unsupported variable query {def}"));
+    let (selector, label) = inner
+        .rsplit_once(',')
+        .unwrap_or_else(|| panic!("label_values without a label: {def}"));
+    format!("count by ({}) ({})", label.trim(), selector.trim())
+}
+
+/// (what, expr) for every panel target and every query variable of the dashboard.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let d: Value = serde_json::from_str(&read("deploy/grafana/unisched-dashboard.json")).unwrap();
+    let mut out = Vec::new();
+    for v in d["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            let def = v["definition"].as_str().unwrap();
+            out.push((
+                format!("variable ${}", v["name"].as_str().unwrap()),
+                variable_query(def),
+            ));
+        }
+    }
+    for p in d["panels"].as_array().unwrap() {
+        let nested = p["panels"].as_array().cloned().unwrap_or_default();
+        for p in std::iter::once(p).chain(nested.iter()) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let title = format!(
+                    "panel {:?} target {}",
+                    p["title"].as_str().unwrap_or(""),
+                    t["refId"].as_str().unwrap_or("")
+                );
+                out.push((title, t["expr"].as_str().unwrap().to_string()));
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scenario
+// ---------------------------------------------------------------------------------------------
+
+fn node(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{kubernetes.io/hostname: {name}}}\n\
+         status:\n  capacity: {{cpu: \"8\", memory: 16Gi, pods: \"110\"}}\n  allocatable: {{cpu: \"8\", memory: 16Gi, pods: \"110\"}}\n"
+    )
+}
+
+fn pod(name: &str, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": "unisched",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]
+        }
+    })
+}
+
+fn create(api: SocketAddr, path: &str, obj: &Value) {
+    let (status, body) = http(api, "POST", path, "application/json", &obj.to_string()).unwrap();
+    assert!(
+        status == 201 || status == 200,
+        "POST {path}: HTTP {status}: {body}"
+    );
+}
+
+/// The scheduler's arguments: the Deployment's, with the config path, metrics address and
+/// kubeconfig pointed at this test's files.
+fn scheduler_args(config: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Vec<String> {
+    let deployment = yaml("deploy/manifests/deployment.yaml");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut args: Vec<String> = container["args"]
+        .as_array()
+        .expect("container args")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .filter(|a| !a.starts_with("--metrics-bind-address"))
+        .map(|a| {
+            if a == CONFIG_PATH {
+                config.display().to_string()
+            } else {
+                a
+            }
+        })
+        .collect();
+    assert_eq!(args[0], "run");
+    args.extend([
+        format!("--metrics-bind-address={metrics}"),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        // A fixed seed makes the 10 % plugin-timing sample deterministic.
+        "--seed".into(),
+        "7".into(),
+    ]);
+    args
+}
+
+/// The `config.yaml` of the ConfigMap in deploy/manifests.
+fn shipped_config() -> String {
+    let cm = yaml("deploy/manifests/configmap.yaml");
+    cm["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml in the ConfigMap")
+        .to_string()
+}
+
+#[test]
+fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
+    let (Some(prometheus), Some(promtool)) = (which("prometheus"), which("promtool")) else {
+        panic!("prometheus and promtool must be on PATH: {INSTALL_HINT}");
+    };
+    let mut h = Harness::new();
+
+    // 1. The rule file is valid and its unit tests pass.
+    let rules = repo().join("deploy/prometheus/unisched-alerts.yaml");
+    let out = Command::new(&promtool)
+        .arg("check")
+        .arg("rules")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&promtool)
+        .arg("test")
+        .arg("rules")
+        .arg(repo().join("deploy/prometheus/unisched-alerts.test.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // 2. The control plane, with three nodes and four pods.
+    let mut scenario = (0..3)
+        .map(|i| node(&format!("node-{i}")))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    for i in 0..4 {
+        scenario.push_str("---\n");
+        scenario.push_str(&serde_yaml::to_string(&pod(&format!("initial-{i}"), "100m")).unwrap());
+    }
+    let scenario_dir = h
+        .write("scenario/cluster.yaml", &scenario)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let kubeconfig = h.path("kubeconfig");
+    h.spawn(
+        "sim",
+        Command::new(BIN)
+            .arg("sim")
+            .arg(&scenario_dir)
+            .args([
+                "--serve",
+                "--no-scheduler",
+                "--settle-ms",
+                "100",
+                "--timeout",
+                "20",
+                "--kubeconfig-out",
+            ])
+            .arg(&kubeconfig),
+    );
+    let api: SocketAddr = h.wait("the sim's kubeconfig", Duration::from_secs(30), || {
+        let text = fs::read_to_string(&kubeconfig).ok()?;
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: http://"))?;
+        server.trim().parse().ok()
+    });
+    create(
+        api,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    );
+
+    // 3. The scheduler as deployed: the Deployment's arguments, the ConfigMap's configuration.
+    let config = h.write("config.yaml", &shipped_config());
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let args = scheduler_args(&config, &kubeconfig, metrics);
+    h.spawn(
+        "unisched",
+        Command::new(BIN).args(&args).env("POD_NAMESPACE", NAMESPACE),
+    );
+    h.wait("/readyz and the leader lease", Duration::from_secs(30), || {
+        let ready = get(metrics, "/readyz").ok()?.0 == 200;
+        let leader = get(metrics, "/metrics")
+            .ok()?
+            .1
+            .lines()
+            .any(|l| l.trim() == "unisched_leader 1");
+        (ready && leader).then_some(())
+    });
+    let scheduler_ready = h.started.elapsed();
+
+    // 4. Prometheus, from deploy/prometheus/prometheus.yml with the target and intervals filled in.
+    let template = read("deploy/prometheus/prometheus.yml");
+    for needle in [
+        "127.0.0.1:10259",
+        "scrape_interval: 15s",
+        "evaluation_interval: 15s",
+        "- unisched-alerts.yaml",
+    ] {
+        assert!(
+            template.contains(needle),
+            "deploy/prometheus/prometheus.yml no longer contains {needle:?}"
+        );
+    }
+    let prom_config = template
+        .replace("127.0.0.1:10259", &metrics.to_string())
+        .replace("scrape_interval: 15s", "scrape_interval: 1s")
+        .replace("evaluation_interval: 15s", "evaluation_interval: 1s");
+    h.write(
+        "unisched-alerts.yaml",
+        &read("deploy/prometheus/unisched-alerts.yaml"),
+    );
+    let prom_config_path = h.write("prometheus.yml", &prom_config);
+    let out = Command::new(&promtool)
+        .arg("check")
+        .arg("config")
+        .arg(&prom_config_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check config:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    h.spawn(
+        "prometheus",
+        Command::new(&prometheus)
+            .arg(format!("--config.file={}", prom_config_path.display()))
+            .arg(format!("--storage.tsdb.path={}", h.path("tsdb").display()))
+            .arg(format!("--web.listen-address={prom}"))
+            .arg("--log.level=warn"),
+    );
+    h.wait("Prometheus to be ready", Duration::from_secs(30), || {
+        (get(prom, "/-/ready").ok()?.0 == 200).then_some(())
+    });
+    h.wait("the first scrape of unisched", Duration::from_secs(20), || {
+        (first_value(prom, "up{job=\"unisched\"}")? == 1.0).then_some(())
+    });
+
+    // 5. Waves of pods while Prometheus scrapes; two can never fit (64 CPUs on 8-CPU nodes).
+    let mut schedulable = 4;
+    for wave in 0..4 {
+        for i in 0..10 {
+            let cpu = if wave == 1 && i < 2 { "64" } else { "100m" };
+            create(
+                api,
+                "/api/v1/namespaces/default/pods",
+                &pod(&format!("wave{wave}-{i}"), cpu),
+            );
+            if cpu == "100m" {
+                schedulable += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let want = format!(
+        "sum(scheduler_schedule_attempts_total{{job=\"unisched\",result=\"scheduled\"}}) >= {schedulable}"
+    );
+    h.wait(
+        "Prometheus to see every schedulable pod scheduled",
+        Duration::from_secs(30),
+        || first_value(prom, &want).map(|_| ()),
+    );
+    h.wait(
+        "unschedulable attempts in Prometheus",
+        Duration::from_secs(20),
+        || {
+            first_value(
+                prom,
+                "sum(scheduler_schedule_attempts_total{job=\"unisched\",result=\"unschedulable\"}) > 0",
+            )
+            .map(|_| ())
+        },
+    );
+    // A few more scrapes, so every rate() has samples on both sides of the scheduling.
+    let scrapes_before = first_value(prom, "count_over_time(up{job=\"unisched\"}[5m])").unwrap_or(0.0);
+    h.wait("three more scrapes", Duration::from_secs(10), || {
+        (first_value(prom, "count_over_time(up{job=\"unisched\"}[5m])")? >= scrapes_before + 3.0)
+            .then_some(())
+    });
+    h.check_alive();
+
+    // 6. Every dashboard query succeeds and returns data (MAY_BE_EMPTY excepted, with reasons).
+    let mut failures = Vec::new();
+    let mut empty_allowed = Vec::new();
+    let queries = dashboard_queries();
+    assert!(
+        queries.len() >= 20,
+        "found only {} dashboard queries",
+        queries.len()
+    );
+    for (what, expr) in &queries {
+        let resolved = resolve(expr);
+        let vals = values(&query(prom, &resolved));
+        if vals.is_empty() {
+            match MAY_BE_EMPTY.iter().find(|(needle, _)| expr.contains(needle)) {
+                Some((_, why)) => empty_allowed.push(format!("{what}: {why}")),
+                None => failures.push(format!("{what}: no data for {resolved}")),
+            }
+        } else if vals.iter().all(|v| v.is_nan()) {
+            failures.push(format!("{what}: only NaN for {resolved}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "dashboard queries without data:\n  {}",
+        failures.join("\n  ")
+    );
+    eprintln!(
+        "dashboard: {} queries with data; allowed to be empty:\n  {}",
+        queries.len() - empty_allowed.len(),
+        empty_allowed.join("\n  ")
+    );
+
+    // 7. Every alert rule evaluates without error, and none is pending or firing.
+    let rule_doc = yaml("deploy/prometheus/unisched-alerts.yaml");
+    let exprs: Vec<(String, String)> = rule_doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap().to_string(),
+                r["expr"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (_, expr) in &exprs {
+        query(prom, expr); // asserts status "success"
+    }
+    let rules_json = h.wait("every rule to be evaluated", Duration::from_secs(15), || {
+        let (_, body) = get(prom, "/api/v1/rules?type=alert").ok()?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        let rules: Vec<Value> = v["data"]["groups"]
+            .as_array()?
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let evaluated = rules.iter().all(|r| {
+            r["lastEvaluation"]
+                .as_str()
+                .is_some_and(|t| !t.starts_with("0001-"))
+        });
+        (rules.len() == exprs.len() && evaluated).then_some(rules)
+    });
+    let unhealthy: Vec<String> = rules_json
+        .iter()
+        .filter(|r| r["health"] != "ok")
+        .map(|r| format!("{}: health {} {}", r["name"], r["health"], r["lastError"]))
+        .collect();
+    assert!(
+        unhealthy.is_empty(),
+        "alert rules that fail to evaluate:\n  {}",
+        unhealthy.join("\n  ")
+    );
+    let active: Vec<String> = rules_json
+        .iter()
+        .flat_map(|r| r["alerts"].as_array().cloned().unwrap_or_default())
+        .map(|a| format!("{} ({})", a["labels"]["alertname"], a["state"]))
+        .collect();
+    assert!(
+        active.is_empty(),
+        "alerts active on a healthy cluster: {active:?}"
+    );
+
+    eprintln!(
+        "prometheus e2e: scheduler ready after {scheduler_ready:?}, {} dashboard queries and {} rules checked in {:?}",
+        queries.len(),
+        exprs.len(),
+        h.started.elapsed()
+    );
+}
