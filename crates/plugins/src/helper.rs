@@ -1,0 +1,411 @@
+//! Small pieces shared by several plugins: score normalisation, argument decoding, upstream-style
+//! field errors, name validation, and typed access to queueing-hint objects.
+
+use std::fmt::Display;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::de::DeserializeOwned;
+use unisched_framework::{EventObject, NodeScore};
+
+/// Rescales raw scores linearly so that the highest becomes `max_priority` (upstream
+/// `DefaultNormalizeScore`). With `reverse`, the scale is flipped: the highest raw score gets 0 and
+/// a raw 0 gets `max_priority`. When every raw score is 0, scores stay 0, or all become
+/// `max_priority` when reversed.
+pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
+    let max = scores.iter().map(|s| s.score).max().unwrap_or(0).max(0);
+    if max == 0 {
+        if reverse {
+            for s in scores.iter_mut() {
+                s.score = max_priority;
+            }
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let scaled = max_priority.saturating_mul(s.score) / max;
+        s.score = if reverse { max_priority - scaled } else { scaled };
+    }
+}
+
+/// The `kubescheduler.config.k8s.io/v1` version every args object may name.
+const ARGS_API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+
+/// A plugin's `…Args` type: decodable from `pluginConfig[].args`, with optional `kind` and
+/// `apiVersion` keys that must name it when present.
+pub(crate) trait PluginArgs: DeserializeOwned + Default {
+    /// The upstream kind, e.g. `NodeResourcesFitArgs`.
+    const KIND: &'static str;
+    /// The `kind` key, when given.
+    fn kind(&self) -> Option<&str>;
+    /// The `apiVersion` key, when given.
+    fn api_version(&self) -> Option<&str>;
+}
+
+/// Decodes a plugin's args: `null` (no `pluginConfig` entry) gives the defaults; unknown fields
+/// and wrong types are errors that name the field.
+pub(crate) fn decode_args<T: PluginArgs>(args: &serde_json::Value) -> Result<T, String> {
+    if args.is_null() {
+        return Ok(T::default());
+    }
+    let decoded: T =
+        serde_json::from_value(args.clone()).map_err(|e| format!("decoding {}: {e}", T::KIND))?;
+    if let Some(kind) = decoded.kind().filter(|k| *k != T::KIND) {
+        return Err(format!(
+            "decoding {}: kind: Unsupported value: {kind:?}: supported values: {:?}",
+            T::KIND,
+            T::KIND
+        ));
+    }
+    if let Some(v) = decoded.api_version().filter(|v| *v != ARGS_API_VERSION) {
+        return Err(format!(
+            "decoding {}: apiVersion: Unsupported value: {v:?}: supported values: {ARGS_API_VERSION:?}",
+            T::KIND
+        ));
+    }
+    Ok(decoded)
+}
+
+/// Joins validation errors as upstream's aggregate error prints them: one error alone, several in
+/// brackets.
+pub(crate) fn aggregate(errs: Vec<String>) -> Result<(), String> {
+    match errs.len() {
+        0 => Ok(()),
+        1 => Err(errs.into_iter().next().unwrap_or_default()),
+        _ => Err(format!("[{}]", errs.join(", "))),
+    }
+}
+
+/// `path: Invalid value: value: detail`, upstream `field.Invalid`.
+pub(crate) fn invalid(path: &str, value: impl Display, detail: impl Display) -> String {
+    format!("{path}: Invalid value: {value}: {detail}")
+}
+
+/// A Go-`%q`-style quoted string for error messages.
+pub(crate) fn quote(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// A Go-`%#v`-style rendering of a string slice for error messages.
+pub(crate) fn go_string_slice(values: &[String]) -> String {
+    let inner: Vec<String> = values.iter().map(|v| quote(v)).collect();
+    format!("[]string{{{}}}", inner.join(", "))
+}
+
+fn is_alnum(c: u8) -> bool {
+    c.is_ascii_alphanumeric()
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
+fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => {
+            is_alnum(*f) && is_alnum(*l) && b.iter().all(|c| is_alnum(*c) || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// A lowercase RFC 1123 subdomain.
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            let b = label.as_bytes();
+            match (b.first(), b.last()) {
+                (Some(f), Some(l)) => {
+                    (f.is_ascii_lowercase() || f.is_ascii_digit())
+                        && (l.is_ascii_lowercase() || l.is_ascii_digit())
+                        && b.iter()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                }
+                _ => false,
+            }
+        })
+}
+
+const QUALIFIED_NAME_FMT: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end \
+     with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is \
+     '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// Upstream `IsQualifiedName`: the problems with `value` as a label key / resource name, empty when
+/// it is valid.
+pub(crate) fn qualified_name_errors(value: &str) -> Vec<String> {
+    let parts: Vec<&str> = value.split('/').collect();
+    let (prefix, name) = match parts.as_slice() {
+        [name] => (None, *name),
+        [prefix, name] => (Some(*prefix), *name),
+        _ => {
+            return vec![format!(
+                "a qualified name {QUALIFIED_NAME_FMT} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            )];
+        }
+    };
+    let mut errs = Vec::new();
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_string());
+    }
+    if !name.is_empty() && !is_qualified_name_part(name) {
+        errs.push(format!("name part {QUALIFIED_NAME_FMT}"));
+    }
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            errs.push("prefix part must be non-empty".to_string());
+        } else if !is_dns1123_subdomain(prefix) {
+            errs.push(
+                "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
+                 '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used \
+                 for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                    .to_string(),
+            );
+        }
+    }
+    errs
+}
+
+/// Upstream `IsValidLabelValue`: the problems with `value` as a label value, empty when valid.
+pub(crate) fn label_value_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        errs.push(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and \
+             must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex \
+             used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+                .to_string(),
+        );
+    }
+    errs
+}
+
+/// The nodes of a node event: the old one (absent on Add) and the new one. A hint for a node event
+/// that carries something else answers with an error, which the queue treats as `Queue`.
+pub(crate) fn event_nodes<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Result<(Option<&'a Node>, &'a Node), String> {
+    let old = match old {
+        None => None,
+        Some(EventObject::Node(n)) => Some(&**n),
+        Some(other) => {
+            return Err(format!(
+                "expected a Node as the old object, got {}",
+                object_kind(other)
+            ));
+        }
+    };
+    match new {
+        Some(EventObject::Node(n)) => Ok((old, &**n)),
+        Some(other) => Err(format!(
+            "expected a Node as the new object, got {}",
+            object_kind(other)
+        )),
+        None => Err("expected a Node as the new object, got nothing".to_string()),
+    }
+}
+
+/// The pods of a pod event: the old one (absent on Add) and the new one (absent on Delete).
+pub(crate) fn event_pods<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Result<(Option<&'a Pod>, Option<&'a Pod>), String> {
+    let conv = |o: Option<&'a EventObject>, which: &str| match o {
+        None => Ok(None),
+        Some(EventObject::Pod(p)) => Ok(Some(&**p)),
+        Some(other) => Err(format!(
+            "expected a Pod as the {which} object, got {}",
+            object_kind(other)
+        )),
+    };
+    let old = conv(old, "old")?;
+    let new = conv(new, "new")?;
+    if old.is_none() && new.is_none() {
+        return Err("a pod event without a pod".to_string());
+    }
+    Ok((old, new))
+}
+
+pub(crate) fn object_kind(o: &EventObject) -> &'static str {
+    match o {
+        EventObject::Pod(_) => "Pod",
+        EventObject::Node(_) => "Node",
+        EventObject::ResourceClaim(_) => "ResourceClaim",
+        EventObject::ResourceSlice(_) => "ResourceSlice",
+        EventObject::DeviceClass(_) => "DeviceClass",
+        EventObject::Other => "another object",
+    }
+}
+
+/// The UID of a pod, or `namespace/name` when it has none (as `PodInfo` keys pods).
+pub(crate) fn pod_key(pod: &Pod) -> String {
+    match pod.metadata.uid.as_deref() {
+        Some(u) if !u.is_empty() => u.to_string(),
+        _ => format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+/// The pod's tolerations (empty when none).
+pub(crate) fn tolerations(pod: &Pod) -> &[k8s_openapi::api::core::v1::Toleration] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[])
+}
+
+/// The node's taints (empty when none).
+pub(crate) fn taints(node: &Node) -> &[k8s_openapi::api::core::v1::Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_table() {
+        struct Case {
+            name: &'static str,
+            reverse: bool,
+            raw: Vec<i64>,
+            want: Vec<i64>,
+        }
+        let cases = [
+            Case {
+                name: "scales to max",
+                reverse: false,
+                raw: vec![1, 2, 4],
+                want: vec![25, 50, 100],
+            },
+            Case {
+                name: "reverse",
+                reverse: true,
+                raw: vec![0, 1, 2],
+                want: vec![100, 50, 0],
+            },
+            Case {
+                name: "all zero",
+                reverse: false,
+                raw: vec![0, 0],
+                want: vec![0, 0],
+            },
+            Case {
+                name: "all zero reversed",
+                reverse: true,
+                raw: vec![0, 0],
+                want: vec![100, 100],
+            },
+            Case {
+                name: "integer division",
+                reverse: false,
+                raw: vec![1, 3],
+                want: vec![33, 100],
+            },
+            Case {
+                name: "empty",
+                reverse: true,
+                raw: vec![],
+                want: vec![],
+            },
+        ];
+        for c in cases {
+            let mut scores: Vec<NodeScore> = c
+                .raw
+                .iter()
+                .enumerate()
+                .map(|(i, s)| NodeScore {
+                    name: format!("n{i}"),
+                    score: *s,
+                })
+                .collect();
+            default_normalize_score(100, c.reverse, &mut scores);
+            let got: Vec<i64> = scores.iter().map(|s| s.score).collect();
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn name_validation_table() {
+        struct Case {
+            name: &'static str,
+            value: &'static str,
+            qualified_ok: bool,
+            label_value_ok: bool,
+        }
+        let cases = [
+            Case {
+                name: "plain",
+                value: "cpu",
+                qualified_ok: true,
+                label_value_ok: true,
+            },
+            Case {
+                name: "prefixed",
+                value: "example.com/gpu",
+                qualified_ok: true,
+                label_value_ok: false,
+            },
+            Case {
+                name: "empty",
+                value: "",
+                qualified_ok: false,
+                label_value_ok: true,
+            },
+            Case {
+                name: "two slashes",
+                value: "a/b/c",
+                qualified_ok: false,
+                label_value_ok: false,
+            },
+            Case {
+                name: "upper prefix",
+                value: "Example.com/gpu",
+                qualified_ok: false,
+                label_value_ok: false,
+            },
+            Case {
+                name: "leading dash",
+                value: "-x",
+                qualified_ok: false,
+                label_value_ok: false,
+            },
+            Case {
+                name: "too long",
+                value: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                qualified_ok: false,
+                label_value_ok: false,
+            },
+        ];
+        for c in cases {
+            assert_eq!(
+                qualified_name_errors(c.value).is_empty(),
+                c.qualified_ok,
+                "{}",
+                c.name
+            );
+            assert_eq!(
+                label_value_errors(c.value).is_empty(),
+                c.label_value_ok,
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn aggregate_formats_like_upstream() {
+        assert_eq!(aggregate(vec![]), Ok(()));
+        assert_eq!(aggregate(vec!["a".into()]), Err("a".into()));
+        assert_eq!(aggregate(vec!["a".into(), "b".into()]), Err("[a, b]".into()));
+    }
+}

@@ -1,0 +1,96 @@
+//! The in-tree scheduler plugins and their registry.
+//!
+//! One module per plugin, each with its tests beside it. Behaviour and every user-visible string
+//! (rejection reasons, argument validation errors) follow upstream kube-scheduler, because users,
+//! dashboards and the cluster autoscaler match on them; where unisched differs on purpose (the
+//! unified DRA footprint in resource scoring) the module says so.
+//!
+//! | plugin | extension points |
+//! |---|---|
+//! | [`PrioritySort`] | QueueSort |
+//! | [`SchedulingGates`] | PreEnqueue, events |
+//! | [`NodeUnschedulable`] | Filter, events |
+//! | [`NodeName`] | PreFilter, Filter, events |
+//! | [`TaintToleration`] | Filter, PreScore, Score (+normalize), events |
+//! | [`NodeAffinity`] | PreFilter, Filter, PreScore, Score (+normalize), events |
+//! | [`NodePorts`] | PreFilter, Filter, events |
+//! | [`NodeResourcesFit`] | PreFilter, Filter, PreScore, Score, events |
+//! | [`NodeResourcesBalancedAllocation`] | PreScore, Score |
+//! | [`DefaultBinder`] | Bind |
+//!
+//! [`Registry::in_tree`] builds them by name from `pluginConfig` args.
+#![forbid(unsafe_code)]
+
+mod default_binder;
+mod helper;
+mod node_affinity;
+mod node_name;
+mod node_ports;
+mod node_unschedulable;
+mod noderesources;
+mod queue_sort;
+mod registry;
+mod scheduling_gates;
+mod selector;
+mod taint_toleration;
+mod toleration;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use default_binder::{BindError, Binder, DefaultBinder};
+pub use helper::default_normalize_score;
+pub use node_affinity::{NodeAffinity, NodeAffinityArgs};
+pub use node_name::NodeName;
+pub use node_ports::NodePorts;
+pub use node_unschedulable::NodeUnschedulable;
+pub use noderesources::{
+    DEVICE_CLASS_RESOURCE_PREFIX, ExtendedResourceResolver, InsufficientResource, MAX_CUSTOM_PRIORITY_SCORE,
+    NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs, NodeResourcesFit,
+    NodeResourcesFitArgs, RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, ScoringStrategyType,
+    UtilizationShapePoint, fits_request,
+};
+pub use queue_sort::PrioritySort;
+pub use registry::{PluginContext, PluginFactory, Registry};
+pub use scheduling_gates::SchedulingGates;
+pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
+pub use taint_toleration::TaintToleration;
+pub use toleration::{find_untolerated_taint, tolerates_taint};
+
+/// The plugins' rejection reasons, as upstream prints them (`Insufficient <resource>` is built per
+/// resource).
+pub mod reasons {
+    pub use crate::node_affinity::{ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD};
+    pub use crate::node_name::ERR_REASON as NODE_NAME;
+    pub use crate::node_ports::ERR_REASON as NODE_PORTS;
+    pub use crate::node_unschedulable::{
+        ERR_REASON_UNKNOWN_CONDITION, ERR_REASON_UNSCHEDULABLE, TAINT_NODE_UNSCHEDULABLE,
+    };
+    pub use crate::taint_toleration::ERR_REASON_NOT_MATCH as UNTOLERATED_TAINT;
+    /// NodeResourcesFit: the node is at its pod limit.
+    pub const TOO_MANY_PODS: &str = "Too many pods";
+}
+
+/// Plugin names, as used in configuration.
+pub mod names {
+    /// `PrioritySort`.
+    pub const PRIORITY_SORT: &str = "PrioritySort";
+    /// `SchedulingGates`.
+    pub const SCHEDULING_GATES: &str = "SchedulingGates";
+    /// `NodeUnschedulable`.
+    pub const NODE_UNSCHEDULABLE: &str = "NodeUnschedulable";
+    /// `NodeName`.
+    pub const NODE_NAME: &str = "NodeName";
+    /// `TaintToleration`.
+    pub const TAINT_TOLERATION: &str = "TaintToleration";
+    /// `NodeAffinity`.
+    pub const NODE_AFFINITY: &str = "NodeAffinity";
+    /// `NodePorts`.
+    pub const NODE_PORTS: &str = "NodePorts";
+    /// `NodeResourcesFit`.
+    pub const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
+    /// `NodeResourcesBalancedAllocation`.
+    pub const NODE_RESOURCES_BALANCED_ALLOCATION: &str = "NodeResourcesBalancedAllocation";
+    /// `DefaultBinder`.
+    pub const DEFAULT_BINDER: &str = "DefaultBinder";
+}

@@ -1,0 +1,1291 @@
+//! `NodeResourcesFit`: the node must have room for the pod's requests (upstream `noderesources/fit.go`,
+//! 1.34+), and nodes are scored by how their utilisation would look with the pod.
+//!
+//! Filter, per node, in this order, keeping every reason:
+//! 1. `Too many pods` when the node is at its pod limit (checked even for pods without requests);
+//! 2. nothing else for a pod without requests;
+//! 3. `Insufficient cpu|memory|ephemeral-storage` when the request exceeds what is left;
+//! 4. `Insufficient <name>` for other resources (sorted by name), skipping extended resources the
+//!    args ignore and, KEP-5004, scalars the node has none of that a DeviceClass serves (the
+//!    DynamicResources plugin allocates those).
+//!
+//! The code is UnschedulableAndUnresolvable when some request exceeds the node's whole allocatable
+//! (preemption cannot help), Unschedulable otherwise.
+//!
+//! The pod's requests are `PodInfo::requests`: containers, init containers and sidecars, pod-level
+//! resources, overhead, and the KEP-5517 node-allocatable claim statuses already in the pod status.
+//! They are computed once when the pod enters the scheduler, so PreFilter has nothing to compute; it
+//! rejects pods whose quantities do not parse.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    resource::v1::DeviceClass,
+};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, EventObject,
+    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    QueueingHint, ScorePlugin, Status,
+};
+use unisched_resource::{Resource, is_extended_resource_name, pod_resources};
+
+use super::{
+    args::{NodeResourcesFitArgs, ScoringStrategyType},
+    scoring::{ResourceAllocationScorer, ScorePreState, Strategy},
+};
+use crate::{
+    helper::{event_nodes, event_pods, object_kind, pod_key},
+    names::NODE_RESOURCES_FIT,
+};
+
+const PRE_SCORE_KEY: &str = "PreScoreNodeResourcesFit";
+
+/// Prefix of the implicit extended-resource name every DeviceClass has (KEP-5004).
+pub const DEVICE_CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// Maps extended resource names to the DeviceClass that serves them through DRA (KEP-5004). The
+/// DynamicResources side implements it over its DeviceClass cache.
+pub trait ExtendedResourceResolver: Send + Sync {
+    /// The DeviceClass serving `resource` (an explicit `spec.extendedResourceName` or the implicit
+    /// `deviceclass.resource.kubernetes.io/<class>`), if any.
+    fn device_class_for(&self, resource: &str) -> Option<String>;
+}
+
+/// One resource the node lacks for the pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsufficientResource {
+    /// The resource (`pods`, `cpu`, `example.com/gpu`, …).
+    pub resource_name: String,
+    /// The upstream reason (`Insufficient cpu`).
+    pub reason: String,
+    /// The pod's request.
+    pub requested: i64,
+    /// Already requested on the node.
+    pub used: i64,
+    /// The node's allocatable.
+    pub capacity: i64,
+    /// The request exceeds the node's whole allocatable: preemption cannot help.
+    pub unresolvable: bool,
+}
+
+/// Whether a scalar the node has none of is left to DynamicResources (KEP-5004).
+fn delegated_to_dra(
+    name: &str,
+    allocatable: &Resource,
+    resolver: Option<&dyn ExtendedResourceResolver>,
+) -> bool {
+    match resolver {
+        Some(r) => {
+            allocatable.scalar_resources.get(name).copied().unwrap_or(0) <= 0
+                && r.device_class_for(name).is_some()
+        }
+        None => false,
+    }
+}
+
+fn ignored(name: &str, ignored: &BTreeSet<String>, groups: &BTreeSet<String>) -> bool {
+    if !is_extended_resource_name(name) {
+        return false;
+    }
+    if ignored.contains(name) {
+        return true;
+    }
+    !groups.is_empty()
+        && name
+            .split('/')
+            .next()
+            .is_some_and(|prefix| groups.contains(prefix))
+}
+
+/// Upstream `fitsRequest`: what the node lacks for a pod requesting `request`.
+pub fn fits_request(
+    request: &Resource,
+    node: &NodeInfo,
+    ignored_resources: &BTreeSet<String>,
+    ignored_groups: &BTreeSet<String>,
+    resolver: Option<&dyn ExtendedResourceResolver>,
+) -> Vec<InsufficientResource> {
+    let mut out = Vec::new();
+    let alloc = &node.allocatable;
+    let used = &node.requested;
+    let pods = i64::try_from(node.pods.len()).unwrap_or(i64::MAX);
+    if pods.saturating_add(1) > alloc.allowed_pod_number {
+        out.push(InsufficientResource {
+            resource_name: "pods".to_string(),
+            reason: "Too many pods".to_string(),
+            requested: 1,
+            used: pods,
+            capacity: alloc.allowed_pod_number,
+            unresolvable: false,
+        });
+    }
+    if request.is_zero() {
+        return out;
+    }
+    let mut check = |name: &str, reason: &str, req: i64, have: i64, in_use: i64| {
+        if req > 0 && req > have.saturating_sub(in_use) {
+            out.push(InsufficientResource {
+                resource_name: name.to_string(),
+                reason: reason.to_string(),
+                requested: req,
+                used: in_use,
+                capacity: have,
+                unresolvable: req > have,
+            });
+        }
+    };
+    check(
+        "cpu",
+        "Insufficient cpu",
+        request.milli_cpu,
+        alloc.milli_cpu,
+        used.milli_cpu,
+    );
+    check(
+        "memory",
+        "Insufficient memory",
+        request.memory,
+        alloc.memory,
+        used.memory,
+    );
+    check(
+        "ephemeral-storage",
+        "Insufficient ephemeral-storage",
+        request.ephemeral_storage,
+        alloc.ephemeral_storage,
+        used.ephemeral_storage,
+    );
+    for (name, &req) in &request.scalar_resources {
+        if req == 0
+            || ignored(name, ignored_resources, ignored_groups)
+            || delegated_to_dra(name, alloc, resolver)
+        {
+            continue;
+        }
+        let have = alloc.scalar_resources.get(name).copied().unwrap_or(0);
+        let in_use = used.scalar_resources.get(name).copied().unwrap_or(0);
+        check(name, &format!("Insufficient {name}"), req, have, in_use);
+    }
+    out
+}
+
+/// Resource fit and resource scoring.
+#[derive(Clone)]
+pub struct NodeResourcesFit {
+    ignored_resources: BTreeSet<String>,
+    ignored_groups: BTreeSet<String>,
+    resolver: Option<Arc<dyn ExtendedResourceResolver>>,
+    scorer: ResourceAllocationScorer,
+}
+
+impl std::fmt::Debug for NodeResourcesFit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeResourcesFit")
+            .field("ignored_resources", &self.ignored_resources)
+            .field("ignored_groups", &self.ignored_groups)
+            .field("resolver", &self.resolver.is_some())
+            .field("scorer", &self.scorer)
+            .finish()
+    }
+}
+
+impl NodeResourcesFit {
+    /// Builds the plugin from args (defaults applied, then validated as upstream).
+    pub fn new(
+        args: &NodeResourcesFitArgs,
+        resolver: Option<Arc<dyn ExtendedResourceResolver>>,
+    ) -> Result<Self, String> {
+        let mut args = args.clone();
+        args.complete();
+        args.validate()?;
+        let strategy_args = args.scoring_strategy.clone().unwrap_or_default();
+        let strategy = match ScoringStrategyType::parse(&strategy_args.type_) {
+            Some(ScoringStrategyType::LeastAllocated) => Strategy::LeastAllocated,
+            Some(ScoringStrategyType::MostAllocated) => Strategy::MostAllocated,
+            Some(ScoringStrategyType::RequestedToCapacityRatio) => {
+                let shape: Vec<(i32, i32)> = strategy_args
+                    .requested_to_capacity_ratio
+                    .iter()
+                    .flat_map(|r| r.shape.iter().map(|p| (p.utilization, p.score)))
+                    .collect();
+                Strategy::ratio(&shape)
+            }
+            None => {
+                return Err(format!(
+                    "scoring strategy {} is not supported",
+                    strategy_args.type_
+                ));
+            }
+        };
+        Ok(NodeResourcesFit {
+            ignored_resources: args.ignored_resources.iter().cloned().collect(),
+            ignored_groups: args.ignored_resource_groups.iter().cloned().collect(),
+            resolver,
+            scorer: ResourceAllocationScorer {
+                resources: strategy_args
+                    .resources
+                    .iter()
+                    .map(|r| (r.name.clone(), r.weight))
+                    .collect(),
+                strategy,
+                use_requested: false,
+                include_footprint: args.include_dra_footprint,
+            },
+        })
+    }
+
+    fn resolver(&self) -> Option<&dyn ExtendedResourceResolver> {
+        self.resolver.as_deref()
+    }
+}
+
+impl Plugin for NodeResourcesFit {
+    fn name(&self) -> &str {
+        NODE_RESOURCES_FIT
+    }
+    unisched_framework::serves!(
+        as_pre_filter,
+        as_filter,
+        as_pre_score,
+        as_score,
+        as_enqueue_extensions
+    );
+}
+
+impl PreFilterPlugin for NodeResourcesFit {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        // Same wording as the framework's own check before the cycle.
+        if let Some(bad) = pod.invalid_quantities().first() {
+            let msg = format!(
+                "pod has an invalid quantity {:?} for resource {:?}",
+                bad.value, bad.resource
+            );
+            return (None, Status::unresolvable(msg));
+        }
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let insufficient = fits_request(
+            pod.requests(),
+            node,
+            &self.ignored_resources,
+            &self.ignored_groups,
+            self.resolver(),
+        );
+        if insufficient.is_empty() {
+            return Status::success();
+        }
+        let code = if insufficient.iter().any(|r| r.unresolvable) {
+            Code::UnschedulableAndUnresolvable
+        } else {
+            Code::Unschedulable
+        };
+        Status::new(code, insufficient.into_iter().map(|r| r.reason))
+    }
+}
+
+impl PreScorePlugin for NodeResourcesFit {
+    fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _nodes: &[Arc<NodeInfo>]) -> Status {
+        let pre = self.scorer.pre_state(state, pod);
+        state.write(PRE_SCORE_KEY, pre);
+        Status::success()
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        match state.read::<ScorePreState>(PRE_SCORE_KEY) {
+            Ok(pre) => self.scorer.score(node, pre),
+            Err(_) => self.scorer.score(node, &self.scorer.pre_state(state, pod)),
+        }
+    }
+}
+
+/// A NodeInfo with only the node's allocatable, for hints.
+fn empty_node_info(node: &Node) -> NodeInfo {
+    let mut ni = NodeInfo::default();
+    ni.allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(Resource::from_list_lossy)
+        .unwrap_or_default();
+    ni
+}
+
+fn assigned_or_nominated(pod: &Pod) -> bool {
+    let assigned = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    assigned || nominated
+}
+
+impl NodeResourcesFit {
+    /// A pod was deleted or scaled down.
+    fn pod_event(
+        &self,
+        pod: &Pod,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Result<QueueingHint, String> {
+        let (original, modified) = event_pods(old, new)?;
+        let Some(modified) = modified else {
+            // Deleted: only a pod that held (or was about to hold) resources frees any.
+            return Ok(match original {
+                Some(o) if assigned_or_nominated(o) => QueueingHint::Queue,
+                _ => QueueingHint::Skip,
+            });
+        };
+        if pod_key(modified) == pod_key(pod) {
+            return Ok(QueueingHint::Queue);
+        }
+        if modified
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty)
+        {
+            return Ok(QueueingHint::Skip);
+        }
+        let Some(original) = original else {
+            return Ok(QueueingHint::Skip);
+        };
+        let before = pod_resources(original).requests;
+        let after = pod_resources(modified).requests;
+        let wanted = pod_resources(pod).requests;
+        let decreased = wanted
+            .iter_nonzero()
+            .any(|(name, _)| before.get(name) > after.get(name));
+        Ok(if decreased {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        })
+    }
+
+    /// A node was added or its allocatable changed.
+    fn node_change(&self, pod: &Pod, old: Option<&Node>, new: &Node) -> QueueingHint {
+        let request = pod_resources(pod).requests;
+        let none = BTreeSet::new();
+        let new_info = empty_node_info(new);
+        if !fits_request(&request, &new_info, &none, &none, self.resolver()).is_empty() {
+            return QueueingHint::Skip;
+        }
+        let Some(old) = old else {
+            return QueueingHint::Queue;
+        };
+        let (before, after) = (empty_node_info(old).allocatable, new_info.allocatable);
+        if after.allowed_pod_number > before.allowed_pod_number {
+            return QueueingHint::Queue;
+        }
+        if request.is_zero() {
+            return QueueingHint::Skip;
+        }
+        let increased = request.iter_nonzero().any(|(name, _)| {
+            after.get(name) > before.get(name)
+                || (!matches!(name, "cpu" | "memory" | "ephemeral-storage")
+                    && delegated_to_dra(name, &after, self.resolver()))
+        });
+        if increased {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        }
+    }
+
+    /// A DeviceClass appeared or changed its extended resource name (KEP-5004).
+    fn device_class_event(
+        pod: &Pod,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Result<QueueingHint, String> {
+        let class = |o: Option<&EventObject>| -> Result<Option<Arc<DeviceClass>>, String> {
+            match o {
+                None => Ok(None),
+                Some(EventObject::DeviceClass(c)) => Ok(Some(c.clone())),
+                Some(other) => Err(format!("expected a DeviceClass, got {}", object_kind(other))),
+            }
+        };
+        let (old, new) = (class(old)?, class(new)?);
+        let Some(new) = new else {
+            return Ok(QueueingHint::Skip);
+        };
+        let extended = |c: &DeviceClass| c.spec.as_ref().and_then(|s| s.extended_resource_name.clone());
+        let requests = pod_resources(pod).requests;
+        let requested = |name: &str| requests.scalar_resources.contains_key(name);
+        match &old {
+            Some(old) if extended(old) == extended(&new) => return Ok(QueueingHint::Skip),
+            Some(_) => {}
+            None => {
+                let implicit = format!(
+                    "{DEVICE_CLASS_RESOURCE_PREFIX}{}",
+                    new.metadata.name.as_deref().unwrap_or_default()
+                );
+                if requested(&implicit) {
+                    return Ok(QueueingHint::Queue);
+                }
+            }
+        }
+        Ok(if extended(&new).is_some_and(|n| requested(&n)) {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        })
+    }
+}
+
+impl EnqueueExtensions for NodeResourcesFit {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let me = self.clone();
+        let me2 = self.clone();
+        let mut events = vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Pod,
+                    ActionType::DELETE.or(ActionType::UPDATE_POD_SCALE_DOWN),
+                    "PodDelete|UpdatePodScaleDown",
+                ),
+                move |pod, old, new| me.pod_event(pod, old, new),
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD.or(ActionType::UPDATE_NODE_ALLOCATABLE),
+                    "NodeAdd|UpdateNodeAllocatable",
+                ),
+                move |pod, old, new| {
+                    let (old, new) = event_nodes(old, new)?;
+                    Ok(me2.node_change(pod, old, new))
+                },
+            ),
+        ];
+        if self.resolver.is_some() {
+            events.push(ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::DeviceClass,
+                    ActionType::ADD.or(ActionType::UPDATE_OTHER),
+                    "resource.k8s.io/DeviceClassAdd|Update",
+                ),
+                Self::device_class_event,
+            ));
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::{api::resource::v1::DeviceClassSpec, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+    use unisched_framework::{NODE_FOOTPRINTS_KEY, NodeFootprints};
+
+    use super::*;
+    use crate::{
+        noderesources::args::{
+            RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, UtilizationShapePoint,
+        },
+        testing::{NodeBuilder, PodBuilder},
+    };
+
+    struct Classes(BTreeMap<&'static str, &'static str>);
+    impl ExtendedResourceResolver for Classes {
+        fn device_class_for(&self, resource: &str) -> Option<String> {
+            self.0.get(resource).map(|c| c.to_string())
+        }
+    }
+
+    fn gpu_resolver() -> Option<Arc<dyn ExtendedResourceResolver>> {
+        Some(Arc::new(Classes(
+            [("example.com/gpu", "gpu.example.com")].into_iter().collect(),
+        )))
+    }
+
+    fn fit(args: NodeResourcesFitArgs) -> NodeResourcesFit {
+        NodeResourcesFit::new(&args, None).unwrap()
+    }
+
+    /// 10 cpu, 20 bytes of memory (upstream's fit_test shape), 32 pods, 5 example.com/foo,
+    /// 2 hugepages-2Mi units, 20 bytes of ephemeral storage.
+    fn node(existing: Vec<PodBuilder>) -> NodeInfo {
+        NodeBuilder::new("n")
+            .alloc("cpu", "10m")
+            .alloc("memory", "20")
+            .alloc("pods", "32")
+            .alloc("example.com/foo", "5")
+            .alloc("ephemeral-storage", "20")
+            .info_with(existing.into_iter().map(|p| p.node_name("n").info()))
+    }
+
+    fn used(cpu: &str, mem: &str) -> PodBuilder {
+        PodBuilder::new(&format!("used-{cpu}-{mem}"))
+            .req("cpu", cpu)
+            .req("memory", mem)
+    }
+
+    #[test]
+    fn filter_table() {
+        struct Case {
+            name: &'static str,
+            plugin: NodeResourcesFit,
+            pod: PodBuilder,
+            node: NodeInfo,
+            code: Code,
+            reasons: Vec<&'static str>,
+        }
+        let default = || fit(NodeResourcesFitArgs::default());
+        let many_pods = || {
+            NodeBuilder::new("n")
+                .alloc("pods", "1")
+                .alloc("cpu", "10m")
+                .info_with([PodBuilder::new("e").node_name("n").info()])
+        };
+        let cases = vec![
+            Case {
+                name: "no requests on an empty node",
+                plugin: default(),
+                pod: PodBuilder::new("p"),
+                node: node(vec![]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "no requests on a full node",
+                plugin: default(),
+                pod: PodBuilder::new("p"),
+                node: node(vec![used("10m", "20")]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "too much cpu",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("cpu", "1m").req("memory", "1"),
+                node: node(vec![used("10m", "20")]),
+                code: Code::Unschedulable,
+                reasons: vec!["Insufficient cpu", "Insufficient memory"],
+            },
+            Case {
+                name: "fits exactly",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("cpu", "5m").req("memory", "10"),
+                node: node(vec![used("5m", "10")]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "init container max counts",
+                plugin: default(),
+                pod: PodBuilder::new("p")
+                    .req("cpu", "1m")
+                    .req("memory", "1")
+                    .init_container("i", &[("cpu", "3m"), ("memory", "1")]),
+                node: node(vec![used("8m", "19")]),
+                code: Code::Unschedulable,
+                reasons: vec!["Insufficient cpu"],
+            },
+            Case {
+                name: "sidecar adds to containers",
+                plugin: default(),
+                pod: PodBuilder::new("p")
+                    .req("cpu", "1m")
+                    .sidecar("s", &[("cpu", "1m")]),
+                node: node(vec![used("9m", "0")]),
+                code: Code::Unschedulable,
+                reasons: vec!["Insufficient cpu"],
+            },
+            Case {
+                name: "overhead counts",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("cpu", "1m").overhead("cpu", "1m"),
+                node: node(vec![used("9m", "0")]),
+                code: Code::Unschedulable,
+                reasons: vec!["Insufficient cpu"],
+            },
+            Case {
+                name: "larger than the node is unresolvable",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("cpu", "11m").req("memory", "1"),
+                node: node(vec![used("9m", "19")]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient cpu"],
+            },
+            Case {
+                name: "ephemeral storage",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("ephemeral-storage", "25"),
+                node: node(vec![]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient ephemeral-storage"],
+            },
+            Case {
+                name: "extended resource insufficient",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("example.com/foo", "3"),
+                node: node(vec![PodBuilder::new("e").req("example.com/foo", "3")]),
+                code: Code::Unschedulable,
+                reasons: vec!["Insufficient example.com/foo"],
+            },
+            Case {
+                name: "unknown extended resource",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("example.com/bar", "1"),
+                node: node(vec![]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient example.com/bar"],
+            },
+            Case {
+                name: "hugepages are scalars too",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("hugepages-2Mi", "2Mi"),
+                node: node(vec![]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient hugepages-2Mi"],
+            },
+            Case {
+                name: "ignored resource",
+                plugin: fit(NodeResourcesFitArgs {
+                    ignored_resources: vec!["example.com/bar".into()],
+                    ..NodeResourcesFitArgs::default()
+                }),
+                pod: PodBuilder::new("p").req("example.com/bar", "1"),
+                node: node(vec![]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "ignored group",
+                plugin: fit(NodeResourcesFitArgs {
+                    ignored_resource_groups: vec!["example.com".into()],
+                    ..NodeResourcesFitArgs::default()
+                }),
+                pod: PodBuilder::new("p").req("example.com/bar", "1"),
+                node: node(vec![]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "ignored group does not cover native resources",
+                plugin: fit(NodeResourcesFitArgs {
+                    ignored_resource_groups: vec!["hugepages-2Mi".into()],
+                    ..NodeResourcesFitArgs::default()
+                }),
+                pod: PodBuilder::new("p").req("hugepages-2Mi", "2Mi"),
+                node: node(vec![]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient hugepages-2Mi"],
+            },
+            Case {
+                name: "too many pods even without requests",
+                plugin: default(),
+                pod: PodBuilder::new("p"),
+                node: many_pods(),
+                code: Code::Unschedulable,
+                reasons: vec!["Too many pods"],
+            },
+            Case {
+                name: "too many pods and cpu",
+                plugin: default(),
+                pod: PodBuilder::new("p").req("cpu", "20m"),
+                node: many_pods(),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Too many pods", "Insufficient cpu"],
+            },
+            Case {
+                name: "DRA-backed extended resource is delegated",
+                plugin: NodeResourcesFit::new(&NodeResourcesFitArgs::default(), gpu_resolver()).unwrap(),
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                node: node(vec![]),
+                code: Code::Success,
+                reasons: vec![],
+            },
+            Case {
+                name: "device-plugin capacity is checked here even with a class",
+                plugin: NodeResourcesFit::new(&NodeResourcesFitArgs::default(), gpu_resolver()).unwrap(),
+                pod: PodBuilder::new("p").req("example.com/gpu", "2"),
+                node: NodeBuilder::new("n").alloc("example.com/gpu", "1").info(),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient example.com/gpu"],
+            },
+            Case {
+                name: "no class, no delegation",
+                plugin: NodeResourcesFit::new(&NodeResourcesFitArgs::default(), gpu_resolver()).unwrap(),
+                pod: PodBuilder::new("p").req("example.com/tpu", "1"),
+                node: node(vec![]),
+                code: Code::UnschedulableAndUnresolvable,
+                reasons: vec!["Insufficient example.com/tpu"],
+            },
+        ];
+        for c in cases {
+            let pod = c.pod.info();
+            let (_, pre) = c.plugin.pre_filter(&mut CycleState::new(), &pod, &[]);
+            assert!(pre.is_success(), "{}: {pre}", c.name);
+            let s = c.plugin.filter(&CycleState::new(), &pod, &c.node);
+            assert_eq!(s.code(), c.code, "{}: {s}", c.name);
+            assert_eq!(s.reasons(), c.reasons, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn invalid_quantities_are_rejected_in_pre_filter() {
+        let pod = PodBuilder::new("p").req("cpu", "lots").info();
+        let (_, s) = fit(NodeResourcesFitArgs::default()).pre_filter(&mut CycleState::new(), &pod, &[]);
+        assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            s.message(),
+            "pod has an invalid quantity \"lots\" for resource \"cpu\""
+        );
+    }
+
+    fn score_all(
+        pl: &NodeResourcesFit,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeInfo],
+    ) -> Vec<i64> {
+        let arcs: Vec<Arc<NodeInfo>> = nodes.iter().cloned().map(Arc::new).collect();
+        assert!(pl.pre_score(state, pod, &arcs).is_success());
+        arcs.iter().map(|n| pl.score(state, pod, n).unwrap()).collect()
+    }
+
+    fn strategy(
+        type_: &str,
+        resources: Vec<ResourceSpec>,
+        shape: Option<Vec<(i32, i32)>>,
+    ) -> NodeResourcesFitArgs {
+        NodeResourcesFitArgs {
+            scoring_strategy: Some(ScoringStrategy {
+                type_: type_.into(),
+                resources,
+                requested_to_capacity_ratio: shape.map(|s| RequestedToCapacityRatioParam {
+                    shape: s
+                        .into_iter()
+                        .map(|(u, sc)| UtilizationShapePoint {
+                            utilization: u,
+                            score: sc,
+                        })
+                        .collect(),
+                }),
+            }),
+            ..NodeResourcesFitArgs::default()
+        }
+    }
+
+    #[test]
+    fn score_table() {
+        struct Case {
+            name: &'static str,
+            args: NodeResourcesFitArgs,
+            pod: PodBuilder,
+            nodes: Vec<NodeInfo>,
+            want: Vec<i64>,
+        }
+        // Upstream least_allocated_test: node1 4000m/10000, node2 6000m/10000.
+        let n1 = || {
+            NodeBuilder::new("node1")
+                .alloc("cpu", "4")
+                .alloc("memory", "10000")
+                .info()
+        };
+        let n2 = || {
+            NodeBuilder::new("node2")
+                .alloc("cpu", "6")
+                .alloc("memory", "10000")
+                .info()
+        };
+        let cpu_mem = || vec![ResourceSpec::new("cpu", 1), ResourceSpec::new("memory", 1)];
+        let cases = vec![
+            Case {
+                name: "least: nothing scheduled, requests on differently sized nodes",
+                args: NodeResourcesFitArgs::default(),
+                pod: PodBuilder::new("p")
+                    .req("cpu", "1")
+                    .req("memory", "2000")
+                    .container("c1")
+                    .req("cpu", "2")
+                    .req("memory", "3000"),
+                nodes: vec![n1(), n2()],
+                // cpu (4000-3000)/4000 -> 25, mem (10000-5000)/10000 -> 50 => 37; cpu 50, mem 50 => 50
+                want: vec![37, 50],
+            },
+            Case {
+                name: "least: best-effort pod counts the non-zero defaults",
+                args: NodeResourcesFitArgs::default(),
+                pod: PodBuilder::new("p"),
+                nodes: vec![
+                    NodeBuilder::new("n")
+                        .alloc("cpu", "1")
+                        .alloc("memory", "400Mi")
+                        .info(),
+                ],
+                // cpu (1000-100)/1000 -> 90, mem (400-200)/400 -> 50 => 70
+                want: vec![70],
+            },
+            Case {
+                name: "least: existing pods use non-zero requests",
+                args: NodeResourcesFitArgs::default(),
+                pod: PodBuilder::new("p").req("cpu", "100m").req("memory", "200Mi"),
+                nodes: vec![
+                    NodeBuilder::new("n")
+                        .alloc("cpu", "1")
+                        .alloc("memory", "800Mi")
+                        .info_with([PodBuilder::new("e").node_name("n").info()]),
+                ],
+                // cpu (1000-200)/1000 -> 80, mem (800-400)/800 -> 50 => 65
+                want: vec![65],
+            },
+            Case {
+                name: "most allocated",
+                args: strategy("MostAllocated", cpu_mem(), None),
+                pod: PodBuilder::new("p")
+                    .req("cpu", "1")
+                    .req("memory", "2000")
+                    .container("c1")
+                    .req("cpu", "2")
+                    .req("memory", "3000"),
+                nodes: vec![n1(), n2()],
+                // cpu 75, mem 50 => 62; cpu 50, mem 50 => 50
+                want: vec![62, 50],
+            },
+            Case {
+                name: "weights",
+                args: strategy(
+                    "LeastAllocated",
+                    vec![ResourceSpec::new("cpu", 3), ResourceSpec::new("memory", 1)],
+                    None,
+                ),
+                pod: PodBuilder::new("p").req("cpu", "3").req("memory", "5000"),
+                nodes: vec![n1()],
+                want: vec![31],
+            },
+            Case {
+                name: "requested to capacity ratio, bin packing shape",
+                args: strategy(
+                    "RequestedToCapacityRatio",
+                    cpu_mem(),
+                    Some(vec![(0, 0), (100, 10)]),
+                ),
+                pod: PodBuilder::new("p").req("cpu", "3").req("memory", "5000"),
+                nodes: vec![n1(), n2()],
+                // cpu 75 mem 50 => 62.5 -> 63; cpu 50 mem 50 => 50
+                want: vec![63, 50],
+            },
+            Case {
+                name: "extended resource not requested is ignored",
+                args: strategy(
+                    "MostAllocated",
+                    vec![
+                        ResourceSpec::new("cpu", 1),
+                        ResourceSpec::new("example.com/foo", 5),
+                    ],
+                    None,
+                ),
+                pod: PodBuilder::new("p").req("cpu", "2"),
+                nodes: vec![
+                    NodeBuilder::new("n")
+                        .alloc("cpu", "4")
+                        .alloc("example.com/foo", "4")
+                        .info(),
+                ],
+                want: vec![50],
+            },
+            Case {
+                name: "extended resource requested is weighted",
+                args: strategy(
+                    "MostAllocated",
+                    vec![
+                        ResourceSpec::new("cpu", 1),
+                        ResourceSpec::new("example.com/foo", 3),
+                    ],
+                    None,
+                ),
+                pod: PodBuilder::new("p").req("cpu", "2").req("example.com/foo", "4"),
+                nodes: vec![
+                    NodeBuilder::new("n")
+                        .alloc("cpu", "4")
+                        .alloc("example.com/foo", "4")
+                        .info(),
+                ],
+                // (50*1 + 100*3)/4 = 87
+                want: vec![87],
+            },
+            Case {
+                name: "resource absent on node is ignored",
+                args: strategy(
+                    "LeastAllocated",
+                    vec![
+                        ResourceSpec::new("cpu", 1),
+                        ResourceSpec::new("example.com/foo", 3),
+                    ],
+                    None,
+                ),
+                pod: PodBuilder::new("p").req("cpu", "1").req("example.com/foo", "1"),
+                nodes: vec![NodeBuilder::new("n").alloc("cpu", "4").info()],
+                want: vec![75],
+            },
+        ];
+        for c in cases {
+            let pl = NodeResourcesFit::new(&c.args, None).unwrap();
+            let got = score_all(&pl, &mut CycleState::new(), &c.pod.info(), &c.nodes);
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn footprint_is_added_when_enabled() {
+        struct Case {
+            name: &'static str,
+            include: bool,
+            record: bool,
+            want: Vec<i64>,
+        }
+        let cases = [
+            Case {
+                name: "footprint recorded and included",
+                include: true,
+                record: true,
+                want: vec![25, 50],
+            },
+            Case {
+                name: "footprint ignored when disabled",
+                include: false,
+                record: true,
+                want: vec![75, 50],
+            },
+            Case {
+                name: "nothing recorded",
+                include: true,
+                record: false,
+                want: vec![75, 50],
+            },
+        ];
+        for c in cases {
+            let args = NodeResourcesFitArgs {
+                include_dra_footprint: c.include,
+                ..strategy("LeastAllocated", vec![ResourceSpec::new("cpu", 1)], None)
+            };
+            let pl = NodeResourcesFit::new(&args, None).unwrap();
+            let nodes = [
+                NodeBuilder::new("a").alloc("cpu", "4").info(),
+                NodeBuilder::new("b").alloc("cpu", "4").info(),
+            ];
+            let mut state = CycleState::new();
+            if c.record {
+                let fp = NodeFootprints::default();
+                let extra = Resource {
+                    milli_cpu: 2000,
+                    ..Resource::default()
+                };
+                fp.set("a", extra);
+                state.write(NODE_FOOTPRINTS_KEY, fp);
+            }
+            let pod = PodBuilder::new("p").req("cpu", "1").info();
+            // a is empty: (4000 - 1000 - 2000 of footprint) / 4000 -> 25, or 75 without the footprint.
+            // b has 1 cpu requested already and no footprint: (4000 - 2000) / 4000 -> 50.
+            let mut b = nodes[1].clone();
+            b.add_pod(Arc::new(
+                PodBuilder::new("e").req("cpu", "1").node_name("b").info(),
+            ));
+            let got = score_all(&pl, &mut state, &pod, &[nodes[0].clone(), b]);
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    fn node_obj(allocs: &[(&str, &str)]) -> Node {
+        allocs
+            .iter()
+            .fold(NodeBuilder::new("n"), |b, (k, v)| b.alloc(k, v))
+            .build()
+    }
+
+    #[test]
+    fn node_hint_table() {
+        struct Case {
+            name: &'static str,
+            pod: PodBuilder,
+            old: Option<Node>,
+            new: Node,
+            resolver: bool,
+            want: QueueingHint,
+        }
+        let cases = vec![
+            Case {
+                name: "added node fits",
+                pod: PodBuilder::new("p").req("cpu", "1"),
+                old: None,
+                new: node_obj(&[("cpu", "2")]),
+                resolver: false,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "added node too small",
+                pod: PodBuilder::new("p").req("cpu", "4"),
+                old: None,
+                new: node_obj(&[("cpu", "2")]),
+                resolver: false,
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "cpu increased",
+                pod: PodBuilder::new("p").req("cpu", "1"),
+                old: Some(node_obj(&[("cpu", "1")])),
+                new: node_obj(&[("cpu", "2")]),
+                resolver: false,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "unrequested resource increased",
+                pod: PodBuilder::new("p").req("cpu", "1"),
+                old: Some(node_obj(&[("cpu", "2"), ("memory", "1Gi")])),
+                new: node_obj(&[("cpu", "2"), ("memory", "2Gi")]),
+                resolver: false,
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "pods increased",
+                pod: PodBuilder::new("p"),
+                old: Some(node_obj(&[("pods", "10")])),
+                new: node_obj(&[("pods", "20")]),
+                resolver: false,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "still does not fit",
+                pod: PodBuilder::new("p").req("cpu", "4"),
+                old: Some(node_obj(&[("cpu", "1")])),
+                new: node_obj(&[("cpu", "2")]),
+                resolver: false,
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "extended resource now delegable",
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                old: Some(node_obj(&[("cpu", "1")])),
+                new: node_obj(&[("cpu", "1"), ("memory", "1")]),
+                resolver: true,
+                want: QueueingHint::Queue,
+            },
+        ];
+        for c in cases {
+            let pl = NodeResourcesFit::new(
+                &NodeResourcesFitArgs::default(),
+                if c.resolver { gpu_resolver() } else { None },
+            )
+            .unwrap();
+            let events = pl.events_to_register();
+            let hint = events[1].hint.clone().unwrap();
+            let old = c.old.map(|n| EventObject::Node(Arc::new(n)));
+            let new = EventObject::Node(Arc::new(c.new));
+            assert_eq!(
+                hint(&c.pod.build(), old.as_ref(), Some(&new)).unwrap(),
+                c.want,
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn pod_hint_table() {
+        struct Case {
+            name: &'static str,
+            old: Option<Pod>,
+            new: Option<Pod>,
+            want: QueueingHint,
+        }
+        let target = PodBuilder::new("p").req("cpu", "1").build();
+        let cases = vec![
+            Case {
+                name: "assigned pod deleted",
+                old: Some(PodBuilder::new("d").node_name("n").build()),
+                new: None,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "nominated pod deleted",
+                old: Some(PodBuilder::new("d").nominated_node("n").build()),
+                new: None,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "unscheduled pod deleted",
+                old: Some(PodBuilder::new("d").build()),
+                new: None,
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "assigned pod scaled down cpu",
+                old: Some(PodBuilder::new("d").node_name("n").req("cpu", "2").build()),
+                new: Some(PodBuilder::new("d").node_name("n").req("cpu", "1").build()),
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "assigned pod scaled down memory only",
+                old: Some(PodBuilder::new("d").node_name("n").req("memory", "2Gi").build()),
+                new: Some(PodBuilder::new("d").node_name("n").req("memory", "1Gi").build()),
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "unscheduled pod scaled down",
+                old: Some(PodBuilder::new("d").req("cpu", "2").build()),
+                new: Some(PodBuilder::new("d").req("cpu", "1").build()),
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "the pod itself scaled down",
+                old: Some(PodBuilder::new("p").req("cpu", "2").build()),
+                new: Some(PodBuilder::new("p").req("cpu", "1").build()),
+                want: QueueingHint::Queue,
+            },
+        ];
+        let pl = fit(NodeResourcesFitArgs::default());
+        let events = pl.events_to_register();
+        assert_eq!(events.len(), 2, "no DeviceClass event without a resolver");
+        let hint = events[0].hint.clone().unwrap();
+        for c in cases {
+            let old = c.old.map(|p| EventObject::Pod(Arc::new(p)));
+            let new = c.new.map(|p| EventObject::Pod(Arc::new(p)));
+            assert_eq!(
+                hint(&target, old.as_ref(), new.as_ref()).unwrap(),
+                c.want,
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn device_class_hint_table() {
+        fn class(name: &str, ext: Option<&str>) -> DeviceClass {
+            DeviceClass {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(DeviceClassSpec {
+                    extended_resource_name: ext.map(String::from),
+                    ..DeviceClassSpec::default()
+                }),
+            }
+        }
+        struct Case {
+            name: &'static str,
+            pod: PodBuilder,
+            old: Option<DeviceClass>,
+            new: DeviceClass,
+            want: QueueingHint,
+        }
+        let cases = vec![
+            Case {
+                name: "class added with the pod's resource",
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                old: None,
+                new: class("gpu", Some("example.com/gpu")),
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "class added for the implicit name",
+                pod: PodBuilder::new("p").req("deviceclass.resource.kubernetes.io/gpu", "1"),
+                old: None,
+                new: class("gpu", None),
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "unrelated class added",
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                old: None,
+                new: class("tpu", Some("example.com/tpu")),
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "extended name unchanged",
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                old: Some(class("gpu", Some("example.com/gpu"))),
+                new: class("gpu", Some("example.com/gpu")),
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "extended name set",
+                pod: PodBuilder::new("p").req("example.com/gpu", "1"),
+                old: Some(class("gpu", None)),
+                new: class("gpu", Some("example.com/gpu")),
+                want: QueueingHint::Queue,
+            },
+        ];
+        let pl = NodeResourcesFit::new(&NodeResourcesFitArgs::default(), gpu_resolver()).unwrap();
+        let events = pl.events_to_register();
+        assert_eq!(events[2].event.resource, EventResource::DeviceClass);
+        let hint = events[2].hint.clone().unwrap();
+        for c in cases {
+            let old = c.old.map(|d| EventObject::DeviceClass(Arc::new(d)));
+            let new = EventObject::DeviceClass(Arc::new(c.new));
+            assert_eq!(
+                hint(&c.pod.build(), old.as_ref(), Some(&new)).unwrap(),
+                c.want,
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            /// Filter accepts exactly when every requested amount fits in what is left, and calls a
+            /// rejection unresolvable exactly when some request exceeds the whole allocatable.
+            #[test]
+            fn filter_matches_arithmetic(
+                req in (0i64..5000, 0i64..5000, 0i64..5),
+                alloc in (0i64..5000, 0i64..5000, 0i64..5),
+                used in (0i64..5000, 0i64..5000, 0i64..5),
+            ) {
+                let node = {
+                    let mut ni = NodeBuilder::new("n")
+                        .alloc("cpu", &format!("{}m", alloc.0))
+                        .alloc("memory", &alloc.1.to_string())
+                        .alloc("example.com/foo", &alloc.2.to_string())
+                        .info();
+                    ni.add_pod(Arc::new(
+                        PodBuilder::new("e")
+                            .node_name("n")
+                            .req("cpu", &format!("{}m", used.0))
+                            .req("memory", &used.1.to_string())
+                            .req("example.com/foo", &used.2.to_string())
+                            .info(),
+                    ));
+                    ni
+                };
+                let pod = PodBuilder::new("p")
+                    .req("cpu", &format!("{}m", req.0))
+                    .req("memory", &req.1.to_string())
+                    .req("example.com/foo", &req.2.to_string())
+                    .info();
+                let s = fit(NodeResourcesFitArgs::default()).filter(&CycleState::new(), &pod, &node);
+                let triples = [(req.0, alloc.0, used.0), (req.1, alloc.1, used.1), (req.2, alloc.2, used.2)];
+                let fits = triples.iter().all(|(r, a, u)| *r == 0 || r <= &(a - u));
+                prop_assert_eq!(s.is_success(), fits, "{}", s);
+                let unresolvable = triples.iter().any(|(r, a, u)| *r > 0 && r > &(a - u) && r > a);
+                prop_assert_eq!(s.code() == Code::UnschedulableAndUnresolvable, unresolvable, "{}", s);
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The resource plugins: `NodeResourcesFit` and `NodeResourcesBalancedAllocation`.
+
+mod args;
+mod balanced_allocation;
+mod fit;
+mod scoring;
+
+pub use args::{
+    MAX_CUSTOM_PRIORITY_SCORE, NodeResourcesBalancedAllocationArgs, NodeResourcesFitArgs,
+    RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, ScoringStrategyType, UtilizationShapePoint,
+};
+pub use balanced_allocation::NodeResourcesBalancedAllocation;
+pub use fit::{
+    DEVICE_CLASS_RESOURCE_PREFIX, ExtendedResourceResolver, InsufficientResource, NodeResourcesFit,
+    fits_request,
+};

@@ -1,0 +1,496 @@
+//! Resource-allocation scoring shared by NodeResourcesFit and NodeResourcesBalancedAllocation
+//! (upstream `resource_allocation.go`, `least_allocated.go`, `most_allocated.go`,
+//! `requested_to_capacity_ratio.go`, `balanced_allocation.go`).
+//!
+//! For each configured resource the scorer takes the node's allocatable and what would be requested
+//! with the pod on it:
+//! - cpu and memory use the node's *non-zero* requested sum and the pod's non-zero request (100m /
+//!   200Mi for containers without one) for Fit, and exact requests for BalancedAllocation;
+//! - ephemeral-storage always uses exact requests;
+//! - any other ("scalar") resource is ignored when the pod does not request it, and uses exact
+//!   requests when the node has it;
+//! - resources with zero allocatable are left out of the weighted average.
+//!
+//! unisched addition: the pod's per-node DRA footprint (`NodeFootprints`, recorded by
+//! DynamicResources in Filter) is added to the pod's request on that node, so a pod whose CPU comes
+//! through a claim is scored like one asking for it in its spec.
+
+use unisched_framework::{
+    CycleState, MAX_NODE_SCORE, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, PodInfo, Status,
+};
+use unisched_resource::{CPU, EPHEMERAL_STORAGE, MEMORY, Resource, is_extended_resource_name, is_hugepages};
+
+use super::args::MAX_CUSTOM_PRIORITY_SCORE;
+
+/// Upstream `IsScalarResourceName`: extended resources, hugepages, `kubernetes.io/`-prefixed native
+/// resources and attachable volumes.
+pub(crate) fn is_scalar_resource_name(name: &str) -> bool {
+    is_extended_resource_name(name)
+        || is_hugepages(name)
+        || name.contains("kubernetes.io/")
+        || name.starts_with("attachable-volumes-")
+}
+
+/// How per-resource utilisation becomes a node score.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// `(capacity − requested) × 100 / capacity`, weighted mean.
+    LeastAllocated,
+    /// `min(requested, capacity) × 100 / capacity`, weighted mean.
+    MostAllocated,
+    /// A broken-linear function of utilisation; points are `(utilization, score × 10)`.
+    RequestedToCapacityRatio(Vec<(i64, i64)>),
+    /// `(1 − standard deviation of the utilisation fractions) × 100`.
+    Balanced,
+}
+
+impl Strategy {
+    /// The ratio strategy from user shape points (scores 0..10 scaled to 0..100).
+    pub(crate) fn ratio(shape: &[(i32, i32)]) -> Strategy {
+        let scale = MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE;
+        Strategy::RequestedToCapacityRatio(
+            shape
+                .iter()
+                .map(|(u, s)| (i64::from(*u), i64::from(*s) * scale))
+                .collect(),
+        )
+    }
+}
+
+/// Upstream `BuildBrokenLinearFunction`: the first point's score below it, the last point's above
+/// it, integer interpolation between.
+pub(crate) fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
+    for (i, &(u, s)) in shape.iter().enumerate() {
+        if p <= u {
+            if i == 0 {
+                return s;
+            }
+            let (pu, ps) = shape[i - 1];
+            return ps + (s - ps) * (p - pu) / (u - pu);
+        }
+    }
+    shape.last().map_or(0, |&(_, s)| s)
+}
+
+fn least_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 || requested > capacity {
+        return 0;
+    }
+    ((i128::from(capacity - requested) * i128::from(MAX_NODE_SCORE)) / i128::from(capacity)) as i64
+}
+
+fn most_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 {
+        return 0;
+    }
+    // Pods without requests count with the non-zero defaults, which can exceed the capacity.
+    let requested = requested.clamp(0, capacity);
+    ((i128::from(requested) * i128::from(MAX_NODE_SCORE)) / i128::from(capacity)) as i64
+}
+
+fn utilization_percent(requested: i64, capacity: i64) -> i64 {
+    ((i128::from(requested) * 100) / i128::from(capacity)) as i64
+}
+
+/// Scores one node from `(requested, allocatable, weight)` per resource. Entries with zero
+/// allocatable are ignored.
+pub(crate) fn score_vector(strategy: &Strategy, entries: &[(i64, i64, i64)]) -> i64 {
+    let live = entries.iter().filter(|(_, alloc, _)| *alloc != 0);
+    match strategy {
+        Strategy::LeastAllocated | Strategy::MostAllocated => {
+            let (mut sum, mut weights) = (0i64, 0i64);
+            for &(req, alloc, w) in live {
+                let s = if *strategy == Strategy::LeastAllocated {
+                    least_requested(req, alloc)
+                } else {
+                    most_requested(req, alloc)
+                };
+                sum += s * w;
+                weights += w;
+            }
+            if weights == 0 { 0 } else { sum / weights }
+        }
+        Strategy::RequestedToCapacityRatio(shape) => {
+            let (mut sum, mut weights) = (0i64, 0i64);
+            for &(req, alloc, w) in live {
+                let p = if req > alloc {
+                    100
+                } else {
+                    utilization_percent(req, alloc)
+                };
+                let s = broken_linear(shape, p);
+                if s > 0 {
+                    sum += s * w;
+                    weights += w;
+                }
+            }
+            if weights == 0 {
+                0
+            } else {
+                (sum as f64 / weights as f64).round() as i64
+            }
+        }
+        Strategy::Balanced => {
+            let fraction = |&(req, alloc, _): &(i64, i64, i64)| (req as f64 / alloc as f64).min(1.0);
+            let n = live.clone().count();
+            let std = match n {
+                0 | 1 => 0.0,
+                2 => {
+                    let mut it = live.map(fraction);
+                    let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
+                    ((a - b) / 2.0).abs()
+                }
+                _ => {
+                    let mean = live.clone().map(fraction).sum::<f64>() / n as f64;
+                    (live.map(fraction).map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
+                }
+            };
+            ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+        }
+    }
+}
+
+/// The scorer of one plugin: resources with weights, a strategy, and which requests it uses.
+#[derive(Clone, Debug)]
+pub(crate) struct ResourceAllocationScorer {
+    /// `(resource name, weight)` in configuration order.
+    pub(crate) resources: Vec<(String, i64)>,
+    pub(crate) strategy: Strategy,
+    /// Exact requests (BalancedAllocation) rather than the non-zero variant (Fit) for cpu/memory.
+    pub(crate) use_requested: bool,
+    /// Add the pod's per-node DRA footprint.
+    pub(crate) include_footprint: bool,
+}
+
+/// What PreScore computes for Score.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ScorePreState {
+    /// The pod's request per configured resource.
+    pub(crate) pod_requests: Vec<i64>,
+    /// The per-node DRA footprints of this attempt, when recorded and enabled.
+    pub(crate) footprints: Option<NodeFootprints>,
+}
+
+impl ResourceAllocationScorer {
+    /// The pod's request per configured resource (cpu in milli-cores, the rest in units).
+    pub(crate) fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
+        let r = if self.use_requested {
+            pod.requests()
+        } else {
+            pod.non_zero_requests()
+        };
+        self.resources.iter().map(|(name, _)| r.get(name)).collect()
+    }
+
+    /// The PreScore state for `pod`.
+    pub(crate) fn pre_state(&self, state: &CycleState, pod: &PodInfo) -> ScorePreState {
+        let footprints = if self.include_footprint {
+            state.read::<NodeFootprints>(NODE_FOOTPRINTS_KEY).ok().cloned()
+        } else {
+            None
+        };
+        ScorePreState {
+            pod_requests: self.pod_requests(pod),
+            footprints,
+        }
+    }
+
+    /// `(allocatable, requested including the pod)` of one resource on the node; `(0, 0)` leaves
+    /// the resource out.
+    fn allocatable_requested(&self, node: &NodeInfo, name: &str, pod_request: i64) -> (i64, i64) {
+        let requested = if self.use_requested {
+            &node.requested
+        } else {
+            &node.non_zero_requested
+        };
+        if pod_request == 0 && is_scalar_resource_name(name) {
+            return (0, 0);
+        }
+        match name {
+            CPU => (
+                node.allocatable.milli_cpu,
+                requested.milli_cpu.saturating_add(pod_request),
+            ),
+            MEMORY => (
+                node.allocatable.memory,
+                requested.memory.saturating_add(pod_request),
+            ),
+            EPHEMERAL_STORAGE => (
+                node.allocatable.ephemeral_storage,
+                node.requested.ephemeral_storage.saturating_add(pod_request),
+            ),
+            other => match node.allocatable.scalar_resources.get(other) {
+                Some(alloc) => (*alloc, node.requested.get(other).saturating_add(pod_request)),
+                None => (0, 0),
+            },
+        }
+    }
+
+    /// The node's score for a pod with these requests.
+    pub(crate) fn score(&self, node: &NodeInfo, pre: &ScorePreState) -> Result<i64, Status> {
+        if self.resources.is_empty() {
+            return Err(Status::error("resources not found"));
+        }
+        let extra: Option<Resource> = pre.footprints.as_ref().and_then(|f| f.get(node.name()));
+        let entry = |i: usize, (name, weight): &(String, i64)| {
+            let mut pod_request = pre.pod_requests.get(i).copied().unwrap_or(0);
+            if let Some(extra) = &extra {
+                pod_request = pod_request.saturating_add(extra.get(name));
+            }
+            let (alloc, req) = self.allocatable_requested(node, name, pod_request);
+            (req, alloc, *weight)
+        };
+        // Score runs for every feasible node: keep the usual handful of resources off the heap.
+        const INLINE: usize = 8;
+        if self.resources.len() <= INLINE {
+            let mut buf = [(0i64, 0i64, 0i64); INLINE];
+            for (i, r) in self.resources.iter().enumerate() {
+                buf[i] = entry(i, r);
+            }
+            Ok(score_vector(&self.strategy, &buf[..self.resources.len()]))
+        } else {
+            let entries: Vec<(i64, i64, i64)> = self
+                .resources
+                .iter()
+                .enumerate()
+                .map(|(i, r)| entry(i, r))
+                .collect();
+            Ok(score_vector(&self.strategy, &entries))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broken_linear_table() {
+        struct Case {
+            name: &'static str,
+            shape: Vec<(i64, i64)>,
+            p: i64,
+            want: i64,
+        }
+        let shape = vec![
+            (10, 10),
+            (20, 20),
+            (30, 30),
+            (50, 40),
+            (60, 50),
+            (80, 60),
+            (100, 70),
+        ];
+        let cases = [
+            Case {
+                name: "below first",
+                shape: shape.clone(),
+                p: -10,
+                want: 10,
+            },
+            Case {
+                name: "at first",
+                shape: shape.clone(),
+                p: 10,
+                want: 10,
+            },
+            Case {
+                name: "between",
+                shape: shape.clone(),
+                p: 15,
+                want: 15,
+            },
+            Case {
+                name: "integer interpolation",
+                shape: shape.clone(),
+                p: 40,
+                want: 35,
+            },
+            Case {
+                name: "at point",
+                shape: shape.clone(),
+                p: 60,
+                want: 50,
+            },
+            Case {
+                name: "rounding down",
+                shape: shape.clone(),
+                p: 90,
+                want: 65,
+            },
+            Case {
+                name: "above last",
+                shape: shape.clone(),
+                p: 200,
+                want: 70,
+            },
+            Case {
+                name: "decreasing",
+                shape: vec![(0, 100), (100, 0)],
+                p: 33,
+                want: 67,
+            },
+        ];
+        for c in cases {
+            assert_eq!(broken_linear(&c.shape, c.p), c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn strategies_table() {
+        struct Case {
+            name: &'static str,
+            strategy: Strategy,
+            entries: Vec<(i64, i64, i64)>,
+            want: i64,
+        }
+        let cases = [
+            // Upstream least_allocated_test "nothing scheduled, resources requested, differently sized nodes":
+            // cpu (3000/4000) -> 25, memory (5000/10000) -> 50 => 37
+            Case {
+                name: "least basic",
+                strategy: Strategy::LeastAllocated,
+                entries: vec![(3000, 4000, 1), (5000, 10000, 1)],
+                want: 37,
+            },
+            Case {
+                name: "least weighted",
+                strategy: Strategy::LeastAllocated,
+                entries: vec![(3000, 4000, 3), (5000, 10000, 1)],
+                want: 31,
+            },
+            Case {
+                name: "least over capacity",
+                strategy: Strategy::LeastAllocated,
+                entries: vec![(5000, 4000, 1), (0, 10000, 1)],
+                want: 50,
+            },
+            Case {
+                name: "least zero allocatable skipped",
+                strategy: Strategy::LeastAllocated,
+                entries: vec![(0, 0, 1), (5000, 10000, 1)],
+                want: 50,
+            },
+            Case {
+                name: "least nothing allocatable",
+                strategy: Strategy::LeastAllocated,
+                entries: vec![(1, 0, 1)],
+                want: 0,
+            },
+            Case {
+                name: "most basic",
+                strategy: Strategy::MostAllocated,
+                entries: vec![(3000, 4000, 1), (5000, 10000, 1)],
+                want: 62,
+            },
+            Case {
+                name: "most capped",
+                strategy: Strategy::MostAllocated,
+                entries: vec![(6000, 4000, 1), (5000, 10000, 1)],
+                want: 75,
+            },
+            Case {
+                name: "ratio bin packing",
+                strategy: Strategy::ratio(&[(0, 0), (100, 10)]),
+                entries: vec![(3000, 4000, 1), (5000, 10000, 1)],
+                want: 63,
+            },
+            Case {
+                name: "ratio zero scores excluded from weights",
+                strategy: Strategy::ratio(&[(0, 0), (100, 10)]),
+                entries: vec![(0, 4000, 1), (5000, 10000, 1)],
+                want: 50,
+            },
+            Case {
+                name: "ratio over capacity is full",
+                strategy: Strategy::ratio(&[(0, 10), (100, 0)]),
+                entries: vec![(5000, 4000, 1), (0, 10000, 1)],
+                want: 100,
+            },
+            Case {
+                name: "balanced two",
+                strategy: Strategy::Balanced,
+                entries: vec![(3000, 4000, 1), (5000, 10000, 1)],
+                want: 87,
+            },
+            Case {
+                name: "balanced equal",
+                strategy: Strategy::Balanced,
+                entries: vec![(2000, 4000, 1), (5000, 10000, 1)],
+                want: 100,
+            },
+            Case {
+                name: "balanced capped at one",
+                strategy: Strategy::Balanced,
+                entries: vec![(8000, 4000, 1), (0, 10000, 1)],
+                want: 50,
+            },
+            Case {
+                name: "balanced three",
+                strategy: Strategy::Balanced,
+                entries: vec![(1000, 4000, 1), (5000, 10000, 1), (3, 4, 1)],
+                want: 79,
+            },
+            Case {
+                name: "balanced single",
+                strategy: Strategy::Balanced,
+                entries: vec![(1000, 4000, 1), (0, 0, 1)],
+                want: 100,
+            },
+        ];
+        for c in cases {
+            assert_eq!(score_vector(&c.strategy, &c.entries), c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn scalar_names() {
+        for (name, want) in [
+            ("cpu", false),
+            ("memory", false),
+            ("example.com/gpu", true),
+            ("hugepages-2Mi", true),
+            ("kubernetes.io/something", true),
+            ("attachable-volumes-csi-x", true),
+            ("pods", false),
+        ] {
+            assert_eq!(is_scalar_resource_name(name), want, "{name}");
+        }
+    }
+
+    mod props {
+        use proptest::prelude::{Strategy as Gen, *};
+
+        use super::super::{MAX_NODE_SCORE, Strategy, score_vector};
+
+        fn entries() -> impl Gen<Value = Vec<(i64, i64, i64)>> {
+            proptest::collection::vec((0i64..1 << 40, 0i64..1 << 40, 1i64..=100), 0..6)
+        }
+
+        fn shape() -> impl Gen<Value = Vec<(i32, i32)>> {
+            proptest::collection::btree_map(0i32..=100, 0i32..=10, 1..6).prop_map(|m| m.into_iter().collect())
+        }
+
+        proptest! {
+            #[test]
+            fn scores_stay_in_range(e in entries(), s in shape()) {
+                for strategy in [Strategy::LeastAllocated, Strategy::MostAllocated, Strategy::Balanced, Strategy::ratio(&s)] {
+                    let score = score_vector(&strategy, &e);
+                    prop_assert!((0..=MAX_NODE_SCORE).contains(&score), "{strategy:?} {e:?} -> {score}");
+                }
+            }
+
+            #[test]
+            fn least_and_most_are_complementary_for_one_resource(req in 0i64..1000, cap in 1i64..1000) {
+                let least = score_vector(&Strategy::LeastAllocated, &[(req, cap, 1)]);
+                let most = score_vector(&Strategy::MostAllocated, &[(req, cap, 1)]);
+                if req <= cap {
+                    // Both round down, so together they lose at most one point.
+                    prop_assert!((99..=100).contains(&(least + most)), "{least} + {most}");
+                } else {
+                    prop_assert_eq!((least, most), (0, 100));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The registry of plugin constructors: what `Framework::new` uses to build a profile's plugins by
+//! name from their `pluginConfig` args.
+//!
+//! Plugins get what they need from outside the scheduling core (the API binder, the DRA side's
+//! extended-resource mapping) through [`PluginContext`], built once by the runtime. Out-of-tree or
+//! later plugins (DynamicResources) are added with [`Registry::register`].
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use unisched_framework::{Plugin, PluginRegistry};
+
+use crate::{
+    Binder, DefaultBinder, ExtendedResourceResolver, NodeAffinity, NodeAffinityArgs, NodeName, NodePorts,
+    NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs, NodeResourcesFit,
+    NodeResourcesFitArgs, NodeUnschedulable, PrioritySort, SchedulingGates, TaintToleration,
+    helper::decode_args, names,
+};
+
+/// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
+/// the `with_*` methods; fields are added as plugins need them.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct PluginContext {
+    /// Writes bindings (the runtime's API writer; a recording fake in tests).
+    pub binder: Arc<dyn Binder>,
+    /// Maps extended resources to DeviceClasses (KEP-5004); `None` disables delegation to DRA.
+    pub extended_resources: Option<Arc<dyn ExtendedResourceResolver>>,
+}
+
+impl std::fmt::Debug for PluginContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginContext")
+            .field("extended_resources", &self.extended_resources.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginContext {
+    /// A context with a binder and nothing else.
+    pub fn new(binder: Arc<dyn Binder>) -> Self {
+        PluginContext {
+            binder,
+            extended_resources: None,
+        }
+    }
+
+    /// Sets the extended-resource resolver.
+    #[must_use]
+    pub fn with_extended_resources(mut self, resolver: Arc<dyn ExtendedResourceResolver>) -> Self {
+        self.extended_resources = Some(resolver);
+        self
+    }
+}
+
+/// Builds a plugin from its args and the context.
+pub type PluginFactory =
+    Arc<dyn Fn(&serde_json::Value, &PluginContext) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+
+/// Plugin constructors by name.
+#[derive(Clone)]
+pub struct Registry {
+    context: PluginContext,
+    factories: BTreeMap<String, PluginFactory>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("plugins", &self.factories.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Plugins without args accept no args, an empty object, or only `kind`/`apiVersion`.
+fn no_args(name: &str, args: &serde_json::Value) -> Result<(), String> {
+    match args {
+        serde_json::Value::Null => Ok(()),
+        serde_json::Value::Object(m) => match m.keys().find(|k| *k != "kind" && *k != "apiVersion") {
+            None => Ok(()),
+            Some(k) => Err(format!("plugin {name} takes no args, got field {k:?}")),
+        },
+        other => Err(format!("plugin {name} takes no args, got {other}")),
+    }
+}
+
+fn stateless<P: Plugin + Default>(name: &'static str) -> PluginFactory {
+    Arc::new(move |args, _ctx| {
+        no_args(name, args)?;
+        Ok(Arc::new(P::default()) as Arc<dyn Plugin>)
+    })
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(context: PluginContext) -> Self {
+        Registry {
+            context,
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// The in-tree plugins.
+    pub fn in_tree(context: PluginContext) -> Self {
+        let mut r = Registry::new(context);
+        let entries: Vec<(&'static str, PluginFactory)> = vec![
+            (
+                names::PRIORITY_SORT,
+                stateless::<PrioritySort>(names::PRIORITY_SORT),
+            ),
+            (
+                names::SCHEDULING_GATES,
+                stateless::<SchedulingGates>(names::SCHEDULING_GATES),
+            ),
+            (
+                names::NODE_UNSCHEDULABLE,
+                stateless::<NodeUnschedulable>(names::NODE_UNSCHEDULABLE),
+            ),
+            (names::NODE_NAME, stateless::<NodeName>(names::NODE_NAME)),
+            (
+                names::TAINT_TOLERATION,
+                stateless::<TaintToleration>(names::TAINT_TOLERATION),
+            ),
+            (names::NODE_PORTS, stateless::<NodePorts>(names::NODE_PORTS)),
+            (
+                names::NODE_AFFINITY,
+                Arc::new(|args, _ctx| {
+                    let a: NodeAffinityArgs = decode_args(args)?;
+                    Ok(Arc::new(NodeAffinity::new(&a)?) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::NODE_RESOURCES_FIT,
+                Arc::new(|args, ctx| {
+                    let a: NodeResourcesFitArgs = decode_args(args)?;
+                    Ok(
+                        Arc::new(NodeResourcesFit::new(&a, ctx.extended_resources.clone())?)
+                            as Arc<dyn Plugin>,
+                    )
+                }),
+            ),
+            (
+                names::NODE_RESOURCES_BALANCED_ALLOCATION,
+                Arc::new(|args, _ctx| {
+                    let a: NodeResourcesBalancedAllocationArgs = decode_args(args)?;
+                    Ok(Arc::new(NodeResourcesBalancedAllocation::new(&a)?) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::DEFAULT_BINDER,
+                Arc::new(|args, ctx| {
+                    no_args(names::DEFAULT_BINDER, args)?;
+                    Ok(Arc::new(DefaultBinder::new(ctx.binder.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+        ];
+        for (name, f) in entries {
+            r.factories.insert(name.to_string(), f);
+        }
+        r
+    }
+
+    /// Adds a plugin constructor; an error when the name is taken.
+    pub fn register(&mut self, name: &str, factory: PluginFactory) -> Result<(), String> {
+        if self.factories.contains_key(name) {
+            return Err(format!("a plugin named {name} already exists"));
+        }
+        self.factories.insert(name.to_string(), factory);
+        Ok(())
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+
+    /// The context plugins are built with.
+    pub fn context(&self) -> &PluginContext {
+        &self.context
+    }
+}
+
+impl PluginRegistry for Registry {
+    fn contains(&self, name: &str) -> bool {
+        self.factories.contains_key(name)
+    }
+
+    fn build(&self, name: &str, args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+        let f = self
+            .factories
+            .get(name)
+            .ok_or_else(|| format!("plugin {name:?} does not exist"))?;
+        f(args, &self.context)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use unisched_framework::{
+        Framework, FrameworkError,
+        config::{KubeSchedulerConfiguration, KubeSchedulerProfile},
+    };
+
+    use super::*;
+    use crate::testing::{RecordingBinder, in_tree_registry};
+
+    fn names_at(fwk: &Framework) -> BTreeMap<&'static str, Vec<String>> {
+        fwk.plugin_names()
+    }
+
+    #[test]
+    fn default_profile_has_upstream_order_and_weights() {
+        let (registry, _) = in_tree_registry();
+        let fwk = Framework::new(&KubeSchedulerProfile::default(), &registry).unwrap();
+        let n = names_at(&fwk);
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        struct Case {
+            point: &'static str,
+            want: Vec<String>,
+        }
+        let cases = [
+            Case {
+                point: "preEnqueue",
+                want: s(&["SchedulingGates"]),
+            },
+            Case {
+                point: "queueSort",
+                want: s(&["PrioritySort"]),
+            },
+            Case {
+                point: "preFilter",
+                want: s(&["NodeName", "NodeAffinity", "NodePorts", "NodeResourcesFit"]),
+            },
+            Case {
+                point: "filter",
+                want: s(&[
+                    "NodeUnschedulable",
+                    "NodeName",
+                    "TaintToleration",
+                    "NodeAffinity",
+                    "NodePorts",
+                    "NodeResourcesFit",
+                ]),
+            },
+            Case {
+                point: "postFilter",
+                want: s(&[]),
+            },
+            Case {
+                point: "preScore",
+                want: s(&[
+                    "TaintToleration",
+                    "NodeAffinity",
+                    "NodeResourcesFit",
+                    "NodeResourcesBalancedAllocation",
+                ]),
+            },
+            Case {
+                point: "score",
+                want: s(&[
+                    "TaintToleration=3",
+                    "NodeAffinity=2",
+                    "NodeResourcesFit=1",
+                    "NodeResourcesBalancedAllocation=1",
+                ]),
+            },
+            Case {
+                point: "reserve",
+                want: s(&[]),
+            },
+            Case {
+                point: "bind",
+                want: s(&["DefaultBinder"]),
+            },
+        ];
+        for c in cases {
+            assert_eq!(n.get(c.point).cloned().unwrap_or_default(), c.want, "{}", c.point);
+        }
+        let with_events: Vec<&str> = fwk.events_to_register().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            with_events,
+            vec![
+                "NodeAffinity",
+                "NodeName",
+                "NodePorts",
+                "NodeResourcesFit",
+                "NodeUnschedulable",
+                "SchedulingGates",
+                "TaintToleration"
+            ]
+        );
+    }
+
+    #[test]
+    fn plugin_config_errors() {
+        struct Case {
+            name: &'static str,
+            yaml: &'static str,
+            want: &'static str,
+        }
+        let cases = [
+            Case {
+                name: "unknown strategy",
+                yaml: "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: Fancy}}}]}]",
+                want: "initializing plugin \"NodeResourcesFit\": scoringStrategy.type: Unsupported value: \"Fancy\"",
+            },
+            Case {
+                name: "unknown args field",
+                yaml: "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {ignoredResource: [a]}}]}]",
+                want: "initializing plugin \"NodeResourcesFit\": decoding NodeResourcesFitArgs: unknown field `ignoredResource`",
+            },
+            Case {
+                name: "wrong type",
+                yaml: "profiles: [{pluginConfig: [{name: NodeResourcesBalancedAllocation, args: {resources: cpu}}]}]",
+                want: "initializing plugin \"NodeResourcesBalancedAllocation\": decoding NodeResourcesBalancedAllocationArgs: invalid type",
+            },
+            Case {
+                name: "bad added affinity",
+                yaml: "profiles: [{pluginConfig: [{name: NodeAffinity, args: {addedAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Near}]}]}}}}]}]",
+                want: "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Unsupported value: \"Near\"",
+            },
+            Case {
+                name: "args for an argless plugin",
+                yaml: "profiles: [{pluginConfig: [{name: NodePorts, args: {ports: 1}}]}]",
+                want: "initializing plugin \"NodePorts\": plugin NodePorts takes no args, got field \"ports\"",
+            },
+            Case {
+                name: "unknown plugin",
+                yaml: "profiles: [{pluginConfig: [{name: NoSuchPlugin, args: {}}]}]",
+                want: "pluginConfig for unknown plugin \"NoSuchPlugin\"",
+            },
+        ];
+        let (registry, _) = in_tree_registry();
+        for c in cases {
+            let cfg = KubeSchedulerConfiguration::from_yaml(c.yaml).unwrap();
+            let err = Framework::new(&cfg.profiles[0], &registry).unwrap_err();
+            assert!(err.to_string().contains(c.want), "{}: {err}", c.name);
+        }
+    }
+
+    #[test]
+    fn plugin_config_args_apply() {
+        let yaml = r#"
+profiles:
+- schedulerName: packer
+  plugins:
+    multiPoint:
+      enabled: [{name: NodeResourcesFit, weight: 5}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      kind: NodeResourcesFitArgs
+      apiVersion: kubescheduler.config.k8s.io/v1
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: cpu, weight: 1}]
+"#;
+        let cfg = KubeSchedulerConfiguration::from_yaml(yaml).unwrap();
+        let (registry, _) = in_tree_registry();
+        let fwk = Framework::new(&cfg.profiles[0], &registry).unwrap();
+        assert!(fwk.plugin_names()["score"].contains(&"NodeResourcesFit=5".to_string()));
+        let dbg = format!(
+            "{:?}",
+            fwk.plugin("NodeResourcesFit").map(|p| p.name().to_string())
+        );
+        assert!(dbg.contains("NodeResourcesFit"));
+    }
+
+    #[test]
+    fn register_and_build() {
+        let mut r = Registry::new(PluginContext::new(RecordingBinder::new()));
+        assert!(!r.contains(names::NODE_NAME));
+        r.register("Mine", stateless::<NodeName>("Mine")).unwrap();
+        assert!(
+            r.register("Mine", stateless::<NodeName>("Mine")).is_err(),
+            "duplicate names are refused"
+        );
+        assert!(r.contains("Mine"));
+        assert_eq!(
+            r.build("Mine", &serde_json::Value::Null).unwrap().name(),
+            names::NODE_NAME
+        );
+        assert!(r.build("Nope", &serde_json::Value::Null).is_err());
+        let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
+        assert_eq!(in_tree.names().count(), 10);
+        assert!(matches!(
+            Framework::new(
+                &KubeSchedulerProfile::default(),
+                &Registry::new(PluginContext::new(RecordingBinder::new()))
+            ),
+            Err(FrameworkError::QueueSort { .. })
+        ));
+    }
+}

@@ -1,0 +1,197 @@
+//! The default profile end to end: 1,000 pods through the framework's scheduling and binding cycles
+//! on 100 nodes, with an in-memory cache, checking placement rules and the ledger invariant.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use parking_lot::RwLock;
+use unisched_framework::{
+    CycleOutcome, NoNominations, NodeInfo, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
+    run_binding_cycle, run_scheduling_cycle,
+};
+use unisched_plugins::{
+    reasons::TAINT_NODE_UNSCHEDULABLE,
+    testing::{NodeBuilder, PodBuilder, default_framework},
+};
+
+/// Nodes by name; assumed pods are added to their node at once.
+#[derive(Default)]
+struct MemCache {
+    nodes: RwLock<BTreeMap<String, NodeInfo>>,
+}
+
+impl SchedulerCache for MemCache {
+    fn update_snapshot(&self) -> Arc<Snapshot> {
+        Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
+    }
+
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
+        let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
+        let mut nodes = self.nodes.write();
+        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
+        if ni.pod(&pod.uid).is_some() {
+            return Err(format!("pod {} is already assumed", pod.uid));
+        }
+        ni.add_pod(pod);
+        Ok(())
+    }
+
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
+        let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
+        let mut nodes = self.nodes.write();
+        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
+        ni.remove_pod(&pod.uid)
+            .map(|_| ())
+            .ok_or_else(|| format!("pod {} is not assumed", pod.uid))
+    }
+}
+
+const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+
+fn cluster() -> MemCache {
+    let cache = MemCache::default();
+    {
+        let mut nodes = cache.nodes.write();
+        for i in 0..100 {
+            let name = format!("n{i:03}");
+            let mut b = NodeBuilder::new(&name)
+                .alloc("cpu", "4")
+                .alloc("memory", "16Gi")
+                .label("topology.kubernetes.io/zone", ["a", "b", "c"][i % 3]);
+            if i < 10 {
+                b = b.taint(CONTROL_PLANE, "", "NoSchedule");
+            } else if i < 20 {
+                b = b.label("disk", "ssd");
+            }
+            if i == 99 {
+                b = b
+                    .unschedulable(true)
+                    .taint(TAINT_NODE_UNSCHEDULABLE, "", "NoSchedule");
+            }
+            nodes.insert(name, b.info());
+        }
+    }
+    cache
+}
+
+fn workload() -> Vec<Arc<PodInfo>> {
+    (0..1000)
+        .map(|i| {
+            let mut b = PodBuilder::new(&format!("p{i:04}")).priority(i % 3);
+            b = match i % 10 {
+                3 => b.req("cpu", "600m").req("memory", "1Gi"),
+                _ => b.req("cpu", "250m").req("memory", "512Mi"),
+            };
+            if i % 10 == 0 {
+                b = b.toleration(CONTROL_PLANE, "Exists", "", "NoSchedule");
+            }
+            if i % 10 == 1 {
+                b = b.node_selector("disk", "ssd");
+            }
+            if i % 50 == 2 {
+                b = b.host_port(9000);
+            }
+            b.arc()
+        })
+        .collect()
+}
+
+#[test]
+fn thousand_pods_on_hundred_nodes() {
+    let cache = cluster();
+    let (fwk, binder) = default_framework();
+    let mut algo = SchedulingAlgorithm::new(4, None, 7);
+    let pods = workload();
+    for pod in &pods {
+        assert!(fwk.run_pre_enqueue(pod).is_success(), "{} is not gated", pod.name);
+        match run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod.clone(), false) {
+            CycleOutcome::Assumed(task) => {
+                if let Err(f) = run_binding_cycle(&fwk, &cache, *task) {
+                    panic!("binding {} failed: {}", pod.name, f.message);
+                }
+            }
+            CycleOutcome::Failed(f) => panic!("{} did not fit: {}", pod.name, f.message),
+            other => panic!("{}: unexpected outcome {other:?}", pod.name),
+        }
+    }
+    assert_eq!(binder.bindings().len(), 1000, "every pod was bound once");
+
+    let nodes = cache.nodes.read();
+    let mut cpu_of_plain_nodes = Vec::new();
+    let mut port_nodes = Vec::new();
+    for (name, ni) in nodes.iter() {
+        let (req, _) = ni.recomputed_requested();
+        assert!(
+            req.milli_cpu <= ni.allocatable.milli_cpu,
+            "{name}: cpu {} > {}",
+            req.milli_cpu,
+            ni.allocatable.milli_cpu
+        );
+        assert!(
+            req.memory <= ni.allocatable.memory,
+            "{name}: memory over allocatable"
+        );
+        assert!(
+            ni.pods.len() as i64 <= ni.allocatable.allowed_pod_number,
+            "{name}: too many pods"
+        );
+        let node = ni.node().unwrap();
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == CONTROL_PLANE));
+        let ssd = node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get("disk").map(String::as_str) == Some("ssd"));
+        for p in &ni.pods {
+            let i: usize = p.name[1..].parse().unwrap();
+            if tainted {
+                assert_eq!(i % 10, 0, "{name} is tainted, {} does not tolerate it", p.name);
+            }
+            if i % 10 == 1 {
+                assert!(ssd, "{} wants disk=ssd, landed on {name}", p.name);
+            }
+            if i % 50 == 2 {
+                port_nodes.push(name.clone());
+            }
+        }
+        if name == "n099" {
+            assert!(ni.pods.is_empty(), "the cordoned node gets nothing");
+        } else if !tainted && !ssd {
+            cpu_of_plain_nodes.push(req.milli_cpu);
+        }
+    }
+    let before = port_nodes.len();
+    port_nodes.sort();
+    port_nodes.dedup();
+    assert_eq!(port_nodes.len(), before, "host-port pods never share a node");
+    assert_eq!(before, 20);
+    let (min, max) = (
+        cpu_of_plain_nodes.iter().min().unwrap(),
+        cpu_of_plain_nodes.iter().max().unwrap(),
+    );
+    assert!(
+        max - min <= 1000,
+        "LeastAllocated spreads the load: min {min}m, max {max}m"
+    );
+    drop(nodes);
+
+    // A pod no node can hold: the upstream-format explanation, one reason per node.
+    let huge = PodBuilder::new("huge").req("cpu", "5").arc();
+    match run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, huge, false) {
+        CycleOutcome::Failed(f) => {
+            assert_eq!(
+                f.message,
+                "0/100 nodes are available: 1 node(s) were unschedulable, 10 node(s) had untolerated taint(s), 89 Insufficient cpu."
+            );
+            let plugins: Vec<&str> = f.unschedulable_plugins.iter().map(String::as_str).collect();
+            assert_eq!(
+                plugins,
+                vec!["NodeResourcesFit", "NodeUnschedulable", "TaintToleration"]
+            );
+        }
+        other => panic!("the huge pod must not fit: {other:?}"),
+    }
+}
