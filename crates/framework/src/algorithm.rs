@@ -6,13 +6,16 @@
 //! keeps whichever nodes its goroutines reached first, we evaluate in order in parallel batches and
 //! keep the first N feasible nodes *in order*: the same inputs always give the same choice.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use rayon::prelude::*;
 
 use crate::{
-    Code, CycleState, Diagnosis, FitError, Framework, NodeInfo, NodePluginScores, PodInfo, SeededRng, Snapshot,
-    Status,
+    Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FitError, Framework, NodeInfo,
+    NodePluginScores, PodInfo, SeededRng, Snapshot, Status,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -41,6 +44,10 @@ pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize)
 pub trait PodNominator: Send + Sync {
     /// Pods nominated to `node`.
     fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>>;
+
+    /// Every nomination, by node, taken once per attempt so that Filter (run for every node on
+    /// several threads) never touches the nominator's lock. Usually empty.
+    fn nominations(&self) -> HashMap<String, Vec<Arc<PodInfo>>>;
 }
 
 /// No nominations (tests, simple loops).
@@ -50,6 +57,10 @@ pub struct NoNominations;
 impl PodNominator for NoNominations {
     fn nominated_pods_for_node(&self, _node: &str) -> Vec<Arc<PodInfo>> {
         Vec::new()
+    }
+
+    fn nominations(&self) -> HashMap<String, Vec<Arc<PodInfo>>> {
+        HashMap::new()
     }
 }
 
@@ -115,6 +126,10 @@ impl SchedulingAlgorithm {
         let (feasible, diagnosis, evaluated) = self.find_nodes_that_fit(fwk, state, pod, &snapshot, nominator)?;
         if feasible.is_empty() {
             let mut fit = FitError { num_all_nodes: snapshot.len(), diagnosis };
+            if let Ok(d) = state.read::<DiagnosisDetail>(DIAGNOSIS_DETAIL_KEY) {
+                let extra = d.0.detail(&fit.diagnosis.node_to_status);
+                fit.diagnosis.detail.extend(extra);
+            }
             let mut nomination = None;
             if fwk.has_post_filter_plugins() {
                 let (result, status) = fwk.run_post_filter(state, pod, &fit.diagnosis.node_to_status);
@@ -207,6 +222,7 @@ impl SchedulingAlgorithm {
             )
         };
         let start = self.next_start_node_index % n;
+        let nominations = nominator.nominations();
         let state_ref: &CycleState = state;
         let mut feasible = Vec::with_capacity(to_find.min(n));
         let mut processed = 0usize;
@@ -216,7 +232,7 @@ impl SchedulingAlgorithm {
             let want = to_find - feasible.len();
             let batch = (want + want / 4).max(threads * 8).min(n - offset);
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
-            let check = |&i: &usize| check_node(fwk, state_ref, pod, &candidates[i], nominator);
+            let check = |&i: &usize| check_node(fwk, state_ref, pod, &candidates[i], &nominations);
             let statuses: Vec<Status> = match &self.pool {
                 Some(pool) if batch > 2 && threads > 1 => pool.install(|| idx.par_iter().map(check).collect()),
                 _ => idx.iter().map(check).collect(),
@@ -319,10 +335,12 @@ fn check_node(
     state: &CycleState,
     pod: &PodInfo,
     node: &Arc<NodeInfo>,
-    nominator: &dyn PodNominator,
+    nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
 ) -> Status {
-    let nominated = nominator.nominated_pods_for_node(node.name());
-    fwk.run_filter_with_nominated(state, pod, node, &nominated)
+    match nominations.get(node.name()) {
+        Some(nominated) => fwk.run_filter_with_nominated(state, pod, node, nominated),
+        None => fwk.run_filter(state, pod, node),
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,11 @@ impl Nominator {
         self.by_node.entry(node).or_default().push(pod);
     }
 
+    /// Every nomination by node (empty in the common case, so cheap to take per attempt).
+    pub(crate) fn all(&self) -> HashMap<String, Vec<Arc<PodInfo>>> {
+        self.by_node.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
+    }
+
     /// Removes the pod's nomination; true when it had one.
     pub(crate) fn delete(&mut self, uid: &str) -> bool {
         let Some(node) = self.node_of.remove(uid) else {

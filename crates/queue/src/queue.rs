@@ -1248,6 +1248,10 @@ impl PodNominator for SchedulingQueue {
     fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
         self.nominator.read().pods_for_node(node)
     }
+
+    fn nominations(&self) -> std::collections::HashMap<String, Vec<Arc<PodInfo>>> {
+        self.nominator.read().all()
+    }
 }
 
 #[cfg(test)]
