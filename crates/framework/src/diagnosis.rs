@@ -6,6 +6,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt,
+    sync::Arc,
 };
 
 use crate::{Code, Status};
@@ -105,6 +106,22 @@ impl Diagnosis {
         }
     }
 }
+
+/// Cycle-state key of a [`DiagnosisDetail`]: a plugin that can explain its rejections better than
+/// per-node reasons (DynamicResources aggregates the allocator's typed reasons over all nodes) writes
+/// one in PreFilter; when no node fits, the algorithm asks it for sentences to append to the
+/// `FailedScheduling` message ([`Diagnosis::detail`]), before PostFilter runs.
+pub const DIAGNOSIS_DETAIL_KEY: &str = "unisched.io/DiagnosisDetail";
+
+/// Produces extra explanation for a failed attempt. See [`DIAGNOSIS_DETAIL_KEY`].
+pub trait DiagnosisDetailSource: Send + Sync {
+    /// Sentences to append, given the per-node statuses (empty: nothing to add).
+    fn detail(&self, statuses: &NodeToStatus) -> Vec<String>;
+}
+
+/// The value stored under [`DIAGNOSIS_DETAIL_KEY`].
+#[derive(Clone)]
+pub struct DiagnosisDetail(pub Arc<dyn DiagnosisDetailSource>);
 
 /// No node could run the pod.
 #[derive(Clone, Debug)]
