@@ -9,11 +9,13 @@
 //! Layout, each module opening with why it is built the way it is: `cache` ([`Cache`]: the state,
 //! its operations, copy-on-write `NodeInfo`s, ghosts and placeholders), `node_tree` (zone-interleaved
 //! node order), `snapshots` (recycling snapshots that binding cycles have released), `images`
-//! (cluster-wide image counts for ImageLocality), `dump` (debug view), `error` ([`CacheError`]). DRA
-//! state (slices, claims, allocated devices) will get its own module next to these.
+//! (cluster-wide image counts for ImageLocality), `dump` (debug view), `error` ([`CacheError`]), and
+//! `dra` ([`DraCache`]: slices, classes, claims with an assume layer, allocated devices, in-flight
+//! allocations; a separate object with its own lock, see its documentation for why).
 #![forbid(unsafe_code)]
 
 mod cache;
+mod dra;
 mod dump;
 mod error;
 mod images;
@@ -21,6 +23,10 @@ mod node_tree;
 mod snapshots;
 
 pub use cache::Cache;
+pub use dra::{
+    ClaimChange, ClassMap, DraCache, DraCacheError, DraSnapshot, EXTENDED_RESOURCE_CLAIM_ANNOTATION,
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX, InFlightAllocation,
+};
 pub use dump::{AssumedPodDump, CacheDump, NodeDump, NodeState};
 pub use error::CacheError;
 pub use node_tree::{

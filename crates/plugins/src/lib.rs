@@ -16,18 +16,27 @@
 //! | [`NodePorts`] | PreFilter, Filter, events |
 //! | [`NodeResourcesFit`] | PreFilter, Filter, PreScore, Score, events |
 //! | [`NodeResourcesBalancedAllocation`] | PreScore, Score |
+//! | [`PodTopologySpread`] | PreFilter (+AddPod/RemovePod), Filter, PreScore, Score (+normalize), events |
+//! | [`InterPodAffinity`] | PreFilter (+AddPod/RemovePod), Filter, PreScore, Score (+normalize), events |
+//! | [`ImageLocality`] | Score |
 //! | [`DefaultBinder`] | Bind |
+//! | [`DynamicResources`] | PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score (+normalize), Reserve, PreBind, AssumedPod, events |
 //!
 //! [`Registry::in_tree`] builds them by name from `pluginConfig` args.
 #![forbid(unsafe_code)]
 
 mod default_binder;
+pub mod dynamic_resources;
 mod helper;
+mod image_locality;
+mod inter_pod_affinity;
+mod label_selector;
 mod node_affinity;
 mod node_name;
 mod node_ports;
 mod node_unschedulable;
 mod noderesources;
+mod pod_topology_spread;
 mod queue_sort;
 mod registry;
 mod scheduling_gates;
@@ -39,7 +48,10 @@ mod toleration;
 pub mod testing;
 
 pub use default_binder::{BindError, Binder, DefaultBinder};
+pub use dynamic_resources::{DraApi, DraApiError, DynamicResources, DynamicResourcesArgs};
 pub use helper::default_normalize_score;
+pub use image_locality::ImageLocality;
+pub use inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs, NamespaceLister};
 pub use node_affinity::{NodeAffinity, NodeAffinityArgs};
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
@@ -50,6 +62,7 @@ pub use noderesources::{
     NodeResourcesFitArgs, RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, ScoringStrategyType,
     UtilizationShapePoint, fits_request,
 };
+pub use pod_topology_spread::{PodTopologySpread, PodTopologySpreadArgs};
 pub use queue_sort::PrioritySort;
 pub use registry::{PluginContext, PluginFactory, Registry};
 pub use scheduling_gates::SchedulingGates;
@@ -67,6 +80,17 @@ pub mod reasons {
         ERR_REASON_UNKNOWN_CONDITION, ERR_REASON_UNSCHEDULABLE, TAINT_NODE_UNSCHEDULABLE,
     };
     pub use crate::taint_toleration::ERR_REASON_NOT_MATCH as UNTOLERATED_TAINT;
+    pub use crate::{
+        inter_pod_affinity::{
+            ERR_REASON_AFFINITY_RULES_NOT_MATCH as POD_AFFINITY,
+            ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH as POD_ANTI_AFFINITY,
+            ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH as EXISTING_POD_ANTI_AFFINITY,
+        },
+        pod_topology_spread::{
+            ERR_REASON_CONSTRAINTS_NOT_MATCH as TOPOLOGY_SPREAD,
+            ERR_REASON_NODE_LABEL_NOT_MATCH as TOPOLOGY_SPREAD_MISSING_LABEL,
+        },
+    };
     /// NodeResourcesFit: the node is at its pod limit.
     pub const TOO_MANY_PODS: &str = "Too many pods";
 }
@@ -93,4 +117,12 @@ pub mod names {
     pub const NODE_RESOURCES_BALANCED_ALLOCATION: &str = "NodeResourcesBalancedAllocation";
     /// `DefaultBinder`.
     pub const DEFAULT_BINDER: &str = "DefaultBinder";
+    /// `PodTopologySpread`.
+    pub const POD_TOPOLOGY_SPREAD: &str = "PodTopologySpread";
+    /// `InterPodAffinity`.
+    pub const INTER_POD_AFFINITY: &str = "InterPodAffinity";
+    /// `ImageLocality`.
+    pub const IMAGE_LOCALITY: &str = "ImageLocality";
+    /// `DynamicResources`.
+    pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
 }

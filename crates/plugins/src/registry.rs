@@ -2,18 +2,23 @@
 //! name from their `pluginConfig` args.
 //!
 //! Plugins get what they need from outside the scheduling core (the API binder, the DRA side's
-//! extended-resource mapping) through [`PluginContext`], built once by the runtime. Out-of-tree or
-//! later plugins (DynamicResources) are added with [`Registry::register`].
+//! extended-resource mapping) through [`PluginContext`], built once by the runtime. Out-of-tree
+//! plugins are added with [`Registry::register`].
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use unisched_cache::DraCache;
 use unisched_framework::{Plugin, PluginRegistry};
 
 use crate::{
-    Binder, DefaultBinder, ExtendedResourceResolver, NodeAffinity, NodeAffinityArgs, NodeName, NodePorts,
-    NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs, NodeResourcesFit,
-    NodeResourcesFitArgs, NodeUnschedulable, PrioritySort, SchedulingGates, TaintToleration,
-    helper::decode_args, names,
+    Binder, DefaultBinder, DraApi, DynamicResources, DynamicResourcesArgs, ExtendedResourceResolver,
+    NodeAffinity, NodeAffinityArgs, NodeName, NodePorts, NodeResourcesBalancedAllocation,
+    NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
+    PrioritySort, SchedulingGates, TaintToleration, helper::decode_args, names,
+};
+use crate::{
+    ImageLocality, InterPodAffinity, InterPodAffinityArgs, NamespaceLister, PodTopologySpread,
+    PodTopologySpreadArgs,
 };
 
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
@@ -25,12 +30,23 @@ pub struct PluginContext {
     pub binder: Arc<dyn Binder>,
     /// Maps extended resources to DeviceClasses (KEP-5004); `None` disables delegation to DRA.
     pub extended_resources: Option<Arc<dyn ExtendedResourceResolver>>,
+    /// Namespace labels for `namespaceSelector` in pod affinity terms; `None` limits terms to the
+    /// namespaces they list (or their pod's own).
+    pub namespaces: Option<Arc<dyn NamespaceLister>>,
+    /// The DRA state (slices, classes, claims, in-flight allocations) DynamicResources reads and
+    /// updates; `None`: pods with claims are unschedulable.
+    pub dra: Option<Arc<DraCache>>,
+    /// The DRA API writes of the binding cycle (claim status, extended-resource claims, pod status).
+    pub dra_api: Option<Arc<dyn DraApi>>,
 }
 
 impl std::fmt::Debug for PluginContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginContext")
             .field("extended_resources", &self.extended_resources.is_some())
+            .field("namespaces", &self.namespaces.is_some())
+            .field("dra", &self.dra.is_some())
+            .field("dra_api", &self.dra_api.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -41,13 +57,35 @@ impl PluginContext {
         PluginContext {
             binder,
             extended_resources: None,
+            dra: None,
+            dra_api: None,
+            namespaces: None,
         }
+    }
+
+    /// Sets the namespace lister (InterPodAffinity's `namespaceSelector`).
+    #[must_use]
+    pub fn with_namespaces(mut self, lister: Arc<dyn NamespaceLister>) -> Self {
+        self.namespaces = Some(lister);
+        self
     }
 
     /// Sets the extended-resource resolver.
     #[must_use]
     pub fn with_extended_resources(mut self, resolver: Arc<dyn ExtendedResourceResolver>) -> Self {
         self.extended_resources = Some(resolver);
+        self
+    }
+
+    /// Sets the DRA state and API writer for DynamicResources. Unless a resolver was set already,
+    /// the DRA state also becomes the extended-resource resolver of NodeResourcesFit (KEP-5004).
+    #[must_use]
+    pub fn with_dra(mut self, dra: Arc<DraCache>, api: Arc<dyn DraApi>) -> Self {
+        if self.extended_resources.is_none() {
+            self.extended_resources = Some(dra.clone());
+        }
+        self.dra = Some(dra);
+        self.dra_api = Some(api);
         self
     }
 }
@@ -146,6 +184,34 @@ impl Registry {
                 }),
             ),
             (
+                names::DYNAMIC_RESOURCES,
+                Arc::new(|args, ctx| {
+                    let a = DynamicResourcesArgs::from_value(args)?;
+                    Ok(
+                        Arc::new(DynamicResources::new(&a, ctx.dra.clone(), ctx.dra_api.clone()))
+                            as Arc<dyn Plugin>,
+                    )
+                }),
+            ),
+            (
+                names::POD_TOPOLOGY_SPREAD,
+                Arc::new(|args, _ctx| {
+                    let a: PodTopologySpreadArgs = decode_args(args)?;
+                    Ok(Arc::new(PodTopologySpread::new(&a)?) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::INTER_POD_AFFINITY,
+                Arc::new(|args, ctx| {
+                    let a: InterPodAffinityArgs = decode_args(args)?;
+                    Ok(Arc::new(InterPodAffinity::new(&a, ctx.namespaces.clone())?) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::IMAGE_LOCALITY,
+                stateless::<ImageLocality>(names::IMAGE_LOCALITY),
+            ),
+            (
                 names::DEFAULT_BINDER,
                 Arc::new(|args, ctx| {
                     no_args(names::DEFAULT_BINDER, args)?;
@@ -222,7 +288,7 @@ mod tests {
         let cases = [
             Case {
                 point: "preEnqueue",
-                want: s(&["SchedulingGates"]),
+                want: s(&["SchedulingGates", "DynamicResources"]),
             },
             Case {
                 point: "queueSort",
@@ -230,7 +296,15 @@ mod tests {
             },
             Case {
                 point: "preFilter",
-                want: s(&["NodeName", "NodeAffinity", "NodePorts", "NodeResourcesFit"]),
+                want: s(&[
+                    "NodeName",
+                    "NodeAffinity",
+                    "NodePorts",
+                    "NodeResourcesFit",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                    "DynamicResources",
+                ]),
             },
             Case {
                 point: "filter",
@@ -241,11 +315,14 @@ mod tests {
                     "NodeAffinity",
                     "NodePorts",
                     "NodeResourcesFit",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                    "DynamicResources",
                 ]),
             },
             Case {
                 point: "postFilter",
-                want: s(&[]),
+                want: s(&["DynamicResources"]),
             },
             Case {
                 point: "preScore",
@@ -253,6 +330,9 @@ mod tests {
                     "TaintToleration",
                     "NodeAffinity",
                     "NodeResourcesFit",
+                    "PodTopologySpread",
+                    "InterPodAffinity",
+                    "DynamicResources",
                     "NodeResourcesBalancedAllocation",
                 ]),
             },
@@ -262,12 +342,16 @@ mod tests {
                     "TaintToleration=3",
                     "NodeAffinity=2",
                     "NodeResourcesFit=1",
+                    "PodTopologySpread=2",
+                    "InterPodAffinity=2",
+                    "DynamicResources=1",
                     "NodeResourcesBalancedAllocation=1",
+                    "ImageLocality=1",
                 ]),
             },
             Case {
                 point: "reserve",
-                want: s(&[]),
+                want: s(&["DynamicResources"]),
             },
             Case {
                 point: "bind",
@@ -281,11 +365,14 @@ mod tests {
         assert_eq!(
             with_events,
             vec![
+                "DynamicResources",
+                "InterPodAffinity",
                 "NodeAffinity",
                 "NodeName",
                 "NodePorts",
                 "NodeResourcesFit",
                 "NodeUnschedulable",
+                "PodTopologySpread",
                 "SchedulingGates",
                 "TaintToleration"
             ]
@@ -383,7 +470,7 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 10);
+        assert_eq!(in_tree.names().count(), 14);
         assert!(matches!(
             Framework::new(
                 &KubeSchedulerProfile::default(),

@@ -495,3 +495,269 @@ pub fn default_framework() -> (Framework, Arc<RecordingBinder>) {
         Err(e) => panic!("the default profile must build: {e}"),
     }
 }
+
+// Builders for PodTopologySpread, InterPodAffinity and ImageLocality tests: spread constraints, pod
+// (anti-)affinity terms, owner references, terminating pods, container images and node images.
+
+/// A label selector from `matchLabels` pairs and `matchExpressions` (`(key, operator, values)`).
+pub fn label_selector(
+    match_labels: &[(&str, &str)],
+    expressions: &[(&str, &str, &[&str])],
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+    LabelSelector {
+        match_labels: Some(
+            match_labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .filter(|m: &BTreeMap<String, String>| !m.is_empty()),
+        match_expressions: Some(
+            expressions
+                .iter()
+                .map(|(k, op, values)| LabelSelectorRequirement {
+                    key: k.to_string(),
+                    operator: op.to_string(),
+                    values: Some(values.iter().map(|v| v.to_string()).collect())
+                        .filter(|v: &Vec<String>| !v.is_empty()),
+                })
+                .collect(),
+        )
+        .filter(|e: &Vec<LabelSelectorRequirement>| !e.is_empty()),
+    }
+}
+
+/// A selector `key Exists`.
+pub fn selector_exists(key: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+    label_selector(&[], &[(key, "Exists", &[])])
+}
+
+/// A selector `key In values`.
+pub fn selector_in(
+    key: &str,
+    values: &[&str],
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+    label_selector(&[], &[(key, "In", values)])
+}
+
+/// A pod (anti-)affinity term over `topology_key` in the owning pod's namespace.
+pub fn affinity_term(
+    selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    topology_key: &str,
+) -> k8s_openapi::api::core::v1::PodAffinityTerm {
+    k8s_openapi::api::core::v1::PodAffinityTerm {
+        label_selector: Some(selector),
+        topology_key: topology_key.to_string(),
+        ..Default::default()
+    }
+}
+
+/// A topology spread constraint.
+pub fn spread_constraint(
+    max_skew: i32,
+    topology_key: &str,
+    when_unsatisfiable: &str,
+    selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> k8s_openapi::api::core::v1::TopologySpreadConstraint {
+    k8s_openapi::api::core::v1::TopologySpreadConstraint {
+        max_skew,
+        topology_key: topology_key.to_string(),
+        when_unsatisfiable: when_unsatisfiable.to_string(),
+        label_selector: selector,
+        ..Default::default()
+    }
+}
+
+impl PodBuilder {
+    /// Adds a topology spread constraint.
+    #[must_use]
+    pub fn spread(mut self, constraint: k8s_openapi::api::core::v1::TopologySpreadConstraint) -> Self {
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(constraint);
+        self
+    }
+
+    /// Adds a `DoNotSchedule` (hard) or `ScheduleAnyway` (soft) spread constraint.
+    #[must_use]
+    pub fn spread_constraint(
+        self,
+        max_skew: i32,
+        topology_key: &str,
+        when_unsatisfiable: &str,
+        selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    ) -> Self {
+        self.spread(spread_constraint(
+            max_skew,
+            topology_key,
+            when_unsatisfiable,
+            Some(selector),
+        ))
+    }
+
+    fn affinity(&mut self) -> &mut Affinity {
+        self.spec().affinity.get_or_insert_with(Affinity::default)
+    }
+
+    /// Adds a required pod-affinity term.
+    #[must_use]
+    pub fn pod_affinity(mut self, term: k8s_openapi::api::core::v1::PodAffinityTerm) -> Self {
+        self.affinity()
+            .pod_affinity
+            .get_or_insert_with(Default::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+
+    /// Adds a required pod anti-affinity term.
+    #[must_use]
+    pub fn pod_anti_affinity(mut self, term: k8s_openapi::api::core::v1::PodAffinityTerm) -> Self {
+        self.affinity()
+            .pod_anti_affinity
+            .get_or_insert_with(Default::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
+        self
+    }
+
+    /// Adds a preferred pod-affinity term.
+    #[must_use]
+    pub fn preferred_pod_affinity(
+        mut self,
+        weight: i32,
+        term: k8s_openapi::api::core::v1::PodAffinityTerm,
+    ) -> Self {
+        self.affinity()
+            .pod_affinity
+            .get_or_insert_with(Default::default)
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: term,
+            });
+        self
+    }
+
+    /// Adds a preferred pod anti-affinity term.
+    #[must_use]
+    pub fn preferred_pod_anti_affinity(
+        mut self,
+        weight: i32,
+        term: k8s_openapi::api::core::v1::PodAffinityTerm,
+    ) -> Self {
+        self.affinity()
+            .pod_anti_affinity
+            .get_or_insert_with(Default::default)
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: term,
+            });
+        self
+    }
+
+    /// Adds a controller owner reference (`apiVersion`, `kind`, `name`).
+    #[must_use]
+    pub fn owner(mut self, api_version: &str, kind: &str, name: &str) -> Self {
+        self.pod
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                name: name.to_string(),
+                uid: format!("{name}-uid"),
+                controller: Some(true),
+                block_owner_deletion: None,
+            });
+        self
+    }
+
+    /// Marks the pod as being deleted.
+    #[must_use]
+    pub fn terminating(mut self) -> Self {
+        self.pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        self
+    }
+
+    /// Sets the image of the last container.
+    #[must_use]
+    pub fn image(mut self, image: &str) -> Self {
+        self.last_container().image = Some(image.to_string());
+        self
+    }
+
+    /// Adds an init container running `image`.
+    #[must_use]
+    pub fn init_image(mut self, name: &str, image: &str) -> Self {
+        self.spec()
+            .init_containers
+            .get_or_insert_with(Vec::new)
+            .push(Container {
+                name: name.to_string(),
+                image: Some(image.to_string()),
+                ..Container::default()
+            });
+        self
+    }
+}
+
+impl NodeBuilder {
+    /// Adds an image (with its names) to `status.images`.
+    #[must_use]
+    pub fn image(mut self, names: &[&str], size_bytes: i64) -> Self {
+        self.node
+            .status
+            .get_or_insert_with(NodeStatus::default)
+            .images
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::ContainerImage {
+                names: Some(names.iter().map(|n| n.to_string()).collect()),
+                size_bytes: Some(size_bytes),
+            });
+        self
+    }
+}
+
+/// Fills every node's `image_states` from `status.images`, counting each image name over these
+/// nodes (what the cache does for a real cluster).
+pub fn with_image_states(mut nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
+    let images = |ni: &NodeInfo| -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        let status = ni.node().and_then(|n| n.status.clone()).unwrap_or_default();
+        for image in status.images.unwrap_or_default() {
+            for name in image.names.unwrap_or_default() {
+                if !out.iter().any(|(n, _)| *n == name) {
+                    out.push((name, image.size_bytes.unwrap_or(0)));
+                }
+            }
+        }
+        out
+    };
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for ni in &nodes {
+        for (name, _) in images(ni) {
+            *counts.entry(name).or_default() += 1;
+        }
+    }
+    for ni in &mut nodes {
+        ni.image_states = images(ni)
+            .into_iter()
+            .map(|(name, size)| {
+                let num_nodes = counts.get(&name).copied().unwrap_or(0);
+                (name, unisched_framework::ImageStateSummary { size, num_nodes })
+            })
+            .collect();
+    }
+    nodes
+}

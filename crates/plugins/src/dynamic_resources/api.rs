@@ -1,0 +1,82 @@
+//! [`DraApi`]: the API writes the binding cycle makes for DRA, as a small synchronous trait.
+//!
+//! The scheduling core is synchronous and knows no HTTP; the runtime implements this trait with
+//! blocking calls on its async API writer (rate-limited like every other write), and tests use the
+//! in-memory [`FakeDraApi`](super::testing::FakeDraApi). Every write is a patch or a create, never a
+//! GET-modify-PUT: k8s-openapi drops fields it does not know when it re-serialises an object, and a
+//! PUT would erase them.
+//!
+//! Optimistic concurrency: the claim writes carry the `resourceVersion` the caller based them on and
+//! fail with [`DraApiError::Conflict`] (HTTP 409) when the object moved on; the caller re-reads with
+//! [`DraApi::get_claim`] and retries.
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+/// Why an API call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DraApiError {
+    /// HTTP 409: the `resourceVersion` precondition failed (someone else wrote first). Re-read and
+    /// retry.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// HTTP 404: the object does not exist (any more).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Anything else (transport, 5xx, validation, rate limiter shut down). Not retried here: the
+    /// binding cycle fails and the pod is retried after backoff.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The DRA API writes of the binding cycle (and PostFilter's deallocation). See the module docs.
+pub trait DraApi: Send + Sync {
+    /// `GET resourceclaims/<name>`; `Ok(None)` when it does not exist.
+    fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError>;
+
+    /// JSON merge patch of `resourceclaims/<name>/status` with the body
+    /// `{"metadata":{"resourceVersion":<resource_version>},"status":<status>}`: fields present in
+    /// `status` replace the object's (lists wholesale, `null` deletes). Returns the updated claim.
+    /// A stale `resource_version` gives [`DraApiError::Conflict`].
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        status: serde_json::Value,
+    ) -> Result<ResourceClaim, DraApiError>;
+
+    /// Adds the `resource.kubernetes.io/delete-protection` finalizer (JSON merge patch of
+    /// `metadata.finalizers` with the `resourceVersion` precondition). Returns the updated claim.
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<ResourceClaim, DraApiError>;
+
+    /// Removes the `resource.kubernetes.io/delete-protection` finalizer (same precondition), so a
+    /// deleted claim can go away. Returns the updated claim.
+    fn remove_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<ResourceClaim, DraApiError>;
+
+    /// `POST resourceclaims` (the claim may use `generateName`). Returns the created claim.
+    fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError>;
+
+    /// `DELETE resourceclaims/<name>` with a UID precondition (never deletes a recreated claim).
+    /// Deleting a claim that is already gone is `Ok`.
+    fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), DraApiError>;
+
+    /// Strategic merge patch of `pods/<name>/status` with `patch` as the body (e.g.
+    /// `{"status":{"nodeAllocatableResourceClaimStatuses":[…]}}`, merged on `resourceClaimName`;
+    /// `null` deletes a field).
+    fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), DraApiError>;
+}

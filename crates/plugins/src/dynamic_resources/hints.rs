@@ -1,0 +1,265 @@
+//! Which cluster events can make a pod that DynamicResources rejected schedulable.
+//!
+//! A pod waiting for a GPU should not be retried for every claim, slice or node change in the
+//! cluster. The hints follow upstream where it has them and add the obvious ones where it has none:
+//!
+//! * **ResourceClaim add/update/delete** — a deallocated claim frees devices for everybody (Queue);
+//!   otherwise only the pod's own claims matter (by name, or its extended-resource claim); while
+//!   some of its claims are still missing nothing helps; a new claim or a changed status helps, a
+//!   metadata-only change (a driver adding a finalizer) does not.
+//! * **ResourceSlice add/update** — new devices may help; an update that leaves the spec unchanged
+//!   does not.
+//! * **DeviceClass add/update** — only a class the pod's requests (or extended resources) name.
+//! * **Node add / label / allocatable / taint changes** — always (node selection of slices, device
+//!   plugins vs DRA for extended resources, KEP-5517 allocatable).
+//! * **Pod generated-claim update** of the pod itself — when all its claims now resolve.
+//! * **Assigned pod delete** — frees node allocatable a KEP-5517 footprint may need.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use unisched_cache::{DraCache, IMPLICIT_EXTENDED_RESOURCE_PREFIX};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
+};
+use unisched_resource::{PodRequestOptions, pod_requests};
+
+use super::claims;
+
+fn claim_of(o: Option<&EventObject>) -> Option<&Arc<ResourceClaim>> {
+    match o {
+        Some(EventObject::ResourceClaim(c)) => Some(c),
+        _ => None,
+    }
+}
+
+fn same_namespace(pod: &Pod, claim: &ResourceClaim) -> bool {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+        == claim.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// The claim hint (see the module documentation).
+pub(crate) fn claim_hint(
+    dra: Option<&DraCache>,
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> QueueingHint {
+    let (old, new) = (claim_of(old), claim_of(new));
+    let was_allocated = old.is_some_and(|c| claims::is_allocated(c));
+    let is_allocated = new.is_some_and(|c| claims::is_allocated(c));
+    if was_allocated && !is_allocated {
+        return QueueingHint::Queue;
+    }
+    let Some(claim) = new.or(old) else {
+        return QueueingHint::Skip;
+    };
+    if !same_namespace(pod, claim) {
+        return QueueingHint::Skip;
+    }
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let own_extended = claims::is_for_pod(pod, claim)
+        && claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(unisched_cache::EXTENDED_RESOURCE_CLAIM_ANNOTATION))
+            .is_some_and(|v| v == "true");
+    let refs = match claims::resolve(pod) {
+        Ok(r) => r,
+        // A template claim not generated yet: only a claim for this pod can help.
+        Err(_) => {
+            return if claims::is_for_pod(pod, claim) {
+                QueueingHint::Queue
+            } else {
+                QueueingHint::Skip
+            };
+        }
+    };
+    let used = own_extended || refs.iter().any(|r| r.claim_name == name);
+    if !used {
+        return QueueingHint::Skip;
+    }
+    if let Some(dra) = dra {
+        let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
+        let missing = refs
+            .iter()
+            .any(|r| r.claim_name != name && dra.claim(ns, &r.claim_name).is_none());
+        if missing {
+            return QueueingHint::Skip;
+        }
+    }
+    match (old, new) {
+        (None, _) | (_, None) => QueueingHint::Queue,
+        (Some(o), Some(n))
+            if o.status == n.status && o.metadata.deletion_timestamp == n.metadata.deletion_timestamp =>
+        {
+            QueueingHint::Skip
+        }
+        _ => QueueingHint::Queue,
+    }
+}
+
+/// The class hint: does the pod (its claims' requests, or its extended resources) name the class?
+pub(crate) fn class_hint(dra: Option<&DraCache>, pod: &Pod, new: Option<&EventObject>) -> QueueingHint {
+    let Some(EventObject::DeviceClass(class)) = new else {
+        return QueueingHint::Queue;
+    };
+    let name = class.metadata.name.as_deref().unwrap_or_default();
+    let explicit = class
+        .spec
+        .as_ref()
+        .and_then(|s| s.extended_resource_name.as_deref());
+    let implicit = format!("{IMPLICIT_EXTENDED_RESOURCE_PREFIX}{name}");
+    if let Some(spec) = pod.spec.as_ref() {
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+        {
+            let res = c.resources.as_ref();
+            let names = res
+                .and_then(|r| r.requests.as_ref())
+                .into_iter()
+                .flatten()
+                .chain(res.and_then(|r| r.limits.as_ref()).into_iter().flatten())
+                .map(|(k, _)| k.as_str());
+            for n in names {
+                if n == implicit || Some(n) == explicit {
+                    return QueueingHint::Queue;
+                }
+            }
+        }
+    }
+    let Some(dra) = dra else {
+        return QueueingHint::Queue;
+    };
+    let Ok(refs) = claims::resolve(pod) else {
+        return QueueingHint::Skip;
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    for r in refs {
+        let Some(claim) = dra.claim(ns, &r.claim_name) else {
+            continue;
+        };
+        let requests = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.devices.as_ref())
+            .and_then(|d| d.requests.as_ref());
+        for req in requests.into_iter().flatten() {
+            let uses = req.exactly.as_ref().is_some_and(|e| e.device_class_name == name)
+                || req
+                    .first_available
+                    .iter()
+                    .flatten()
+                    .any(|s| s.device_class_name == name);
+            if uses {
+                return QueueingHint::Queue;
+            }
+        }
+    }
+    QueueingHint::Skip
+}
+
+/// The events DynamicResources registers.
+pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
+    let d1 = dra.clone();
+    let d2 = dra.clone();
+    let d3 = dra;
+    vec![
+        ClusterEventWithHint::new(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::ADD
+                .or(ActionType::UPDATE_NODE_LABEL)
+                .or(ActionType::UPDATE_NODE_ALLOCATABLE)
+                .or(ActionType::UPDATE_NODE_TAINT),
+            "Node",
+        )),
+        ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::ResourceClaim,
+                ActionType::ADD.or(ActionType::UPDATE).or(ActionType::DELETE),
+                "resource.k8s.io/ResourceClaim",
+            ),
+            move |pod, old, new| Ok(claim_hint(d1.as_deref(), pod, old, new)),
+        ),
+        ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::ResourceSlice,
+                ActionType::ADD.or(ActionType::UPDATE),
+                "resource.k8s.io/ResourceSlice",
+            ),
+            |_pod, old, new| {
+                Ok(match (old, new) {
+                    (Some(EventObject::ResourceSlice(o)), Some(EventObject::ResourceSlice(n)))
+                        if o.spec == n.spec =>
+                    {
+                        QueueingHint::Skip
+                    }
+                    _ => QueueingHint::Queue,
+                })
+            },
+        ),
+        ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::DeviceClass,
+                ActionType::ADD.or(ActionType::UPDATE),
+                "resource.k8s.io/DeviceClass",
+            ),
+            move |pod, _old, new| Ok(class_hint(d2.as_deref(), pod, new)),
+        ),
+        ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                ActionType::UPDATE_POD_GENERATED_RESOURCE_CLAIM,
+                "UnscheduledPodUpdate",
+            ),
+            move |pod, _old, new| {
+                let Some(EventObject::Pod(updated)) = new else {
+                    return Ok(QueueingHint::Skip);
+                };
+                if updated.metadata.uid != pod.metadata.uid {
+                    return Ok(QueueingHint::Skip);
+                }
+                let Ok(refs) = claims::resolve(updated) else {
+                    return Ok(QueueingHint::Skip);
+                };
+                let ns = updated.metadata.namespace.as_deref().unwrap_or("default");
+                let all = d3
+                    .as_deref()
+                    .is_none_or(|d| refs.iter().all(|r| d.claim(ns, &r.claim_name).is_some()));
+                Ok(if all {
+                    QueueingHint::Queue
+                } else {
+                    QueueingHint::Skip
+                })
+            },
+        ),
+        ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::AssignedPod,
+                ActionType::DELETE,
+                "AssignedPodDelete",
+            ),
+            |_pod, old, _new| {
+                let Some(EventObject::Pod(deleted)) = old else {
+                    return Ok(QueueingHint::Queue);
+                };
+                let freed = !pod_requests(deleted, &PodRequestOptions::default()).is_zero()
+                    || deleted
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.node_allocatable_resource_claim_statuses.as_ref())
+                        .is_some_and(|s| !s.is_empty());
+                Ok(if freed {
+                    QueueingHint::Queue
+                } else {
+                    QueueingHint::Skip
+                })
+            },
+        ),
+    ]
+}

@@ -1,0 +1,736 @@
+//! DynamicResources: schedules pods that use DRA ResourceClaims, extended resources backed by DRA
+//! (KEP-5004) and devices that take node allocatable (KEP-5517).
+//!
+//! Extension points (upstream semantics, upstream reason strings):
+//!
+//! * **PreEnqueue** — the pod waits until every claim it names exists (generated claims controlled
+//!   by the pod) and none is being deleted.
+//! * **PreFilter** — resolves the claims (template claims through `status.resourceClaimStatuses`),
+//!   rejects claims reserved by too many others or in flight for another pod, resolves classes and
+//!   compiles selectors once ([`unisched_dra::PreparedClaim`]), and builds the allocator against the
+//!   cache's [`DraSnapshot`] (committed + in-flight allocations). Nothing to do → Skip.
+//! * **Filter** (parallel) — allocated claims must be usable on the node; the others are allocated
+//!   with the filter timeout; then the KEP-5517 footprint is computed and checked against the node's
+//!   remaining allocatable (authoritative; NodeResourcesFit only checks spec requests). Per-node
+//!   results, footprints (for scoring, [`NodeFootprints`]) and typed failure reasons are recorded.
+//! * **PostFilter** — when no node fits: deallocates one unavailable claim reserved by nobody or only
+//!   by this pod, or deletes a stale extended-resource claim.
+//! * **PreScore/Score** — prefer nodes where higher-ranked `firstAvailable` subrequests were used.
+//! * **Reserve/Unreserve** — record/drop in-flight allocations in the cache; Unreserve also undoes
+//!   PreBind's API writes. Idempotent.
+//! * **AssumedPod** — the assumed pod carries `status.nodeAllocatableResourceClaimStatuses`, so the
+//!   cache's node accounting includes the claims at once.
+//! * **PreBind** ([`prebind`]) — writes claim status (allocation + `reservedFor`), creates the
+//!   extended-resource claim, patches pod status, waits for binding conditions.
+//! * **Events** ([`hints`]) — claim, slice, class, node and pod events with queueing hints.
+//!
+//! Bad input never panics: invalid CEL, a missing class, a malformed claim become
+//! UnschedulableAndUnresolvable statuses naming the claim.
+
+mod api;
+mod args;
+mod claims;
+mod extended;
+mod hints;
+mod node_allocatable;
+mod prebind;
+mod reasons;
+mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{NodeAllocatableResourceClaimStatus, Pod};
+use k8s_openapi::api::resource::v1::AllocationResult;
+use parking_lot::{Mutex, RwLock};
+use unisched_cache::DraCache;
+use unisched_dra::nodesel::node_selector_matches;
+use unisched_dra::{
+    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, PreparedClaim,
+};
+use unisched_framework::{
+    ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
+    FilterPlugin, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeScore, NodeToStatus, Plugin, PodInfo,
+    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+};
+use unisched_resource::node_allocatable_claim_footprint;
+
+pub use api::{DraApi, DraApiError};
+pub use args::{DEFAULT_BINDING_TIMEOUT, DEFAULT_FILTER_TIMEOUT, DynamicResourcesArgs};
+pub use claims::RESERVED_FOR_MAX_SIZE;
+pub use extended::PLACEHOLDER_NAME;
+
+use reasons::{DetailSource, FailureLog, NodeFailure};
+use state::{BindingProgress, CycleData, NodeResult, PodClaim, PodState, STATE_KEY};
+
+/// The plugin name.
+pub const NAME: &str = "DynamicResources";
+
+/// The finalizer that protects allocated claims from deletion.
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+/// Upstream `FirstAvailableDeviceRequestMaxSize`: scores are `8 - chosen subrequest index`.
+const FIRST_AVAILABLE_MAX: i64 = 8;
+
+/// Upstream reason strings.
+pub mod reason {
+    /// Filter: the allocator found no solution on the node.
+    pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+    /// Filter: an allocated claim cannot be used on the node.
+    pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+    /// Filter: the filter timeout passed.
+    pub const TIMED_OUT: &str = "timed out trying to allocate devices";
+    /// PreFilter: the claim is reserved by too many consumers.
+    pub const IN_USE: &str = "resourceclaim in use";
+    /// Filter: a stale extended-resource claim exists.
+    pub const STALE_EXTENDED: &str = "cannot schedule extended resource claim";
+    /// PostFilter outcomes.
+    pub const DEALLOCATED: &str = "deallocation of ResourceClaim completed";
+    /// PostFilter: the stale extended-resource claim was deleted.
+    pub const DELETED: &str = "deletion of ResourceClaim completed";
+    /// PostFilter: nothing to undo (upstream's text; unisched returns it as the status' error-free
+    /// code only, without a reason, so it does not clutter the FailedScheduling message).
+    pub const STILL_NOT_SCHEDULABLE: &str = "still not schedulable";
+    /// PostFilter: the pod has no claims (likewise not shown).
+    pub const NO_CLAIMS: &str = "no new claims to deallocate";
+}
+
+/// The plugin. See the module documentation.
+pub struct DynamicResources {
+    args: DynamicResourcesArgs,
+    dra: Option<Arc<DraCache>>,
+    api: Option<Arc<dyn DraApi>>,
+    engine: Arc<CelSelectorEngine>,
+    features: Features,
+    /// How often PreBind re-checks binding conditions (upstream: 5 s).
+    poll_interval: Duration,
+}
+
+impl std::fmt::Debug for DynamicResources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamicResources")
+            .field("args", &self.args)
+            .field("dra", &self.dra.is_some())
+            .field("api", &self.api.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamicResources {
+    /// A plugin over the cache's DRA state and an API writer. Without a DRA cache, pods with claims
+    /// are rejected as unresolvable and other pods are ignored; without an API, PreBind and
+    /// PostFilter fail with an error.
+    pub fn new(
+        args: &DynamicResourcesArgs,
+        dra: Option<Arc<DraCache>>,
+        api: Option<Arc<dyn DraApi>>,
+    ) -> Self {
+        DynamicResources {
+            args: args.clone(),
+            dra,
+            api,
+            engine: Arc::new(CelSelectorEngine::new()),
+            features: Features::default(),
+            poll_interval: Duration::from_secs(5),
+        }
+    }
+
+    /// Overrides the DRA feature gates (all on by default).
+    #[must_use]
+    pub fn with_features(mut self, features: Features) -> Self {
+        self.features = features;
+        self
+    }
+
+    /// Overrides how often PreBind polls binding conditions (tests).
+    #[must_use]
+    pub fn with_poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d;
+        self
+    }
+
+    fn data(state: &CycleState) -> Option<Arc<PodState>> {
+        state.read::<CycleData>(STATE_KEY).ok().map(|d| d.0.clone())
+    }
+
+    /// Claims (and the extended-resource plan) of a pod, checked, or the rejection.
+    fn prepare(&self, dra: &DraCache, pod: &PodInfo) -> Result<Option<PodState>, Status> {
+        let snapshot = dra.snapshot();
+        let p = &*pod.pod;
+        let refs = claims::resolve(p).map_err(Status::unresolvable)?;
+        let existing_ext = dra.extended_resource_claim_for_pod(&pod.uid);
+        let ext = extended::plan(p, &snapshot, existing_ext);
+        if refs.is_empty() && ext.is_none() {
+            return Ok(None);
+        }
+        let mut pod_claims = Vec::with_capacity(refs.len());
+        let mut to_allocate = Vec::new();
+        let mut prepared_list = Vec::new();
+        let mut has_first_available = false;
+        for r in &refs {
+            let claim = claims::check(p, r, dra.claim(&pod.namespace, &r.claim_name))
+                .map_err(Status::unresolvable)?;
+            let key = format!("{}/{}", pod.namespace, r.claim_name);
+            let uid = claim.metadata.uid.clone().unwrap_or_default();
+            let allocated = claims::is_allocated(&claim);
+            let reserved_for_pod = claims::is_reserved_for(&claim, &pod.uid);
+            let mut prepared = None;
+            let mut available_on = None;
+            if allocated {
+                if !reserved_for_pod && claims::reserved_for_others(&claim, &pod.uid) >= RESERVED_FOR_MAX_SIZE
+                {
+                    return Err(Status::unresolvable(reason::IN_USE));
+                }
+                available_on = claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .and_then(|a| a.node_selector.clone());
+            } else {
+                if snapshot.has_pending_allocation(&uid) {
+                    return Err(Status::unresolvable(format!(
+                        "resource claim {key} is in the process of being allocated"
+                    )));
+                }
+                let pc = PreparedClaim::new(claim.clone(), &*snapshot, &*self.engine, &self.features)
+                    .map_err(|e| Status::unresolvable(fatal_message(&e)))?;
+                has_first_available |= pc.requests().iter().any(|r| r.has_subrequests);
+                let pc = Arc::new(pc);
+                prepared_list.push(pc.clone());
+                prepared = Some(pc);
+                to_allocate.push(pod_claims.len());
+            }
+            pod_claims.push(PodClaim {
+                containers: claims::containers_referencing(p, &r.pod_claim_name),
+                claim,
+                key,
+                uid,
+                available_on,
+                allocated,
+                reserved_for_pod,
+                prepared,
+            });
+        }
+        let allocator = (!to_allocate.is_empty() || ext.is_some()).then(|| {
+            Allocator::new(
+                snapshot.index().clone(),
+                snapshot.state_layers(),
+                prepared_list,
+                self.features,
+            )
+        });
+        Ok(Some(PodState {
+            snapshot,
+            claims: pod_claims,
+            to_allocate,
+            extended: ext,
+            allocator,
+            has_first_available,
+            footprints: NodeFootprints::default(),
+            nodes: RwLock::new(HashMap::new()),
+            failures: Arc::new(FailureLog::default()),
+            unavailable: Mutex::new(BTreeSet::new()),
+            binding: Mutex::new(BindingProgress::default()),
+        }))
+    }
+
+    /// Filter for one node, returning the result to record.
+    fn filter_node(
+        &self,
+        data: &PodState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<NodeResult, (Status, Option<NodeFailure>)> {
+        let Some(node_obj) = node.node() else {
+            return Err((Status::unresolvable("node not found"), None));
+        };
+        let node_name = node.name();
+
+        // Extended resources: which are served by DRA here.
+        let mut variant = None;
+        if let Some(plan) = &data.extended {
+            if plan.has_stale_claim() {
+                return Err((Status::unresolvable(reason::STALE_EXTENDED), None));
+            }
+            variant = plan
+                .variant_for(&node.allocatable, &data.snapshot, &*self.engine, &self.features)
+                .map_err(|e| {
+                    (
+                        Status::unresolvable(e.clone()),
+                        Some(NodeFailure::Invalid { message: e }),
+                    )
+                })?;
+        }
+
+        // Allocated claims must be usable here.
+        let mut unavailable = Vec::new();
+        for (i, c) in data.claims.iter().enumerate() {
+            if !c.allocated {
+                continue;
+            }
+            let usable = match &c.available_on {
+                None => true,
+                Some(sel) => node_selector_matches(sel, node_obj).unwrap_or(false),
+            };
+            if !usable || prebind::binding_failed_or_timed_out(&c.claim, self.args.binding_timeout.0) {
+                unavailable.push(i);
+            }
+        }
+        if !unavailable.is_empty() {
+            let first = data.claims[unavailable[0]].key.clone();
+            data.unavailable.lock().extend(unavailable);
+            return Err((
+                Status::unresolvable(reason::NOT_AVAILABLE),
+                Some(NodeFailure::ClaimUnavailable { claim: first }),
+            ));
+        }
+
+        // Allocate.
+        let mut allocations = Vec::new();
+        let mut ext_alloc = None;
+        if let Some(allocator) = &data.allocator
+            && (!data.to_allocate.is_empty() || variant.is_some())
+        {
+            let mut list: Vec<&PreparedClaim> = data
+                .to_allocate
+                .iter()
+                .filter_map(|&i| data.claims[i].prepared.as_deref())
+                .collect();
+            if let Some(v) = &variant {
+                list.push(&v.prepared);
+            }
+            let deadline = match self.args.filter_timeout() {
+                Some(d) => Deadline::after(d),
+                None => Deadline::none(),
+            };
+            match allocator.allocate_claims(node_obj, &list, deadline) {
+                Ok(mut results) => {
+                    if results.len() != list.len() {
+                        return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None));
+                    }
+                    if variant.is_some() {
+                        ext_alloc = results.pop();
+                    }
+                    allocations = results;
+                }
+                Err(AllocationError::Unschedulable(u)) => {
+                    let needed = needed_devices(&list, &u);
+                    return Err((
+                        Status::unresolvable(reason::CANNOT_ALLOCATE),
+                        Some(NodeFailure::Allocation { reason: u, needed }),
+                    ));
+                }
+                Err(AllocationError::Aborted(_)) => {
+                    return Err((
+                        Status::unresolvable(reason::TIMED_OUT),
+                        Some(NodeFailure::Timeout),
+                    ));
+                }
+                Err(AllocationError::Fatal(e)) => {
+                    let message = fatal_message(&e);
+                    return Err((
+                        Status::unresolvable(message.clone()),
+                        Some(NodeFailure::Invalid { message }),
+                    ));
+                }
+            }
+        }
+
+        // KEP-5517: node-allocatable footprint and fit.
+        let mut statuses: Vec<NodeAllocatableResourceClaimStatus> = Vec::new();
+        let index = data.snapshot.index();
+        let mut new_alloc = allocations.iter();
+        for (i, c) in data.claims.iter().enumerate() {
+            let allocation: Option<&AllocationResult> = if c.allocated {
+                c.claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+            } else if data.to_allocate.contains(&i) {
+                new_alloc.next()
+            } else {
+                None
+            };
+            let Some(allocation) = allocation else { continue };
+            let computed = node_allocatable::claim_allocatable(c.name(), &c.containers, allocation, index)
+                .map_err(|e| {
+                    let message = format!("claim {}: {e}", c.key);
+                    (
+                        Status::unresolvable(message.clone()),
+                        Some(NodeFailure::Invalid { message }),
+                    )
+                })?;
+            let Some(ca) = computed else { continue };
+            if ca.mapped && claims::reserved_for_others(&c.claim, &pod.uid) > 0 {
+                return Err((
+                    Status::unresolvable(format!(
+                        "node allocatable resource claim {} has a mapped device and cannot be shared across pods",
+                        c.key
+                    )),
+                    Some(NodeFailure::MappedShared { claim: c.key.clone() }),
+                ));
+            }
+            statuses.push(ca.status);
+        }
+        if let (Some(v), Some(a)) = (&variant, &ext_alloc) {
+            let containers: Vec<String> = v
+                .mappings
+                .iter()
+                .map(|m| m.container_name.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if let Some(ca) = node_allocatable::claim_allocatable(PLACEHOLDER_NAME, &containers, a, index)
+                .map_err(|e| {
+                    (
+                        Status::unresolvable(e.clone()),
+                        Some(NodeFailure::Invalid { message: e }),
+                    )
+                })?
+            {
+                statuses.push(ca.status);
+            }
+        }
+        statuses.sort_by(|a, b| a.resource_claim_name.cmp(&b.resource_claim_name));
+        if !statuses.is_empty() {
+            if let Err((status, shortfalls)) = node_allocatable::check_fit(&pod.pod, &statuses, node) {
+                let failure = (!shortfalls.is_empty()).then_some(NodeFailure::Allocatable { shortfalls });
+                return Err((status, failure));
+            }
+            data.footprints
+                .set(node_name, node_allocatable_claim_footprint(&statuses, &pod.pod));
+        }
+
+        let score = if data.has_first_available {
+            first_available_score(data, &allocations)
+        } else {
+            0
+        };
+        Ok(NodeResult {
+            allocations,
+            extended: variant.zip(ext_alloc),
+            statuses,
+            score,
+        })
+    }
+}
+
+/// A fatal allocator error as a user-facing message naming the claim (upstream wording for a
+/// missing class).
+fn fatal_message(e: &FatalError) -> String {
+    match e {
+        FatalError::ClassNotFound {
+            claim,
+            request,
+            class,
+        } => {
+            format!("claim {claim}: request {request}: device class {class} does not exist")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The device count of the failing request, to say "fewer than N devices".
+fn needed_devices(list: &[&PreparedClaim], u: &unisched_dra::Unschedulable) -> Option<usize> {
+    let claim = list.iter().find(|c| c.key() == u.claim)?;
+    let request = u.request.as_deref()?;
+    claim
+        .requests()
+        .iter()
+        .flat_map(|r| r.alternatives.iter())
+        .find(|a| a.full_name == request)
+        .map(|a| a.min_devices())
+}
+
+/// Σ over the `firstAvailable` requests of `8 - index of the chosen subrequest`.
+fn first_available_score(data: &PodState, allocations: &[AllocationResult]) -> i64 {
+    let mut score = 0;
+    for (k, &i) in data.to_allocate.iter().enumerate() {
+        let (Some(pc), Some(a)) = (data.claims[i].prepared.as_ref(), allocations.get(k)) else {
+            continue;
+        };
+        let chosen: BTreeSet<&str> = a
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|r| r.request.as_str())
+            .collect();
+        for req in pc.requests().iter().filter(|r| r.has_subrequests) {
+            if let Some(pos) = req
+                .alternatives
+                .iter()
+                .position(|alt| chosen.contains(alt.full_name.as_str()))
+            {
+                score += FIRST_AVAILABLE_MAX - i64::try_from(pos).unwrap_or(FIRST_AVAILABLE_MAX);
+            }
+        }
+    }
+    score
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    unisched_framework::serves!(
+        as_pre_enqueue,
+        as_pre_filter,
+        as_filter,
+        as_post_filter,
+        as_pre_score,
+        as_score,
+        as_reserve,
+        as_pre_bind,
+        as_assumed_pod,
+        as_enqueue_extensions,
+    );
+}
+
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if !claims::has_claims(&pod.pod) {
+            return Status::success();
+        }
+        let Some(dra) = &self.dra else {
+            return Status::unresolvable("DRA state is not available to the scheduler");
+        };
+        let refs = match claims::resolve(&pod.pod) {
+            Ok(r) => r,
+            Err(e) => return Status::unresolvable(e),
+        };
+        for r in &refs {
+            if let Err(e) = claims::check(&pod.pod, r, dra.claim(&pod.namespace, &r.claim_name)) {
+                return Status::unresolvable(e);
+            }
+        }
+        Status::success()
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        let Some(dra) = &self.dra else {
+            if claims::has_claims(&pod.pod) {
+                return (
+                    None,
+                    Status::unresolvable("DRA state is not available to the scheduler"),
+                );
+            }
+            return (None, Status::skip());
+        };
+        let data = match self.prepare(dra, pod) {
+            Ok(Some(d)) => Arc::new(d),
+            Ok(None) => return (None, Status::skip()),
+            Err(s) => return (None, s),
+        };
+        state.write(NODE_FOOTPRINTS_KEY, data.footprints.clone());
+        state.write(
+            DIAGNOSIS_DETAIL_KEY,
+            DiagnosisDetail(Arc::new(DetailSource(data.failures.clone()))),
+        );
+        state.write(STATE_KEY, CycleData(data));
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        match self.filter_node(&data, pod, node) {
+            Ok(result) => {
+                data.nodes
+                    .write()
+                    .insert(node.name().to_string(), Arc::new(result));
+                Status::success()
+            }
+            Err((status, failure)) => {
+                data.nodes.write().remove(node.name());
+                data.footprints.remove(node.name());
+                if let Some(f) = failure {
+                    data.failures.record(node.name(), f);
+                }
+                status
+            }
+        }
+    }
+}
+
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _statuses: &NodeToStatus,
+    ) -> (Option<PostFilterResult>, Status) {
+        // Nothing done: Unschedulable without a reason, so the message stays upstream's.
+        let nothing = || Status::new(Code::Unschedulable, Vec::<String>::new());
+        let Some(data) = Self::data(state) else {
+            return (None, nothing());
+        };
+        let Some(api) = &self.api else {
+            return (None, nothing());
+        };
+        let candidates: Vec<usize> = data.unavailable.lock().iter().copied().collect();
+        for i in candidates {
+            let c = &data.claims[i];
+            let others = claims::reserved_for_others(&c.claim, &pod.uid);
+            if others > 0 {
+                continue;
+            }
+            match prebind::deallocate(api.as_ref(), self.dra.as_deref(), c.namespace(), c.name(), &c.uid) {
+                Ok(()) => return (None, Status::unschedulable(reason::DEALLOCATED)),
+                Err(e) => return (None, Status::error(format!("deallocating claim {}: {e}", c.key))),
+            }
+        }
+        if let Some(plan) = &data.extended
+            && let Some(stale) = &plan.existing
+        {
+            let ns = stale.metadata.namespace.as_deref().unwrap_or_default();
+            let name = stale.metadata.name.as_deref().unwrap_or_default();
+            let uid = stale.metadata.uid.as_deref().unwrap_or_default();
+            return match prebind::delete_claim(api.as_ref(), self.dra.as_deref(), ns, name, uid) {
+                Ok(()) => (None, Status::unschedulable(reason::DELETED)),
+                Err(e) => (None, Status::error(format!("deleting claim {ns}/{name}: {e}"))),
+            };
+        }
+        (None, nothing())
+    }
+}
+
+impl PreScorePlugin for DynamicResources {
+    fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[Arc<NodeInfo>]) -> Status {
+        match Self::data(state) {
+            Some(d) if d.has_first_available => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(Self::data(state)
+            .and_then(|d| d.nodes.read().get(node.name()).map(|r| r.score))
+            .unwrap_or(0))
+    }
+
+    fn has_normalize(&self) -> bool {
+        true
+    }
+
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        crate::default_normalize_score(unisched_framework::MAX_NODE_SCORE, false, scores);
+        Status::success()
+    }
+}
+
+impl ReservePlugin for DynamicResources {
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        let Some(dra) = &self.dra else {
+            return Status::success();
+        };
+        if data.to_allocate.is_empty() && data.extended.is_none() {
+            return Status::success();
+        }
+        let Some(result) = data.nodes.read().get(node).cloned() else {
+            if data.to_allocate.is_empty() {
+                // Extended resources served by device plugins on this node.
+                return Status::success();
+            }
+            return Status::error("claim allocation not found for node");
+        };
+        if result.allocations.len() != data.to_allocate.len() {
+            return Status::error(format!(
+                "internal error, have {} allocations for {} claims",
+                result.allocations.len(),
+                data.to_allocate.len()
+            ));
+        }
+        let mut progress = data.binding.lock();
+        for (k, &i) in data.to_allocate.iter().enumerate() {
+            let uid = &data.claims[i].uid;
+            dra.reserve_in_flight(uid, result.allocations[k].clone());
+            progress.in_flight.push(uid.clone());
+        }
+        if let (Some(plan), Some((_, a))) = (&data.extended, &result.extended) {
+            dra.reserve_in_flight(&plan.placeholder_uid, a.clone());
+            progress.in_flight.push(plan.placeholder_uid.clone());
+        }
+        Status::success()
+    }
+
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, _node: &str) {
+        let Some(data) = Self::data(state) else {
+            return;
+        };
+        let progress = std::mem::take(&mut *data.binding.lock());
+        if let Some(dra) = &self.dra {
+            for uid in &progress.in_flight {
+                dra.release_in_flight(uid);
+            }
+        }
+        prebind::undo(self.api.as_deref(), self.dra.as_deref(), pod, progress);
+    }
+}
+
+impl unisched_framework::AssumedPodPlugin for DynamicResources {
+    fn prepare_assumed_pod(&self, state: &CycleState, pod: &mut Pod, node: &str) {
+        let Some(data) = Self::data(state) else {
+            return;
+        };
+        let Some(result) = data.nodes.read().get(node).cloned() else {
+            return;
+        };
+        if result.statuses.is_empty() {
+            return;
+        }
+        pod.status
+            .get_or_insert_with(Default::default)
+            .node_allocatable_resource_claim_statuses = Some(result.statuses.clone());
+    }
+}
+
+impl PreBindPlugin for DynamicResources {
+    fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        match Self::data(state) {
+            Some(_) => Status::success(),
+            None => Status::skip(),
+        }
+    }
+
+    fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        let (Some(api), Some(dra)) = (&self.api, &self.dra) else {
+            return Status::error("DynamicResources has no API writer");
+        };
+        prebind::pre_bind(self, api.as_ref(), dra, &data, pod, node)
+    }
+}
+
+impl EnqueueExtensions for DynamicResources {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        hints::events(self.dra.clone())
+    }
+}
+
+/// Lets NodeResourcesFit ask the DRA state which class serves an extended resource.
+impl crate::ExtendedResourceResolver for DraCache {
+    fn device_class_for(&self, resource: &str) -> Option<String> {
+        self.class_for_extended_resource(resource)
+    }
+}

@@ -1,0 +1,581 @@
+//! The binding cycle's API writes, and undoing them.
+//!
+//! **PreBind**, per claim not yet reserved for the pod:
+//!
+//! 1. the `resource.kubernetes.io/delete-protection` finalizer, only when it is missing (a metadata
+//!    write: the finalizer cannot go into the `/status` patch);
+//! 2. one JSON merge patch of `/status` with the allocation (if we allocated) and `reservedFor`
+//!    extended with the pod, carrying the `resourceVersion` it was based on.
+//!
+//! The first attempt uses the claim PreFilter saw (no GET); on a conflict the claim is re-read and
+//! the checks repeat ("got deleted / allocated elsewhere in the meantime"). So a pod with one claim
+//! whose finalizer is already present costs two API writes in total (claim status, binding); a
+//! claim without the finalizer costs one more. After each successful write the claim is *assumed* in
+//! the DRA cache (visible to the next cycles at once) and only then its in-flight allocation dropped,
+//! so there is no moment at which its devices look free.
+//!
+//! The KEP-5004 claim is created (with the finalizer already in its metadata) and then written like
+//! the others. One strategic merge patch of the pod status carries both
+//! `nodeAllocatableResourceClaimStatuses` (merged on `resourceClaimName`) and
+//! `extendedResourceClaimStatus`, when there is anything to write. Binding conditions are waited for
+//! last, polling the cache until all are true, one fails, or `bindingTimeout` passes.
+//!
+//! **Unreserve** undoes what was done, best effort and idempotently: drops in-flight allocations,
+//! removes the pod from `reservedFor` (clearing the allocation too when we made it and nobody else
+//! uses the claim, so its devices are not held by nobody), deletes the extended claim we created,
+//! and clears the pod status fields we patched. Errors are logged, never returned.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimConsumerReference};
+use unisched_cache::DraCache;
+use unisched_framework::{PodInfo, Status};
+
+use super::api::{DraApi, DraApiError};
+use super::extended::{PLACEHOLDER_NAME, for_create};
+use super::state::{BindingProgress, PodState, Written};
+use super::{DynamicResources, FINALIZER};
+
+/// Attempts per claim write before giving up on conflicts.
+const MAX_CONFLICT_RETRIES: usize = 5;
+
+fn has_finalizer(c: &ResourceClaim) -> bool {
+    c.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
+}
+
+/// The (request, driver, pool, device) tuples of an allocation: what "the same allocation" means
+/// across an API round trip.
+fn devices_of(a: &AllocationResult) -> Vec<(&str, &str, &str, &str)> {
+    let mut v: Vec<_> = a
+        .devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| {
+            (
+                r.request.as_str(),
+                r.driver.as_str(),
+                r.pool.as_str(),
+                r.device.as_str(),
+            )
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn has_binding_conditions(a: &AllocationResult) -> bool {
+    a.devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .any(|r| r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
+}
+
+/// Seconds since the epoch, now.
+fn now_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn now() -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    k8s_openapi::jiff::Timestamp::from_second(now_seconds())
+        .ok()
+        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+}
+
+/// Writes allocation (if any) and `reservedFor` for one claim, retrying on conflicts with a fresh
+/// read. `start` is the copy to base the first attempt on.
+fn bind_claim(
+    api: &dyn DraApi,
+    start: &ResourceClaim,
+    allocation: Option<&AllocationResult>,
+    pod: &PodInfo,
+) -> Result<ResourceClaim, String> {
+    let ns = start.metadata.namespace.clone().unwrap_or_default();
+    let name = start.metadata.name.clone().unwrap_or_default();
+    let uid = start.metadata.uid.clone().unwrap_or_default();
+    let key = format!("{ns}/{name}");
+    let mut claim = start.clone();
+    for attempt in 0..MAX_CONFLICT_RETRIES {
+        if attempt > 0 {
+            claim = match api.get_claim(&ns, &name) {
+                Ok(Some(c)) => c,
+                Ok(None) => return Err(format!("claim {key} got deleted in the meantime")),
+                Err(e) => return Err(format!("claim {key}: {e}")),
+            };
+        }
+        if claim.metadata.uid.as_deref() != Some(uid.as_str()) || claim.metadata.deletion_timestamp.is_some()
+        {
+            return Err(format!("claim {key} got deleted in the meantime"));
+        }
+        let current = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+        let mut write_allocation = allocation;
+        if let (Some(want), Some(have)) = (allocation, current) {
+            if devices_of(want) != devices_of(have) {
+                return Err(format!("claim {key} got allocated elsewhere in the meantime"));
+            }
+            write_allocation = None;
+        }
+        if write_allocation.is_none() && super::claims::is_reserved_for(&claim, &pod.uid) && current.is_some()
+        {
+            return Ok(claim);
+        }
+        if !has_finalizer(&claim) {
+            let rv = claim.metadata.resource_version.clone().unwrap_or_default();
+            match api.add_claim_finalizer(&ns, &name, &rv) {
+                Ok(c) => claim = c,
+                Err(DraApiError::Conflict(_)) => continue,
+                Err(DraApiError::NotFound(_)) => {
+                    return Err(format!("claim {key} got deleted in the meantime"));
+                }
+                Err(e) => return Err(format!("adding finalizer to claim {key}: {e}")),
+            }
+        }
+        let mut reserved: Vec<ResourceClaimConsumerReference> = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.clone())
+            .unwrap_or_default();
+        if !reserved.iter().any(|r| r.uid == pod.uid) {
+            reserved.push(ResourceClaimConsumerReference {
+                api_group: None,
+                name: pod.name.clone(),
+                resource: "pods".into(),
+                uid: pod.uid.clone(),
+            });
+        }
+        let mut status = serde_json::Map::new();
+        status.insert(
+            "reservedFor".into(),
+            serde_json::to_value(&reserved).map_err(|e| format!("claim {key}: {e}"))?,
+        );
+        if let Some(a) = write_allocation {
+            let mut a = a.clone();
+            if has_binding_conditions(&a) {
+                a.allocation_timestamp = now();
+            }
+            status.insert(
+                "allocation".into(),
+                serde_json::to_value(&a).map_err(|e| format!("claim {key}: {e}"))?,
+            );
+        }
+        let rv = claim.metadata.resource_version.clone().unwrap_or_default();
+        match api.patch_claim_status(&ns, &name, &rv, serde_json::Value::Object(status)) {
+            Ok(c) => return Ok(c),
+            Err(DraApiError::Conflict(_)) => continue,
+            Err(DraApiError::NotFound(_)) => return Err(format!("claim {key} got deleted in the meantime")),
+            Err(e) => return Err(format!("updating claim {key}: {e}")),
+        }
+    }
+    Err(format!(
+        "claim {key}: giving up after {MAX_CONFLICT_RETRIES} conflicting updates"
+    ))
+}
+
+/// Makes our write visible in the cache, then drops the in-flight allocation (in that order).
+fn commit(dra: &DraCache, updated: ResourceClaim, in_flight_key: &str) {
+    if let Err(e) = dra.assume_claim(Arc::new(updated)) {
+        tracing::debug!(error = %e, "not assuming claim (the watch is ahead)");
+    }
+    dra.release_in_flight(in_flight_key);
+}
+
+pub(crate) fn pre_bind(
+    plugin: &DynamicResources,
+    api: &dyn DraApi,
+    dra: &DraCache,
+    data: &PodState,
+    pod: &PodInfo,
+    node: &str,
+) -> Status {
+    let result = data.nodes.read().get(node).cloned();
+    let mut progress = data.binding.lock();
+    let mut to_wait: Vec<(String, String)> = Vec::new();
+
+    for (i, c) in data.claims.iter().enumerate() {
+        if c.allocated && c.reserved_for_pod {
+            continue;
+        }
+        let allocation = match data.to_allocate.iter().position(|&x| x == i) {
+            Some(k) => match result.as_ref().and_then(|r| r.allocations.get(k)) {
+                Some(a) => Some(a),
+                None => return Status::error("claim allocation not found for node"),
+            },
+            None => None,
+        };
+        match bind_claim(api, &c.claim, allocation, pod) {
+            Ok(updated) => {
+                if updated
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .is_some_and(has_binding_conditions)
+                {
+                    to_wait.push((c.namespace().to_string(), c.name().to_string()));
+                }
+                commit(dra, updated, &c.uid);
+                progress.in_flight.retain(|u| u != &c.uid);
+                progress.written.push(Written {
+                    namespace: c.namespace().to_string(),
+                    name: c.name().to_string(),
+                    uid: c.uid.clone(),
+                    allocated_by_us: allocation.is_some(),
+                });
+            }
+            Err(e) => return Status::error(e),
+        }
+    }
+
+    let mut ext_status = None;
+    if let (Some(plan), Some((variant, allocation))) =
+        (&data.extended, result.as_ref().and_then(|r| r.extended.as_ref()))
+    {
+        let created = match &progress.created_extended {
+            Some((ns, name, _, _)) => match api.get_claim(ns, name) {
+                Ok(Some(c)) => c,
+                Ok(None) => return Status::error(format!("claim {ns}/{name} got deleted in the meantime")),
+                Err(e) => return Status::error(e),
+            },
+            None => {
+                let ns = pod.namespace.clone();
+                match api.create_claim(&ns, &for_create(variant)) {
+                    Ok(c) => {
+                        progress.created_extended = Some((
+                            ns,
+                            c.metadata.name.clone().unwrap_or_default(),
+                            c.metadata.uid.clone().unwrap_or_default(),
+                            variant.mappings.clone(),
+                        ));
+                        c
+                    }
+                    Err(e) => return Status::error(format!("creating extended resource claim: {e}")),
+                }
+            }
+        };
+        let name = created.metadata.name.clone().unwrap_or_default();
+        let uid = created.metadata.uid.clone().unwrap_or_default();
+        match bind_claim(api, &created, Some(allocation), pod) {
+            Ok(updated) => {
+                if has_binding_conditions(allocation) {
+                    to_wait.push((pod.namespace.clone(), name.clone()));
+                }
+                commit(dra, updated, &plan.placeholder_uid);
+                progress.in_flight.retain(|u| u != &plan.placeholder_uid);
+                progress.written.push(Written {
+                    namespace: pod.namespace.clone(),
+                    name: name.clone(),
+                    uid,
+                    allocated_by_us: true,
+                });
+            }
+            Err(e) => return Status::error(e),
+        }
+        ext_status = Some(serde_json::json!({
+            "resourceClaimName": name,
+            "requestMappings": variant.mappings,
+        }));
+    }
+
+    // Pod status: node-allocatable statuses (placeholder replaced) and the extended claim status.
+    let mut statuses = result.as_ref().map(|r| r.statuses.clone()).unwrap_or_default();
+    if let Some(name) = progress.created_extended.as_ref().map(|c| c.1.clone()) {
+        for s in &mut statuses {
+            if s.resource_claim_name == PLACEHOLDER_NAME {
+                s.resource_claim_name = name.clone();
+            }
+        }
+        statuses.sort_by(|a, b| a.resource_claim_name.cmp(&b.resource_claim_name));
+    }
+    if !statuses.is_empty() || ext_status.is_some() {
+        let mut body = serde_json::Map::new();
+        if !statuses.is_empty() {
+            body.insert(
+                "nodeAllocatableResourceClaimStatuses".into(),
+                serde_json::to_value(&statuses).unwrap_or_default(),
+            );
+        }
+        if let Some(e) = ext_status {
+            body.insert("extendedResourceClaimStatus".into(), e);
+        }
+        let patch = serde_json::json!({ "status": body });
+        if let Err(e) = api.patch_pod_status(&pod.namespace, &pod.name, patch) {
+            return Status::error(format!("patching pod status: {e}"));
+        }
+        progress.pod_status_patched = true;
+    }
+    drop(progress);
+
+    if !to_wait.is_empty() {
+        return wait_for_binding_conditions(
+            dra,
+            &to_wait,
+            plugin.args.binding_timeout.0,
+            plugin.poll_interval,
+        );
+    }
+    Status::success()
+}
+
+fn condition_true(
+    conds: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+    t: &str,
+) -> Option<bool> {
+    conds?.iter().find(|c| c.type_ == t).map(|c| c.status == "True")
+}
+
+/// `Ok(true)` ready, `Ok(false)` not yet, `Err` a binding failure condition is true.
+fn ready(claim: &ResourceClaim) -> Result<bool, String> {
+    let Some(alloc) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+        return Ok(false);
+    };
+    let devices = claim.status.as_ref().and_then(|s| s.devices.as_ref());
+    let key = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    );
+    let mut all = true;
+    for r in alloc.devices.iter().flat_map(|d| d.results.iter().flatten()) {
+        let conds = r.binding_conditions.as_deref().unwrap_or_default();
+        if conds.is_empty() {
+            continue;
+        }
+        let Some(status) = devices
+            .into_iter()
+            .flatten()
+            .find(|d| d.driver == r.driver && d.pool == r.pool && d.device == r.device)
+        else {
+            all = false;
+            continue;
+        };
+        for f in r.binding_failure_conditions.as_deref().unwrap_or_default() {
+            if let Some(c) = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| &c.type_ == f && c.status == "True")
+            {
+                return Err(format!(
+                    "claim {key} binding failed: reason={}, message={:?}",
+                    c.reason, c.message
+                ));
+            }
+        }
+        if !conds
+            .iter()
+            .all(|t| condition_true(status.conditions.as_ref(), t) == Some(true))
+        {
+            all = false;
+        }
+    }
+    Ok(all)
+}
+
+fn wait_for_binding_conditions(
+    dra: &DraCache,
+    claims: &[(String, String)],
+    timeout: Duration,
+    poll: Duration,
+) -> Status {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut pending = None;
+        for (ns, name) in claims {
+            let Some(c) = dra.claim(ns, name) else {
+                return Status::error(format!("claim {ns}/{name} got deleted in the meantime"));
+            };
+            match ready(&c) {
+                Ok(true) => {}
+                Ok(false) => pending = Some(format!("{ns}/{name}")),
+                Err(e) => return Status::error(e),
+            }
+        }
+        let Some(p) = pending else {
+            return Status::success();
+        };
+        if Instant::now() >= deadline {
+            return Status::error(format!("claim {p} binding timeout"));
+        }
+        std::thread::sleep(
+            poll.min(deadline.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+        );
+    }
+}
+
+/// Filter: an allocated claim whose binding failed, or did not complete within `timeout` since
+/// `allocationTimestamp`, cannot be used.
+pub(crate) fn binding_failed_or_timed_out(claim: &ResourceClaim, timeout: Duration) -> bool {
+    let Some(alloc) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+        return false;
+    };
+    if !has_binding_conditions(alloc) {
+        return false;
+    }
+    match ready(claim) {
+        Err(_) => true,
+        Ok(true) => false,
+        Ok(false) => alloc.allocation_timestamp.as_ref().is_some_and(|t| {
+            let elapsed = now_seconds().saturating_sub(t.0.as_second());
+            u64::try_from(elapsed).is_ok_and(|e| e > timeout.as_secs())
+        }),
+    }
+}
+
+/// PostFilter: clears allocation and `reservedFor` of a claim (re-read first).
+pub(crate) fn deallocate(
+    api: &dyn DraApi,
+    dra: Option<&DraCache>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), DraApiError> {
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let Some(c) = api.get_claim(ns, name)? else {
+            return Ok(());
+        };
+        if c.metadata.uid.as_deref() != Some(uid) {
+            return Ok(());
+        }
+        let rv = c.metadata.resource_version.clone().unwrap_or_default();
+        let status = serde_json::json!({"allocation": null, "reservedFor": null, "devices": null});
+        match api.patch_claim_status(ns, name, &rv, status) {
+            Ok(updated) => {
+                if let Some(dra) = dra {
+                    let _ = dra.assume_claim(Arc::new(updated));
+                }
+                return Ok(());
+            }
+            Err(DraApiError::Conflict(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(DraApiError::Conflict(format!(
+        "claim {ns}/{name}: too many conflicts"
+    )))
+}
+
+/// Removes our finalizer and deletes a claim (re-read first).
+pub(crate) fn delete_claim(
+    api: &dyn DraApi,
+    dra: Option<&DraCache>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), DraApiError> {
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let Some(c) = api.get_claim(ns, name)? else {
+            return Ok(());
+        };
+        if c.metadata.uid.as_deref() != Some(uid) {
+            return Ok(());
+        }
+        if has_finalizer(&c) {
+            let rv = c.metadata.resource_version.clone().unwrap_or_default();
+            match api.remove_claim_finalizer(ns, name, &rv) {
+                Ok(_) => {}
+                Err(DraApiError::Conflict(_)) => continue,
+                Err(DraApiError::NotFound(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        api.delete_claim(ns, name, uid)?;
+        if let Some(dra) = dra {
+            dra.forget_claim(uid);
+            dra.remove_claim(ns, name);
+        }
+        return Ok(());
+    }
+    Err(DraApiError::Conflict(format!(
+        "claim {ns}/{name}: too many conflicts"
+    )))
+}
+
+/// Removes the pod from `reservedFor` (and the allocation, when we made it and nobody else uses the
+/// claim), re-reading on conflict.
+fn unreserve_claim(
+    api: &dyn DraApi,
+    dra: Option<&DraCache>,
+    w: &Written,
+    pod: &PodInfo,
+) -> Result<(), DraApiError> {
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let Some(c) = api.get_claim(&w.namespace, &w.name)? else {
+            return Ok(());
+        };
+        if c.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+            return Ok(());
+        }
+        let reserved: Vec<ResourceClaimConsumerReference> = c
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.clone())
+            .unwrap_or_default();
+        if !reserved.iter().any(|r| r.uid == pod.uid) {
+            return Ok(());
+        }
+        let remaining: Vec<_> = reserved.into_iter().filter(|r| r.uid != pod.uid).collect();
+        let status = if remaining.is_empty() && w.allocated_by_us {
+            serde_json::json!({"reservedFor": null, "allocation": null, "devices": null})
+        } else if remaining.is_empty() {
+            serde_json::json!({"reservedFor": null})
+        } else {
+            serde_json::json!({"reservedFor": remaining})
+        };
+        let rv = c.metadata.resource_version.clone().unwrap_or_default();
+        match api.patch_claim_status(&w.namespace, &w.name, &rv, status) {
+            Ok(updated) => {
+                if let Some(dra) = dra {
+                    let _ = dra.assume_claim(Arc::new(updated));
+                }
+                return Ok(());
+            }
+            Err(DraApiError::Conflict(_)) => continue,
+            Err(DraApiError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(DraApiError::Conflict(format!(
+        "claim {}/{}: too many conflicts",
+        w.namespace, w.name
+    )))
+}
+
+/// Unreserve's API part (in-flight allocations are already released). Best effort; idempotent
+/// because `progress` was taken out of the state.
+pub(crate) fn undo(
+    api: Option<&dyn DraApi>,
+    dra: Option<&DraCache>,
+    pod: &PodInfo,
+    progress: BindingProgress,
+) {
+    let created_uid = progress.created_extended.as_ref().map(|c| c.2.clone());
+    for w in &progress.written {
+        if let Some(dra) = dra {
+            dra.forget_claim(&w.uid);
+        }
+        if Some(&w.uid) == created_uid.as_ref() {
+            continue;
+        }
+        if let Some(api) = api
+            && let Err(e) = unreserve_claim(api, dra, w, pod)
+        {
+            tracing::warn!(pod = %pod.key(), claim = %format!("{}/{}", w.namespace, w.name), error = %e, "unreserving claim");
+        }
+    }
+    let Some(api) = api else {
+        return;
+    };
+    if let Some((ns, name, uid, _)) = &progress.created_extended
+        && let Err(e) = delete_claim(api, dra, ns, name, uid)
+    {
+        tracing::warn!(pod = %pod.key(), claim = %format!("{ns}/{name}"), error = %e, "deleting extended resource claim");
+    }
+    if progress.pod_status_patched {
+        let patch = serde_json::json!({"status": {"nodeAllocatableResourceClaimStatuses": null, "extendedResourceClaimStatus": null}});
+        if let Err(e) = api.patch_pod_status(&pod.namespace, &pod.name, patch) {
+            tracing::warn!(pod = %pod.key(), error = %e, "clearing DRA pod status");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The per-attempt state, stored in the cycle state under `DynamicResources`.
+//!
+//! PreFilter builds it once: the pod's claims resolved and checked, the allocator input prepared
+//! (classes resolved, CEL compiled), the extended-resource plan. Filter runs in parallel over nodes
+//! with `&CycleState`, so everything it records per node (allocation results, node-allocatable
+//! statuses, scores, failures, unavailable claims) sits behind locks here. The state is shared, not
+//! copied, when the cycle state is cloned (as upstream's `Clone` returns itself): the binding cycle
+//! then continues with what Reserve and PreBind recorded in [`BindingProgress`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    ContainerExtendedResourceRequest, NodeAllocatableResourceClaimStatus, NodeSelector,
+};
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use parking_lot::{Mutex, RwLock};
+use unisched_cache::DraSnapshot;
+use unisched_dra::{Allocator, PreparedClaim};
+use unisched_framework::NodeFootprints;
+
+use super::extended::{ExtendedPlan, Variant};
+use super::reasons::FailureLog;
+
+/// Cycle-state key.
+pub(crate) const STATE_KEY: &str = "DynamicResources";
+
+/// One user claim of the pod.
+#[derive(Debug)]
+pub(crate) struct PodClaim {
+    /// The claim as PreFilter saw it.
+    pub claim: Arc<ResourceClaim>,
+    /// `namespace/name`.
+    pub key: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// Containers (init first) referencing the claim.
+    pub containers: Vec<String>,
+    /// For an allocated claim: its node selector (None: everywhere).
+    pub available_on: Option<NodeSelector>,
+    /// Already allocated.
+    pub allocated: bool,
+    /// Already reserved for this pod.
+    pub reserved_for_pod: bool,
+    /// Prepared for allocation (unallocated claims only).
+    pub prepared: Option<Arc<PreparedClaim>>,
+}
+
+impl PodClaim {
+    pub fn namespace(&self) -> &str {
+        self.claim.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn name(&self) -> &str {
+        self.claim.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// What Filter decided for one node.
+#[derive(Debug, Default)]
+pub(crate) struct NodeResult {
+    /// Allocation per claim in `PodState::to_allocate` order.
+    pub allocations: Vec<AllocationResult>,
+    /// The extended-resource claim for this node and its allocation.
+    pub extended: Option<(Arc<Variant>, AllocationResult)>,
+    /// KEP-5517 statuses (sorted by claim name; the extended claim under its placeholder name).
+    pub statuses: Vec<NodeAllocatableResourceClaimStatus>,
+    /// Raw Score (`firstAvailable` preference).
+    pub score: i64,
+}
+
+/// A claim whose status PreBind wrote.
+#[derive(Clone, Debug)]
+pub(crate) struct Written {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// We allocated it in this attempt (Unreserve may deallocate it).
+    pub allocated_by_us: bool,
+}
+
+/// What Reserve and PreBind did, so Unreserve can undo exactly that (idempotently).
+#[derive(Debug, Default)]
+pub(crate) struct BindingProgress {
+    /// Claim UIDs (and the placeholder key) with in-flight allocations.
+    pub in_flight: Vec<String>,
+    /// Claims whose status we wrote.
+    pub written: Vec<Written>,
+    /// The extended claim we created: (namespace, name, uid, mappings).
+    pub created_extended: Option<(String, String, String, Vec<ContainerExtendedResourceRequest>)>,
+    /// The pod status was patched.
+    pub pod_status_patched: bool,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct PodState {
+    pub snapshot: Arc<DraSnapshot>,
+    pub claims: Vec<PodClaim>,
+    /// Indices into `claims` that need allocation, in allocator order.
+    pub to_allocate: Vec<usize>,
+    pub extended: Option<ExtendedPlan>,
+    pub allocator: Option<Allocator>,
+    pub has_first_available: bool,
+    pub footprints: NodeFootprints,
+    pub nodes: RwLock<HashMap<String, Arc<NodeResult>>>,
+    pub failures: Arc<FailureLog>,
+    /// Claims (indices) found unavailable on some node (PostFilter candidates).
+    pub unavailable: Mutex<BTreeSet<usize>>,
+    pub binding: Mutex<BindingProgress>,
+}
+
+/// The cycle-state value: a shared handle.
+#[derive(Clone, Debug)]
+pub(crate) struct CycleData(pub Arc<PodState>);

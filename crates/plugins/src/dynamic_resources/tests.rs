@@ -1,0 +1,1435 @@
+//! Table-driven tests of every extension point and rule (see the module documentation).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    Node, NodeAllocatableResourceClaimStatus, Pod, PodResourceClaim, PodResourceClaimStatus,
+    ResourceClaim as ContainerClaim, ResourceRequirements,
+};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, NodeAllocatableMapping,
+    NodeAllocatableOverhead, NodeAllocatableResource, ResourceClaim, ResourceClaimConsumerReference,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use unisched_cache::DraCache;
+use unisched_dra::testing::{DeviceBuilder, claim, class, dev, first_available, req, slice};
+use unisched_framework::{
+    Code, CycleState, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeToStatus,
+    PodInfo, PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, QueueingHint, ReservePlugin, ScorePlugin,
+    Status,
+};
+
+use super::testing::{ApiWrite, FakeDraApi};
+use super::*;
+use crate::testing::{NodeBuilder, PodBuilder};
+
+// ----- fixtures -----
+
+const GPU: &str = "gpu.example.com";
+
+struct Env {
+    dra: Arc<DraCache>,
+    api: Arc<FakeDraApi>,
+    plugin: Arc<DynamicResources>,
+}
+
+fn env() -> Env {
+    env_with(DynamicResourcesArgs::default())
+}
+
+fn env_with(args: DynamicResourcesArgs) -> Env {
+    let dra = Arc::new(DraCache::new());
+    let api = FakeDraApi::new();
+    api.echo_to(dra.clone());
+    let plugin = Arc::new(
+        DynamicResources::new(&args, Some(dra.clone()), Some(api.clone() as Arc<dyn DraApi>))
+            .with_poll_interval(Duration::from_millis(2)),
+    );
+    dra.apply_class(Arc::new(class(GPU, GPU))).unwrap();
+    Env { dra, api, plugin }
+}
+
+fn gpus(node: &str, n: usize, model: &str) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    let mut s = slice(&format!("{node}-gpu"), GPU, node, node);
+    for i in 0..n {
+        s = s.device(
+            dev(&format!("gpu-{i}"))
+                .string("model", model)
+                .int("index", i as i64),
+        );
+    }
+    s.build()
+}
+
+impl Env {
+    fn slice(&self, s: k8s_openapi::api::resource::v1::ResourceSlice) {
+        self.dra.apply_slice(Arc::new(s)).unwrap();
+    }
+    fn claim(&self, c: ResourceClaim) -> ResourceClaim {
+        self.api.seed_claim(c)
+    }
+    fn prefilter(&self, pod: &PodInfo) -> (CycleState, Status) {
+        let mut st = CycleState::new();
+        let (_, s) = self.plugin.pre_filter(&mut st, pod, &[]);
+        (st, s)
+    }
+    fn filter(&self, st: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        self.plugin.filter(st, pod, node)
+    }
+}
+
+fn node(name: &str) -> NodeInfo {
+    NodeBuilder::new(name)
+        .alloc("cpu", "8")
+        .alloc("memory", "32Gi")
+        .alloc("pods", "110")
+        .info()
+}
+
+/// A pod whose container `c0` references each claim.
+fn pod_with(name: &str, claims: &[&str]) -> Pod {
+    let mut p = PodBuilder::new(name).req("cpu", "1").build();
+    for c in claims {
+        add_claim_ref(&mut p, c, Some(c), true);
+    }
+    p
+}
+
+fn add_claim_ref(p: &mut Pod, pod_claim: &str, claim_name: Option<&str>, referenced: bool) {
+    let spec = p.spec.as_mut().unwrap();
+    spec.resource_claims
+        .get_or_insert_with(Vec::new)
+        .push(PodResourceClaim {
+            name: pod_claim.into(),
+            resource_claim_name: claim_name.map(String::from),
+            resource_claim_template_name: claim_name.is_none().then(|| "tmpl".to_string()),
+        });
+    if referenced {
+        for c in &mut spec.containers {
+            c.resources
+                .get_or_insert_with(ResourceRequirements::default)
+                .claims
+                .get_or_insert_with(Vec::new)
+                .push(ContainerClaim {
+                    name: pod_claim.into(),
+                    request: None,
+                });
+        }
+    }
+}
+
+fn owned_by(mut c: ResourceClaim, pod: &Pod) -> ResourceClaim {
+    c.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod.metadata.name.clone().unwrap(),
+        uid: pod.metadata.uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]);
+    c
+}
+
+fn info(p: &Pod) -> PodInfo {
+    PodInfo::new(p.clone())
+}
+
+fn gpu_claim(name: &str, count: i64) -> ResourceClaim {
+    claim("default", name)
+        .request(req("gpu", GPU).count(count))
+        .build()
+}
+
+fn result(request: &str, driver: &str, pool: &str, device: &str) -> DeviceRequestAllocationResult {
+    DeviceRequestAllocationResult {
+        request: request.into(),
+        driver: driver.into(),
+        pool: pool.into(),
+        device: device.into(),
+        ..Default::default()
+    }
+}
+
+fn allocation(results: Vec<DeviceRequestAllocationResult>) -> AllocationResult {
+    AllocationResult {
+        devices: Some(DeviceAllocationResult {
+            results: Some(results),
+            config: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn with_allocation(mut c: ResourceClaim, a: AllocationResult, reserved_for: &[&str]) -> ResourceClaim {
+    let st = c.status.get_or_insert_with(Default::default);
+    st.allocation = Some(a);
+    if !reserved_for.is_empty() {
+        st.reserved_for = Some(
+            reserved_for
+                .iter()
+                .map(|u| ResourceClaimConsumerReference {
+                    api_group: None,
+                    name: u.to_string(),
+                    resource: "pods".into(),
+                    uid: u.to_string(),
+                })
+                .collect(),
+        );
+    }
+    c
+}
+
+fn q(s: &str) -> ApiQuantity {
+    ApiQuantity(s.into())
+}
+
+fn with_nar(mut d: DeviceBuilder, resource: &str, nar: NodeAllocatableResource) -> DeviceBuilder {
+    d.0.node_allocatable_resources
+        .get_or_insert_with(BTreeMap::new)
+        .insert(resource.into(), nar);
+    d
+}
+
+fn node_obj(ni: &NodeInfo) -> Node {
+    (**ni.node().unwrap()).clone()
+}
+
+// ----- PreEnqueue / PreFilter -----
+
+#[test]
+fn pre_enqueue_and_pre_filter_claim_resolution() {
+    struct Case {
+        name: &'static str,
+        setup: fn(&Env) -> Pod,
+        pre_enqueue: Result<(), &'static str>,
+        pre_filter: Result<Code, &'static str>,
+    }
+    let cases = [
+        Case {
+            name: "no claims: skip",
+            setup: |_| PodBuilder::new("p").build(),
+            pre_enqueue: Ok(()),
+            pre_filter: Ok(Code::Skip),
+        },
+        Case {
+            name: "direct claim",
+            setup: |e| {
+                e.claim(gpu_claim("c", 1));
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Ok(Code::Success),
+        },
+        Case {
+            name: "missing claim",
+            setup: |_| pod_with("p", &["c"]),
+            pre_enqueue: Err("resourceclaim \"default/c\" not found"),
+            pre_filter: Err("resourceclaim \"default/c\" not found"),
+        },
+        Case {
+            name: "template claim resolved via pod status",
+            setup: |e| {
+                let mut p = PodBuilder::new("p").build();
+                add_claim_ref(&mut p, "gpu", None, true);
+                p.status
+                    .get_or_insert_with(Default::default)
+                    .resource_claim_statuses = Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: Some("p-gpu-x".into()),
+                }]);
+                e.claim(owned_by(gpu_claim("p-gpu-x", 1), &p));
+                p
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Ok(Code::Success),
+        },
+        Case {
+            name: "template claim not created yet",
+            setup: |_| {
+                let mut p = PodBuilder::new("p").build();
+                add_claim_ref(&mut p, "gpu", None, true);
+                p
+            },
+            pre_enqueue: Err("pod \"default/p\": ResourceClaim not created yet"),
+            pre_filter: Err("ResourceClaim not created yet"),
+        },
+        Case {
+            name: "template claim intentionally not created: skipped",
+            setup: |_| {
+                let mut p = PodBuilder::new("p").build();
+                add_claim_ref(&mut p, "gpu", None, true);
+                p.status
+                    .get_or_insert_with(Default::default)
+                    .resource_claim_statuses = Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: None,
+                }]);
+                p
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Ok(Code::Skip),
+        },
+        Case {
+            name: "generated claim of another pod",
+            setup: |e| {
+                let mut p = PodBuilder::new("p").build();
+                add_claim_ref(&mut p, "gpu", None, true);
+                p.status
+                    .get_or_insert_with(Default::default)
+                    .resource_claim_statuses = Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: Some("x".into()),
+                }]);
+                let other = PodBuilder::new("other").build();
+                e.claim(owned_by(gpu_claim("x", 1), &other));
+                p
+            },
+            pre_enqueue: Err("ResourceClaim default/x was not created for Pod default/p (Pod is not owner)"),
+            pre_filter: Err("(Pod is not owner)"),
+        },
+        Case {
+            name: "claim being deleted",
+            setup: |e| {
+                let mut c = gpu_claim("c", 1);
+                c.metadata.deletion_timestamp =
+                    Some(Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap()));
+                e.claim(c);
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Err("resourceclaim \"c\" is being deleted"),
+            pre_filter: Err("is being deleted"),
+        },
+        Case {
+            name: "claim in flight for another pod",
+            setup: |e| {
+                let c = e.claim(gpu_claim("c", 1));
+                e.dra.reserve_in_flight(
+                    c.metadata.uid.as_deref().unwrap(),
+                    allocation(vec![result("gpu", GPU, "n1", "gpu-0")]),
+                );
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Err("resource claim default/c is in the process of being allocated"),
+        },
+        Case {
+            name: "missing class",
+            setup: |e| {
+                e.claim(claim("default", "c").request(req("gpu", "nope")).build());
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Err("claim default/c: request gpu: device class nope does not exist"),
+        },
+        Case {
+            name: "invalid CEL names the claim",
+            setup: |e| {
+                e.claim(
+                    claim("default", "c")
+                        .request(req("gpu", GPU).selector("device.attributes["))
+                        .build(),
+                );
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Err("claim default/c"),
+        },
+        Case {
+            name: "claim reserved by too many pods",
+            setup: |e| {
+                let mut c = with_allocation(gpu_claim("c", 1), allocation(vec![]), &[]);
+                c.status.as_mut().unwrap().reserved_for = Some(
+                    (0..RESERVED_FOR_MAX_SIZE)
+                        .map(|i| ResourceClaimConsumerReference {
+                            api_group: None,
+                            name: format!("x{i}"),
+                            resource: "pods".into(),
+                            uid: format!("x{i}"),
+                        })
+                        .collect(),
+                );
+                e.claim(c);
+                pod_with("p", &["c"])
+            },
+            pre_enqueue: Ok(()),
+            pre_filter: Err("resourceclaim in use"),
+        },
+    ];
+    for c in cases {
+        let e = env();
+        let pod = info(&(c.setup)(&e));
+        let s = e.plugin.pre_enqueue(&pod);
+        match c.pre_enqueue {
+            Ok(()) => assert!(s.is_success(), "{}: pre_enqueue {s:?}", c.name),
+            Err(want) => {
+                assert_eq!(s.code(), Code::UnschedulableAndUnresolvable, "{}", c.name);
+                assert!(s.message().contains(want), "{}: {}", c.name, s.message());
+            }
+        }
+        let (_, s) = e.prefilter(&pod);
+        match c.pre_filter {
+            Ok(code) => assert_eq!(s.code(), code, "{}: {s:?}", c.name),
+            Err(want) => {
+                assert_eq!(s.code(), Code::UnschedulableAndUnresolvable, "{}: {s:?}", c.name);
+                assert!(s.message().contains(want), "{}: {}", c.name, s.message());
+            }
+        }
+    }
+}
+
+// ----- Filter -----
+
+#[test]
+fn filter_allocates_per_node() {
+    let e = env();
+    e.slice(gpus("n1", 2, "a100"));
+    e.slice(gpus("n2", 1, "a100"));
+    e.claim(gpu_claim("c", 2));
+    let pod = info(&pod_with("p", &["c"]));
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success());
+    struct Case {
+        node: &'static str,
+        want: Result<(), &'static str>,
+    }
+    for c in [
+        Case {
+            node: "n1",
+            want: Ok(()),
+        },
+        Case {
+            node: "n2",
+            want: Err(reason::CANNOT_ALLOCATE),
+        },
+        Case {
+            node: "n3",
+            want: Err(reason::CANNOT_ALLOCATE),
+        },
+    ] {
+        let s = e.filter(&st, &pod, &node(c.node));
+        match c.want {
+            Ok(()) => assert!(s.is_success(), "{}: {s:?}", c.node),
+            Err(r) => {
+                assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+                assert_eq!(s.message(), r, "{}", c.node);
+            }
+        }
+    }
+    let data = DynamicResources::data(&st).unwrap();
+    assert!(data.nodes.read().contains_key("n1"));
+    assert!(!data.nodes.read().contains_key("n2"));
+    assert_eq!(
+        data.failures.summary().unwrap(),
+        "claim default/c request gpu: on 1 node no devices; \
+         claim default/c request gpu: on 1 node fewer than 2 usable devices (at most 1)."
+    );
+}
+
+#[test]
+fn filter_allocated_claim_only_on_its_nodes() {
+    let e = env();
+    e.slice(gpus("n1", 1, "a100"));
+    let mut a = allocation(vec![result("gpu", GPU, "n1", "gpu-0")]);
+    a.node_selector = Some(unisched_dra::testing::label_selector(&[(
+        "kubernetes.io/hostname",
+        "n1",
+    )]));
+    e.claim(with_allocation(gpu_claim("c", 1), a, &[]));
+    let pod = info(&pod_with("p", &["c"]));
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    let n1 = NodeBuilder::new("n1")
+        .alloc("cpu", "8")
+        .alloc("pods", "10")
+        .label("kubernetes.io/hostname", "n1")
+        .info();
+    let n2 = NodeBuilder::new("n2")
+        .alloc("cpu", "8")
+        .alloc("pods", "10")
+        .label("kubernetes.io/hostname", "n2")
+        .info();
+    assert!(e.filter(&st, &pod, &n1).is_success());
+    let s = e.filter(&st, &pod, &n2);
+    assert_eq!(s.message(), reason::NOT_AVAILABLE);
+}
+
+#[test]
+fn filter_timeout_is_reported() {
+    let args = DynamicResourcesArgs {
+        filter_timeout: unisched_framework::config::GoDuration(Duration::from_nanos(1)),
+        ..DynamicResourcesArgs::default()
+    };
+    let e = env_with(args);
+    // 16 devices with distinct values and a matchAttribute over 8 of them: an exhaustive search.
+    let mut s = slice("n1-gpu", GPU, "n1", "n1");
+    for i in 0..16 {
+        s = s.device(dev(&format!("gpu-{i}")).int("group", i));
+    }
+    e.slice(s.build());
+    e.claim(
+        claim("default", "c")
+            .request(req("gpu", GPU).count(8))
+            .match_attribute(&format!("{GPU}/group"), &[])
+            .build(),
+    );
+    let pod = info(&pod_with("p", &["c"]));
+    let (st, _) = e.prefilter(&pod);
+    let s = e.filter(&st, &pod, &node("n1"));
+    assert_eq!(s.message(), reason::TIMED_OUT, "{s:?}");
+    assert!(
+        DynamicResources::data(&st)
+            .unwrap()
+            .failures
+            .summary()
+            .unwrap()
+            .contains("allocation timed out")
+    );
+}
+
+// ----- PostFilter -----
+
+#[test]
+fn post_filter_deallocates_unused_claim() {
+    let e = env();
+    e.slice(gpus("n1", 1, "a100"));
+    let mut a = allocation(vec![result("gpu", GPU, "elsewhere", "gpu-0")]);
+    a.node_selector = Some(unisched_dra::testing::label_selector(&[(
+        "kubernetes.io/hostname",
+        "gone",
+    )]));
+    e.claim(with_allocation(gpu_claim("c", 1), a.clone(), &[]));
+    e.claim(with_allocation(gpu_claim("shared", 1), a, &["someone-else"]));
+    struct Case {
+        claims: &'static [&'static str],
+        want: &'static str,
+        deallocated: Option<&'static str>,
+    }
+    for c in [
+        Case {
+            claims: &["shared"],
+            want: "",
+            deallocated: None,
+        },
+        Case {
+            claims: &["c"],
+            want: reason::DEALLOCATED,
+            deallocated: Some("c"),
+        },
+    ] {
+        let pod = info(&pod_with("p", c.claims));
+        let (mut st, s) = e.prefilter(&pod);
+        assert!(s.is_success());
+        assert_eq!(e.filter(&st, &pod, &node("n1")).message(), reason::NOT_AVAILABLE);
+        let (_, s) = e.plugin.post_filter(&mut st, &pod, &NodeToStatus::default());
+        assert_eq!(s.code(), Code::Unschedulable);
+        assert_eq!(s.message(), c.want);
+        if let Some(name) = c.deallocated {
+            let stored = e.api.claim("default", name).unwrap();
+            assert!(
+                stored
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .is_none()
+            );
+            assert!(
+                e.dra
+                    .claim("default", name)
+                    .unwrap()
+                    .status
+                    .as_ref()
+                    .unwrap()
+                    .allocation
+                    .is_none()
+            );
+        }
+    }
+    // A pod without DRA state.
+    let (_, s) = e.plugin.post_filter(
+        &mut CycleState::new(),
+        &info(&pod_with("q", &[])),
+        &NodeToStatus::default(),
+    );
+    assert_eq!((s.code(), s.message()), (Code::Unschedulable, String::new()));
+}
+
+// ----- Reserve / Unreserve / PreBind -----
+
+fn scheduled(e: &Env, pod: &PodInfo, node_name: &str) -> CycleState {
+    let (mut st, s) = e.prefilter(pod);
+    assert!(s.is_success(), "{s:?}");
+    assert!(e.filter(&st, pod, &node(node_name)).is_success());
+    assert!(e.plugin.reserve(&mut st, pod, node_name).is_success());
+    st
+}
+
+#[test]
+fn reserve_unreserve_symmetric_and_idempotent() {
+    let e = env();
+    e.slice(gpus("n1", 2, "a100"));
+    e.claim(gpu_claim("c", 1));
+    let before = e.dra.snapshot();
+    let pod = info(&pod_with("p", &["c"]));
+    let mut st = scheduled(&e, &pod, "n1");
+    assert_eq!(e.dra.in_flight_count(), 1);
+    let during = e.dra.snapshot();
+    assert!(
+        during
+            .state_layers()
+            .is_allocated(&unisched_dra::DeviceId::new(GPU, "n1", "gpu-0"))
+    );
+    // A second pod sharing the claim must wait.
+    let (_, s) = e.prefilter(&info(&pod_with("q", &["c"])));
+    assert!(s.message().contains("in the process of being allocated"), "{s:?}");
+    e.plugin.unreserve(&mut st, &pod, "n1");
+    e.plugin.unreserve(&mut st, &pod, "n1");
+    assert_eq!(e.dra.in_flight_count(), 0);
+    assert_eq!(**e.dra.snapshot().in_flight(), **before.in_flight());
+    assert_eq!(**e.dra.snapshot().allocated(), **before.allocated());
+    // Unreserve without Reserve is fine too.
+    e.plugin.unreserve(&mut CycleState::new(), &pod, "n1");
+    assert!(e.api.writes().is_empty());
+}
+
+#[test]
+fn pre_bind_writes_and_retries() {
+    struct Case {
+        name: &'static str,
+        finalizer: bool,
+        conflicts: u32,
+        want_writes: usize,
+    }
+    for c in [
+        Case {
+            name: "finalizer present: one write",
+            finalizer: true,
+            conflicts: 0,
+            want_writes: 1,
+        },
+        Case {
+            name: "finalizer missing: two writes",
+            finalizer: false,
+            conflicts: 0,
+            want_writes: 2,
+        },
+        Case {
+            name: "conflict then retry",
+            finalizer: true,
+            conflicts: 1,
+            want_writes: 1,
+        },
+        Case {
+            name: "two conflicts",
+            finalizer: false,
+            conflicts: 2,
+            want_writes: 2,
+        },
+    ] {
+        let e = env();
+        e.slice(gpus("n1", 2, "a100"));
+        let mut cl = gpu_claim("c", 1);
+        if c.finalizer {
+            cl.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        }
+        e.claim(cl);
+        let pod = info(&pod_with("p", &["c"]));
+        let mut st = scheduled(&e, &pod, "n1");
+        e.api.inject_conflicts(c.conflicts);
+        let s = e.plugin.pre_bind(&mut st, &pod, "n1");
+        assert!(s.is_success(), "{}: {s:?}", c.name);
+        assert_eq!(
+            e.api.writes().len(),
+            c.want_writes,
+            "{}: {:?}",
+            c.name,
+            e.api.writes()
+        );
+        assert!(matches!(
+            e.api.writes().last(),
+            Some(ApiWrite::PatchClaimStatus { .. })
+        ));
+        let stored = e.api.claim("default", "c").unwrap();
+        let status = stored.status.as_ref().unwrap();
+        assert_eq!(
+            status
+                .allocation
+                .as_ref()
+                .map(|a| a.devices.as_ref().unwrap().results.as_ref().unwrap().len()),
+            Some(1)
+        );
+        assert_eq!(status.reserved_for.as_ref().unwrap()[0].uid, "p");
+        assert!(
+            stored
+                .metadata
+                .finalizers
+                .unwrap()
+                .contains(&FINALIZER.to_string())
+        );
+        // The cache holds the written claim; nothing is in flight any more.
+        assert_eq!(e.dra.in_flight_count(), 0, "{}", c.name);
+        assert!(claims::is_allocated(&e.dra.claim("default", "c").unwrap()));
+        // Unreserve undoes the write: pod removed, our allocation cleared.
+        e.plugin.unreserve(&mut st, &pod, "n1");
+        let stored = e.api.claim("default", "c").unwrap();
+        assert!(stored.status.as_ref().unwrap().allocation.is_none(), "{}", c.name);
+        assert!(stored.status.as_ref().unwrap().reserved_for.is_none());
+        assert!(!claims::is_allocated(&e.dra.claim("default", "c").unwrap()));
+    }
+}
+
+#[test]
+fn pre_bind_fails_when_allocated_elsewhere() {
+    let e = env();
+    e.slice(gpus("n1", 2, "a100"));
+    e.claim(gpu_claim("c", 1));
+    let pod = info(&pod_with("p", &["c"]));
+    let mut st = scheduled(&e, &pod, "n1");
+    // Someone else allocates the claim to gpu-1 before our write.
+    let current = e.api.claim("default", "c").unwrap();
+    e.api
+        .patch_claim_status(
+            "default",
+            "c",
+            current.metadata.resource_version.as_deref().unwrap(),
+            serde_json::json!({"allocation": allocation(vec![result("gpu", GPU, "n1", "gpu-1")])}),
+        )
+        .unwrap();
+    e.api.inject_conflicts(0);
+    // Our copy is stale: the first write conflicts, the re-read shows the other allocation.
+    let s = e.plugin.pre_bind(&mut st, &pod, "n1");
+    assert_eq!(s.code(), Code::Error);
+    assert!(
+        s.message().contains("got allocated elsewhere in the meantime"),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn binding_conditions_wait_and_fail() {
+    let args = DynamicResourcesArgs {
+        binding_timeout: unisched_framework::config::GoDuration(Duration::from_secs(1)),
+        ..DynamicResourcesArgs::default()
+    };
+    let e = env_with(args);
+    e.slice(
+        slice("n1-gpu", GPU, "n1", "n1")
+            .device(dev("gpu-0").binding_conditions(&["Ready"]))
+            .build(),
+    );
+    let mut cl = gpu_claim("c", 1);
+    cl.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    e.claim(cl);
+    let pod = info(&pod_with("p", &["c"]));
+    let mut st = scheduled(&e, &pod, "n1");
+    let started = std::time::Instant::now();
+    let s = e.plugin.pre_bind(&mut st, &pod, "n1");
+    assert_eq!(s.code(), Code::Error);
+    assert!(s.message().contains("binding timeout"), "{s:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    // The allocation carries a timestamp.
+    let stored = e.api.claim("default", "c").unwrap();
+    assert!(
+        stored
+            .status
+            .unwrap()
+            .allocation
+            .unwrap()
+            .allocation_timestamp
+            .is_some()
+    );
+}
+
+// ----- Score -----
+
+#[test]
+fn score_prefers_higher_ranked_subrequests() {
+    let e = env();
+    e.slice(gpus("n1", 1, "h200"));
+    e.slice(gpus("n2", 1, "a100"));
+    e.claim(
+        claim("default", "c")
+            .request(first_available(
+                "gpu",
+                vec![
+                    req("big", GPU).selector(&format!("device.attributes[\"{GPU}\"].model == \"h200\"")),
+                    req("small", GPU),
+                ],
+            ))
+            .build(),
+    );
+    let pod = info(&pod_with("p", &["c"]));
+    let (mut st, _) = e.prefilter(&pod);
+    let (n1, n2) = (node("n1"), node("n2"));
+    assert!(e.filter(&st, &pod, &n1).is_success());
+    assert!(e.filter(&st, &pod, &n2).is_success());
+    assert!(unisched_framework::PreScorePlugin::pre_score(&*e.plugin, &mut st, &pod, &[]).is_success());
+    let s1 = e.plugin.score(&st, &pod, &n1).unwrap();
+    let s2 = e.plugin.score(&st, &pod, &n2).unwrap();
+    assert_eq!((s1, s2), (8, 7));
+    let mut scores = vec![
+        unisched_framework::NodeScore {
+            name: "n1".into(),
+            score: s1,
+        },
+        unisched_framework::NodeScore {
+            name: "n2".into(),
+            score: s2,
+        },
+    ];
+    e.plugin.normalize_score(&st, &pod, &mut scores);
+    assert_eq!((scores[0].score, scores[1].score), (100, 87));
+}
+
+// ----- KEP-5004 -----
+
+fn ext_class(e: &Env) {
+    let mut c = class("gpu.example.com-ext", GPU);
+    c.spec.as_mut().unwrap().extended_resource_name = Some("example.com/gpu".into());
+    e.dra.apply_class(Arc::new(c)).unwrap();
+}
+
+#[test]
+fn extended_resources_on_dra_and_device_plugin_nodes() {
+    let e = env();
+    ext_class(&e);
+    e.slice(gpus("dra-node", 2, "a100"));
+    let pod_obj = PodBuilder::new("p")
+        .req("cpu", "1")
+        .container("second")
+        .req("example.com/gpu", "2")
+        .req("cpu", "1")
+        .build();
+    let pod = info(&pod_obj);
+    let (mut st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    let dra_node = node("dra-node");
+    let dp_node = NodeBuilder::new("dp-node")
+        .alloc("cpu", "8")
+        .alloc("pods", "10")
+        .alloc("example.com/gpu", "4")
+        .info();
+    assert!(
+        e.filter(&st, &pod, &dp_node).is_success(),
+        "device plugin node: left to NodeResourcesFit"
+    );
+    assert!(e.filter(&st, &pod, &dra_node).is_success());
+    let data = DynamicResources::data(&st).unwrap();
+    assert!(data.nodes.read().get("dp-node").unwrap().extended.is_none());
+    let (variant, a) = data
+        .nodes
+        .read()
+        .get("dra-node")
+        .unwrap()
+        .extended
+        .clone()
+        .unwrap();
+    // container 1 ("second"), its sorted request names [cpu, example.com/gpu]: index 1.
+    let requests = variant
+        .claim
+        .spec
+        .as_ref()
+        .unwrap()
+        .devices
+        .as_ref()
+        .unwrap()
+        .requests
+        .clone()
+        .unwrap();
+    assert_eq!(
+        requests.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        ["container-1-request-1"]
+    );
+    assert_eq!(requests[0].exactly.as_ref().unwrap().count, Some(2));
+    assert_eq!(a.devices.unwrap().results.unwrap().len(), 2);
+
+    // Reserve + PreBind on the DRA node: claim created, written, pod status patched.
+    assert!(e.plugin.reserve(&mut st, &pod, "dra-node").is_success());
+    assert_eq!(e.dra.in_flight_count(), 1);
+    assert!(e.plugin.pre_bind(&mut st, &pod, "dra-node").is_success());
+    assert_eq!(e.dra.in_flight_count(), 0);
+    let created = e
+        .api
+        .claims()
+        .into_iter()
+        .find(|c| c.metadata.generate_name.is_some())
+        .unwrap();
+    let name = created.metadata.name.clone().unwrap();
+    assert!(name.starts_with("p-extended-resources-"));
+    assert_eq!(
+        created
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("resource.kubernetes.io/extended-resource-claim")
+            .map(String::as_str),
+        Some("true")
+    );
+    let owner = &created.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("Pod", "p", Some(true))
+    );
+    assert_eq!(
+        created.status.as_ref().unwrap().reserved_for.as_ref().unwrap()[0].uid,
+        "p"
+    );
+    let writes = e.api.writes();
+    assert!(matches!(writes[0], ApiWrite::CreateClaim { .. }));
+    assert!(matches!(writes[1], ApiWrite::PatchClaimStatus { .. }));
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    let status = e.api.pod_status("default", "p");
+    assert_eq!(
+        status["extendedResourceClaimStatus"]["resourceClaimName"],
+        serde_json::json!(name)
+    );
+    assert_eq!(
+        status["extendedResourceClaimStatus"]["requestMappings"],
+        serde_json::json!([{"containerName": "second", "resourceName": "example.com/gpu", "requestName": "container-1-request-1"}])
+    );
+    // Unreserve deletes the claim and clears the pod status.
+    e.plugin.unreserve(&mut st, &pod, "dra-node");
+    assert!(e.api.claim("default", &name).is_none());
+    assert_eq!(
+        e.api.pod_status("default", "p")["extendedResourceClaimStatus"],
+        serde_json::Value::Null
+    );
+}
+
+#[test]
+fn implicit_extended_resource_name_and_stale_claim() {
+    let e = env();
+    e.slice(gpus("n1", 1, "a100"));
+    let pod_obj = PodBuilder::new("p")
+        .req(&format!("deviceclass.resource.kubernetes.io/{GPU}"), "1")
+        .build();
+    let pod = info(&pod_obj);
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    assert!(e.filter(&st, &pod, &node("n1")).is_success());
+    // A stale claim of an earlier attempt blocks, and PostFilter deletes it.
+    let mut stale = gpu_claim("p-extended-resources-old", 1);
+    stale.metadata.annotations = Some(BTreeMap::from([(
+        "resource.kubernetes.io/extended-resource-claim".to_string(),
+        "true".to_string(),
+    )]));
+    let stale = e.claim(owned_by(stale, &pod_obj));
+    let (mut st, _) = e.prefilter(&pod);
+    assert_eq!(e.filter(&st, &pod, &node("n1")).message(), reason::STALE_EXTENDED);
+    let (_, s) = e.plugin.post_filter(&mut st, &pod, &NodeToStatus::default());
+    assert_eq!(s.message(), reason::DELETED);
+    assert!(
+        e.api
+            .claim("default", stale.metadata.name.as_deref().unwrap())
+            .is_none()
+    );
+    assert!(e.dra.extended_resource_claim_for_pod("p").is_none());
+}
+
+// ----- KEP-5517 -----
+
+fn cpu_class(e: &Env) {
+    e.dra.apply_class(Arc::new(class("dra.cpu", "dra.cpu"))).unwrap();
+}
+
+/// dra-driver-cpu grouped mode: one NUMA device with consumable `dra.cpu/cpu` and a mapping.
+fn grouped_cpu_slice(node_name: &str, cpus: &str) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    let d = with_nar(
+        dev("numa0").multi().cap("dra.cpu/cpu", cpus),
+        "cpu",
+        NodeAllocatableResource {
+            mapping: Some(NodeAllocatableMapping {
+                capacity_key: Some("dra.cpu/cpu".into()),
+                capacity_multiplier: Some(q("1")),
+                device_multiplier: None,
+            }),
+            overhead: None,
+        },
+    );
+    slice(&format!("{node_name}-cpu"), "dra.cpu", node_name, node_name)
+        .device(d)
+        .build()
+}
+
+fn cpu_claim(name: &str, cpus: &str) -> ResourceClaim {
+    claim("default", name)
+        .request(req("cpus", "dra.cpu").capacity("dra.cpu/cpu", cpus))
+        .build()
+}
+
+fn statuses(st: &CycleState, node: &str) -> Vec<NodeAllocatableResourceClaimStatus> {
+    DynamicResources::data(st)
+        .unwrap()
+        .nodes
+        .read()
+        .get(node)
+        .map(|r| r.statuses.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn node_allocatable_capacity_key_and_overcommit() {
+    let e = env();
+    cpu_class(&e);
+    e.slice(grouped_cpu_slice("n1", "8"));
+    e.claim(cpu_claim("a", "4"));
+    e.claim(cpu_claim("b", "4"));
+    let n1 = node("n1");
+    // Pod A: 1 cpu in spec + 4 through the claim.
+    let pa = info(&pod_with("pa", &["a"]));
+    let (st, s) = e.prefilter(&pa);
+    assert!(s.is_success());
+    assert!(e.filter(&st, &pa, &n1).is_success());
+    let sts = statuses(&st, "n1");
+    assert_eq!(sts.len(), 1);
+    assert_eq!(sts[0].resource_claim_name, "a");
+    assert_eq!(sts[0].containers.as_deref(), Some(&["c0".to_string()][..]));
+    assert_eq!(sts[0].mapping.as_ref().unwrap()[0].quantity, q("4"));
+    let fp = st
+        .read::<NodeFootprints>(NODE_FOOTPRINTS_KEY)
+        .unwrap()
+        .get("n1")
+        .unwrap();
+    assert_eq!(fp.milli_cpu, 4000);
+    // The assumed pod carries the statuses, so the node's ledger counts 5 cpus.
+    let mut assumed = (*pa.pod).clone();
+    unisched_framework::AssumedPodPlugin::prepare_assumed_pod(&*e.plugin, &st, &mut assumed, "n1");
+    let assumed = PodInfo::new(assumed);
+    assert_eq!(assumed.requests().milli_cpu, 5000);
+    // Pod B on the same node: 5 more do not fit in 8 − 5 (the device itself has room).
+    let mut st_a = st;
+    assert!(e.plugin.reserve(&mut st_a, &pa, "n1").is_success());
+    let mut n1_with_a = n1.clone();
+    n1_with_a.add_pod(Arc::new(assumed));
+    let pb = info(&pod_with("pb", &["b"]));
+    let (st, _) = e.prefilter(&pb);
+    let s = e.filter(&st, &pb, &n1_with_a);
+    assert_eq!(s.code(), Code::Unschedulable);
+    assert_eq!(s.message(), "Insufficient cpu");
+    let summary = DynamicResources::data(&st).unwrap().failures.summary().unwrap();
+    assert!(summary.contains("cpu short by at least 2"), "{summary}");
+}
+
+#[test]
+fn node_allocatable_device_multiplier_and_overhead() {
+    let e = env();
+    cpu_class(&e);
+    // Individual mode: one device per CPU, deviceMultiplier 1.
+    let mut s = slice("n1-cpu", "dra.cpu", "n1", "n1");
+    for i in 0..4 {
+        s = s.device(with_nar(
+            dev(&format!("cpu{i}")),
+            "cpu",
+            NodeAllocatableResource {
+                mapping: Some(NodeAllocatableMapping {
+                    device_multiplier: Some(q("1")),
+                    ..Default::default()
+                }),
+                overhead: None,
+            },
+        ));
+    }
+    e.slice(s.build());
+    // A GPU with host-memory overhead.
+    e.slice(
+        slice("n1-gpu", GPU, "n1", "n1-gpu")
+            .device(with_nar(
+                dev("gpu-0"),
+                "memory",
+                NodeAllocatableResource {
+                    mapping: None,
+                    overhead: Some(NodeAllocatableOverhead {
+                        per_pod: Some(q("1Gi")),
+                        per_container: Some(q("256Mi")),
+                    }),
+                },
+            ))
+            .build(),
+    );
+    e.claim(
+        claim("default", "cpus")
+            .request(req("cpus", "dra.cpu").count(3))
+            .build(),
+    );
+    e.claim(gpu_claim("gpu", 1));
+    let mut p = PodBuilder::new("p")
+        .req("cpu", "100m")
+        .container("c1")
+        .req("cpu", "100m")
+        .build();
+    add_claim_ref(&mut p, "cpus", Some("cpus"), false);
+    add_claim_ref(&mut p, "gpu", Some("gpu"), true); // both containers reference the GPU claim
+    // Only c0 references the CPU claim.
+    p.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .claims
+        .as_mut()
+        .unwrap()
+        .push(ContainerClaim {
+            name: "cpus".into(),
+            request: None,
+        });
+    let pod = info(&p);
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    let s = e.filter(&st, &pod, &node("n1"));
+    assert!(s.is_success(), "{s:?}");
+    let sts = statuses(&st, "n1");
+    let by_name: BTreeMap<&str, &NodeAllocatableResourceClaimStatus> =
+        sts.iter().map(|s| (s.resource_claim_name.as_str(), s)).collect();
+    let cpus = by_name["cpus"];
+    assert_eq!(cpus.mapping.as_ref().unwrap()[0].name, "cpu");
+    assert_eq!(cpus.mapping.as_ref().unwrap()[0].quantity, q("3"));
+    let gpu = by_name["gpu"];
+    assert!(gpu.mapping.is_none());
+    let o = &gpu.overhead.as_ref().unwrap()[0];
+    assert_eq!(
+        (o.name.as_str(), o.per_pod.clone(), o.per_container.clone()),
+        ("memory", Some(q("1Gi")), Some(q("256Mi")))
+    );
+    assert_eq!(gpu.containers.as_ref().unwrap().len(), 2);
+    let fp = st
+        .read::<NodeFootprints>(NODE_FOOTPRINTS_KEY)
+        .unwrap()
+        .get("n1")
+        .unwrap();
+    assert_eq!(fp.milli_cpu, 3000);
+    assert_eq!(fp.memory, (1 << 30) + 2 * (256 << 20));
+}
+
+#[test]
+fn node_allocatable_sharing_rules() {
+    let e = env();
+    cpu_class(&e);
+    e.slice(grouped_cpu_slice("n1", "8"));
+    e.slice(
+        slice("n1-gpu", GPU, "n1", "n1-gpu")
+            .device(with_nar(
+                dev("gpu-0"),
+                "memory",
+                NodeAllocatableResource {
+                    mapping: None,
+                    overhead: Some(NodeAllocatableOverhead {
+                        per_pod: Some(q("1Gi")),
+                        per_container: None,
+                    }),
+                },
+            ))
+            .build(),
+    );
+    let mut cpu_result = result("cpus", "dra.cpu", "n1", "numa0");
+    cpu_result.share_id = Some("s1".into());
+    cpu_result.consumed_capacity = Some(BTreeMap::from([("dra.cpu/cpu".to_string(), q("2"))]));
+    e.claim(with_allocation(
+        cpu_claim("mapped", "2"),
+        allocation(vec![cpu_result]),
+        &["other-pod"],
+    ));
+    e.claim(with_allocation(
+        gpu_claim("overhead", 1),
+        allocation(vec![result("gpu", GPU, "n1-gpu", "gpu-0")]),
+        &["other-pod"],
+    ));
+    struct Case {
+        claim: &'static str,
+        want: Result<(), &'static str>,
+    }
+    for c in [
+        Case {
+            claim: "mapped",
+            want: Err(
+                "node allocatable resource claim default/mapped has a mapped device and cannot be shared across pods",
+            ),
+        },
+        Case {
+            claim: "overhead",
+            want: Ok(()),
+        },
+    ] {
+        let pod = info(&pod_with("p", &[c.claim]));
+        let (st, s) = e.prefilter(&pod);
+        assert!(s.is_success());
+        let s = e.filter(&st, &pod, &node("n1"));
+        match c.want {
+            Ok(()) => {
+                assert!(s.is_success(), "{}: {s:?}", c.claim);
+                let fp = st
+                    .read::<NodeFootprints>(NODE_FOOTPRINTS_KEY)
+                    .unwrap()
+                    .get("n1")
+                    .unwrap();
+                assert_eq!(fp.memory, 1 << 30, "overhead charged per pod");
+            }
+            Err(m) => {
+                assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+                assert_eq!(s.message(), m);
+            }
+        }
+    }
+}
+
+#[test]
+fn pod_level_resources_must_cover_dra() {
+    let e = env();
+    cpu_class(&e);
+    e.slice(grouped_cpu_slice("n1", "8"));
+    e.claim(cpu_claim("a", "4"));
+    let mut p = pod_with("p", &["a"]);
+    p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+        requests: Some(BTreeMap::from([("cpu".to_string(), q("2"))])),
+        ..Default::default()
+    });
+    let pod = info(&p);
+    let (st, _) = e.prefilter(&pod);
+    let s = e.filter(&st, &pod, &node("n1"));
+    assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+    assert!(
+        s.message()
+            .starts_with("pod level request for cpu is insufficient"),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn pre_bind_patches_node_allocatable_statuses() {
+    let e = env();
+    cpu_class(&e);
+    e.slice(grouped_cpu_slice("n1", "8"));
+    let mut c = cpu_claim("a", "4");
+    c.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    e.claim(c);
+    let pod = info(&pod_with("p", &["a"]));
+    let mut st = scheduled(&e, &pod, "n1");
+    assert!(e.plugin.pre_bind(&mut st, &pod, "n1").is_success());
+    let writes = e.api.writes();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    let status = e.api.pod_status("default", "p");
+    assert_eq!(
+        status["nodeAllocatableResourceClaimStatuses"][0]["resourceClaimName"],
+        "a"
+    );
+    assert_eq!(
+        status["nodeAllocatableResourceClaimStatuses"][0]["mapping"][0]["quantity"],
+        "4"
+    );
+}
+
+// ----- reasons -----
+
+#[test]
+fn aggregated_reason_sentence() {
+    let e = env();
+    for n in ["n1", "n2", "n3"] {
+        e.slice(gpus(n, 4, "a100"));
+    }
+    let sel = format!("device.attributes[\"{GPU}\"].model == \"h200\"");
+    e.claim(
+        claim("default", "train")
+            .request(req("gpu", GPU).count(2).selector(&sel))
+            .build(),
+    );
+    let pod = info(&pod_with("p", &["train"]));
+    let (st, _) = e.prefilter(&pod);
+    for n in ["n1", "n2", "n3"] {
+        assert_eq!(e.filter(&st, &pod, &node(n)).message(), reason::CANNOT_ALLOCATE);
+    }
+    let summary = DynamicResources::data(&st).unwrap().failures.summary().unwrap();
+    assert_eq!(
+        summary,
+        format!("claim default/train request gpu: on 3 nodes fewer than 2 devices matched selector '{sel}'.")
+    );
+}
+
+#[test]
+fn summarize_orders_groups_and_truncates() {
+    use super::node_allocatable::Shortfall;
+    use super::reasons::{NodeFailure, summarize};
+    let alloc = |claim: &str, r: unisched_dra::UnschedulableReason| NodeFailure::Allocation {
+        reason: Box::new(unisched_dra::Unschedulable {
+            claim: claim.into(),
+            request: Some("gpu".into()),
+            reason: r,
+        }),
+        needed: Some(1),
+    };
+    let failures = [
+        alloc("ns/a", unisched_dra::UnschedulableReason::DevicesInUse),
+        alloc("ns/a", unisched_dra::UnschedulableReason::DevicesInUse),
+        alloc(
+            "ns/a",
+            unisched_dra::UnschedulableReason::CountersExhausted { pool: "d/p".into() },
+        ),
+        NodeFailure::Allocatable {
+            shortfalls: vec![Shortfall {
+                resource: "cpu".into(),
+                demand: 5000,
+                free: 2500,
+            }],
+        },
+        NodeFailure::Allocatable {
+            shortfalls: vec![Shortfall {
+                resource: "cpu".into(),
+                demand: 5000,
+                free: 4000,
+            }],
+        },
+        NodeFailure::Timeout,
+        alloc(
+            "ns/b",
+            unisched_dra::UnschedulableReason::ConstraintUnsatisfied {
+                attribute: "x/y".into(),
+                distinct: false,
+            },
+        ),
+        alloc(
+            "ns/c",
+            unisched_dra::UnschedulableReason::DevicesTainted {
+                taint: "k=v:NoSchedule".into(),
+            },
+        ),
+    ];
+    let s = summarize(failures.iter()).unwrap();
+    assert!(
+        s.starts_with("claim ns/a request gpu: on 2 nodes the matching devices are already allocated; node allocatable: on 2 nodes the pod with its claims does not fit (cpu short by at least 1)"),
+        "{s}"
+    );
+    assert!(s.ends_with("; and 2 more."), "{s}");
+    assert_eq!(summarize(std::iter::empty()), None);
+}
+
+// ----- hints -----
+
+#[test]
+fn claim_queueing_hints() {
+    let e = env();
+    let pod = pod_with("p", &["mine"]);
+    let mine = Arc::new(e.claim(gpu_claim("mine", 1)));
+    let other = Arc::new(gpu_claim("other", 1));
+    let allocated = |c: &ResourceClaim| Arc::new(with_allocation(c.clone(), allocation(vec![]), &[]));
+    let obj = |c: &Arc<ResourceClaim>| EventObject::ResourceClaim(c.clone());
+    let mut finalized = (*mine).clone();
+    finalized.metadata.finalizers = Some(vec!["x".into()]);
+    let finalized = Arc::new(finalized);
+    struct Case {
+        name: &'static str,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        want: QueueingHint,
+    }
+    let cases = [
+        Case {
+            name: "other claim deallocated",
+            old: Some(obj(&allocated(&other))),
+            new: Some(obj(&other)),
+            want: QueueingHint::Queue,
+        },
+        Case {
+            name: "other claim changed",
+            old: Some(obj(&other)),
+            new: Some(obj(&allocated(&other))),
+            want: QueueingHint::Skip,
+        },
+        Case {
+            name: "own claim created",
+            old: None,
+            new: Some(obj(&mine)),
+            want: QueueingHint::Queue,
+        },
+        Case {
+            name: "own claim metadata only",
+            old: Some(obj(&mine)),
+            new: Some(obj(&finalized)),
+            want: QueueingHint::Skip,
+        },
+        Case {
+            name: "own claim status changed",
+            old: Some(obj(&mine)),
+            new: Some(obj(&allocated(&mine))),
+            want: QueueingHint::Queue,
+        },
+    ];
+    for c in cases {
+        assert_eq!(
+            hints::claim_hint(Some(&e.dra), &pod, c.old.as_ref(), c.new.as_ref()),
+            c.want,
+            "{}",
+            c.name
+        );
+    }
+    // While another claim of the pod is missing, nothing helps.
+    let pod2 = pod_with("p2", &["mine", "missing"]);
+    assert_eq!(
+        hints::claim_hint(Some(&e.dra), &pod2, None, Some(&obj(&mine))),
+        QueueingHint::Skip
+    );
+}
+
+#[test]
+fn class_and_slice_hints() {
+    let e = env();
+    e.claim(gpu_claim("c", 1));
+    let pod = pod_with("p", &["c"]);
+    let ev = |name: &str| EventObject::DeviceClass(Arc::new(class(name, "x")));
+    assert_eq!(
+        hints::class_hint(Some(&e.dra), &pod, Some(&ev(GPU))),
+        QueueingHint::Queue
+    );
+    assert_eq!(
+        hints::class_hint(Some(&e.dra), &pod, Some(&ev("unrelated"))),
+        QueueingHint::Skip
+    );
+    let ext_pod = PodBuilder::new("q").req("example.com/gpu", "1").build();
+    let mut c = class("ext", "x");
+    c.spec.as_mut().unwrap().extended_resource_name = Some("example.com/gpu".into());
+    assert_eq!(
+        hints::class_hint(
+            Some(&e.dra),
+            &ext_pod,
+            Some(&EventObject::DeviceClass(Arc::new(c)))
+        ),
+        QueueingHint::Queue
+    );
+    let events = hints::events(Some(e.dra.clone()));
+    let slice_hint = events
+        .iter()
+        .find(|h| h.event.resource == unisched_framework::EventResource::ResourceSlice)
+        .unwrap();
+    let s = Arc::new(gpus("n1", 1, "a100"));
+    let mut relabeled = (*s).clone();
+    relabeled.metadata.labels = Some(BTreeMap::from([("a".to_string(), "b".to_string())]));
+    let f = slice_hint.hint.as_ref().unwrap();
+    let old = EventObject::ResourceSlice(s.clone());
+    assert_eq!(
+        f(
+            &pod,
+            Some(&old),
+            Some(&EventObject::ResourceSlice(Arc::new(relabeled)))
+        )
+        .unwrap(),
+        QueueingHint::Skip
+    );
+    assert_eq!(f(&pod, None, Some(&old)).unwrap(), QueueingHint::Queue);
+}
+
+#[test]
+fn no_dra_state_is_handled() {
+    let p = DynamicResources::new(&DynamicResourcesArgs::default(), None, None);
+    let pod = info(&pod_with("p", &["c"]));
+    let mut st = CycleState::new();
+    assert_eq!(
+        p.pre_filter(&mut st, &pod, &[]).1.code(),
+        Code::UnschedulableAndUnresolvable
+    );
+    assert_eq!(p.pre_enqueue(&pod).code(), Code::UnschedulableAndUnresolvable);
+    let plain = info(&PodBuilder::new("q").build());
+    assert!(p.pre_filter(&mut st, &plain, &[]).1.is_skip());
+    let _ = node_obj(&node("n1"));
+}
+
+mod cycle;

@@ -1,0 +1,317 @@
+//! `InterPodAffinity`: required and preferred pod affinity and anti-affinity, as upstream
+//! `interpodaffinity`.
+//!
+//! - **Filter**, from counts PreFilter takes once per attempt (O(terms) per node):
+//!   - the pod's required affinity: some domain of the node (per term's topology key) must hold a
+//!     pod meeting *all* terms, else UnschedulableAndUnresolvable `node(s) didn't match pod affinity
+//!     rules`. The first pod of a group may schedule onto itself: when no such pod exists anywhere
+//!     and the pod meets its own terms, any node with every topology key passes;
+//!   - the pod's required anti-affinity: no domain of the node may hold a pod some term selects,
+//!     else Unschedulable `node(s) didn't match pod anti-affinity rules`;
+//!   - existing pods' required anti-affinity (from `NodeInfo::pods_with_required_anti_affinity`):
+//!     no pod in a domain of the node may have a term selecting the pod, else Unschedulable
+//!     `node(s) didn't satisfy existing pods anti-affinity rules`.
+//!
+//!   AddPod/RemovePod update the counts for nominated pods and preemption dry runs.
+//! - **Score**: per domain, the weights of the pod's preferred terms selecting existing pods (anti:
+//!   negative), of existing pods' preferred terms selecting the pod, and `hardPodAffinityWeight`
+//!   (default 1) for existing pods' required affinity selecting the pod; `ignorePreferredTermsOfExistingPods`
+//!   skips scoring for pods without preferences. NormalizeScore maps the raw range onto 0..100.
+//! - **Namespaces**: a term applies to the namespaces it lists plus those its `namespaceSelector`
+//!   selects, or else to its pod's namespace. Namespace labels come from the [`NamespaceLister`] in
+//!   the plugin context; without one, only listed namespaces and the pod's own count (an empty
+//!   selector `{}` still means every namespace).
+//! - A pod whose own selectors do not parse is rejected in PreFilter with
+//!   `parsing pod: requiredAffinityTerms: …` (UnschedulableAndUnresolvable), as upstream.
+//! - Queueing hints: bound pods being added that meet all required affinity terms; bound pods
+//!   changing labels so that they start meeting the affinity terms or stop matching an anti-affinity
+//!   term; bound pods being deleted that an anti-affinity term selects, whose own required
+//!   anti-affinity selects the pod, or (self-affinity) that were the group's only members; nodes
+//!   added or relabelled in a way that changes the domains of the pod's terms, and relabelled nodes
+//!   leaving a domain (existing pods' anti-affinity). The last three go beyond upstream 1.35 (fixes
+//!   of kubernetes#134393 and #141354): they only requeue more.
+
+mod filtering;
+mod scoring;
+mod terms;
+#[cfg(test)]
+mod tests;
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EnqueueExtensions, EventObject, EventResource, Plugin,
+    QueueingHint,
+};
+
+use crate::{
+    helper::{PluginArgs, aggregate, event_nodes, event_pods, invalid},
+    label_selector::labels_of,
+    names::INTER_POD_AFFINITY,
+};
+use terms::{
+    NsResolver, PodTerms, TargetNs, Term, all_match, any_match, existing_term_matches, required_anti_terms,
+};
+
+/// Filter reason: the pod's required affinity is not met.
+pub const ERR_REASON_AFFINITY_RULES_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
+/// Filter reason: the pod's required anti-affinity is violated.
+pub const ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH: &str = "node(s) didn't match pod anti-affinity rules";
+/// Filter reason: an existing pod's required anti-affinity is violated.
+pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+
+/// Namespace labels, for `namespaceSelector` in pod (anti-)affinity terms. The runtime backs it with
+/// a namespace watch.
+pub trait NamespaceLister: Send + Sync {
+    /// The labels of namespace `ns`; `None` when the namespace does not exist (or is not known yet).
+    fn labels(&self, ns: &str) -> Option<BTreeMap<String, String>>;
+}
+
+/// `InterPodAffinityArgs`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InterPodAffinityArgs {
+    /// `InterPodAffinityArgs` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// `kubescheduler.config.k8s.io/v1` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Score weight of an existing pod's required affinity term selecting the pod, 0..=100
+    /// (default 1; 0 disables it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_pod_affinity_weight: Option<i32>,
+    /// Skip scoring for pods without preferred (anti-)affinity terms of their own.
+    #[serde(default)]
+    pub ignore_preferred_terms_of_existing_pods: bool,
+}
+
+impl PluginArgs for InterPodAffinityArgs {
+    const KIND: &'static str = "InterPodAffinityArgs";
+    fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+    fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+}
+
+/// The default `hardPodAffinityWeight`.
+pub const DEFAULT_HARD_POD_AFFINITY_WEIGHT: i32 = 1;
+
+/// Pod affinity and anti-affinity.
+#[derive(Clone)]
+pub struct InterPodAffinity {
+    hard_pod_affinity_weight: i64,
+    ignore_preferred_terms_of_existing_pods: bool,
+    namespaces: Option<Arc<dyn NamespaceLister>>,
+}
+
+impl std::fmt::Debug for InterPodAffinity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterPodAffinity")
+            .field("hard_pod_affinity_weight", &self.hard_pod_affinity_weight)
+            .field(
+                "ignore_preferred_terms_of_existing_pods",
+                &self.ignore_preferred_terms_of_existing_pods,
+            )
+            .field("namespaces", &self.namespaces.is_some())
+            .finish()
+    }
+}
+
+impl Default for InterPodAffinity {
+    /// Default args, no namespace lister.
+    fn default() -> Self {
+        InterPodAffinity {
+            hard_pod_affinity_weight: i64::from(DEFAULT_HARD_POD_AFFINITY_WEIGHT),
+            ignore_preferred_terms_of_existing_pods: false,
+            namespaces: None,
+        }
+    }
+}
+
+impl InterPodAffinity {
+    /// Builds the plugin, validating the args as upstream.
+    pub fn new(
+        args: &InterPodAffinityArgs,
+        namespaces: Option<Arc<dyn NamespaceLister>>,
+    ) -> Result<Self, String> {
+        let weight = args
+            .hard_pod_affinity_weight
+            .unwrap_or(DEFAULT_HARD_POD_AFFINITY_WEIGHT);
+        let mut errs = Vec::new();
+        if !(0..=100).contains(&weight) {
+            errs.push(invalid(
+                "hardPodAffinityWeight",
+                weight,
+                "not in valid range [0, 100]",
+            ));
+        }
+        aggregate(errs)?;
+        Ok(InterPodAffinity {
+            hard_pod_affinity_weight: i64::from(weight),
+            ignore_preferred_terms_of_existing_pods: args.ignore_preferred_terms_of_existing_pods,
+            namespaces,
+        })
+    }
+}
+
+impl Plugin for InterPodAffinity {
+    fn name(&self) -> &str {
+        INTER_POD_AFFINITY
+    }
+    unisched_framework::serves!(
+        as_pre_filter,
+        as_filter,
+        as_pre_score,
+        as_score,
+        as_enqueue_extensions
+    );
+}
+
+fn is_assigned(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+fn namespace_of(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+impl InterPodAffinity {
+    /// The waiting pod's required terms, for hints.
+    fn required_terms(pod: &Pod) -> Result<(Vec<Term>, Vec<Term>), String> {
+        let t = PodTerms::parse(pod)?;
+        Ok((t.required_affinity, t.required_anti_affinity))
+    }
+
+    fn hint_pod_change(
+        &self,
+        pod: &Pod,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Result<QueueingHint, String> {
+        let (old, new) = event_pods(old, new)?;
+        if new.is_some_and(|p| !is_assigned(p)) || old.is_some_and(|p| !is_assigned(p)) {
+            return Ok(QueueingHint::Skip);
+        }
+        let (affinity, anti) = Self::required_terms(pod)?;
+        let mut resolver = NsResolver::new(self.namespaces.as_deref());
+        let r = &mut resolver;
+        let all = |terms: &[Term], p: &Pod, r: &mut NsResolver<'_>| {
+            all_match(terms, namespace_of(p), labels_of(&p.metadata), r)
+        };
+        let any = |terms: &[Term], p: &Pod, r: &mut NsResolver<'_>| {
+            any_match(terms, namespace_of(p), labels_of(&p.metadata), r)
+        };
+        let queue = match (old, new) {
+            // A label change: the pod now meets all affinity terms, or no longer matches an
+            // anti-affinity term.
+            (Some(o), Some(m)) => {
+                (!all(&affinity, o, r) && all(&affinity, m, r)) || (any(&anti, o, r) && !any(&anti, m, r))
+            }
+            (None, Some(m)) => all(&affinity, m, r),
+            (Some(o), None) => {
+                // The deleted pod was hated by the pod, or hated it, or was a member of the group
+                // the pod can now start on its own.
+                let hated = any(&anti, o, r);
+                let self_affinity = all(&affinity, o, r) && all(&affinity, pod, r);
+                let namespace_labels = self
+                    .namespaces
+                    .as_deref()
+                    .map(|l| l.labels(namespace_of(pod)).unwrap_or_default());
+                let target = TargetNs {
+                    name: namespace_of(pod),
+                    labels: namespace_labels.as_ref(),
+                };
+                let hating = required_anti_terms(o)
+                    .iter()
+                    .any(|t| existing_term_matches(o, t, labels_of(&pod.metadata), target));
+                hated || self_affinity || hating
+            }
+            (None, None) => false,
+        };
+        Ok(if queue {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        })
+    }
+
+    fn hint_node_change(
+        &self,
+        pod: &Pod,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Result<QueueingHint, String> {
+        let (old, new) = event_nodes(old, new)?;
+        let (affinity, anti) = Self::required_terms(pod)?;
+        let new_labels = labels_of(&new.metadata);
+        let Some(old) = old else {
+            // A new node: it helps affinity only with a term's topology key; it has no pods, so it
+            // never violates anti-affinity.
+            let helps_affinity = affinity.iter().any(|t| new_labels.contains_key(&t.topology_key));
+            return Ok(if helps_affinity || affinity.is_empty() {
+                QueueingHint::Queue
+            } else {
+                QueueingHint::Skip
+            });
+        };
+        let old_labels = labels_of(&old.metadata);
+        let key_moved =
+            |key: &str| matches!((old_labels.get(key), new_labels.get(key)), (Some(a), Some(b)) if a != b);
+        let affinity_changed = affinity.iter().any(|t| {
+            key_moved(&t.topology_key)
+                || (!old_labels.contains_key(&t.topology_key) && new_labels.contains_key(&t.topology_key))
+        });
+        let anti_changed = anti.iter().any(|t| {
+            key_moved(&t.topology_key)
+                || (old_labels.contains_key(&t.topology_key) && !new_labels.contains_key(&t.topology_key))
+        });
+        // Leaving any domain can free the node from an existing pod's anti-affinity.
+        let left_domain = old_labels.iter().any(|(k, v)| new_labels.get(k) != Some(v));
+        Ok(if affinity_changed || anti_changed || left_domain {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        })
+    }
+}
+
+impl EnqueueExtensions for InterPodAffinity {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let for_pods = self.clone();
+        let for_nodes = self.clone();
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Pod,
+                    ActionType::ADD
+                        .or(ActionType::UPDATE_POD_LABEL)
+                        .or(ActionType::DELETE),
+                    "PodAdd|UpdatePodLabel|Delete",
+                ),
+                move |pod, old, new| for_pods.hint_pod_change(pod, old, new),
+            ),
+            // Node taint updates are registered as upstream does (a node becoming ready often only
+            // shows as a taint change); their labels are unchanged, so the hint skips them unless a
+            // label changed too.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD
+                        .or(ActionType::UPDATE_NODE_LABEL)
+                        .or(ActionType::UPDATE_NODE_TAINT),
+                    "NodeAdd|UpdateNodeLabel|UpdateNodeTaint",
+                ),
+                move |pod, old, new| for_nodes.hint_node_change(pod, old, new),
+            ),
+        ]
+    }
+}
