@@ -169,11 +169,26 @@ fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<()> {
     Ok(())
 }
 
-/// Waits until the scheduler's cache holds as many nodes as the store.
+/// Waits until the scheduler has seen what the store holds: every node, slice and device class.
 async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration) {
-    let want = store.list_all("nodes", None).map(|v| v.len()).unwrap_or(0);
+    let names = |plural: &str| -> Vec<String> {
+        store
+            .list_all(plural, None)
+            .map(|v| v.iter().filter_map(|o| o.value()["metadata"]["name"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let nodes = names("nodes").len();
+    let slices = names("resourceslices").len();
+    let classes = names("deviceclasses");
     let start = Instant::now();
-    while scheduler.cache().node_count() != want && start.elapsed() < timeout {
+    while start.elapsed() < timeout {
+        let dra = scheduler.dra();
+        if scheduler.cache().node_count() == nodes
+            && dra.slice_count() == slices
+            && classes.iter().all(|c| dra.class(c).is_some())
+        {
+            return;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

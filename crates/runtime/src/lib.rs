@@ -3,6 +3,7 @@
 //! synchronous scheduling core.
 #![forbid(unsafe_code)]
 
+mod dra;
 mod events;
 mod http;
 mod informers;
@@ -11,6 +12,7 @@ mod metrics;
 mod scheduler;
 mod writer;
 
+pub use dra::*;
 pub use events::*;
 pub use http::*;
 pub use informers::*;

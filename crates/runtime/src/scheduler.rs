@@ -15,11 +15,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
-use kube::{Client, runtime::watcher};
+use kube::{Api, Client, runtime::watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
 use unisched_cache::Cache;
+use unisched_cache::DraCache;
 use unisched_framework::{
     CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure,
     SeededRng, config::KubeSchedulerConfiguration, run_binding_cycle, run_scheduling_cycle, well_known,
@@ -28,8 +30,8 @@ use unisched_plugins::{BindError, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
 
 use crate::{
-    ApiWriter, EventRecorder, EventType, Health, LeaderFlag, LeaseConfig, Metrics, NodeHandler, PodEvent,
-    PodHandler, WriteError, informers, run_leader_election, spawn_event_writer,
+    ApiWriter, DraHandler, EventRecorder, EventType, Health, LeaderFlag, LeaseConfig, Metrics, NodeHandler,
+    PodEvent, PodHandler, RuntimeDraApi, WriteError, informers, run_leader_election, spawn_event_writer,
 };
 
 /// Why the scheduler could not start or stopped.
@@ -103,6 +105,7 @@ impl Binder for RuntimeBinder {
 struct Shared {
     profiles: HashMap<String, Arc<Framework>>,
     cache: Arc<Cache>,
+    dra: Arc<DraCache>,
     queue: Arc<SchedulingQueue>,
     pods: Arc<PodHandler>,
     writer: ApiWriter,
@@ -151,7 +154,13 @@ impl Scheduler {
             writer: writer.clone(),
             handle: handle.clone(),
         });
-        let registry = Registry::in_tree(PluginContext::new(binder));
+        let dra = Arc::new(DraCache::new());
+        let dra_api = Arc::new(RuntimeDraApi::new(
+            writer.clone(),
+            handle.clone(),
+            metrics.clone(),
+        ));
+        let registry = Registry::in_tree(PluginContext::new(binder).with_dra(dra.clone(), dra_api));
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
         for p in &cfg.profiles {
@@ -187,6 +196,7 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             profiles,
             cache,
+            dra,
             queue,
             pods,
             writer,
@@ -214,6 +224,11 @@ impl Scheduler {
     /// The cache (for reports and tests).
     pub fn cache(&self) -> &Arc<Cache> {
         &self.shared.cache
+    }
+
+    /// The DRA state (for reports and tests).
+    pub fn dra(&self) -> &Arc<DraCache> {
+        &self.shared.dra
     }
 
     /// The queue (for reports and tests).
@@ -248,7 +263,7 @@ impl Scheduler {
     pub async fn run(&self) -> Result<(), RuntimeError> {
         let sh = self.shared.clone();
         // Watches.
-        let pending_syncs = Arc::new(AtomicUsize::new(2));
+        let pending_syncs = Arc::new(AtomicUsize::new(6));
         let mark = |health: Health, pending: Arc<AtomicUsize>| {
             move || {
                 if pending.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -269,6 +284,33 @@ impl Scheduler {
                 informers::pods_api(&self.client),
                 watcher::Config::default(),
                 sh.pods.clone(),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<ResourceSlice>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(DraHandler::<ResourceSlice>::new(sh.dra.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<DeviceClass>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(DraHandler::<DeviceClass>::new(sh.dra.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<DeviceTaintRule>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(DraHandler::<DeviceTaintRule>::new(
+                    sh.dra.clone(),
+                    sh.queue.clone(),
+                )),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<ResourceClaim>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(DraHandler::<ResourceClaim>::new(sh.dra.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             // Periodic queue flushes and gauges.

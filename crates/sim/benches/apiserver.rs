@@ -9,6 +9,8 @@
 //!   (counting events on the socket: the server's capacity) and through kube-rs (which also decodes
 //!   every Pod, on the same two cores).
 
+#![allow(clippy::expect_used)] // Benchmark code: a failed setup should stop the run.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +23,10 @@ use serde_json::{Value, json};
 use unisched_sim::{ApiServer, Patch, RunningServer};
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn pod(name: &str) -> Value {
@@ -34,7 +39,11 @@ fn pod(name: &str) -> Value {
 }
 
 fn rate(n: usize, d: Duration) -> String {
-    format!("{:>9.0}/s  ({n} in {:.3} s)", n as f64 / d.as_secs_f64(), d.as_secs_f64())
+    format!(
+        "{:>9.0}/s  ({n} in {:.3} s)",
+        n as f64 / d.as_secs_f64(),
+        d.as_secs_f64()
+    )
 }
 
 async fn server() -> (RunningServer, kube::Client) {
@@ -51,27 +60,44 @@ async fn server() -> (RunningServer, kube::Client) {
 }
 
 fn in_process(n: usize) {
-    let store = ApiServer::builder().controllers(false).history(500_000).build().store().clone();
+    let store = ApiServer::builder()
+        .controllers(false)
+        .history(500_000)
+        .build()
+        .store()
+        .clone();
     let t = Instant::now();
     for i in 0..n {
-        store.create("pods", Some("default"), pod(&format!("p{i}"))).expect("create");
+        store
+            .create("pods", Some("default"), pod(&format!("p{i}")))
+            .expect("create");
     }
     println!("in-process create        {}", rate(n, t.elapsed()));
     let t = Instant::now();
     for i in 0..n {
-        store.bind("default", &format!("p{i}"), "node-1", None).expect("bind");
+        store
+            .bind("default", &format!("p{i}"), "node-1", None)
+            .expect("bind");
     }
     println!("in-process bind          {}", rate(n, t.elapsed()));
     let t = Instant::now();
     for i in 0..n {
-        let p = Patch::Strategic(json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}));
-        store.patch_status("pods", Some("default"), &format!("p{i}"), &p).expect("patch");
+        let p =
+            Patch::Strategic(json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}));
+        store
+            .patch_status("pods", Some("default"), &format!("p{i}"), &p)
+            .expect("patch");
     }
     println!("in-process status patch  {}", rate(n, t.elapsed()));
     let t = Instant::now();
     let list = store.list_all("pods", Some("default")).expect("list");
     let bytes: usize = list.iter().map(|p| p.json_bytes().len()).sum();
-    println!("in-process list+serialise {} objects, {} KiB in {:.1} ms", list.len(), bytes / 1024, t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "in-process list+serialise {} objects, {} KiB in {:.1} ms",
+        list.len(),
+        bytes / 1024,
+        t.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 async fn over_http(n: usize) {
@@ -99,7 +125,10 @@ async fn over_http(n: usize) {
                 let name = format!("h{i}");
                 let b = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                                "target": {"kind": "Node", "name": "node-1"}});
-                let _: Status = pods.create_subresource("binding", &name, &PostParams::default(), &b).await.expect("bind");
+                let _: Status = pods
+                    .create_subresource("binding", &name, &PostParams::default(), &b)
+                    .await
+                    .expect("bind");
             }
         })
         .buffer_unordered(in_flight)
@@ -123,7 +152,10 @@ async fn over_http(n: usize) {
             break;
         }
     }
-    println!("HTTP paginated list       {items} pods in {pages} pages, {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "HTTP paginated list       {items} pods in {pages} pages, {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     running.shutdown().await;
 }
 
@@ -138,7 +170,11 @@ async fn fan_out(n: usize, watchers: usize) {
         let rv = rv.clone();
         let received = received.clone();
         tasks.push(tokio::spawn(async move {
-            let mut s = pods.watch(&WatchParams::default().timeout(290), &rv).await.expect("watch").boxed();
+            let mut s = pods
+                .watch(&WatchParams::default().timeout(290), &rv)
+                .await
+                .expect("watch")
+                .boxed();
             let mut got = 0;
             while got < n {
                 match s.try_next().await.expect("event") {
@@ -159,7 +195,9 @@ async fn fan_out(n: usize, watchers: usize) {
     let t = Instant::now();
     let writer = tokio::task::spawn_blocking(move || {
         for i in 0..n {
-            store.create("pods", Some("default"), pod(&format!("f{i}"))).expect("create");
+            store
+                .create("pods", Some("default"), pod(&format!("f{i}")))
+                .expect("create");
         }
     });
     writer.await.expect("writer");
@@ -222,7 +260,9 @@ async fn fan_out_raw(n: usize, watchers: usize) {
     let t = Instant::now();
     let writer = tokio::task::spawn_blocking(move || {
         for i in 0..n {
-            store.create("pods", Some("default"), pod(&format!("r{i}"))).expect("create");
+            store
+                .create("pods", Some("default"), pod(&format!("r{i}")))
+                .expect("create");
         }
     });
     writer.await.expect("writer");
@@ -244,6 +284,41 @@ async fn fan_out_raw(n: usize, watchers: usize) {
     running.shutdown().await;
 }
 
+/// Write-to-watcher latency: one in-process create, then wait for its event on an HTTP watch.
+async fn watch_latency(n: usize) {
+    let (running, client) = server().await;
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    let rv = running.store().resource_version().to_string();
+    let mut s = pods
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let store = running.store().clone();
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        store
+            .create("pods", Some("default"), pod(&format!("l{i}")))
+            .expect("create");
+        loop {
+            if let Some(WatchEvent::Added(_)) = s.try_next().await.expect("event") {
+                break;
+            }
+        }
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e6;
+    println!(
+        "write→watch latency       p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs ({n} writes)",
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+    running.shutdown().await;
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         // `cargo test --benches` and friends.
@@ -251,10 +326,17 @@ fn main() {
     }
     let n = env("UNISCHED_BENCH_N", 10_000);
     let watchers = env("UNISCHED_BENCH_WATCHERS", 100);
-    println!("unisched-sim API server benchmark (N = {n}, {} cores)", std::thread::available_parallelism().map_or(0, |p| p.get()));
+    println!(
+        "unisched-sim API server benchmark (N = {n}, {} cores)",
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
     in_process(n);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(over_http(n));
+    rt.block_on(watch_latency(n.min(2000)));
     rt.block_on(fan_out_raw(n, watchers));
     rt.block_on(fan_out(n, watchers));
 }

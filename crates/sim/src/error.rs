@@ -122,7 +122,10 @@ impl StoreError {
         Self::Invalid {
             kind: kind.to_string(),
             name: name.to_string(),
-            causes: vec![Cause { field: field.into(), message: message.into() }],
+            causes: vec![Cause {
+                field: field.into(),
+                message: message.into(),
+            }],
         }
     }
 
@@ -131,8 +134,9 @@ impl StoreError {
         Self::Conflict {
             resource: resource.to_string(),
             name: name.to_string(),
-            message: "the object has been modified; please apply your changes to the latest version and try again"
-                .into(),
+            message:
+                "the object has been modified; please apply your changes to the latest version and try again"
+                    .into(),
         }
     }
 
@@ -158,7 +162,16 @@ impl StoreError {
             "code": self.code(),
         });
         let details = match self {
-            Self::NotFound { group, resource, name } | Self::AlreadyExists { group, resource, name } => {
+            Self::NotFound {
+                group,
+                resource,
+                name,
+            }
+            | Self::AlreadyExists {
+                group,
+                resource,
+                name,
+            } => {
                 let mut d = json!({ "name": name, "kind": resource });
                 if !group.is_empty() {
                     d["group"] = json!(group);
@@ -187,9 +200,19 @@ impl StoreError {
 fn join_causes(causes: &[Cause]) -> String {
     let parts: Vec<String> = causes
         .iter()
-        .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
+        .map(|c| {
+            if c.field.is_empty() {
+                c.message.clone()
+            } else {
+                format!("{}: {}", c.field, c.message)
+            }
+        })
         .collect();
-    if parts.len() == 1 { parts.join("") } else { format!("[{}]", parts.join(", ")) }
+    if parts.len() == 1 {
+        parts.join("")
+    } else {
+        format!("[{}]", parts.join(", "))
+    }
 }
 
 fn cause_reason(message: &str) -> &'static str {
@@ -217,7 +240,11 @@ mod tests {
 
     #[test]
     fn status_shapes() {
-        let e = StoreError::NotFound { group: String::new(), resource: "pods".into(), name: "x".into() };
+        let e = StoreError::NotFound {
+            group: String::new(),
+            resource: "pods".into(),
+            name: "x".into(),
+        };
         let s = e.to_status();
         assert_eq!(s["code"], 404);
         assert_eq!(s["reason"], "NotFound");
@@ -225,7 +252,10 @@ mod tests {
         let e = StoreError::invalid("Pod", "p", "spec.containers", "Required value");
         let s = e.to_status();
         assert_eq!(s["code"], 422);
-        assert_eq!(s["message"], "Pod \"p\" is invalid: spec.containers: Required value");
+        assert_eq!(
+            s["message"],
+            "Pod \"p\" is invalid: spec.containers: Required value"
+        );
         assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueRequired");
         assert_eq!(StoreError::stale("pods", "p").code(), 409);
     }

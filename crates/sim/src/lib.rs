@@ -2,8 +2,8 @@
 //!
 //! An in-memory Kubernetes API server ([`ApiServer`]) that speaks the REST and watch protocol well
 //! enough for the unchanged kube-rs client and `kubectl`, plus the controllers a scheduler needs
-//! around it: the garbage collector, the ResourceClaim controller and a fake kubelet. It is a
-//! simulator: it runs no containers.
+//! around it: the garbage collector, the ResourceClaim controller, a fake kubelet and an Event mirror.
+//! It is a simulator: it runs no containers.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,6 +17,43 @@
 //! running.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # What is served
+//!
+//! The resources of [`Registry::default`] (one line each): namespaces, nodes, pods (`/status`,
+//! `/binding`), core and `events.k8s.io` events, configmaps, PVs, PVCs, leases, priority classes,
+//! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds; `/version`, legacy
+//! discovery (`/api`, `/apis`, per group/version), `/healthz`/`/livez`/`/readyz`, and skeleton
+//! `/openapi/v3` documents. Verbs: get, list (label and field selectors, `limit`/`continue`,
+//! `resourceVersionMatch=Exact`), watch (resume from a resourceVersion, bookmarks, `timeoutSeconds`,
+//! `sendInitialEvents`, 410 as an ERROR event), create (`generateName`, `dryRun`), update, patch
+//! (merge, JSON, strategic merge, and an approximated server-side apply), delete (finalizers,
+//! preconditions, propagation policies) and deletecollection. Answers are JSON; `kubectl get` gets
+//! `Table`s.
+//!
+//! # kubectl
+//!
+//! `kubectl --kubeconfig <file from kubeconfig_yaml>` works for `get` (tables, `-o yaml/json/wide`,
+//! `-w`), `describe`, `create -f`, `apply -f`, `delete`, `label`, `annotate`, `cordon`, `get --raw`.
+//! No flag is needed: the OpenAPI v3 skeleton tells kubectl that the server validates fields, and
+//! the server does (`fieldValidation=Strict` rejects unknown fields on create and update). kubectl
+//! subcommands that build objects themselves and send protobuf (`create namespace`,
+//! `create configmap`, `run` is fine) are refused with 415: use `create -f`/`apply -f`.
+//! `kubectl explain` has no schemas to show.
+//!
+//! # Semantics worth knowing
+//!
+//! - One global resourceVersion; every write is one event. Unchanged writes do not bump it.
+//! - Objects are stored as JSON, so fields unknown to k8s-openapi survive; every write is decoded into
+//!   the k8s-openapi type, and a failure is a 422 naming the field.
+//! - Pods get the defaults and admission a default cluster applies (scheduler name, priority from
+//!   the PriorityClass, requests from limits, QoS class, not-ready/unreachable tolerations), their spec
+//!   is immutable except where Kubernetes allows changes, and `nodeName` changes only through
+//!   `binding`. Binding adds no condition.
+//! - Deleting a pod removes it at once (there is no graceful termination period) unless it has
+//!   finalizers.
+//! - Namespaced objects need their namespace (`default`, `kube-system`, `kube-public`,
+//!   `kube-node-lease` exist); deleting a namespace deletes its contents.
 #![forbid(unsafe_code)]
 
 pub mod controllers;

@@ -27,9 +27,15 @@ pub enum Patch {
 impl Patch {
     /// Parses a request body given its content type.
     pub fn from_body(content_type: &str, body: &[u8]) -> Result<Self, StoreError> {
-        let ct = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let ct = content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
         let parse_json = |b: &[u8]| -> Result<Value, StoreError> {
-            serde_json::from_slice(b).map_err(|e| StoreError::BadRequest(format!("error decoding patch: {e}")))
+            serde_json::from_slice(b)
+                .map_err(|e| StoreError::BadRequest(format!("error decoding patch: {e}")))
         };
         match ct.as_str() {
             "application/merge-patch+json" => Ok(Self::Merge(parse_json(body)?)),
@@ -56,7 +62,9 @@ impl Patch {
         match self {
             Self::Merge(p) => {
                 if !p.is_object() {
-                    return Err(StoreError::BadRequest("a merge patch must be a JSON object".into()));
+                    return Err(StoreError::BadRequest(
+                        "a merge patch must be a JSON object".into(),
+                    ));
                 }
                 merge_patch(target, p);
                 Ok(())
@@ -64,7 +72,9 @@ impl Patch {
             Self::Json(p) => json_patch(target, p),
             Self::Strategic(p) | Self::Apply(p) => {
                 if !p.is_object() {
-                    return Err(StoreError::BadRequest("a strategic merge patch must be a JSON object".into()));
+                    return Err(StoreError::BadRequest(
+                        "a strategic merge patch must be a JSON object".into(),
+                    ));
                 }
                 strategic_merge(target, p, &mut Vec::new())
             }
@@ -100,7 +110,10 @@ fn parse_pointer(p: &str) -> Result<Vec<String>, StoreError> {
     let rest = p
         .strip_prefix('/')
         .ok_or_else(|| StoreError::BadRequest(format!("JSON pointer {p:?} must start with '/'")))?;
-    Ok(rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+    Ok(rest
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn pointer_get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
@@ -143,7 +156,9 @@ fn pointer_add(doc: &mut Value, path: &[String], value: Value, full: &str) -> Re
                 a.push(value);
                 return Ok(());
             }
-            let i = last.parse::<usize>().map_err(|_| unprocessable(format!("invalid array index in {full:?}")))?;
+            let i = last
+                .parse::<usize>()
+                .map_err(|_| unprocessable(format!("invalid array index in {full:?}")))?;
             if i > a.len() {
                 return Err(unprocessable(format!("array index out of bounds in {full:?}")));
             }
@@ -159,9 +174,13 @@ fn pointer_remove(doc: &mut Value, path: &[String], full: &str) -> Result<Value,
         return Err(unprocessable("cannot remove the whole document".into()));
     };
     match pointer_parent(doc, parent_path, full)? {
-        Value::Object(m) => m.remove(last).ok_or_else(|| unprocessable(format!("doc is missing key: {full:?}"))),
+        Value::Object(m) => m
+            .remove(last)
+            .ok_or_else(|| unprocessable(format!("doc is missing key: {full:?}"))),
         Value::Array(a) => {
-            let i = last.parse::<usize>().map_err(|_| unprocessable(format!("invalid array index in {full:?}")))?;
+            let i = last
+                .parse::<usize>()
+                .map_err(|_| unprocessable(format!("invalid array index in {full:?}")))?;
             if i >= a.len() {
                 return Err(unprocessable(format!("array index out of bounds in {full:?}")));
             }
@@ -203,7 +222,9 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), StoreError> {
             }
             "replace" => {
                 if pointer_get(&doc, &path).is_none() {
-                    return Err(unprocessable(format!("replace operation does not apply: doc is missing key: {path_s}")));
+                    return Err(unprocessable(format!(
+                        "replace operation does not apply: doc is missing key: {path_s}"
+                    )));
                 }
                 if path.is_empty() {
                     doc = value()?;
@@ -227,10 +248,16 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), StoreError> {
             "test" => {
                 let want = value()?;
                 if pointer_get(&doc, &path) != Some(&want) {
-                    return Err(unprocessable(format!("testing value {path_s} failed: test failed")));
+                    return Err(unprocessable(format!(
+                        "testing value {path_s} failed: test failed"
+                    )));
                 }
             }
-            other => return Err(StoreError::BadRequest(format!("unexpected JSON patch operation {other:?}"))),
+            other => {
+                return Err(StoreError::BadRequest(format!(
+                    "unexpected JSON patch operation {other:?}"
+                )));
+            }
         }
     }
     *target = doc;
@@ -386,7 +413,9 @@ fn merge_list(
     strategy: ListStrategy,
     path: &mut Vec<String>,
 ) -> Result<(), StoreError> {
-    let replace_all = items.iter().any(|i| i.is_object() && directive(i) == Some("replace") && i.as_object().is_some_and(|m| m.len() == 1));
+    let replace_all = items.iter().any(|i| {
+        i.is_object() && directive(i) == Some("replace") && i.as_object().is_some_and(|m| m.len() == 1)
+    });
     if strategy == ListStrategy::Replace || replace_all || !target.is_array() {
         let kept: Result<Vec<Value>, StoreError> = items
             .iter()
@@ -433,7 +462,9 @@ fn merge_list(
 fn apply_order(list: &mut [Value], order: &[Value], strategy: ListStrategy) {
     let rank = |v: &Value| -> usize {
         let found = match strategy {
-            ListStrategy::MergeKey(key) => order.iter().position(|o| o.get(key).is_some() && o.get(key) == v.get(key)),
+            ListStrategy::MergeKey(key) => order
+                .iter()
+                .position(|o| o.get(key).is_some() && o.get(key) == v.get(key)),
             _ => order.iter().position(|o| o == v),
         };
         found.unwrap_or(usize::MAX)
@@ -477,10 +508,16 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(t, json!({"metadata": {"labels": {"b/c": "2"}}, "list": [9, 2, 3, 4], "moved": 9}));
+        assert_eq!(
+            t,
+            json!({"metadata": {"labels": {"b/c": "2"}}, "list": [9, 2, 3, 4], "moved": 9})
+        );
         let before = t.clone();
-        let err = json_patch(&mut t, &json!([{"op": "remove", "path": "/list/0"}, {"op": "test", "path": "/moved", "value": 1}]))
-            .unwrap_err();
+        let err = json_patch(
+            &mut t,
+            &json!([{"op": "remove", "path": "/list/0"}, {"op": "test", "path": "/moved", "value": 1}]),
+        )
+        .unwrap_err();
         assert_eq!(err.code(), 422);
         assert_eq!(t, before, "a failed patch leaves the target untouched");
     }
@@ -489,19 +526,32 @@ mod tests {
     fn strategic_conditions_merge_by_type() {
         let t = json!({"status": {"conditions": [
             {"type": "PodScheduled", "status": "False"}, {"type": "Ready", "status": "False"}]}});
-        let out = smp(t, json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "X", "status": "True"}]}}));
-        assert_eq!(out["status"]["conditions"], json!([
-            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}]));
+        let out = smp(
+            t,
+            json!({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "X", "status": "True"}]}}),
+        );
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([
+            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}])
+        );
     }
 
     #[test]
     fn strategic_containers_and_delete_directive() {
         let t = json!({"spec": {"containers": [{"name": "a", "image": "1"}, {"name": "b", "image": "2"}], "tolerations": [{"key": "x"}]}});
-        let out = smp(t, json!({"spec": {
+        let out = smp(
+            t,
+            json!({"spec": {
             "containers": [{"name": "a", "image": "9"}, {"name": "b", "$patch": "delete"}],
-            "tolerations": [{"key": "y"}]}}));
+            "tolerations": [{"key": "y"}]}}),
+        );
         assert_eq!(out["spec"]["containers"], json!([{"name": "a", "image": "9"}]));
-        assert_eq!(out["spec"]["tolerations"], json!([{"key": "y"}]), "lists without strategy are replaced");
+        assert_eq!(
+            out["spec"]["tolerations"],
+            json!([{"key": "y"}]),
+            "lists without strategy are replaced"
+        );
     }
 
     #[test]
@@ -509,19 +559,34 @@ mod tests {
         let t = json!({"metadata": {"finalizers": ["a", "b"]}});
         let out = smp(t, json!({"metadata": {"finalizers": ["c", "a"]}}));
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
-        let out = smp(out, json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}));
+        let out = smp(
+            out,
+            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}),
+        );
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "c"]));
     }
 
     #[test]
     fn strategic_replace_directives_and_order() {
         let t = json!({"spec": {"selector": {"a": "1", "b": "2"}}, "status": {"reservedFor": [{"uid": "1"}, {"uid": "2"}]}});
-        let out = smp(t.clone(), json!({"spec": {"selector": {"$patch": "replace", "c": "3"}}}));
+        let out = smp(
+            t.clone(),
+            json!({"spec": {"selector": {"$patch": "replace", "c": "3"}}}),
+        );
         assert_eq!(out["spec"]["selector"], json!({"c": "3"}));
-        let out = smp(t.clone(), json!({"status": {"reservedFor": [{"$patch": "replace"}, {"uid": "3"}]}}));
+        let out = smp(
+            t.clone(),
+            json!({"status": {"reservedFor": [{"$patch": "replace"}, {"uid": "3"}]}}),
+        );
         assert_eq!(out["status"]["reservedFor"], json!([{"uid": "3"}]));
-        let out = smp(t.clone(), json!({"status": {"reservedFor": [{"uid": "0"}], "$setElementOrder/reservedFor": [{"uid": "0"}, {"uid": "1"}, {"uid": "2"}]}}));
-        assert_eq!(out["status"]["reservedFor"], json!([{"uid": "0"}, {"uid": "1"}, {"uid": "2"}]));
+        let out = smp(
+            t.clone(),
+            json!({"status": {"reservedFor": [{"uid": "0"}], "$setElementOrder/reservedFor": [{"uid": "0"}, {"uid": "1"}, {"uid": "2"}]}}),
+        );
+        assert_eq!(
+            out["status"]["reservedFor"],
+            json!([{"uid": "0"}, {"uid": "1"}, {"uid": "2"}])
+        );
         let out = smp(t, json!({"spec": {"selector": {"$patch": "delete"}}}));
         assert!(out["spec"].get("selector").is_none());
     }
@@ -531,20 +596,40 @@ mod tests {
         let t = json!({"status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-abc"}],
                                   "nodeAllocatableResourceClaimStatuses": [{"resourceClaimName": "c1", "containers": ["a"]}]},
                        "metadata": {"labels": {"x": "1"}}});
-        let out = smp(t, json!({"status": {
+        let out = smp(
+            t,
+            json!({"status": {
             "resourceClaimStatuses": [{"name": "nic", "resourceClaimName": "p-nic-xyz"}],
             "nodeAllocatableResourceClaimStatuses": [{"resourceClaimName": "c1", "containers": ["b"]}]},
-            "metadata": {"labels": {"x": null}}}));
-        assert_eq!(out["status"]["resourceClaimStatuses"].as_array().unwrap().len(), 2);
-        assert_eq!(out["status"]["nodeAllocatableResourceClaimStatuses"], json!([{"resourceClaimName": "c1", "containers": ["b"]}]));
+            "metadata": {"labels": {"x": null}}}),
+        );
+        assert_eq!(
+            out["status"]["resourceClaimStatuses"].as_array().unwrap().len(),
+            2
+        );
+        assert_eq!(
+            out["status"]["nodeAllocatableResourceClaimStatuses"],
+            json!([{"resourceClaimName": "c1", "containers": ["b"]}])
+        );
         assert_eq!(out["metadata"]["labels"], json!({}));
     }
 
     #[test]
     fn patch_from_body() {
-        assert!(matches!(Patch::from_body("application/merge-patch+json", b"{}").unwrap(), Patch::Merge(_)));
-        assert!(matches!(Patch::from_body("application/apply-patch+yaml", b"a: 1\n").unwrap(), Patch::Apply(_)));
+        assert!(matches!(
+            Patch::from_body("application/merge-patch+json", b"{}").unwrap(),
+            Patch::Merge(_)
+        ));
+        assert!(matches!(
+            Patch::from_body("application/apply-patch+yaml", b"a: 1\n").unwrap(),
+            Patch::Apply(_)
+        ));
         assert_eq!(Patch::from_body("text/plain", b"{}").unwrap_err().code(), 415);
-        assert_eq!(Patch::from_body("application/json-patch+json", b"{").unwrap_err().code(), 400);
+        assert_eq!(
+            Patch::from_body("application/json-patch+json", b"{")
+                .unwrap_err()
+                .code(),
+            400
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! Every kind the API server serves is one [`ResourceType`] built from its k8s-openapi type, so adding a
 //! kind is one line in [`Registry::default`]:
 //!
-//! ```ignore
+//! ```text
 //! ResourceType::of::<PersistentVolumeClaim>().status(StatusPolicy::ClearOnCreate).short(&["pvc"]),
 //! ```
 //!
@@ -67,6 +67,9 @@ pub struct KindId(pub usize);
 /// Validation of an object's shape: the field path and the message of the first decode error.
 pub type Validator = fn(&Value) -> Result<(), (String, String)>;
 
+/// The paths of fields the kind's schema does not declare (for `fieldValidation=Strict`).
+pub type UnknownFields = fn(&Value) -> Vec<String>;
+
 /// One served resource.
 #[derive(Clone, Debug)]
 pub struct ResourceType {
@@ -96,6 +99,8 @@ pub struct ResourceType {
     pub categories: Vec<&'static str>,
     /// Decodes an object into the k8s-openapi type.
     pub validate: Validator,
+    /// Lists fields the k8s-openapi type does not know.
+    pub unknown_fields: UnknownFields,
 }
 
 fn validate_as<K: DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
@@ -109,11 +114,55 @@ fn validate_as<K: DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
     }
 }
 
+fn unknown_fields_as<K: DeserializeOwned + serde::Serialize>(v: &Value) -> Vec<String> {
+    let Ok(typed) = K::deserialize(v) else {
+        return Vec::new();
+    };
+    let Ok(back) = serde_json::to_value(&typed) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    diff_keys(v, &back, &mut String::new(), &mut out);
+    out
+}
+
+/// Collects the paths of keys present (and not null) in `given` but absent from `known`.
+fn diff_keys(given: &Value, known: &Value, path: &mut String, out: &mut Vec<String>) {
+    match (given, known) {
+        (Value::Object(g), Value::Object(k)) => {
+            for (key, gv) in g {
+                if gv.is_null() {
+                    continue;
+                }
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                match k.get(key) {
+                    Some(kv) => diff_keys(gv, kv, path, out),
+                    None => out.push(path.clone()),
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(g), Value::Array(k)) => {
+            for (i, (gv, kv)) in g.iter().zip(k.iter()).enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                diff_keys(gv, kv, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl ResourceType {
     /// A resource described by a k8s-openapi type, without a status subresource.
     pub fn of<K>() -> Self
     where
-        K: k8s_openapi::Resource + k8s_openapi::ListableResource + DeserializeOwned,
+        K: k8s_openapi::Resource + k8s_openapi::ListableResource + DeserializeOwned + serde::Serialize,
         K::Scope: ScopeInfo,
     {
         Self {
@@ -130,6 +179,7 @@ impl ResourceType {
             short_names: Vec::new(),
             categories: Vec::new(),
             validate: validate_as::<K>,
+            unknown_fields: unknown_fields_as::<K>,
         }
     }
 
@@ -164,7 +214,11 @@ impl ResourceType {
 
     /// `plural` or `plural.group`, as used in error messages.
     pub fn qualified_plural(&self) -> String {
-        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// Whether this is the core `Pod` kind.
@@ -189,17 +243,29 @@ impl Default for Registry {
     fn default() -> Self {
         use StatusPolicy::{ClearOnCreate, KeepOnCreate};
         Self::new(vec![
-            ResourceType::of::<Namespace>().status(KeepOnCreate).short(&["ns"]),
+            ResourceType::of::<Namespace>()
+                .status(KeepOnCreate)
+                .short(&["ns"]),
             ResourceType::of::<Node>().status(KeepOnCreate).short(&["no"]),
-            ResourceType::of::<Pod>().status(ClearOnCreate).subresources(&["binding"]).short(&["po"]).categories(&["all"]),
+            ResourceType::of::<Pod>()
+                .status(ClearOnCreate)
+                .subresources(&["binding"])
+                .short(&["po"])
+                .categories(&["all"]),
             ResourceType::of::<CoreEvent>().short(&["ev"]),
             ResourceType::of::<ConfigMap>().short(&["cm"]),
-            ResourceType::of::<PersistentVolume>().status(KeepOnCreate).short(&["pv"]),
-            ResourceType::of::<PersistentVolumeClaim>().status(ClearOnCreate).short(&["pvc"]),
+            ResourceType::of::<PersistentVolume>()
+                .status(KeepOnCreate)
+                .short(&["pv"]),
+            ResourceType::of::<PersistentVolumeClaim>()
+                .status(ClearOnCreate)
+                .short(&["pvc"]),
             ResourceType::of::<EventsEvent>().short(&["ev"]),
             ResourceType::of::<Lease>(),
             ResourceType::of::<PriorityClass>().short(&["pc"]),
-            ResourceType::of::<PodDisruptionBudget>().status(ClearOnCreate).short(&["pdb"]),
+            ResourceType::of::<PodDisruptionBudget>()
+                .status(ClearOnCreate)
+                .short(&["pdb"]),
             ResourceType::of::<StorageClass>().short(&["sc"]),
             ResourceType::of::<CSINode>(),
             ResourceType::of::<ResourceSlice>(),
@@ -219,7 +285,10 @@ impl Registry {
         let mut by_gvk = HashMap::new();
         for (i, t) in types.iter().enumerate() {
             let id = KindId(i);
-            by_gvr.insert((t.group.to_string(), t.version.to_string(), t.plural.to_string()), id);
+            by_gvr.insert(
+                (t.group.to_string(), t.version.to_string(), t.plural.to_string()),
+                id,
+            );
             by_gvk.insert((t.api_version.to_string(), t.kind.to_string()), id);
             let mut aliases = vec![
                 t.plural.to_string(),
@@ -237,7 +306,12 @@ impl Registry {
                 by_alias.entry(a).or_insert(id);
             }
         }
-        Self { types, by_gvr, by_alias, by_gvk }
+        Self {
+            types,
+            by_gvr,
+            by_alias,
+            by_gvk,
+        }
     }
 
     /// All served resources.
@@ -252,12 +326,16 @@ impl Registry {
 
     /// Looks up by URL coordinates.
     pub fn by_gvr(&self, group: &str, version: &str, plural: &str) -> Option<KindId> {
-        self.by_gvr.get(&(group.to_string(), version.to_string(), plural.to_string())).copied()
+        self.by_gvr
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .copied()
     }
 
     /// Looks up by `apiVersion` and `kind`.
     pub fn by_api_version_kind(&self, api_version: &str, kind: &str) -> Option<KindId> {
-        self.by_gvk.get(&(api_version.to_string(), kind.to_string())).copied()
+        self.by_gvk
+            .get(&(api_version.to_string(), kind.to_string()))
+            .copied()
     }
 
     /// Resolves a human or programmatic name: `pods`, `pod`, `Pod`, `po`, `v1/pods`,
@@ -321,5 +399,29 @@ mod tests {
             "spec": {"containers": [{"name": "c", "ports": [{"containerPort": "eighty"}]}]}});
         let (path, _) = (pods.validate)(&bad).unwrap_err();
         assert_eq!(path, "spec.containers[0].ports[0].containerPort");
+    }
+
+    #[test]
+    fn unknown_fields_are_listed() {
+        let r = Registry::default();
+        let pods = r.get(r.resolve("pods").unwrap());
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}, "bogus": null},
+            "spec": {"containers": [{"name": "c", "imagee": "x", "resources": {"requests": {"cpu": 1}}}], "nodeNmae": "n"}});
+        assert_eq!(
+            (pods.unknown_fields)(&obj),
+            vec![
+                "spec.containers[0].imagee".to_string(),
+                "spec.nodeNmae".to_string()
+            ]
+        );
+        let slices = r.get(r.resolve("resourceslices").unwrap());
+        let obj = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+            "spec": {"driver": "d", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n",
+                     "devices": [{"name": "d0", "attributes": {"x": {"int": 1}}, "capacity": {"mem": {"value": "1Gi"}}}]}});
+        assert!(
+            (slices.unknown_fields)(&obj).is_empty(),
+            "{:?}",
+            (slices.unknown_fields)(&obj)
+        );
     }
 }

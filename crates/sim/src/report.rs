@@ -115,11 +115,17 @@ pub struct Report {
 }
 
 fn list(store: &Store, resource: &str) -> Vec<Value> {
-    store.list_all(resource, None).map(|v| v.iter().map(|o| o.value().clone()).collect()).unwrap_or_default()
+    store
+        .list_all(resource, None)
+        .map(|v| v.iter().map(|o| o.value().clone()).collect())
+        .unwrap_or_default()
 }
 
 fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 fn claim_devices(claim: &Value) -> Vec<DeviceReport> {
@@ -140,7 +146,10 @@ fn claim_devices(claim: &Value) -> Vec<DeviceReport> {
 /// The names of the claims a pod uses: direct ones, generated ones (from pod status) and the
 /// scheduler-created extended-resource claim.
 pub fn pod_claim_names(pod: &Value) -> Vec<String> {
-    let statuses = pod["status"]["resourceClaimStatuses"].as_array().cloned().unwrap_or_default();
+    let statuses = pod["status"]["resourceClaimStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut out = Vec::new();
     for rc in pod["spec"]["resourceClaims"].as_array().into_iter().flatten() {
         if let Some(n) = rc["resourceClaimName"].as_str() {
@@ -165,7 +174,10 @@ pub fn build(store: &Store, seconds: f64) -> Report {
         .into_iter()
         .map(|c| {
             let key = (
-                c["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                c["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 c["metadata"]["name"].as_str().unwrap_or_default().to_string(),
             );
             (key, c)
@@ -173,21 +185,40 @@ pub fn build(store: &Store, seconds: f64) -> Report {
         .collect();
     let mut pods = Vec::new();
     let mut requested: BTreeMap<String, Resource> = BTreeMap::new();
-    let opts = PodRequestOptions { include_node_allocatable_claims: true, ..Default::default() };
+    let opts = PodRequestOptions {
+        include_node_allocatable_claims: true,
+        ..Default::default()
+    };
     for v in list(store, "pods") {
-        let Ok(pod) = serde_json::from_value::<Pod>(v.clone()) else { continue };
+        let Ok(pod) = serde_json::from_value::<Pod>(v.clone()) else {
+            continue;
+        };
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty());
         if let Some(n) = &node
             && !is_terminal(&pod)
         {
-            requested.entry(n.clone()).or_default().add(&pod_requests(&pod, &opts));
+            requested
+                .entry(n.clone())
+                .or_default()
+                .add(&pod_requests(&pod, &opts));
         }
         let status = pod.status.clone().unwrap_or_default();
-        let sched = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False");
+        let sched = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False");
         let (reason, message) = if node.is_none() {
-            (sched.and_then(|c| c.reason.clone()), sched.and_then(|c| c.message.clone()))
+            (
+                sched.and_then(|c| c.reason.clone()),
+                sched.and_then(|c| c.message.clone()),
+            )
         } else if status.phase.as_deref() == Some("Failed") {
             (status.reason.clone(), status.message.clone())
         } else {
@@ -196,7 +227,10 @@ pub fn build(store: &Store, seconds: f64) -> Report {
         let claim_reports = pod_claim_names(&v)
             .into_iter()
             .map(|cn| {
-                let devices = claims.get(&(ns.clone(), cn.clone())).map(claim_devices).unwrap_or_default();
+                let devices = claims
+                    .get(&(ns.clone(), cn.clone()))
+                    .map(claim_devices)
+                    .unwrap_or_default();
                 ClaimReport { name: cn, devices }
             })
             .collect();
@@ -208,7 +242,10 @@ pub fn build(store: &Store, seconds: f64) -> Report {
             reason,
             message,
             claims: claim_reports,
-            extended_resource_claim_status: v["status"].get("extendedResourceClaimStatus").filter(|x| !x.is_null()).cloned(),
+            extended_resource_claim_status: v["status"]
+                .get("extendedResourceClaimStatus")
+                .filter(|x| !x.is_null())
+                .cloned(),
             node_allocatable_resource_claim_statuses: v["status"]
                 .get("nodeAllocatableResourceClaimStatuses")
                 .filter(|x| !x.is_null())
@@ -218,18 +255,42 @@ pub fn build(store: &Store, seconds: f64) -> Report {
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut nodes = Vec::new();
     for v in list(store, "nodes") {
-        let Ok(node) = serde_json::from_value::<Node>(v) else { continue };
+        let Ok(node) = serde_json::from_value::<Node>(v) else {
+            continue;
+        };
         let name = node.metadata.name.clone().unwrap_or_default();
-        let alloc = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
-        let allocatable = Resource::from_list_lossy(&alloc).to_list().into_iter().map(|(k, q)| (k, q.0)).collect();
+        let alloc = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.clone())
+            .unwrap_or_default();
+        let allocatable = Resource::from_list_lossy(&alloc)
+            .to_list()
+            .into_iter()
+            .map(|(k, q)| (k, q.0))
+            .collect();
         let req = requested.remove(&name).unwrap_or_default();
         let requested = req.to_list().into_iter().map(|(k, q)| (k, q.0)).collect();
-        nodes.push(NodeReport { name, allocatable, requested });
+        nodes.push(NodeReport {
+            name,
+            allocatable,
+            requested,
+        });
     }
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let scheduled = pods.iter().filter(|p| p.node.is_some()).count();
-    let summary = Summary { scheduled, unschedulable: pods.len() - scheduled, seconds };
-    Report { pools: pool_usage(store, &claims), pods, nodes, summary, explanations: Vec::new() }
+    let summary = Summary {
+        scheduled,
+        unschedulable: pods.len() - scheduled,
+        seconds,
+    };
+    Report {
+        pools: pool_usage(store, &claims),
+        pods,
+        nodes,
+        summary,
+        explanations: Vec::new(),
+    }
 }
 
 fn pool_usage(store: &Store, claims: &BTreeMap<(String, String), Value>) -> Vec<PoolReport> {
@@ -237,14 +298,20 @@ fn pool_usage(store: &Store, claims: &BTreeMap<(String, String), Value>) -> Vec<
     let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
     let slices = list(store, "resourceslices");
     for s in &slices {
-        let key = (s["spec"]["driver"].as_str().unwrap_or_default().to_string(), s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string());
+        let key = (
+            s["spec"]["driver"].as_str().unwrap_or_default().to_string(),
+            s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string(),
+        );
         let g = s["spec"]["pool"]["generation"].as_i64().unwrap_or(0);
         let e = newest.entry(key).or_insert(g);
         *e = (*e).max(g);
     }
     let mut devices: BTreeMap<(String, String), usize> = BTreeMap::new();
     for s in &slices {
-        let key = (s["spec"]["driver"].as_str().unwrap_or_default().to_string(), s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string());
+        let key = (
+            s["spec"]["driver"].as_str().unwrap_or_default().to_string(),
+            s["spec"]["pool"]["name"].as_str().unwrap_or_default().to_string(),
+        );
         if newest.get(&key).copied() == Some(s["spec"]["pool"]["generation"].as_i64().unwrap_or(0)) {
             *devices.entry(key).or_insert(0) += s["spec"]["devices"].as_array().map_or(0, Vec::len);
         }
@@ -258,8 +325,15 @@ fn pool_usage(store: &Store, claims: &BTreeMap<(String, String), Value>) -> Vec<
     devices
         .into_iter()
         .map(|((driver, pool), n)| {
-            let a = allocated.get(&(driver.clone(), pool.clone())).map_or(0, BTreeSet::len);
-            PoolReport { driver, pool, devices: n, allocated: a }
+            let a = allocated
+                .get(&(driver.clone(), pool.clone()))
+                .map_or(0, BTreeSet::len);
+            PoolReport {
+                driver,
+                pool,
+                devices: n,
+                allocated: a,
+            }
         })
         .collect()
 }
@@ -272,7 +346,8 @@ impl Report {
 
     /// The human-readable table.
     pub fn to_table(&self) -> String {
-        let mut rows: Vec<[String; 4]> = vec![["POD".into(), "NODE".into(), "DEVICES".into(), "REASON".into()]];
+        let mut rows: Vec<[String; 4]> =
+            vec![["POD".into(), "NODE".into(), "DEVICES".into(), "REASON".into()]];
         for p in &self.pods {
             let devices: Vec<String> = p
                 .claims
@@ -287,14 +362,22 @@ impl Report {
             rows.push([
                 format!("{}/{}", p.namespace, p.name),
                 p.node.clone().unwrap_or_else(|| "<none>".into()),
-                if devices.is_empty() { "-".into() } else { devices.join(",") },
+                if devices.is_empty() {
+                    "-".into()
+                } else {
+                    devices.join(",")
+                },
                 reason,
             ]);
         }
         let mut out = table(&rows);
         out.push('\n');
-        let mut nrows: Vec<[String; 4]> =
-            vec![["NODE".into(), "CPU (req/alloc)".into(), "MEMORY (req/alloc)".into(), "HUGEPAGES (req/alloc)".into()]];
+        let mut nrows: Vec<[String; 4]> = vec![[
+            "NODE".into(),
+            "CPU (req/alloc)".into(),
+            "MEMORY (req/alloc)".into(),
+            "HUGEPAGES (req/alloc)".into(),
+        ]];
         for n in &self.nodes {
             let pair = |k: &str| {
                 format!(
@@ -309,14 +392,33 @@ impl Report {
                 .filter(|k| k.starts_with("hugepages-"))
                 .map(|k| format!("{k}={}", pair(k)))
                 .collect();
-            nrows.push([n.name.clone(), pair("cpu"), pair("memory"), if huge.is_empty() { "-".into() } else { huge.join(" ") }]);
+            nrows.push([
+                n.name.clone(),
+                pair("cpu"),
+                pair("memory"),
+                if huge.is_empty() {
+                    "-".into()
+                } else {
+                    huge.join(" ")
+                },
+            ]);
         }
         out.push_str(&table(&nrows));
         if !self.pools.is_empty() {
             out.push('\n');
-            let mut prows: Vec<[String; 4]> = vec![["DRIVER".into(), "POOL".into(), "ALLOCATED".into(), "DEVICES".into()]];
+            let mut prows: Vec<[String; 4]> = vec![[
+                "DRIVER".into(),
+                "POOL".into(),
+                "ALLOCATED".into(),
+                "DEVICES".into(),
+            ]];
             for p in &self.pools {
-                prows.push([p.driver.clone(), p.pool.clone(), p.allocated.to_string(), p.devices.to_string()]);
+                prows.push([
+                    p.driver.clone(),
+                    p.pool.clone(),
+                    p.allocated.to_string(),
+                    p.devices.to_string(),
+                ]);
             }
             out.push_str(&table(&prows));
         }

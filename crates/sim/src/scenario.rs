@@ -66,7 +66,10 @@ impl ScenarioObject {
     /// `metadata.name` (or `generateName` + `*`).
     pub fn display_name(&self) -> String {
         let m = &self.value["metadata"];
-        m["name"].as_str().map(str::to_string).unwrap_or_else(|| format!("{}*", m["generateName"].as_str().unwrap_or("")))
+        m["name"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{}*", m["generateName"].as_str().unwrap_or("")))
     }
 }
 
@@ -134,18 +137,27 @@ pub enum ScenarioError {
 }
 
 fn is_namespaced(kind: &str) -> bool {
-    !matches!(kind, "Namespace" | "Node" | "PriorityClass" | "DeviceClass" | "ResourceSlice" | "DeviceTaintRule")
+    !matches!(
+        kind,
+        "Namespace" | "Node" | "PriorityClass" | "DeviceClass" | "ResourceSlice" | "DeviceTaintRule"
+    )
 }
 
 fn order_of(kind: &str) -> usize {
-    APPLY_ORDER.iter().position(|(_, k)| *k == kind).unwrap_or(APPLY_ORDER.len())
+    APPLY_ORDER
+        .iter()
+        .position(|(_, k)| *k == kind)
+        .unwrap_or(APPLY_ORDER.len())
 }
 
 /// Loads and validates a scenario from one or more paths (their steps are concatenated).
 pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
     let mut scenario = Scenario::default();
     for path in paths {
-        let meta = std::fs::metadata(path).map_err(|error| ScenarioError::Io { path: path.clone(), error })?;
+        let meta = std::fs::metadata(path).map_err(|error| ScenarioError::Io {
+            path: path.clone(),
+            error,
+        })?;
         if meta.is_dir() {
             let entries = sorted_entries(path)?;
             let dirs: Vec<&PathBuf> = entries.iter().filter(|p| p.is_dir()).collect();
@@ -158,10 +170,16 @@ pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
                 }
             }
         } else {
-            scenario.steps.push(load_step(step_name(path), std::slice::from_ref(path))?);
+            scenario
+                .steps
+                .push(load_step(step_name(path), std::slice::from_ref(path))?);
         }
     }
-    if scenario.steps.iter().all(|s| s.apply.is_empty() && s.delete.is_empty()) {
+    if scenario
+        .steps
+        .iter()
+        .all(|s| s.apply.is_empty() && s.delete.is_empty())
+    {
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         return Err(ScenarioError::Empty(names.join(", ")));
     }
@@ -169,16 +187,26 @@ pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
 }
 
 fn step_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string())
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
-    let rd = std::fs::read_dir(dir).map_err(|error| ScenarioError::Io { path: dir.to_path_buf(), error })?;
+    let rd = std::fs::read_dir(dir).map_err(|error| ScenarioError::Io {
+        path: dir.to_path_buf(),
+        error,
+    })?;
     let mut v = Vec::new();
     for e in rd {
-        let e = e.map_err(|error| ScenarioError::Io { path: dir.to_path_buf(), error })?;
+        let e = e.map_err(|error| ScenarioError::Io {
+            path: dir.to_path_buf(),
+            error,
+        })?;
         let p = e.path();
-        let is_doc = p.extension().is_some_and(|x| x == "yaml" || x == "yml" || x == "json");
+        let is_doc = p
+            .extension()
+            .is_some_and(|x| x == "yaml" || x == "yml" || x == "json");
         if p.is_dir() || is_doc {
             v.push(p);
         }
@@ -188,21 +216,35 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
 }
 
 fn is_delete_file(p: &Path) -> bool {
-    p.file_name().map(|n| n.to_string_lossy()).is_some_and(|n| n.ends_with(".delete.yaml") || n.ends_with(".delete.yml"))
+    p.file_name()
+        .map(|n| n.to_string_lossy())
+        .is_some_and(|n| n.ends_with(".delete.yaml") || n.ends_with(".delete.yml"))
 }
 
 /// Splits a file into documents (YAML multi-doc; JSON is YAML). `List` kinds are flattened.
 fn documents(file: &Path) -> Result<Vec<(Source, Value)>, ScenarioError> {
-    let text = std::fs::read_to_string(file).map_err(|error| ScenarioError::Io { path: file.to_path_buf(), error })?;
+    let text = std::fs::read_to_string(file).map_err(|error| ScenarioError::Io {
+        path: file.to_path_buf(),
+        error,
+    })?;
     let mut out = Vec::new();
     for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let source = Source { file: file.to_path_buf(), index };
-        let v: Value = serde::Deserialize::deserialize(doc)
-            .map_err(|e| ScenarioError::Syntax { at: source.clone(), message: e.to_string() })?;
+        let source = Source {
+            file: file.to_path_buf(),
+            index,
+        };
+        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| ScenarioError::Syntax {
+            at: source.clone(),
+            message: e.to_string(),
+        })?;
         if v.is_null() {
             continue;
         }
-        if v["kind"].as_str().is_some_and(|k| k == "List" || k.ends_with("List")) && v["items"].is_array() {
+        if v["kind"]
+            .as_str()
+            .is_some_and(|k| k == "List" || k.ends_with("List"))
+            && v["items"].is_array()
+        {
             for item in v["items"].as_array().into_iter().flatten() {
                 out.push((source.clone(), item.clone()));
             }
@@ -214,7 +256,10 @@ fn documents(file: &Path) -> Result<Vec<(Source, Value)>, ScenarioError> {
 }
 
 fn load_step(name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
-    let mut step = Step { name, ..Default::default() };
+    let mut step = Step {
+        name,
+        ..Default::default()
+    };
     for file in files.iter().filter(|f| f.is_file()) {
         let delete = is_delete_file(file);
         for (source, v) in documents(file)? {
@@ -230,11 +275,17 @@ fn load_step(name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
 }
 
 fn invalid(source: &Source, message: impl Into<String>) -> ScenarioError {
-    ScenarioError::Invalid { at: source.clone(), message: message.into() }
+    ScenarioError::Invalid {
+        at: source.clone(),
+        message: message.into(),
+    }
 }
 
 fn parse_delete(source: Source, v: &Value) -> Result<DeleteRef, ScenarioError> {
-    let kind = v["kind"].as_str().ok_or_else(|| invalid(&source, "kind: Required value"))?.to_string();
+    let kind = v["kind"]
+        .as_str()
+        .ok_or_else(|| invalid(&source, "kind: Required value"))?
+        .to_string();
     if order_of(&kind) == APPLY_ORDER.len() {
         return Err(invalid(&source, format!("kind: Unsupported value: {kind:?}")));
     }
@@ -244,27 +295,56 @@ fn parse_delete(source: Source, v: &Value) -> Result<DeleteRef, ScenarioError> {
         .ok_or_else(|| invalid(&source, "name: Required value"))?
         .to_string();
     let namespace = is_namespaced(&kind).then(|| {
-        v["namespace"].as_str().or_else(|| v["metadata"]["namespace"].as_str()).unwrap_or("default").to_string()
+        v["namespace"]
+            .as_str()
+            .or_else(|| v["metadata"]["namespace"].as_str())
+            .unwrap_or("default")
+            .to_string()
     });
-    Ok(DeleteRef { source, kind, namespace, name })
+    Ok(DeleteRef {
+        source,
+        kind,
+        namespace,
+        name,
+    })
 }
 
 fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, ScenarioError> {
     if !v.is_object() {
         return Err(invalid(&source, "expected an object"));
     }
-    let api_version = v["apiVersion"].as_str().ok_or_else(|| invalid(&source, "apiVersion: Required value"))?.to_string();
-    let kind = v["kind"].as_str().ok_or_else(|| invalid(&source, "kind: Required value"))?.to_string();
+    let api_version = v["apiVersion"]
+        .as_str()
+        .ok_or_else(|| invalid(&source, "apiVersion: Required value"))?
+        .to_string();
+    let kind = v["kind"]
+        .as_str()
+        .ok_or_else(|| invalid(&source, "kind: Required value"))?
+        .to_string();
     let Some((want_version, _)) = APPLY_ORDER.iter().find(|(_, k)| *k == kind) else {
         let supported: Vec<&str> = APPLY_ORDER.iter().map(|(_, k)| *k).collect();
-        return Err(invalid(&source, format!("kind: Unsupported value: {kind:?}: supported values: {}", supported.join(", "))));
+        return Err(invalid(
+            &source,
+            format!(
+                "kind: Unsupported value: {kind:?}: supported values: {}",
+                supported.join(", ")
+            ),
+        ));
     };
     if api_version != *want_version {
-        return Err(invalid(&source, format!("apiVersion: Unsupported value: {api_version:?} for kind {kind}: use {want_version:?}")));
+        return Err(invalid(
+            &source,
+            format!("apiVersion: Unsupported value: {api_version:?} for kind {kind}: use {want_version:?}"),
+        ));
     }
     let meta = &v["metadata"];
-    if meta["name"].as_str().is_none_or(str::is_empty) && meta["generateName"].as_str().is_none_or(str::is_empty) {
-        return Err(invalid(&source, "metadata.name: Required value: name or generateName is required"));
+    if meta["name"].as_str().is_none_or(str::is_empty)
+        && meta["generateName"].as_str().is_none_or(str::is_empty)
+    {
+        return Err(invalid(
+            &source,
+            "metadata.name: Required value: name or generateName is required",
+        ));
     }
     validate_typed(&source, &kind, &v)?;
     let namespace = if is_namespaced(&kind) {
@@ -274,14 +354,24 @@ fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, Scenario
     } else {
         None
     };
-    Ok(ScenarioObject { source, api_version, kind, namespace, value: v })
+    Ok(ScenarioObject {
+        source,
+        api_version,
+        kind,
+        namespace,
+        value: v,
+    })
 }
 
 /// Decodes into the k8s-openapi 1.37 type to catch wrong field types early.
 fn validate_typed(source: &Source, kind: &str, v: &Value) -> Result<(), ScenarioError> {
-    use k8s_openapi::api::{core::v1 as core, policy::v1 as policy, resource::v1 as res, scheduling::v1 as sched};
+    use k8s_openapi::api::{
+        core::v1 as core, policy::v1 as policy, resource::v1 as res, scheduling::v1 as sched,
+    };
     fn check<T: serde::de::DeserializeOwned>(source: &Source, v: &Value) -> Result<(), ScenarioError> {
-        serde_json::from_value::<T>(v.clone()).map(|_| ()).map_err(|e| invalid(source, e.to_string()))
+        serde_json::from_value::<T>(v.clone())
+            .map(|_| ())
+            .map_err(|e| invalid(source, e.to_string()))
     }
     match kind {
         "Namespace" => check::<core::Namespace>(source, v),
@@ -354,13 +444,25 @@ mod tests {
     #[test]
     fn steps_from_subdirectories_with_deletes() {
         let d = tmpdir("steps");
-        write(&d, "01-setup/nodes.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n");
-        write(&d, "02-remove/x.delete.yaml", "kind: Pod\nnamespace: team\nname: p\n---\nkind: Node\nname: n\n");
+        write(
+            &d,
+            "01-setup/nodes.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n",
+        );
+        write(
+            &d,
+            "02-remove/x.delete.yaml",
+            "kind: Pod\nnamespace: team\nname: p\n---\nkind: Node\nname: n\n",
+        );
         let s = load(&[d]).unwrap();
         assert_eq!(s.steps.len(), 2);
         assert_eq!(s.steps[0].name, "01-setup");
         assert_eq!(
-            s.steps[1].delete.iter().map(|r| (r.kind.as_str(), r.namespace.as_deref(), r.name.as_str())).collect::<Vec<_>>(),
+            s.steps[1]
+                .delete
+                .iter()
+                .map(|r| (r.kind.as_str(), r.namespace.as_deref(), r.name.as_str()))
+                .collect::<Vec<_>>(),
             [("Pod", Some("team"), "p"), ("Node", None, "n")]
         );
     }
@@ -369,17 +471,50 @@ mod tests {
     fn errors_name_file_document_and_field() {
         let d = tmpdir("errors");
         let cases = [
-            ("a.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\nkind: Pod\nmetadata: {name: p}\n", "document 1", "apiVersion: Required value"),
-            ("b.yaml", "apiVersion: v1\nkind: Gadget\nmetadata: {name: g}\n", "document 0", "kind: Unsupported value: \"Gadget\""),
-            ("c.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {}\n", "document 0", "metadata.name: Required value"),
-            ("d.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 3}\n", "document 0", "invalid type"),
-            ("e.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: [\n", "document 0", "invalid YAML"),
-            ("f.yaml", "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: c}\n", "document 0", "apiVersion: Unsupported value"),
+            (
+                "a.yaml",
+                "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\nkind: Pod\nmetadata: {name: p}\n",
+                "document 1",
+                "apiVersion: Required value",
+            ),
+            (
+                "b.yaml",
+                "apiVersion: v1\nkind: Gadget\nmetadata: {name: g}\n",
+                "document 0",
+                "kind: Unsupported value: \"Gadget\"",
+            ),
+            (
+                "c.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {}\n",
+                "document 0",
+                "metadata.name: Required value",
+            ),
+            (
+                "d.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 3}\n",
+                "document 0",
+                "invalid type",
+            ),
+            (
+                "e.yaml",
+                "apiVersion: v1\nkind: Node\nmetadata: {name: [\n",
+                "document 0",
+                "invalid YAML",
+            ),
+            (
+                "f.yaml",
+                "apiVersion: resource.k8s.io/v1beta1\nkind: DeviceClass\nmetadata: {name: c}\n",
+                "document 0",
+                "apiVersion: Unsupported value",
+            ),
         ];
         for (file, text, doc, want) in cases {
             let p = write(&d, file, text);
             let err = load(&[p]).unwrap_err().to_string();
-            assert!(err.contains(file) && err.contains(doc) && err.contains(want), "{file}: {err}");
+            assert!(
+                err.contains(file) && err.contains(doc) && err.contains(want),
+                "{file}: {err}"
+            );
         }
     }
 

@@ -55,7 +55,9 @@ fn bad(msg: String) -> StoreError {
 }
 
 fn valid_key(k: &str) -> bool {
-    !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+    !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
 }
 
 fn split_top_level(s: &str) -> Vec<&str> {
@@ -87,7 +89,9 @@ impl LabelSelector {
         for part in split_top_level(s) {
             let part = part.trim();
             if part.is_empty() {
-                return Err(bad(format!("unable to parse requirement: found '', expected: identifier in {s:?}")));
+                return Err(bad(format!(
+                    "unable to parse requirement: found '', expected: identifier in {s:?}"
+                )));
             }
             requirements.push(Self::parse_one(part, s)?);
         }
@@ -100,16 +104,26 @@ impl LabelSelector {
             if !valid_key(key) {
                 return Err(bad(format!("invalid label key {key:?} in selector {whole:?}")));
             }
-            return Ok(LabelRequirement { key: key.into(), op: LabelOp::DoesNotExist, values: vec![] });
+            return Ok(LabelRequirement {
+                key: key.into(),
+                op: LabelOp::DoesNotExist,
+                values: vec![],
+            });
         }
-        let key_end = part.find(|c: char| c.is_whitespace() || matches!(c, '=' | '!' | '<' | '>')).unwrap_or(part.len());
+        let key_end = part
+            .find(|c: char| c.is_whitespace() || matches!(c, '=' | '!' | '<' | '>'))
+            .unwrap_or(part.len());
         let key = &part[..key_end];
         if !valid_key(key) {
             return Err(bad(format!("invalid label key {key:?} in selector {whole:?}")));
         }
         let rest = part[key_end..].trim_start();
         let (op, value_text) = if rest.is_empty() {
-            return Ok(LabelRequirement { key: key.into(), op: LabelOp::Exists, values: vec![] });
+            return Ok(LabelRequirement {
+                key: key.into(),
+                op: LabelOp::Exists,
+                values: vec![],
+            });
         } else if let Some(v) = rest.strip_prefix("==") {
             (LabelOp::Equals, v)
         } else if let Some(v) = rest.strip_prefix("!=") {
@@ -125,7 +139,9 @@ impl LabelSelector {
         } else if let Some(v) = rest.strip_prefix("in") {
             (LabelOp::In, v)
         } else {
-            return Err(bad(format!("unable to parse requirement {part:?} in selector {whole:?}")));
+            return Err(bad(format!(
+                "unable to parse requirement {part:?} in selector {whole:?}"
+            )));
         };
         let value_text = value_text.trim();
         let values = match op {
@@ -133,18 +149,32 @@ impl LabelSelector {
                 let inner = value_text
                     .strip_prefix('(')
                     .and_then(|v| v.strip_suffix(')'))
-                    .ok_or_else(|| bad(format!("expected a parenthesised set in {part:?} of selector {whole:?}")))?;
-                inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect()
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "expected a parenthesised set in {part:?} of selector {whole:?}"
+                        ))
+                    })?;
+                inner
+                    .split(',')
+                    .map(|v| v.trim().to_string())
+                    .filter(|v| !v.is_empty())
+                    .collect()
             }
             LabelOp::GreaterThan | LabelOp::LessThan => {
                 if value_text.parse::<i64>().is_err() {
-                    return Err(bad(format!("for 'Gt', 'Lt' operators, the value must be an integer in {whole:?}")));
+                    return Err(bad(format!(
+                        "for 'Gt', 'Lt' operators, the value must be an integer in {whole:?}"
+                    )));
                 }
                 vec![value_text.to_string()]
             }
             _ => vec![value_text.to_string()],
         };
-        Ok(LabelRequirement { key: key.into(), op, values })
+        Ok(LabelRequirement {
+            key: key.into(),
+            op,
+            values,
+        })
     }
 
     /// Builds a selector from a `metav1.LabelSelector` JSON object (`matchLabels`, `matchExpressions`).
@@ -161,7 +191,11 @@ impl LabelSelector {
         }
         if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
             for e in exprs {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or_default().to_string();
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
                 let values: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
@@ -203,7 +237,11 @@ impl LabelSelector {
                     ) else {
                         return false;
                     };
-                    if r.op == LabelOp::GreaterThan { have > want } else { have < want }
+                    if r.op == LabelOp::GreaterThan {
+                        have > want
+                    } else {
+                        have < want
+                    }
                 }
             }
         })
@@ -214,13 +252,19 @@ impl LabelSelector {
         if self.requirements.is_empty() {
             return true;
         }
-        self.matches_labels(obj.get("metadata").and_then(|m| m.get("labels")).and_then(Value::as_object))
+        self.matches_labels(
+            obj.get("metadata")
+                .and_then(|m| m.get("labels"))
+                .and_then(Value::as_object),
+        )
     }
 
     /// Matches a plain label map.
     pub fn matches_map(&self, labels: &BTreeMap<String, String>) -> bool {
-        let m: serde_json::Map<String, Value> =
-            labels.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let m: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
         self.matches_labels(Some(&m))
     }
 }
@@ -413,12 +457,17 @@ mod tests {
         assert!(m("metadata.namespace==ns"));
         assert!(m("spec.nodeName!="));
         assert!(!m("spec.nodeName="));
-        assert!(m("spec.schedulerName=unisched,status.phase!=Succeeded,status.phase!=Failed"));
+        assert!(m(
+            "spec.schedulerName=unisched,status.phase!=Succeeded,status.phase!=Failed"
+        ));
         assert!(!m("status.phase=Pending"));
         assert!(m("spec.unknown="));
         assert!(m("spec.unschedulable=false"));
         assert!(FieldSelector::parse("nonsense").is_err());
-        assert_eq!(FieldSelector::parse("metadata.name=x").unwrap().exact_name(), Some("x"));
+        assert_eq!(
+            FieldSelector::parse("metadata.name=x").unwrap().exact_name(),
+            Some("x")
+        );
         let esc = FieldSelector::parse(r"metadata.name=a\,b").unwrap();
         assert_eq!(esc.requirements[0].value, "a,b");
     }

@@ -54,7 +54,11 @@ fn is_pod(rt: &ResourceType) -> bool {
 }
 
 /// Kind-specific defaulting and admission for a new object (generic metadata is already set).
-pub(crate) fn prepare_create(rt: &ResourceType, obj: &mut Value, lookup: &dyn Lookup) -> Result<(), StoreError> {
+pub(crate) fn prepare_create(
+    rt: &ResourceType,
+    obj: &mut Value,
+    lookup: &dyn Lookup,
+) -> Result<(), StoreError> {
     match (rt.group, rt.kind) {
         ("", "Pod") => {
             let name = name_of(obj).to_string();
@@ -101,11 +105,23 @@ pub(crate) fn prepare_update(
             }
         }
         ("", "Node") => default_node(new),
-        ("resource.k8s.io", "ResourceClaim") if mode == UpdateMode::Main && old.get("spec") != new.get("spec") => {
-            return Err(StoreError::invalid(rt.kind, &name, "spec", "Invalid value: field is immutable"));
+        ("resource.k8s.io", "ResourceClaim")
+            if mode == UpdateMode::Main && old.get("spec") != new.get("spec") =>
+        {
+            return Err(StoreError::invalid(
+                rt.kind,
+                &name,
+                "spec",
+                "Invalid value: field is immutable",
+            ));
         }
         ("scheduling.k8s.io", "PriorityClass") if old.get("value") != new.get("value") => {
-            return Err(StoreError::invalid(rt.kind, &name, "value", "Forbidden: may not be changed in an update."));
+            return Err(StoreError::invalid(
+                rt.kind,
+                &name,
+                "value",
+                "Forbidden: may not be changed in an update.",
+            ));
         }
         _ => {}
     }
@@ -116,12 +132,30 @@ pub(crate) fn prepare_update(
 pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError> {
     let name = name_of(obj);
     if let Err((field, message)) = (rt.validate)(obj) {
-        let field = if field.is_empty() { rt.kind.to_string() } else { field };
-        return Err(StoreError::invalid(rt.kind, name, field, format!("Invalid value: {message}")));
+        let field = if field.is_empty() {
+            rt.kind.to_string()
+        } else {
+            field
+        };
+        return Err(StoreError::invalid(
+            rt.kind,
+            name,
+            field,
+            format!("Invalid value: {message}"),
+        ));
     }
-    let name_check = if rt.is("", "Namespace") { check_dns_label(name) } else { check_dns_subdomain(name) };
+    let name_check = if rt.is("", "Namespace") {
+        check_dns_label(name)
+    } else {
+        check_dns_subdomain(name)
+    };
     if let Err(msg) = name_check {
-        return Err(StoreError::invalid(rt.kind, name, "metadata.name", format!("Invalid value: {name:?}: {msg}")));
+        return Err(StoreError::invalid(
+            rt.kind,
+            name,
+            "metadata.name",
+            format!("Invalid value: {name:?}: {msg}"),
+        ));
     }
     let mut causes = Vec::new();
     if is_pod(rt) {
@@ -134,12 +168,18 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(StoreError::Invalid { kind: rt.kind.to_string(), name: name.to_string(), causes })
+        Err(StoreError::Invalid {
+            kind: rt.kind.to_string(),
+            name: name.to_string(),
+            causes,
+        })
     }
 }
 
 fn check_quantities(obj: &Value, path: &[&str], field: &str, causes: &mut Vec<Cause>) {
-    let Some(list) = get_path(obj, path).and_then(Value::as_object) else { return };
+    let Some(list) = get_path(obj, path).and_then(Value::as_object) else {
+        return;
+    };
     for (k, v) in list {
         let text = match v {
             Value::String(s) => s.clone(),
@@ -174,23 +214,40 @@ fn quantity_of(v: &Value) -> Option<Quantity> {
 fn validate_pod(pod: &Value, causes: &mut Vec<Cause>) {
     let containers = get_path(pod, &["spec", "containers"]).and_then(Value::as_array);
     if containers.is_none_or(|c| c.is_empty()) {
-        causes.push(Cause { field: "spec.containers".into(), message: "Required value".into() });
+        causes.push(Cause {
+            field: "spec.containers".into(),
+            message: "Required value".into(),
+        });
     }
     for list in ["containers", "initContainers"] {
-        let Some(cs) = get_path(pod, &["spec", list]).and_then(Value::as_array) else { continue };
+        let Some(cs) = get_path(pod, &["spec", list]).and_then(Value::as_array) else {
+            continue;
+        };
         let mut seen = Vec::new();
         for (i, c) in cs.iter().enumerate() {
             let cname = get_str(c, &["name"]).unwrap_or_default();
             if cname.is_empty() {
-                causes.push(Cause { field: format!("spec.{list}[{i}].name"), message: "Required value".into() });
+                causes.push(Cause {
+                    field: format!("spec.{list}[{i}].name"),
+                    message: "Required value".into(),
+                });
             } else if let Err(msg) = check_dns_label(cname) {
-                causes.push(Cause { field: format!("spec.{list}[{i}].name"), message: format!("Invalid value: {cname:?}: {msg}") });
+                causes.push(Cause {
+                    field: format!("spec.{list}[{i}].name"),
+                    message: format!("Invalid value: {cname:?}: {msg}"),
+                });
             }
             if get_str(c, &["image"]).unwrap_or_default().is_empty() {
-                causes.push(Cause { field: format!("spec.{list}[{i}].image"), message: "Required value".into() });
+                causes.push(Cause {
+                    field: format!("spec.{list}[{i}].image"),
+                    message: "Required value".into(),
+                });
             }
             if seen.contains(&cname) {
-                causes.push(Cause { field: format!("spec.{list}[{i}].name"), message: format!("Duplicate value: {cname:?}") });
+                causes.push(Cause {
+                    field: format!("spec.{list}[{i}].name"),
+                    message: format!("Duplicate value: {cname:?}"),
+                });
             }
             seen.push(cname);
             let base = format!("spec.{list}[{i}].resources");
@@ -199,17 +256,28 @@ fn validate_pod(pod: &Value, causes: &mut Vec<Cause>) {
             check_requests_within_limits(c.get("resources"), &base, causes);
         }
     }
-    check_quantities(pod, &["spec", "resources", "requests"], "spec.resources.requests", causes);
-    check_quantities(pod, &["spec", "resources", "limits"], "spec.resources.limits", causes);
+    check_quantities(
+        pod,
+        &["spec", "resources", "requests"],
+        "spec.resources.requests",
+        causes,
+    );
+    check_quantities(
+        pod,
+        &["spec", "resources", "limits"],
+        "spec.resources.limits",
+        causes,
+    );
     check_requests_within_limits(get_path(pod, &["spec", "resources"]), "spec.resources", causes);
     check_quantities(pod, &["spec", "overhead"], "spec.overhead", causes);
 }
 
 fn check_requests_within_limits(res: Option<&Value>, base: &str, causes: &mut Vec<Cause>) {
     let Some(res) = res else { return };
-    let (Some(req), Some(lim)) =
-        (res.get("requests").and_then(Value::as_object), res.get("limits").and_then(Value::as_object))
-    else {
+    let (Some(req), Some(lim)) = (
+        res.get("requests").and_then(Value::as_object),
+        res.get("limits").and_then(Value::as_object),
+    ) else {
         return;
     };
     for (k, l) in lim {
@@ -218,7 +286,11 @@ fn check_requests_within_limits(res: Option<&Value>, base: &str, causes: &mut Ve
         {
             causes.push(Cause {
                 field: format!("{base}.requests[{k}]"),
-                message: format!("Invalid value: {:?}: must be less than or equal to {k} limit of {}", r.to_string(), lq),
+                message: format!(
+                    "Invalid value: {:?}: must be less than or equal to {k} limit of {}",
+                    r.to_string(),
+                    lq
+                ),
             });
         }
     }
@@ -250,7 +322,8 @@ fn default_pod_spec(spec: &mut Map<String, Value>, creating: bool) {
                     let k = get_str(t, &["key"]).unwrap_or_default();
                     let effect = get_str(t, &["effect"]).unwrap_or_default();
                     let op = get_str(t, &["operator"]).unwrap_or("Equal");
-                    (k == key || (k.is_empty() && op == "Exists")) && (effect.is_empty() || effect == "NoExecute")
+                    (k == key || (k.is_empty() && op == "Exists"))
+                        && (effect.is_empty() || effect == "NoExecute")
                 });
                 if !tolerated {
                     ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
@@ -262,7 +335,9 @@ fn default_pod_spec(spec: &mut Map<String, Value>, creating: bool) {
 
 fn default_requests_from_limits(res: Option<&mut Value>) {
     let Some(Value::Object(res)) = res else { return };
-    let Some(Value::Object(limits)) = res.get("limits").cloned() else { return };
+    let Some(Value::Object(limits)) = res.get("limits").cloned() else {
+        return;
+    };
     let requests = res.entry("requests").or_insert_with(|| json!({}));
     if let Value::Object(req) = requests {
         for (k, v) in limits {
@@ -271,8 +346,16 @@ fn default_requests_from_limits(res: Option<&mut Value>) {
     }
 }
 
-fn admit_priority(pod_name: &str, spec: &mut Map<String, Value>, lookup: &dyn Lookup) -> Result<(), StoreError> {
-    let class_name = spec.get("priorityClassName").and_then(Value::as_str).unwrap_or_default().to_string();
+fn admit_priority(
+    pod_name: &str,
+    spec: &mut Map<String, Value>,
+    lookup: &dyn Lookup,
+) -> Result<(), StoreError> {
+    let class_name = spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let class = if !class_name.is_empty() {
         match lookup.lookup("priorityclasses", "", &class_name) {
             Some(pc) => Some(pc),
@@ -287,12 +370,25 @@ fn admit_priority(pod_name: &str, spec: &mut Map<String, Value>, lookup: &dyn Lo
             .all("priorityclasses")
             .into_iter()
             .filter(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true))
-            .max_by_key(|pc| pc.value().get("value").and_then(Value::as_i64).unwrap_or_default())
+            .max_by_key(|pc| {
+                pc.value()
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default()
+            })
     };
-    let value = class.as_ref().and_then(|pc| pc.value().get("value").and_then(Value::as_i64)).unwrap_or(0);
+    let value = class
+        .as_ref()
+        .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
+        .unwrap_or(0);
     let policy = class
         .as_ref()
-        .and_then(|pc| pc.value().get("preemptionPolicy").and_then(Value::as_str).map(str::to_string))
+        .and_then(|pc| {
+            pc.value()
+                .get("preemptionPolicy")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| "PreemptLowerPriority".into());
     if let Some(given) = spec.get("priority").and_then(Value::as_i64)
         && given != value
@@ -325,8 +421,11 @@ fn admit_priority(pod_name: &str, spec: &mut Map<String, Value>, lookup: &dyn Lo
 pub(crate) fn qos_class(pod: &Value) -> &'static str {
     let mut lists: Vec<&Value> = Vec::new();
     if let Some(r) = get_path(pod, &["spec", "resources"])
-        && (r.get("requests").is_some_and(|x| x.as_object().is_some_and(|m| !m.is_empty()))
-            || r.get("limits").is_some_and(|x| x.as_object().is_some_and(|m| !m.is_empty())))
+        && (r
+            .get("requests")
+            .is_some_and(|x| x.as_object().is_some_and(|m| !m.is_empty()))
+            || r.get("limits")
+                .is_some_and(|x| x.as_object().is_some_and(|m| !m.is_empty())))
     {
         lists.push(r);
     } else {
@@ -382,7 +481,12 @@ const POD_UPDATE_MESSAGE: &str = "Forbidden: pod updates may not change fields o
 fn masked_pod_spec(spec: Option<&Value>) -> Value {
     let mut s = spec.cloned().unwrap_or_else(|| json!({}));
     if let Value::Object(m) = &mut s {
-        for f in ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"] {
+        for f in [
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+            "schedulingGates",
+        ] {
             m.remove(f);
         }
         for list in ["containers", "initContainers"] {
@@ -402,7 +506,11 @@ fn check_pod_spec_update(name: &str, old: Option<&Value>, new: Option<&Value>) -
     let gate_names = |s: Option<&Value>| -> Vec<String> {
         s.and_then(|s| s.get("schedulingGates"))
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|g| get_str(g, &["name"]).map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| get_str(g, &["name"]).map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let old_gates = gate_names(old);
@@ -430,13 +538,21 @@ mod tests {
     fn qos() {
         let pod = |res: Value| json!({"spec": {"containers": [{"name": "c", "resources": res}]}});
         assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
-        assert_eq!(qos_class(&json!({"spec": {"containers": [{"name": "c"}]}})), "BestEffort");
+        assert_eq!(
+            qos_class(&json!({"spec": {"containers": [{"name": "c"}]}})),
+            "BestEffort"
+        );
         assert_eq!(qos_class(&pod(json!({"requests": {"cpu": "1"}}))), "Burstable");
         assert_eq!(
-            qos_class(&pod(json!({"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}))),
+            qos_class(&pod(
+                json!({"requests": {"cpu": "1000m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}})
+            )),
             "Guaranteed"
         );
-        assert_eq!(qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))), "Guaranteed");
+        assert_eq!(
+            qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            "Guaranteed"
+        );
     }
 
     #[test]
@@ -445,7 +561,12 @@ mod tests {
         let new = json!({"containers": [{"name": "c", "image": "b"}], "nodeName": "", "tolerations": []});
         assert!(check_pod_spec_update("p", Some(&old), Some(&new)).is_ok());
         let new = json!({"containers": [{"name": "c", "image": "a"}], "nodeName": "n1"});
-        assert_eq!(check_pod_spec_update("p", Some(&old), Some(&new)).unwrap_err().code(), 422);
+        assert_eq!(
+            check_pod_spec_update("p", Some(&old), Some(&new))
+                .unwrap_err()
+                .code(),
+            422
+        );
         let gated = json!({"containers": [], "schedulingGates": [{"name": "g"}]});
         let ungated = json!({"containers": []});
         assert!(check_pod_spec_update("p", Some(&gated), Some(&ungated)).is_ok());

@@ -8,7 +8,9 @@ use serde_json::{Map, Value};
 
 /// The current time.
 pub fn now() -> Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     Timestamp::new(d.as_secs() as i64, d.subsec_nanos() as i32).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
@@ -38,8 +40,7 @@ static RNG_SEED: OnceLock<u64> = OnceLock::new();
 /// A fast, thread-safe pseudo-random number (splitmix64 over a time-seeded counter). Not
 /// cryptographic: UIDs and name suffixes only need to be unique within one simulator.
 pub fn random_u64() -> u64 {
-    let seed = *RNG_SEED
-        .get_or_init(|| now().as_nanosecond() as u64 ^ (u64::from(std::process::id()) << 32));
+    let seed = *RNG_SEED.get_or_init(|| now().as_nanosecond() as u64 ^ (u64::from(std::process::id()) << 32));
     let n = RNG_COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut z = seed.wrapping_add(n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -99,16 +100,20 @@ pub fn check_dns_label(s: &str) -> Result<(), String> {
         return Err("must be no more than 63 characters".into());
     }
     let bytes = s.as_bytes();
-    let ok_inner = bytes.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    let ok_inner = bytes
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
     let ok_ends = bytes.first().is_some_and(|c| c.is_ascii_alphanumeric())
         && bytes.last().is_some_and(|c| c.is_ascii_alphanumeric());
     if ok_inner && ok_ends {
         Ok(())
     } else {
-        Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
+        Err(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
              start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for \
              validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-            .into())
+                .into(),
+        )
     }
 }
 
@@ -121,17 +126,20 @@ pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
         return Err("must be no more than 253 characters".into());
     }
     let bytes = s.as_bytes();
-    let ok_inner =
-        bytes.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.');
+    let ok_inner = bytes
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.');
     let ok_ends = bytes.first().is_some_and(|c| c.is_ascii_alphanumeric())
         && bytes.last().is_some_and(|c| c.is_ascii_alphanumeric());
     if ok_inner && ok_ends {
         Ok(())
     } else {
-        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
+        Err(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
              and must start and end with an alphanumeric character (e.g. 'example.com', regex used for \
              validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-            .into())
+                .into(),
+        )
     }
 }
 
@@ -153,7 +161,10 @@ pub fn get_str<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 pub fn object_at<'a>(v: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
     let mut cur = ensure_object(v);
     for p in path {
-        cur = ensure_object(cur.entry((*p).to_string()).or_insert_with(|| Value::Object(Map::new())));
+        cur = ensure_object(
+            cur.entry((*p).to_string())
+                .or_insert_with(|| Value::Object(Map::new())),
+        );
     }
     cur
 }

@@ -1,4 +1,5 @@
 //! The API server driven through kube-rs: CRUD, concurrency, patches, selectors, paging, watches.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failure is a panic.
 
 mod common;
 
@@ -8,7 +9,10 @@ use common::{pod, pod_json, start, start_with};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use kube::core::response::Status;
 use kube::runtime::watcher;
 use serde_json::json;
@@ -31,8 +35,14 @@ async fn create_get_list_generate_name_and_already_exists() {
     assert!(meta.uid.as_deref().is_some_and(|u| u.len() == 36));
     assert!(meta.creation_timestamp.is_some());
     assert!(meta.resource_version.is_some());
-    assert_eq!(created.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Pending"));
-    assert_eq!(created.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()), Some("default-scheduler"));
+    assert_eq!(
+        created.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    assert_eq!(
+        created.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
+        Some("default-scheduler")
+    );
 
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.metadata.uid, meta.uid);
@@ -57,9 +67,12 @@ async fn create_get_list_generate_name_and_already_exists() {
     let err = api_err(other.create(&PostParams::default(), &pod("a")).await.unwrap_err());
     assert_eq!(err.code, 404);
     let nss: Api<Namespace> = Api::all(client.clone());
-    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "nope"}})).unwrap())
-        .await
-        .unwrap();
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "nope"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     other.create(&PostParams::default(), &pod("a")).await.unwrap();
     let all: Api<Pod> = Api::all(client);
     assert_eq!(all.list(&ListParams::default()).await.unwrap().items.len(), 3);
@@ -69,7 +82,8 @@ async fn create_get_list_generate_name_and_already_exists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validation_errors_name_the_field() {
     let (server, client) = start().await;
-    let raw: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &ApiResource::erase::<Pod>(&()));
+    let raw: Api<DynamicObject> =
+        Api::default_namespaced_with(client.clone(), &ApiResource::erase::<Pod>(&()));
     let bad: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"},
         "spec": {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": "eighty"}]}]},
@@ -77,7 +91,11 @@ async fn validation_errors_name_the_field() {
     .unwrap();
     let err = api_err(raw.create(&PostParams::default(), &bad).await.unwrap_err());
     assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
-    assert!(err.message.contains("spec.containers[0].ports[0].containerPort"), "{}", err.message);
+    assert!(
+        err.message.contains("spec.containers[0].ports[0].containerPort"),
+        "{}",
+        err.message
+    );
 
     let bad: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "Bad_Name"},
@@ -94,7 +112,11 @@ async fn validation_errors_name_the_field() {
     }))
     .unwrap();
     let err = api_err(raw.create(&PostParams::default(), &bad).await.unwrap_err());
-    assert!(err.message.contains("spec.containers[0].resources.requests[cpu]"), "{}", err.message);
+    assert!(
+        err.message.contains("spec.containers[0].resources.requests[cpu]"),
+        "{}",
+        err.message
+    );
 
     let bad: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {},
@@ -102,7 +124,11 @@ async fn validation_errors_name_the_field() {
     }))
     .unwrap();
     let err = api_err(raw.create(&PostParams::default(), &bad).await.unwrap_err());
-    assert!(err.message.contains("name or generateName is required"), "{}", err.message);
+    assert!(
+        err.message.contains("name or generateName is required"),
+        "{}",
+        err.message
+    );
     server.shutdown().await;
 }
 
@@ -116,9 +142,13 @@ async fn unknown_fields_survive_a_round_trip() {
     p["spec"]["containers"][0]["alphaThing"] = json!("keep-me");
     let obj: DynamicObject = serde_json::from_value(p).unwrap();
     raw.create(&PostParams::default(), &obj).await.unwrap();
-    raw.patch("u", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"b": "2"}}})))
-        .await
-        .unwrap();
+    raw.patch(
+        "u",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"b": "2"}}})),
+    )
+    .await
+    .unwrap();
     let got = raw.get("u").await.unwrap();
     assert_eq!(got.data["spec"]["futureField"], json!({"x": [1, 2]}));
     assert_eq!(got.data["spec"]["containers"][0]["alphaThing"], "keep-me");
@@ -131,26 +161,53 @@ async fn stale_updates_conflict_and_status_is_separate() {
     let pods: Api<Pod> = Api::default_namespaced(client);
     let p = pods.create(&PostParams::default(), &pod("a")).await.unwrap();
     let mut newer = p.clone();
-    newer.metadata.labels.get_or_insert_default().insert("v".into(), "1".into());
+    newer
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("v".into(), "1".into());
     let updated = pods.replace("a", &PostParams::default(), &newer).await.unwrap();
     assert_ne!(updated.metadata.resource_version, p.metadata.resource_version);
-    assert_eq!(updated.metadata.generation, Some(1), "metadata-only change keeps the generation");
+    assert_eq!(
+        updated.metadata.generation,
+        Some(1),
+        "metadata-only change keeps the generation"
+    );
 
     let mut stale = p.clone();
-    stale.metadata.labels.get_or_insert_default().insert("v".into(), "2".into());
-    let err = api_err(pods.replace("a", &PostParams::default(), &stale).await.unwrap_err());
+    stale
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("v".into(), "2".into());
+    let err = api_err(
+        pods.replace("a", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
 
     // Main-resource writes ignore status; /status writes only status.
-    pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running"}, "metadata": {"labels": {"m": "1"}}})))
-        .await
-        .unwrap();
+    pods.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running"}, "metadata": {"labels": {"m": "1"}}})),
+    )
+    .await
+    .unwrap();
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.status.unwrap().phase.as_deref(), Some("Pending"));
-    assert_eq!(got.metadata.labels.unwrap().get("m").map(String::as_str), Some("1"));
-    pods.patch_status("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running"}, "metadata": {"labels": {"s": "1"}}})))
-        .await
-        .unwrap();
+    assert_eq!(
+        got.metadata.labels.unwrap().get("m").map(String::as_str),
+        Some("1")
+    );
+    pods.patch_status(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running"}, "metadata": {"labels": {"s": "1"}}})),
+    )
+    .await
+    .unwrap();
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.status.unwrap().phase.as_deref(), Some("Running"));
     assert!(!got.metadata.labels.unwrap().contains_key("s"));
@@ -160,7 +217,9 @@ async fn stale_updates_conflict_and_status_is_separate() {
         pods.patch(
             "a",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"resourceVersion": p.metadata.resource_version, "labels": {"z": "1"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"resourceVersion": p.metadata.resource_version, "labels": {"z": "1"}}}),
+            ),
         )
         .await
         .unwrap_err(),
@@ -169,14 +228,22 @@ async fn stale_updates_conflict_and_status_is_separate() {
 
     // Pod spec is immutable except for the allowed fields.
     let err = api_err(
-        pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeName": "n1"}})))
-            .await
-            .unwrap_err(),
+        pods.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "n1"}})),
+        )
+        .await
+        .unwrap_err(),
     );
     assert_eq!(err.code, 422);
-    pods.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}})))
-        .await
-        .unwrap();
+    pods.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}})),
+    )
+    .await
+    .unwrap();
     server.shutdown().await;
 }
 
@@ -187,18 +254,36 @@ async fn patch_flavours() {
     pods.create(&PostParams::default(), &pod("a")).await.unwrap();
     // Strategic merge: conditions merge by type.
     let cond = |t: &str, s: &str| json!({"type": t, "status": s});
-    pods.patch_status("a", &PatchParams::default(), &Patch::Strategic(json!({"status": {"conditions": [cond("PodScheduled", "False")]}})))
-        .await
-        .unwrap();
-    pods.patch_status("a", &PatchParams::default(), &Patch::Strategic(json!({"status": {"conditions": [cond("Ready", "False")]}})))
-        .await
-        .unwrap();
-    pods.patch_status("a", &PatchParams::default(), &Patch::Strategic(json!({"status": {"conditions": [cond("PodScheduled", "True")]}})))
-        .await
-        .unwrap();
+    pods.patch_status(
+        "a",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [cond("PodScheduled", "False")]}})),
+    )
+    .await
+    .unwrap();
+    pods.patch_status(
+        "a",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [cond("Ready", "False")]}})),
+    )
+    .await
+    .unwrap();
+    pods.patch_status(
+        "a",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [cond("PodScheduled", "True")]}})),
+    )
+    .await
+    .unwrap();
     let conds = pods.get("a").await.unwrap().status.unwrap().conditions.unwrap();
     let summary: Vec<(String, String)> = conds.into_iter().map(|c| (c.type_, c.status)).collect();
-    assert_eq!(summary, vec![("PodScheduled".into(), "True".into()), ("Ready".into(), "False".into())]);
+    assert_eq!(
+        summary,
+        vec![
+            ("PodScheduled".into(), "True".into()),
+            ("Ready".into(), "False".into())
+        ]
+    );
 
     // JSON patch, including a failing test operation.
     let jp: json_patch::Patch = serde_json::from_value(json!([
@@ -206,25 +291,48 @@ async fn patch_flavours() {
         {"op": "replace", "path": "/metadata/labels/app", "value": "db"},
     ]))
     .unwrap();
-    let p = pods.patch("a", &PatchParams::default(), &Patch::Json::<()>(jp)).await.unwrap();
+    let p = pods
+        .patch("a", &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await
+        .unwrap();
     let labels = p.metadata.labels.unwrap();
     assert_eq!((labels["tier"].as_str(), labels["app"].as_str()), ("fe", "db"));
     let jp: json_patch::Patch =
-        serde_json::from_value(json!([{"op": "test", "path": "/metadata/labels/app", "value": "web"}])).unwrap();
-    let err = api_err(pods.patch("a", &PatchParams::default(), &Patch::Json::<()>(jp)).await.unwrap_err());
+        serde_json::from_value(json!([{"op": "test", "path": "/metadata/labels/app", "value": "web"}]))
+            .unwrap();
+    let err = api_err(
+        pods.patch("a", &PatchParams::default(), &Patch::Json::<()>(jp))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(err.code, 422);
 
     // Finalizers merge as a set; $patch: delete removes a list item.
-    pods.patch("a", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["a/x"]}})))
+    pods.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"metadata": {"finalizers": ["a/x"]}})),
+    )
+    .await
+    .unwrap();
+    let p = pods
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["a/y", "a/x"]}})),
+        )
         .await
         .unwrap();
+    assert_eq!(
+        p.metadata.finalizers.unwrap(),
+        vec!["a/x".to_string(), "a/y".to_string()]
+    );
     let p = pods
-        .patch("a", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["a/y", "a/x"]}})))
-        .await
-        .unwrap();
-    assert_eq!(p.metadata.finalizers.unwrap(), vec!["a/x".to_string(), "a/y".to_string()]);
-    let p = pods
-        .patch("a", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x", "a/y"]}})))
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x", "a/y"]}})),
+        )
         .await
         .unwrap();
     assert!(p.metadata.finalizers.unwrap_or_default().is_empty());
@@ -234,7 +342,13 @@ async fn patch_flavours() {
     let applied = pods.patch("b", &ssa, &Patch::Apply(pod_json("b"))).await.unwrap();
     assert_eq!(applied.metadata.name.as_deref(), Some("b"));
     let applied = pods
-        .patch("b", &ssa, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "labels": {"x": "y"}}})))
+        .patch(
+            "b",
+            &ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "labels": {"x": "y"}}}),
+            ),
+        )
         .await
         .unwrap();
     assert_eq!(applied.metadata.labels.unwrap()["x"], "y");
@@ -247,23 +361,46 @@ async fn binding_sets_node_once_and_checks_uid() {
     let pods: Api<Pod> = Api::default_namespaced(client);
     let p = pods.create(&PostParams::default(), &pod("a")).await.unwrap();
     let binding = |uid: Option<String>| Binding {
-        metadata: ObjectMeta { name: Some("a".into()), namespace: Some("default".into()), uid, ..Default::default() },
-        target: ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some("n1".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("a".into()),
+            namespace: Some("default".into()),
+            uid,
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            ..Default::default()
+        },
     };
     let err = api_err(
-        pods.create_subresource::<_, Status>("binding", "a", &PostParams::default(), &binding(Some("wrong-uid".into())))
-            .await
-            .unwrap_err(),
+        pods.create_subresource::<_, Status>(
+            "binding",
+            "a",
+            &PostParams::default(),
+            &binding(Some("wrong-uid".into())),
+        )
+        .await
+        .unwrap_err(),
     );
     assert_eq!(err.code, 409);
     let st: Status = pods
-        .create_subresource("binding", "a", &PostParams::default(), &binding(p.metadata.uid.clone()))
+        .create_subresource(
+            "binding",
+            "a",
+            &PostParams::default(),
+            &binding(p.metadata.uid.clone()),
+        )
         .await
         .unwrap();
     assert!(st.is_success());
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.spec.unwrap().node_name.as_deref(), Some("n1"));
-    assert!(got.status.unwrap().conditions.unwrap_or_default().is_empty(), "binding adds no condition");
+    assert!(
+        got.status.unwrap().conditions.unwrap_or_default().is_empty(),
+        "binding adds no condition"
+    );
     let err = api_err(
         pods.create_subresource::<_, Status>("binding", "a", &PostParams::default(), &binding(None))
             .await
@@ -282,17 +419,29 @@ async fn finalizers_keep_object_until_removed() {
     p.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     pods.create(&PostParams::default(), &p).await.unwrap();
     let res = pods.delete("f", &DeleteParams::default()).await.unwrap();
-    let kept = res.left().expect("the object is returned while finalizers remain");
+    let kept = res
+        .left()
+        .expect("the object is returned while finalizers remain");
     assert!(kept.metadata.deletion_timestamp.is_some());
     assert!(pods.get("f").await.unwrap().metadata.deletion_timestamp.is_some());
     // No new finalizers while deleting.
     let err = api_err(
-        pods.patch("f", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "x/y"]}})))
-            .await
-            .unwrap_err(),
+        pods.patch(
+            "f",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold", "x/y"]}})),
+        )
+        .await
+        .unwrap_err(),
     );
     assert_eq!(err.code, 422);
-    pods.patch("f", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    pods.patch(
+        "f",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     let err = api_err(pods.get("f").await.unwrap_err());
     assert_eq!(err.code, 404);
     server.shutdown().await;
@@ -303,29 +452,36 @@ async fn owned_objects_are_garbage_collected() {
     let (server, client) = start_with(ApiServer::builder().kubelet(None).claim_controller(false)).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let owner = nodes
-        .create(&PostParams::default(), &serde_json::from_value(common::node_json("owner", "4", "10")).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(common::node_json("owner", "4", "10")).unwrap(),
+        )
         .await
         .unwrap();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let mut dep = pod("dep");
-    dep.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: "owner".into(),
-        uid: owner.metadata.uid.clone().unwrap(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }]);
+    dep.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "owner".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
     pods.create(&PostParams::default(), &dep).await.unwrap();
     // A dependent of a kind this server does not serve is left alone.
     let mut foreign = pod("foreign");
-    foreign.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "ReplicaSet".into(),
-        name: "rs".into(),
-        uid: "00000000-0000-4000-8000-000000000000".into(),
-        ..Default::default()
-    }]);
+    foreign.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "rs".into(),
+            uid: "00000000-0000-4000-8000-000000000000".into(),
+            ..Default::default()
+        },
+    ]);
     pods.create(&PostParams::default(), &foreign).await.unwrap();
 
     nodes.delete("owner", &DeleteParams::default()).await.unwrap();
@@ -341,17 +497,22 @@ async fn owned_objects_are_garbage_collected() {
 
     // Orphan propagation keeps the dependent and drops the reference.
     let owner = nodes
-        .create(&PostParams::default(), &serde_json::from_value(common::node_json("owner2", "4", "10")).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(common::node_json("owner2", "4", "10")).unwrap(),
+        )
         .await
         .unwrap();
     let mut dep = pod("dep2");
-    dep.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: "owner2".into(),
-        uid: owner.metadata.uid.clone().unwrap(),
-        ..Default::default()
-    }]);
+    dep.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "owner2".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        },
+    ]);
     pods.create(&PostParams::default(), &dep).await.unwrap();
     nodes.delete("owner2", &DeleteParams::orphan()).await.unwrap();
     let orphaned = common::eventually(Duration::from_secs(5), || async {
@@ -368,7 +529,12 @@ async fn owned_objects_are_garbage_collected() {
 async fn label_and_field_selectors() {
     let (server, client) = start().await;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    for (name, app, node) in [("a", "web", ""), ("b", "web", "n1"), ("c", "db", "n1"), ("d", "cache", "n2")] {
+    for (name, app, node) in [
+        ("a", "web", ""),
+        ("b", "web", "n1"),
+        ("c", "db", "n1"),
+        ("d", "cache", "n2"),
+    ] {
         let mut p = pod(name);
         p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
         if !node.is_empty() {
@@ -376,21 +542,54 @@ async fn label_and_field_selectors() {
         }
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
-    let names = |l: kube::core::ObjectList<Pod>| l.items.into_iter().map(|p| p.metadata.name.unwrap()).collect::<Vec<_>>();
+    let names = |l: kube::core::ObjectList<Pod>| {
+        l.items
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
     let q = |s: &str| ListParams::default().labels(s);
     assert_eq!(names(pods.list(&q("app=web")).await.unwrap()), ["a", "b"]);
     assert_eq!(names(pods.list(&q("app!=web")).await.unwrap()), ["c", "d"]);
-    assert_eq!(names(pods.list(&q("app in (db,cache)")).await.unwrap()), ["c", "d"]);
-    assert_eq!(names(pods.list(&q("app notin (db,cache)")).await.unwrap()), ["a", "b"]);
+    assert_eq!(
+        names(pods.list(&q("app in (db,cache)")).await.unwrap()),
+        ["c", "d"]
+    );
+    assert_eq!(
+        names(pods.list(&q("app notin (db,cache)")).await.unwrap()),
+        ["a", "b"]
+    );
     assert_eq!(names(pods.list(&q("app")).await.unwrap()).len(), 4);
     assert!(names(pods.list(&q("!app")).await.unwrap()).is_empty());
     let f = |s: &str| ListParams::default().fields(s);
     assert_eq!(names(pods.list(&f("spec.nodeName=")).await.unwrap()), ["a"]);
-    assert_eq!(names(pods.list(&f("spec.nodeName=n1")).await.unwrap()), ["b", "c"]);
-    assert_eq!(names(pods.list(&f("spec.nodeName!=n1,spec.nodeName!=")).await.unwrap()), ["d"]);
+    assert_eq!(
+        names(pods.list(&f("spec.nodeName=n1")).await.unwrap()),
+        ["b", "c"]
+    );
+    assert_eq!(
+        names(pods.list(&f("spec.nodeName!=n1,spec.nodeName!=")).await.unwrap()),
+        ["d"]
+    );
     assert_eq!(names(pods.list(&f("metadata.name=c")).await.unwrap()), ["c"]);
-    assert_eq!(names(pods.list(&f("metadata.namespace=default,status.phase=Pending")).await.unwrap()).len(), 4);
-    assert_eq!(names(pods.list(&f("spec.schedulerName=default-scheduler,status.phase!=Failed")).await.unwrap()).len(), 4);
+    assert_eq!(
+        names(
+            pods.list(&f("metadata.namespace=default,status.phase=Pending"))
+                .await
+                .unwrap()
+        )
+        .len(),
+        4
+    );
+    assert_eq!(
+        names(
+            pods.list(&f("spec.schedulerName=default-scheduler,status.phase!=Failed"))
+                .await
+                .unwrap()
+        )
+        .len(),
+        4
+    );
     let err = api_err(pods.list(&q("app in web")).await.unwrap_err());
     assert_eq!(err.code, 400);
     server.shutdown().await;
@@ -401,7 +600,9 @@ async fn pagination_with_limit_and_continue_and_410() {
     let (server, client) = start_with(ApiServer::builder().controllers(false).history(30)).await;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     for i in 0..7 {
-        pods.create(&PostParams::default(), &pod(&format!("p{i}"))).await.unwrap();
+        pods.create(&PostParams::default(), &pod(&format!("p{i}")))
+            .await
+            .unwrap();
     }
     let first = pods.list(&ListParams::default().limit(3)).await.unwrap();
     assert_eq!(first.items.len(), 3);
@@ -410,12 +611,23 @@ async fn pagination_with_limit_and_continue_and_410() {
     // Changes after the first page are not seen by later pages (consistent snapshot).
     pods.delete("p4", &DeleteParams::default()).await.unwrap();
     pods.create(&PostParams::default(), &pod("p9")).await.unwrap();
-    let second = pods.list(&ListParams::default().limit(3).continue_token(&token)).await.unwrap();
-    let names: Vec<_> = second.items.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    let second = pods
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await
+        .unwrap();
+    let names: Vec<_> = second
+        .items
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["p3", "p4", "p5"]);
     assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
     let third = pods
-        .list(&ListParams::default().limit(3).continue_token(second.metadata.continue_.as_deref().unwrap()))
+        .list(
+            &ListParams::default()
+                .limit(3)
+                .continue_token(second.metadata.continue_.as_deref().unwrap()),
+        )
         .await
         .unwrap();
     assert_eq!(third.items.len(), 1);
@@ -426,11 +638,19 @@ async fn pagination_with_limit_and_continue_and_410() {
 
     // Push the first page's version out of the 30-event history: the token expires.
     for i in 0..40 {
-        pods.patch("p0", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"i": i.to_string()}}})))
-            .await
-            .unwrap();
+        pods.patch(
+            "p0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"i": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
     }
-    let err = api_err(pods.list(&ListParams::default().limit(3).continue_token(&token)).await.unwrap_err());
+    let err = api_err(
+        pods.list(&ListParams::default().limit(3).continue_token(&token))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((err.code, err.reason.as_str()), (410, "Expired"));
     server.shutdown().await;
 }
@@ -442,12 +662,20 @@ async fn watch_resumes_in_order_and_expires_with_410() {
     let p = pods.create(&PostParams::default(), &pod("w")).await.unwrap();
     let start_rv = p.metadata.resource_version.clone().unwrap();
     for i in 0..5 {
-        pods.patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"i": i.to_string()}}})))
-            .await
-            .unwrap();
+        pods.patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"i": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
     }
     pods.delete("w", &DeleteParams::default()).await.unwrap();
-    let mut stream = pods.watch(&WatchParams::default().timeout(5), &start_rv).await.unwrap().boxed();
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(5), &start_rv)
+        .await
+        .unwrap()
+        .boxed();
     let mut seen = Vec::new();
     while seen.len() < 6 {
         match stream.try_next().await.unwrap().unwrap() {
@@ -461,9 +689,15 @@ async fn watch_resumes_in_order_and_expires_with_410() {
 
     // Too old: an ERROR event with a 410 Status.
     for i in 0..60 {
-        pods.create(&PostParams::default(), &pod(&format!("x{i}"))).await.unwrap();
+        pods.create(&PostParams::default(), &pod(&format!("x{i}")))
+            .await
+            .unwrap();
     }
-    let mut stream = pods.watch(&WatchParams::default().timeout(5), &start_rv).await.unwrap().boxed();
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(5), &start_rv)
+        .await
+        .unwrap()
+        .boxed();
     match stream.try_next().await.unwrap().unwrap() {
         WatchEvent::Error(s) => assert_eq!((s.code, s.reason.as_str()), (410, "Expired")),
         other => panic!("expected a 410 error event, got {other:?}"),
@@ -473,11 +707,21 @@ async fn watch_resumes_in_order_and_expires_with_410() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_bookmarks_selectors_and_initial_events() {
-    let (server, client) =
-        start_with(ApiServer::builder().controllers(false).bookmark_interval(Duration::from_millis(100))).await;
+    let (server, client) = start_with(
+        ApiServer::builder()
+            .controllers(false)
+            .bookmark_interval(Duration::from_millis(100)),
+    )
+    .await;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     pods.create(&PostParams::default(), &pod("a")).await.unwrap();
-    let rv = pods.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     let mut params = WatchParams::default().fields("spec.nodeName=").timeout(5);
     params.bookmarks = true;
     let mut stream = pods.watch(&params, &rv).await.unwrap().boxed();
@@ -518,14 +762,20 @@ async fn watch_bookmarks_selectors_and_initial_events() {
         })
         .take(1)
         .try_collect::<Vec<_>>();
-    let got = tokio::time::timeout(Duration::from_secs(5), names).await.unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), names)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got, ["a"]);
     let w = watcher(pods.clone(), watcher::Config::default().streaming_lists()).boxed();
     let init_done = w
         .try_filter_map(|e| async move { Ok(matches!(e, watcher::Event::InitDone).then_some(())) })
         .take(1)
         .try_collect::<Vec<_>>();
-    tokio::time::timeout(Duration::from_secs(5), init_done).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), init_done)
+        .await
+        .unwrap()
+        .unwrap();
     server.shutdown().await;
 }
 
@@ -552,6 +802,9 @@ async fn kube_watcher_sees_events_in_order() {
         pods.delete("b", &DeleteParams::default()).await.unwrap();
     };
     let (got, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(10), events), writer);
-    assert_eq!(got.unwrap().unwrap(), ["init", "apply:a", "apply:b", "apply:c", "delete:b"]);
+    assert_eq!(
+        got.unwrap().unwrap(),
+        ["init", "apply:a", "apply:b", "apply:c", "delete:b"]
+    );
     server.shutdown().await;
 }

@@ -1,4 +1,5 @@
 //! kubectl (if on PATH) against the simulator: create, get, get -o yaml, apply, delete.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failure is a panic.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,9 +14,16 @@ struct Kubectl {
 impl Kubectl {
     async fn run(&self, args: &[&str]) -> (bool, String, String) {
         let mut cmd = tokio::process::Command::new("kubectl");
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).arg("--cache-dir").arg(&self.cache).arg("--request-timeout=10s");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .arg("--request-timeout=10s");
         cmd.args(args).kill_on_drop(true);
-        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output()).await.expect("kubectl timed out").unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .expect("kubectl timed out")
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         (out.status.success(), stdout, stderr)
@@ -29,7 +37,11 @@ impl Kubectl {
 }
 
 fn kubectl_present() -> bool {
-    std::process::Command::new("kubectl").arg("version").arg("--client").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -71,18 +83,35 @@ async fn kubectl_create_get_apply_delete() {
         println!("NOTE: kubectl is not on PATH; skipping the kubectl test");
         return;
     }
-    let running = ApiServer::builder().build().serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("unisched-sim-kubectl-{}-{}", std::process::id(), running.addr.port()));
+    let running = ApiServer::builder()
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "unisched-sim-kubectl-{}-{}",
+        std::process::id(),
+        running.addr.port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let k = Kubectl { kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())), cache: dir.join("cache") };
+    let k = Kubectl {
+        kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())),
+        cache: dir.join("cache"),
+    };
     let pod_file = write(&dir, "pod.yaml", &POD.replace("IMAGE", "nginx:1"));
 
     let out = k.ok(&["create", "-f", &pod_file]).await;
     assert!(out.contains("pod/x created"), "{out}");
     let out = k.ok(&["get", "pods", "-A"]).await;
-    assert!(out.contains("NAMESPACE") && out.lines().any(|l| l.starts_with("default") && l.contains(" x ")), "{out}");
+    assert!(
+        out.contains("NAMESPACE") && out.lines().any(|l| l.starts_with("default") && l.contains(" x ")),
+        "{out}"
+    );
     let out = k.ok(&["get", "pod", "x", "-o", "yaml"]).await;
-    assert!(out.contains("name: x") && out.contains("uid: ") && out.contains("image: nginx:1"), "{out}");
+    assert!(
+        out.contains("name: x") && out.contains("uid: ") && out.contains("image: nginx:1"),
+        "{out}"
+    );
     let out = k.ok(&["get", "pod", "x", "-o", "jsonpath={.status.phase}"]).await;
     assert_eq!(out, "Pending");
 
@@ -95,13 +124,35 @@ async fn kubectl_create_get_apply_delete() {
     assert!(out.contains("pod/x unchanged"), "{out}");
 
     // A namespaced DRA object in a new namespace, created and re-applied with a change.
-    let ns_file = write(&dir, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n");
+    let ns_file = write(
+        &dir,
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n",
+    );
     k.ok(&["apply", "-f", &ns_file]).await;
-    let tpl_file = write(&dir, "tpl.yaml", &TEMPLATE.replace("DEVICE_CLASS", "gpu.example.com"));
+    let tpl_file = write(
+        &dir,
+        "tpl.yaml",
+        &TEMPLATE.replace("DEVICE_CLASS", "gpu.example.com"),
+    );
     let out = k.ok(&["apply", "-f", &tpl_file]).await;
     assert!(out.contains("created"), "{out}");
     let out = k.ok(&["get", "resourceclaimtemplates", "-n", "team"]).await;
     assert!(out.contains("gpu"), "{out}");
+
+    // kubectl asks for strict field validation: a typo is an error, as with a real API server.
+    let typo = write(
+        &dir,
+        "typo.yaml",
+        &POD.replace("IMAGE", "nginx:1")
+            .replace("name: x", "name: typo")
+            .replace("image:", "imagee:"),
+    );
+    let (ok, _, err) = k.run(&["create", "-f", &typo]).await;
+    assert!(
+        !ok && err.contains("unknown field \"spec.containers[0].imagee\""),
+        "{err}"
+    );
 
     let out = k.ok(&["get", "--raw", "/version"]).await;
     assert!(out.contains("\"minor\":\"37\""), "{out}");

@@ -29,9 +29,11 @@ const COMPONENT: &str = "resource_claim";
 
 /// Runs until `shutdown` changes.
 pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let (Ok(pods), Ok(claims), Ok(templates)) =
-        (store.resolve("pods"), store.resolve("resourceclaims"), store.resolve("resourceclaimtemplates"))
-    else {
+    let (Ok(pods), Ok(claims), Ok(templates)) = (
+        store.resolve("pods"),
+        store.resolve("resourceclaims"),
+        store.resolve("resourceclaimtemplates"),
+    ) else {
         tracing::info!("resource claims are not served: the ResourceClaim controller does not run");
         return;
     };
@@ -81,7 +83,10 @@ fn resync(store: &Store) {
 }
 
 fn pod_claims(pod: &Value) -> Vec<Value> {
-    get_path(pod, &["spec", "resourceClaims"]).and_then(Value::as_array).cloned().unwrap_or_default()
+    get_path(pod, &["spec", "resourceClaims"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn has_claims(pod: &Value) -> bool {
@@ -89,7 +94,9 @@ fn has_claims(pod: &Value) -> bool {
 }
 
 fn pod_uses_template(pod: &Value, template: &str) -> bool {
-    pod_claims(pod).iter().any(|c| get_str(c, &["resourceClaimTemplateName"]) == Some(template))
+    pod_claims(pod)
+        .iter()
+        .any(|c| get_str(c, &["resourceClaimTemplateName"]) == Some(template))
 }
 
 /// Whether it is certain that the pod's containers will never run (upstream `isPodDone`).
@@ -107,17 +114,27 @@ fn claim_name_for(pod: &Value, entry: &Value) -> Option<Option<String>> {
     }
     let entry_name = get_str(entry, &["name"]).unwrap_or_default();
     let statuses = get_path(pod, &["status", "resourceClaimStatuses"]).and_then(Value::as_array)?;
-    let s = statuses.iter().find(|s| get_str(s, &["name"]) == Some(entry_name))?;
+    let s = statuses
+        .iter()
+        .find(|s| get_str(s, &["name"]) == Some(entry_name))?;
     Some(get_str(s, &["resourceClaimName"]).map(str::to_string))
 }
 
 fn controller_pod(claim: &Value) -> Option<(String, String)> {
-    get_path(claim, &["metadata", "ownerReferences"]).and_then(Value::as_array)?.iter().find_map(|o| {
-        (o.get("controller") == Some(&json!(true))
-            && get_str(o, &["apiVersion"]) == Some("v1")
-            && get_str(o, &["kind"]) == Some("Pod"))
-        .then(|| (get_str(o, &["name"]).unwrap_or_default().to_string(), get_str(o, &["uid"]).unwrap_or_default().to_string()))
-    })
+    get_path(claim, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)?
+        .iter()
+        .find_map(|o| {
+            (o.get("controller") == Some(&json!(true))
+                && get_str(o, &["apiVersion"]) == Some("v1")
+                && get_str(o, &["kind"]) == Some("Pod"))
+            .then(|| {
+                (
+                    get_str(o, &["name"]).unwrap_or_default().to_string(),
+                    get_str(o, &["uid"]).unwrap_or_default().to_string(),
+                )
+            })
+        })
 }
 
 fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool) {
@@ -131,7 +148,9 @@ fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool) {
             for claim in claims {
                 let reserved = get_path(claim.value(), &["status", "reservedFor"]).and_then(Value::as_array);
                 let owned = controller_pod(claim.value()).is_some_and(|(_, uid)| uid == pod.uid());
-                if owned || reserved.is_some_and(|r| r.iter().any(|e| get_str(e, &["uid"]) == Some(pod.uid()))) {
+                if owned
+                    || reserved.is_some_and(|r| r.iter().any(|e| get_str(e, &["uid"]) == Some(pod.uid())))
+                {
                     sync_claim(store, &claim);
                 }
             }
@@ -150,7 +169,9 @@ fn sync_pod(store: &Store, pod: &ObjectRef) {
     let mut new_statuses: Vec<Value> = Vec::new();
     for entry in pod_claims(pod_v) {
         let entry_name = get_str(&entry, &["name"]).unwrap_or_default().to_string();
-        let Some(template) = get_str(&entry, &["resourceClaimTemplateName"]).map(str::to_string) else { continue };
+        let Some(template) = get_str(&entry, &["resourceClaimTemplateName"]).map(str::to_string) else {
+            continue;
+        };
         match claim_name_for(pod_v, &entry) {
             Some(None) => continue,
             Some(Some(existing)) => {
@@ -188,24 +209,39 @@ fn sync_pod(store: &Store, pod: &ObjectRef) {
         }
     }
     // A pod bound without the scheduler (spec.nodeName set at creation) gets its claims reserved here.
-    let Some(current) = store.try_get("pods", Some(&ns), pod.name()) else { return };
-    if get_str(current.value(), &["spec", "nodeName"]).unwrap_or_default().is_empty() {
+    let Some(current) = store.try_get("pods", Some(&ns), pod.name()) else {
+        return;
+    };
+    if get_str(current.value(), &["spec", "nodeName"])
+        .unwrap_or_default()
+        .is_empty()
+    {
         return;
     }
     for entry in pod_claims(current.value()) {
-        let Some(Some(name)) = claim_name_for(current.value(), &entry) else { continue };
-        let Some(claim) = store.try_get("resourceclaims", Some(&ns), &name) else { continue };
+        let Some(Some(name)) = claim_name_for(current.value(), &entry) else {
+            continue;
+        };
+        let Some(claim) = store.try_get("resourceclaims", Some(&ns), &name) else {
+            continue;
+        };
         let c = claim.value();
-        let reserved: Vec<Value> =
-            get_path(c, &["status", "reservedFor"]).and_then(Value::as_array).cloned().unwrap_or_default();
+        let reserved: Vec<Value> = get_path(c, &["status", "reservedFor"])
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if get_path(c, &["status", "allocation"]).is_some()
-            && !reserved.iter().any(|r| get_str(r, &["uid"]) == Some(current.uid()))
+            && !reserved
+                .iter()
+                .any(|r| get_str(r, &["uid"]) == Some(current.uid()))
             && reserved.len() < 256
         {
             let mut list = reserved;
             list.push(json!({"resource": "pods", "name": current.name(), "uid": current.uid()}));
-            let patch = Patch::Merge(json!({"metadata": {"resourceVersion": claim.resource_version().to_string()},
-                                            "status": {"reservedFor": list}}));
+            let patch = Patch::Merge(
+                json!({"metadata": {"resourceVersion": claim.resource_version().to_string()},
+                                            "status": {"reservedFor": list}}),
+            );
             if let Err(e) = store.patch_status("resourceclaims", Some(&ns), &name, &patch) {
                 tracing::debug!(claim = name, error = %e, "could not reserve a claim for a bound pod");
             }
@@ -214,20 +250,36 @@ fn sync_pod(store: &Store, pod: &ObjectRef) {
 }
 
 fn find_generated_claim(store: &Store, pod: &ObjectRef, entry_name: &str) -> Option<ObjectRef> {
-    store.dependents_of(pod.uid()).into_iter().map(|(_, c)| c).find(|c| {
-        c.get("kind").and_then(Value::as_str) == Some("ResourceClaim")
-            && controller_pod(c.value()).is_some_and(|(_, uid)| uid == pod.uid())
-            && get_str(c.value(), &["metadata", "annotations", POD_CLAIM_NAME_ANNOTATION]) == Some(entry_name)
-    })
+    store
+        .dependents_of(pod.uid())
+        .into_iter()
+        .map(|(_, c)| c)
+        .find(|c| {
+            c.get("kind").and_then(Value::as_str) == Some("ResourceClaim")
+                && controller_pod(c.value()).is_some_and(|(_, uid)| uid == pod.uid())
+                && get_str(c.value(), &["metadata", "annotations", POD_CLAIM_NAME_ANNOTATION])
+                    == Some(entry_name)
+        })
 }
 
-fn create_claim(store: &Store, pod: &ObjectRef, entry_name: &str, template: &str) -> Result<ObjectRef, String> {
+fn create_claim(
+    store: &Store,
+    pod: &ObjectRef,
+    entry_name: &str,
+    template: &str,
+) -> Result<ObjectRef, String> {
     let ns = pod.namespace();
     let tpl = store
         .try_get("resourceclaimtemplates", Some(ns), template)
         .ok_or_else(|| format!("resource claim template {template:?}: resourceclaimtemplates.resource.k8s.io {template:?} not found"))?;
-    let tmeta = get_path(tpl.value(), &["spec", "metadata"]).cloned().unwrap_or(json!({}));
-    let mut annotations: Map<String, Value> = tmeta.get("annotations").and_then(Value::as_object).cloned().unwrap_or_default();
+    let tmeta = get_path(tpl.value(), &["spec", "metadata"])
+        .cloned()
+        .unwrap_or(json!({}));
+    let mut annotations: Map<String, Value> = tmeta
+        .get("annotations")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), json!(entry_name));
     let mut generate = format!("{}-{entry_name}-", pod.name());
     let max_base = 57;
@@ -255,7 +307,9 @@ fn create_claim(store: &Store, pod: &ObjectRef, entry_name: &str, template: &str
     if let Some(spec) = get_path(tpl.value(), &["spec", "spec"]) {
         claim["spec"] = spec.clone();
     }
-    store.create("resourceclaims", Some(ns), claim).map_err(|e| format!("create ResourceClaim {generate}: {e}"))
+    store
+        .create("resourceclaims", Some(ns), claim)
+        .map_err(|e| format!("create ResourceClaim {generate}: {e}"))
 }
 
 fn sync_claim(store: &Store, claim: &ObjectRef) {
@@ -275,7 +329,10 @@ fn sync_claim(store: &Store, claim: &ObjectRef) {
 fn try_sync_claim(store: &Store, ns: &str, name: &str) -> Result<(), crate::StoreError> {
     let claim = store.get("resourceclaims", Some(ns), name)?;
     let c = claim.value();
-    let reserved: Vec<Value> = get_path(c, &["status", "reservedFor"]).and_then(Value::as_array).cloned().unwrap_or_default();
+    let reserved: Vec<Value> = get_path(c, &["status", "reservedFor"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let valid: Vec<Value> = reserved
         .iter()
         .filter(|r| {
@@ -326,7 +383,10 @@ fn try_sync_claim(store: &Store, ns: &str, name: &str) -> Result<(), crate::Stor
         && let Some(pod) = store.try_get("pods", Some(ns), &pod_name)
         && (pod.uid() != pod_uid || is_pod_done(pod.value()))
     {
-        let opts = DeleteOptions { precondition_uid: Some(current.uid().to_string()), ..DeleteOptions::default() };
+        let opts = DeleteOptions {
+            precondition_uid: Some(current.uid().to_string()),
+            ..DeleteOptions::default()
+        };
         match store.delete("resourceclaims", Some(ns), name, &opts) {
             Ok(_) => {}
             Err(e) if e.is_not_found() || e.is_conflict() => {}
@@ -339,9 +399,16 @@ fn try_sync_claim(store: &Store, ns: &str, name: &str) -> Result<(), crate::Stor
 fn remove_protection(store: &Store, claim: &ObjectRef) -> Result<ObjectRef, crate::StoreError> {
     let left: Vec<Value> = get_path(claim.value(), &["metadata", "finalizers"])
         .and_then(Value::as_array)
-        .map(|f| f.iter().filter(|x| *x != DELETE_PROTECTION_FINALIZER).cloned().collect())
+        .map(|f| {
+            f.iter()
+                .filter(|x| *x != DELETE_PROTECTION_FINALIZER)
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
-    let patch = Patch::Merge(json!({"metadata": {"finalizers": left, "resourceVersion": claim.resource_version().to_string()}}));
+    let patch = Patch::Merge(
+        json!({"metadata": {"finalizers": left, "resourceVersion": claim.resource_version().to_string()}}),
+    );
     match store.patch("resourceclaims", Some(claim.namespace()), claim.name(), &patch) {
         Ok(o) => Ok(o),
         // Removing the last finalizer of a claim being deleted removes the claim.

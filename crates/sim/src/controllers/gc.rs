@@ -27,13 +27,22 @@ pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>)
                 sub = store.subscribe();
                 sweep(&store);
             }
-            Next::Event(ev) => handle(&store, ev.kind, ev.event_type, &ev.object, ev.source.as_ref().and_then(|s| s.previous.clone())),
+            Next::Event(ev) => handle(
+                &store,
+                ev.kind,
+                ev.event_type,
+                &ev.object,
+                ev.source.as_ref().and_then(|s| s.previous.clone()),
+            ),
         }
     }
 }
 
 fn owner_refs(v: &Value) -> Vec<Value> {
-    get_path(v, &["metadata", "ownerReferences"]).and_then(Value::as_array).cloned().unwrap_or_default()
+    get_path(v, &["metadata", "ownerReferences"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn finalizers(v: &Value) -> Vec<String> {
@@ -126,9 +135,16 @@ fn check_owners(store: &Store, kind: KindId, dep: &ObjectRef) {
 }
 
 fn remove_finalizer(store: &Store, obj: &ObjectRef, finalizer: &str) {
-    let Some((kind, cur)) = store.get_by_uid(obj.uid()) else { return };
-    let left: Vec<String> = finalizers(cur.value()).into_iter().filter(|f| f != finalizer).collect();
-    let patch = Patch::Merge(json!({"metadata": {"finalizers": left, "resourceVersion": cur.resource_version().to_string()}}));
+    let Some((kind, cur)) = store.get_by_uid(obj.uid()) else {
+        return;
+    };
+    let left: Vec<String> = finalizers(cur.value())
+        .into_iter()
+        .filter(|f| f != finalizer)
+        .collect();
+    let patch = Patch::Merge(
+        json!({"metadata": {"finalizers": left, "resourceVersion": cur.resource_version().to_string()}}),
+    );
     if let Err(e) = store.patch_in(kind, cur.namespace(), cur.name(), &patch, false, false)
         && !e.is_not_found()
         && !e.is_conflict()
@@ -142,8 +158,10 @@ fn handle_deleting_owner(store: &Store, owner: &ObjectRef) {
     let uid = owner.uid().to_string();
     if fins.iter().any(|f| f == "orphan") {
         for (dkind, dep) in store.dependents_of(&uid) {
-            let kept: Vec<Value> =
-                owner_refs(dep.value()).into_iter().filter(|r| get_str(r, &["uid"]) != Some(uid.as_str())).collect();
+            let kept: Vec<Value> = owner_refs(dep.value())
+                .into_iter()
+                .filter(|r| get_str(r, &["uid"]) != Some(uid.as_str()))
+                .collect();
             let patch = Patch::Merge(json!({"metadata": {"ownerReferences": kept}}));
             if let Err(e) = store.patch_in(dkind, dep.namespace(), dep.name(), &patch, false, false)
                 && !e.is_not_found()

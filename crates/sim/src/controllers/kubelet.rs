@@ -12,8 +12,8 @@
 //! Extended resources that a pod gets through DRA (`status.extendedResourceClaimStatus`) are not
 //! checked against node allocatable, as the kubelet skips them.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -41,7 +41,10 @@ pub struct KubeletConfig {
 
 impl Default for KubeletConfig {
     fn default() -> Self {
-        Self { admission: true, default_run_seconds: None }
+        Self {
+            admission: true,
+            default_run_seconds: None,
+        }
     }
 }
 
@@ -124,7 +127,9 @@ impl Kubelet {
     fn resync(&mut self) {
         self.admitted.clear();
         self.by_node.clear();
-        let Ok(pods) = self.store.list_all("pods", None) else { return };
+        let Ok(pods) = self.store.list_all("pods", None) else {
+            return;
+        };
         for pod in &pods {
             let node = get_str(pod.value(), &["spec", "nodeName"]).unwrap_or_default();
             if !node.is_empty() && phase(pod.value()) == "Running" {
@@ -138,8 +143,17 @@ impl Kubelet {
     }
 
     fn admit(&mut self, uid: &str, node: &str, requests: Resource) {
-        self.admitted.insert(uid.to_string(), Admitted { node: node.to_string(), requests });
-        self.by_node.entry(node.to_string()).or_default().insert(uid.to_string());
+        self.admitted.insert(
+            uid.to_string(),
+            Admitted {
+                node: node.to_string(),
+                requests,
+            },
+        );
+        self.by_node
+            .entry(node.to_string())
+            .or_default()
+            .insert(uid.to_string());
     }
 
     fn forget(&mut self, uid: &str) {
@@ -164,7 +178,9 @@ impl Kubelet {
         {
             return;
         }
-        let Some(node_obj) = self.store.try_get("nodes", None, &node) else { return };
+        let Some(node_obj) = self.store.try_get("nodes", None, &node) else {
+            return;
+        };
         let requests = requests_of(pod);
         if self.config.admission
             && let Some((reason, message)) = self.check_fit(v, &node, node_obj.value(), &requests)
@@ -191,7 +207,13 @@ impl Kubelet {
     }
 
     /// `Some((reason, message))` when the pod does not fit.
-    fn check_fit(&self, pod: &Value, node: &str, node_obj: &Value, req: &Resource) -> Option<(String, String)> {
+    fn check_fit(
+        &self,
+        pod: &Value,
+        node: &str,
+        node_obj: &Value,
+        req: &Resource,
+    ) -> Option<(String, String)> {
         let alloc_list: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> =
             get_path(node_obj, &["status", "allocatable"])
                 .and_then(|a| serde_json::from_value(a.clone()).ok())
@@ -215,13 +237,25 @@ impl Kubelet {
         if req.memory > 0 && used.memory + req.memory > alloc.memory {
             return Some(reject("memory", req.memory, used.memory, alloc.memory));
         }
-        if req.ephemeral_storage > 0 && used.ephemeral_storage + req.ephemeral_storage > alloc.ephemeral_storage {
-            return Some(reject("ephemeral-storage", req.ephemeral_storage, used.ephemeral_storage, alloc.ephemeral_storage));
+        if req.ephemeral_storage > 0
+            && used.ephemeral_storage + req.ephemeral_storage > alloc.ephemeral_storage
+        {
+            return Some(reject(
+                "ephemeral-storage",
+                req.ephemeral_storage,
+                used.ephemeral_storage,
+                alloc.ephemeral_storage,
+            ));
         }
-        let dra_backed: Vec<String> = get_path(pod, &["status", "extendedResourceClaimStatus", "requestMappings"])
-            .and_then(Value::as_array)
-            .map(|m| m.iter().filter_map(|x| get_str(x, &["resourceName"]).map(str::to_string)).collect())
-            .unwrap_or_default();
+        let dra_backed: Vec<String> =
+            get_path(pod, &["status", "extendedResourceClaimStatus", "requestMappings"])
+                .and_then(Value::as_array)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|x| get_str(x, &["resourceName"]).map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
         for (name, amount) in &req.scalar_resources {
             if *amount <= 0 || dra_backed.contains(name) {
                 continue;
@@ -236,8 +270,12 @@ impl Kubelet {
     }
 
     fn reject(&mut self, pod: &ObjectRef, reason: &str, message: &str) {
-        let patch = Patch::Strategic(json!({"status": {"phase": "Failed", "reason": reason, "message": message}}));
-        match self.store.patch_status("pods", Some(pod.namespace()), pod.name(), &patch) {
+        let patch =
+            Patch::Strategic(json!({"status": {"phase": "Failed", "reason": reason, "message": message}}));
+        match self
+            .store
+            .patch_status("pods", Some(pod.namespace()), pod.name(), &patch)
+        {
             Ok(p) => record_event(&self.store, p.value(), "Warning", reason, message, COMPONENT),
             Err(e) => tracing::debug!(pod = pod.name(), error = %e, "kubelet could not reject a pod"),
         }
@@ -294,7 +332,8 @@ impl Kubelet {
                     .collect()
             })
             .unwrap_or_default();
-        let cond = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+        let cond =
+            |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
         let mut status = json!({
             "phase": "Running",
             "startTime": now,
@@ -306,14 +345,24 @@ impl Kubelet {
         if !init.is_empty() {
             status["initContainerStatuses"] = json!(init);
         }
-        match self.store.patch_status("pods", Some(pod.namespace()), pod.name(), &Patch::Strategic(json!({"status": status}))) {
+        match self.store.patch_status(
+            "pods",
+            Some(pod.namespace()),
+            pod.name(),
+            &Patch::Strategic(json!({"status": status})),
+        ) {
             Ok(_) => {
                 let secs = get_str(v, &["metadata", "annotations", RUN_SECONDS_ANNOTATION])
                     .and_then(|s| s.trim().parse::<f64>().ok())
                     .or(self.config.default_run_seconds);
                 if let Some(s) = secs.filter(|s| s.is_finite() && *s >= 0.0) {
                     let at = tokio::time::Instant::now() + Duration::from_secs_f64(s.min(1e9));
-                    self.timers.push(Reverse((at, pod.namespace().to_string(), pod.name().to_string(), pod.uid().to_string())));
+                    self.timers.push(Reverse((
+                        at,
+                        pod.namespace().to_string(),
+                        pod.name().to_string(),
+                        pod.uid().to_string(),
+                    )));
                 }
             }
             Err(e) => {
@@ -329,13 +378,17 @@ impl Kubelet {
             if *at > now {
                 break;
             }
-            let Some(Reverse((_, ns, name, uid))) = self.timers.pop() else { break };
+            let Some(Reverse((_, ns, name, uid))) = self.timers.pop() else {
+                break;
+            };
             self.complete(&ns, &name, &uid);
         }
     }
 
     fn complete(&mut self, ns: &str, name: &str, uid: &str) {
-        let Some(pod) = self.store.try_get("pods", Some(ns), name) else { return };
+        let Some(pod) = self.store.try_get("pods", Some(ns), name) else {
+            return;
+        };
         if pod.uid() != uid || phase(pod.value()) != "Running" {
             return;
         }
@@ -343,7 +396,9 @@ impl Kubelet {
         let terminated = |c: &Value| {
             let n = get_str(c, &["name"]).unwrap_or_default();
             let image = get_str(c, &["image"]).unwrap_or_default();
-            let started = get_path(c, &["state", "running", "startedAt"]).cloned().unwrap_or(json!(now));
+            let started = get_path(c, &["state", "running", "startedAt"])
+                .cloned()
+                .unwrap_or(json!(now));
             json!({
                 "name": n, "image": image, "imageID": format!("sim://{image}"),
                 "containerID": get_str(c, &["containerID"]).unwrap_or_default(),
@@ -371,7 +426,13 @@ impl Kubelet {
 
 fn requests_of(pod: &ObjectRef) -> Resource {
     match pod.decode::<Pod>() {
-        Ok(p) => pod_requests(&p, &PodRequestOptions { include_node_allocatable_claims: true, ..PodRequestOptions::default() }),
+        Ok(p) => pod_requests(
+            &p,
+            &PodRequestOptions {
+                include_node_allocatable_claims: true,
+                ..PodRequestOptions::default()
+            },
+        ),
         Err(e) => {
             tracing::debug!(pod = pod.name(), error = %e, "kubelet could not decode a pod");
             Resource::default()

@@ -1,10 +1,12 @@
 //! Controllers that run inside the control plane, as tokio tasks fed by the store's own event stream
-//! (no HTTP in between): the garbage collector, the ResourceClaim controller and a fake kubelet.
+//! (no HTTP in between): the garbage collector, the ResourceClaim controller, a fake kubelet and an
+//! Event mirror (events.k8s.io/v1 → core v1).
 //!
 //! Each controller handles 410 Gone (it fell behind the event history) by resubscribing and
 //! resynchronising from the current state.
 
 pub mod claims;
+pub mod events;
 pub mod gc;
 pub mod kubelet;
 
@@ -24,11 +26,18 @@ pub struct ControllerConfig {
     pub claim_controller: bool,
     /// Fake kubelet (None: pods stay Pending after binding).
     pub kubelet: Option<KubeletConfig>,
+    /// Copy `events.k8s.io/v1` Events into core `v1` Events, so `kubectl get events` shows them.
+    pub event_mirror: bool,
 }
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        Self { garbage_collector: true, claim_controller: true, kubelet: Some(KubeletConfig::default()) }
+        Self {
+            garbage_collector: true,
+            claim_controller: true,
+            kubelet: Some(KubeletConfig::default()),
+            event_mirror: true,
+        }
     }
 }
 
@@ -45,6 +54,9 @@ pub fn spawn(
     if config.claim_controller {
         tasks.push(tokio::spawn(claims::run(store.clone(), shutdown.clone())));
     }
+    if config.event_mirror {
+        tasks.push(tokio::spawn(events::run(store.clone(), shutdown.clone())));
+    }
     if let Some(k) = &config.kubelet {
         tasks.push(tokio::spawn(kubelet::run(store.clone(), k.clone(), shutdown)));
     }
@@ -60,7 +72,10 @@ pub(crate) enum Next {
 }
 
 /// The next event, a resync request after 410 Gone, or Stop on shutdown.
-pub(crate) async fn next_event(sub: &mut Subscription, shutdown: &mut tokio::sync::watch::Receiver<bool>) -> Next {
+pub(crate) async fn next_event(
+    sub: &mut Subscription,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Next {
     tokio::select! {
         r = sub.next() => match r {
             Ok(ev) => Next::Event(ev),
@@ -77,7 +92,14 @@ pub(crate) fn is_terminal(pod: &Value) -> bool {
 }
 
 /// Records a core/v1 Event about `object` (best effort).
-pub(crate) fn record_event(store: &Store, object: &Value, event_type: &str, reason: &str, message: &str, component: &str) {
+pub(crate) fn record_event(
+    store: &Store,
+    object: &Value,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+) {
     let ns = util::namespace_of(object);
     let ns = if ns.is_empty() { "default" } else { ns };
     let name = util::name_of(object);

@@ -49,7 +49,10 @@ pub(crate) fn api_group_list(registry: &Registry) -> Value {
             groups.push(g);
         }
     }
-    let groups: Vec<Value> = groups.into_iter().filter_map(|g| group_json(registry, g)).collect();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .filter_map(|g| group_json(registry, g))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -60,11 +63,24 @@ pub(crate) fn api_group(registry: &Registry, group: &str) -> Option<Value> {
     Some(g)
 }
 
-const VERBS: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 pub(crate) fn resource_list(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for t in registry.types().iter().filter(|t| t.group == group && t.version == version) {
+    for t in registry
+        .types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
         let mut r = json!({
             "name": t.plural,
             "singularName": t.singular,
@@ -99,12 +115,20 @@ pub(crate) fn resource_list(registry: &Registry, group: &str, version: &str) -> 
     if resources.is_empty() {
         return None;
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
@@ -112,7 +136,10 @@ pub(crate) fn openapi_v3_root(registry: &Registry) -> Value {
     let mut paths = serde_json::Map::new();
     for (g, v) in registry.group_versions() {
         let p = gv_path(g, v);
-        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}")}));
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}")}),
+        );
     }
     json!({"paths": paths})
 }
@@ -123,7 +150,11 @@ pub(crate) fn openapi_v3_root(registry: &Registry) -> Value {
 /// schemas: `kubectl explain` does not work, and `kubectl apply` computes patches from its built-in types.
 pub(crate) fn openapi_v3_gv(registry: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut paths = serde_json::Map::new();
-    for t in registry.types().iter().filter(|t| t.group == group && t.version == version) {
+    for t in registry
+        .types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
         let base = format!("/{}", gv_path(group, version));
         let item = if t.namespaced {
             format!("{base}/namespaces/{{namespace}}/{}/{{name}}", t.plural)

@@ -17,7 +17,9 @@ use crate::error::{StoreError, success_status};
 use crate::patch::Patch;
 use crate::registry::{KindId, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, Deletion, ListOptions, ObjectRef, Propagation, Store, Subscription, WatchOptions};
+use crate::store::{
+    DeleteOptions, Deletion, ListOptions, ObjectRef, Propagation, Store, Subscription, WatchOptions,
+};
 use crate::util::{get_str, parse_query};
 
 pub(crate) struct AppState {
@@ -80,12 +82,15 @@ pub(crate) async fn dispatch(
             Some(v) => json_value(StatusCode::OK, &v),
             None => not_found(),
         },
-        ["openapi", "v3", "apis", group, version] => match discovery::openapi_v3_gv(registry, group, version) {
+        ["openapi", "v3", "apis", group, version] => match discovery::openapi_v3_gv(registry, group, version)
+        {
             Some(v) => json_value(StatusCode::OK, &v),
             None => not_found(),
         },
         ["api", "v1", rest @ ..] => resource(&app, "", "v1", rest, &method, &query, &headers, body).await,
-        ["apis", group, version, rest @ ..] => resource(&app, group, version, rest, &method, &query, &headers, body).await,
+        ["apis", group, version, rest @ ..] => {
+            resource(&app, group, version, rest, &method, &query, &headers, body).await
+        }
         _ => not_found(),
     }
 }
@@ -102,7 +107,9 @@ fn route<'a>(app: &'a AppState, group: &str, version: &str, rest: &[&str]) -> Op
     let registry = app.store.registry();
     let (namespace, rest) = match rest {
         ["namespaces", ns, plural, tail @ ..]
-            if registry.by_gvr(group, version, plural).is_some_and(|k| registry.get(k).namespaced) =>
+            if registry
+                .by_gvr(group, version, plural)
+                .is_some_and(|k| registry.get(k).namespaced) =>
         {
             let mut r = vec![*plural];
             r.extend_from_slice(tail);
@@ -129,7 +136,13 @@ fn route<'a>(app: &'a AppState, group: &str, version: &str, rest: &[&str]) -> Op
     {
         return None;
     }
-    Some(Target { kind, rt, namespace, name, sub })
+    Some(Target {
+        kind,
+        rt,
+        namespace,
+        name,
+        sub,
+    })
 }
 
 fn flag(q: &Query, key: &str) -> bool {
@@ -141,7 +154,10 @@ fn dry_run(q: &Query) -> bool {
 }
 
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(StoreError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, \
@@ -149,13 +165,17 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
         )));
     }
     if ct.contains("yaml") {
-        return serde_yaml::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding YAML: {e}")));
+        return serde_yaml::from_slice(body)
+            .map_err(|e| StoreError::BadRequest(format!("error decoding YAML: {e}")));
     }
     serde_json::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding JSON body: {e}")))
 }
 
 fn accept(headers: &HeaderMap) -> &str {
-    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("application/json")
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -178,11 +198,17 @@ async fn resource(
         (None, None, Method::POST) => create(app, &t, q, headers, &body),
         (None, None, Method::DELETE) => delete_collection(app, &t, q),
         (Some(n), None | Some("status"), Method::GET) => get(app, &t, n, q, headers),
-        (Some(n), sub @ (None | Some("status")), Method::PUT) => update(app, &t, n, sub.is_some(), q, headers, &body),
-        (Some(n), sub @ (None | Some("status")), Method::PATCH) => patch(app, &t, n, sub.is_some(), q, headers, &body),
+        (Some(n), sub @ (None | Some("status")), Method::PUT) => {
+            update(app, &t, n, sub.is_some(), q, headers, &body)
+        }
+        (Some(n), sub @ (None | Some("status")), Method::PATCH) => {
+            patch(app, &t, n, sub.is_some(), q, headers, &body)
+        }
         (Some(n), None, Method::DELETE) => delete(app, &t, n, q, &body),
         (Some(n), Some("binding"), Method::POST) => bind(app, &t, n, headers, &body),
-        _ => Err(StoreError::MethodNotAllowed(format!("the server does not allow this method on the requested resource ({method})"))),
+        _ => Err(StoreError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        ))),
     };
     match res {
         Ok(r) => r,
@@ -199,7 +225,10 @@ fn list_options(q: &Query) -> Result<ListOptions, StoreError> {
         label_selector: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or_default())?,
         field_selector: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or_default())?,
         limit: match q.get("limit").filter(|l| !l.is_empty()) {
-            Some(l) => Some(l.parse::<usize>().map_err(|_| StoreError::BadRequest(format!("invalid limit {l:?}")))?),
+            Some(l) => Some(
+                l.parse::<usize>()
+                    .map_err(|_| StoreError::BadRequest(format!("invalid limit {l:?}")))?,
+            ),
             None => None,
         },
         continue_token: q.get("continue").cloned(),
@@ -220,9 +249,13 @@ fn list(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Resul
     }
     if wants_table(accept(headers)) {
         let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
-        return Ok(json_value(StatusCode::OK, &table(t.rt, &list.items, include, meta, true)));
+        return Ok(json_value(
+            StatusCode::OK,
+            &table(t.rt, &list.items, include, meta, true),
+        ));
     }
-    let mut out = Vec::with_capacity(128 + list.items.iter().map(|i| i.json_bytes().len() + 1).sum::<usize>());
+    let mut out =
+        Vec::with_capacity(128 + list.items.iter().map(|i| i.json_bytes().len() + 1).sum::<usize>());
     out.extend_from_slice(b"{\"kind\":");
     out.extend_from_slice(&serde_json::to_vec(t.rt.list_kind).unwrap_or_default());
     out.extend_from_slice(b",\"apiVersion\":");
@@ -240,19 +273,55 @@ fn list(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Resul
     Ok(json_bytes(StatusCode::OK, Bytes::from(out)))
 }
 
-fn get(app: &AppState, t: &Target<'_>, name: &str, q: &Query, headers: &HeaderMap) -> Result<Response, StoreError> {
+fn get(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    q: &Query,
+    headers: &HeaderMap,
+) -> Result<Response, StoreError> {
     let o = app.store.get_in(t.kind, ns_of(t), name)?;
     if wants_table(accept(headers)) {
         let include = IncludeObject::parse(q.get("includeObject").map(String::as_str));
         let meta = json!({"resourceVersion": o.resource_version().to_string()});
-        return Ok(json_value(StatusCode::OK, &table(t.rt, &[o], include, meta, true)));
+        return Ok(json_value(
+            StatusCode::OK,
+            &table(t.rt, &[o], include, meta, true),
+        ));
     }
     Ok(object_response(StatusCode::OK, &o))
 }
 
-fn create(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<Response, StoreError> {
+/// `fieldValidation=Strict`: fields the kind does not declare are an error (as kubectl asks by default).
+fn strict_check(t: &Target<'_>, q: &Query, obj: &Value) -> Result<(), StoreError> {
+    if q.get("fieldValidation").map(String::as_str) != Some("Strict") {
+        return Ok(());
+    }
+    let unknown = (t.rt.unknown_fields)(obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
+    Err(StoreError::BadRequest(format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+        list.join(", "),
+        kind = t.rt.kind,
+        version = t.rt.version,
+    )))
+}
+
+fn create(
+    app: &AppState,
+    t: &Target<'_>,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    let o = app.store.create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
+    strict_check(t, q, &obj)?;
+    let o = app
+        .store
+        .create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
     Ok(object_response(StatusCode::CREATED, &o))
 }
 
@@ -266,7 +335,10 @@ fn update(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    let o = app.store.update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
+    strict_check(t, q, &obj)?;
+    let o = app
+        .store
+        .update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
     Ok(object_response(StatusCode::OK, &o))
 }
 
@@ -279,17 +351,30 @@ fn patch(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, StoreError> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     let p = Patch::from_body(ct, body)?;
-    let (o, created) = app.store.patch_in(t.kind, ns_of(t), name, &p, status, dry_run(q))?;
-    Ok(object_response(if created { StatusCode::CREATED } else { StatusCode::OK }, &o))
+    let (o, created) = app
+        .store
+        .patch_in(t.kind, ns_of(t), name, &p, status, dry_run(q))?;
+    Ok(object_response(
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        &o,
+    ))
 }
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
     let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(body).map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
     };
     let policy = q
         .get("propagationPolicy")
@@ -309,7 +394,10 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
             )));
         }
     };
-    let body_dry = b.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All"));
+    let body_dry = b
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x == "All"));
     Ok(DeleteOptions {
         propagation,
         precondition_uid: get_str(&b, &["preconditions", "uid"]).map(str::to_string),
@@ -318,7 +406,13 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
     })
 }
 
-fn delete(app: &AppState, t: &Target<'_>, name: &str, q: &Query, body: &[u8]) -> Result<Response, StoreError> {
+fn delete(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    q: &Query,
+    body: &[u8],
+) -> Result<Response, StoreError> {
     let opts = delete_options(q, body)?;
     Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
         Deletion::Removed(o) => object_response(StatusCode::OK, &o),
@@ -347,7 +441,13 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
     ))
 }
 
-fn bind(app: &AppState, t: &Target<'_>, name: &str, headers: &HeaderMap, body: &[u8]) -> Result<Response, StoreError> {
+fn bind(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
     let b = parse_body(headers, body)?;
     app.store.bind_in(ns_of(t), name, &b)?;
     Ok(json_value(StatusCode::CREATED, &success_status(201)))
@@ -384,7 +484,11 @@ impl WatchState {
         }
         let obj = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta});
         let mut buf = Vec::new();
-        push_event(&mut buf, "BOOKMARK", &serde_json::to_vec(&obj).unwrap_or_default());
+        push_event(
+            &mut buf,
+            "BOOKMARK",
+            &serde_json::to_vec(&obj).unwrap_or_default(),
+        );
         Bytes::from(buf)
     }
 
@@ -403,17 +507,28 @@ impl WatchState {
                 Err(e) => {
                     self.done = true;
                     let mut buf = Vec::new();
-                    push_event(&mut buf, "ERROR", &serde_json::to_vec(&e.to_status()).unwrap_or_default());
+                    push_event(
+                        &mut buf,
+                        "ERROR",
+                        &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+                    );
                     return Some(Bytes::from(buf));
                 }
                 Ok(batch) if !batch.is_empty() => {
-                    let mut buf = Vec::with_capacity(batch.iter().map(|e| e.object.json_bytes().len() + 32).sum());
+                    let mut buf =
+                        Vec::with_capacity(batch.iter().map(|e| e.object.json_bytes().len() + 32).sum());
                     for ev in &batch {
                         match self.table {
                             Some(include) => {
-                                let meta = json!({"resourceVersion": ev.object.resource_version().to_string()});
-                                let t = table(&self.rt, std::slice::from_ref(&ev.object), include, meta, false);
-                                push_event(&mut buf, ev.event_type.as_str(), &serde_json::to_vec(&t).unwrap_or_default());
+                                let meta =
+                                    json!({"resourceVersion": ev.object.resource_version().to_string()});
+                                let t =
+                                    table(&self.rt, std::slice::from_ref(&ev.object), include, meta, false);
+                                push_event(
+                                    &mut buf,
+                                    ev.event_type.as_str(),
+                                    &serde_json::to_vec(&t).unwrap_or_default(),
+                                );
                             }
                             None => push_event(&mut buf, ev.event_type.as_str(), ev.object.json_bytes()),
                         }
@@ -427,8 +542,6 @@ impl WatchState {
                     if r.is_err() {
                         return None;
                     }
-                    // Let a burst of writes land before reading, so one chunk carries several events.
-                    tokio::task::yield_now().await;
                 }
                 _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
                     self.next_bookmark = tokio::time::Instant::now() + self.bookmark_every;
@@ -464,12 +577,14 @@ fn watch(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Resp
         let sub = app.store.watch_in(t.kind, t.namespace.as_deref(), &opts)?;
         let timeout = match q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
             Some(s) => Duration::from_secs(
-                s.parse::<u64>().map_err(|_| StoreError::BadRequest(format!("invalid timeoutSeconds {s:?}")))?,
+                s.parse::<u64>()
+                    .map_err(|_| StoreError::BadRequest(format!("invalid timeoutSeconds {s:?}")))?,
             ),
             None => app.config.watch_timeout,
         };
         let now = tokio::time::Instant::now();
-        let table = wants_table(accept(headers)).then(|| IncludeObject::parse(q.get("includeObject").map(String::as_str)));
+        let table = wants_table(accept(headers))
+            .then(|| IncludeObject::parse(q.get("includeObject").map(String::as_str)));
         Ok(WatchState {
             sub,
             rt: t.rt.clone(),
@@ -488,7 +603,14 @@ fn watch(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Resp
         Err(e) => return error_response(&e),
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
-        st.next_chunk().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), st))
+        st.next_chunk()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), st))
     });
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }

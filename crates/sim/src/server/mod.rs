@@ -55,7 +55,10 @@ impl Default for ApiServerBuilder {
         Self {
             store: StoreConfig::default(),
             registry: None,
-            server: ServerConfig { bookmark_interval: Duration::from_secs(10), watch_timeout: Duration::from_secs(1800) },
+            server: ServerConfig {
+                bookmark_interval: Duration::from_secs(10),
+                watch_timeout: Duration::from_secs(1800),
+            },
             controllers: ControllerConfig::default(),
         }
     }
@@ -111,18 +114,33 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Mirror `events.k8s.io/v1` Events into core `v1` Events (default true).
+    pub fn event_mirror(mut self, yes: bool) -> Self {
+        self.controllers.event_mirror = yes;
+        self
+    }
+
     /// Turns every controller on or off.
     pub fn controllers(mut self, yes: bool) -> Self {
+        self.controllers.event_mirror = yes;
         self.controllers.garbage_collector = yes;
         self.controllers.claim_controller = yes;
-        self.controllers.kubelet = if yes { Some(self.controllers.kubelet.unwrap_or_default()) } else { None };
+        self.controllers.kubelet = if yes {
+            Some(self.controllers.kubelet.unwrap_or_default())
+        } else {
+            None
+        };
         self
     }
 
     /// Builds the server and its store (nothing runs until [`ApiServer::serve`]).
     pub fn build(self) -> ApiServer {
         let store = Store::new(self.registry.unwrap_or_default(), self.store);
-        ApiServer { store, config: self.server, controllers: self.controllers }
+        ApiServer {
+            store,
+            config: self.server,
+            controllers: self.controllers,
+        }
     }
 }
 
@@ -168,12 +186,20 @@ impl ApiServer {
 
     /// Listens on `addr` (use `127.0.0.1:0` for a free port), serves HTTP and starts the controllers.
     pub async fn serve(self, addr: SocketAddr) -> Result<RunningServer, ServerError> {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(ServerError::LocalAddr)?;
         let (tx, rx) = tokio::sync::watch::channel(false);
         let router = self.router(local.to_string(), rx.clone());
         let mut signal = rx.clone();
         let server = tokio::spawn(async move {
+            // Watch events are small writes: without TCP_NODELAY, Nagle's algorithm can hold them back.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                }
+            });
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
                     let _ = signal.changed().await;
@@ -182,7 +208,13 @@ impl ApiServer {
         });
         let controllers = controllers::spawn(&self.store, &self.controllers, rx);
         tracing::info!(%local, "unisched-sim API server listening");
-        Ok(RunningServer { addr: local, store: self.store, shutdown: tx, server: Some(server), controllers })
+        Ok(RunningServer {
+            addr: local,
+            store: self.store,
+            shutdown: tx,
+            server: Some(server),
+            controllers,
+        })
     }
 }
 

@@ -26,7 +26,10 @@ impl IncludeObject {
 
 /// Whether an `Accept` header asks for a Table.
 pub(crate) fn wants_table(accept: &str) -> bool {
-    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
 }
 
 struct Column {
@@ -59,7 +62,11 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
             col("Age", "string", 0),
             col("Version", "string", 0),
         ],
-        ("", "Namespace") => vec![col("Name", "string", 0), col("Status", "string", 0), col("Age", "string", 0)],
+        ("", "Namespace") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Age", "string", 0),
+        ],
         ("", "Event") => vec![
             col("Last Seen", "string", 0),
             col("Type", "string", 0),
@@ -68,7 +75,11 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
             col("Message", "string", 0),
         ],
         ("resource.k8s.io", "ResourceClaim") => {
-            vec![col("Name", "string", 0), col("State", "string", 0), col("Age", "string", 0)]
+            vec![
+                col("Name", "string", 0),
+                col("State", "string", 0),
+                col("Age", "string", 0),
+            ]
         }
         ("resource.k8s.io", "ResourceSlice") => vec![
             col("Name", "string", 0),
@@ -85,7 +96,11 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
             col("Preemption Policy", "string", 0),
         ],
         ("coordination.k8s.io", "Lease") => {
-            vec![col("Name", "string", 0), col("Holder", "string", 0), col("Age", "string", 0)]
+            vec![
+                col("Name", "string", 0),
+                col("Holder", "string", 0),
+                col("Age", "string", 0),
+            ]
         }
         ("policy", "PodDisruptionBudget") => vec![
             col("Name", "string", 0),
@@ -100,7 +115,9 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
 
 /// A duration in kubectl's short human form (`45s`, `3m2s`, `10m`, `5h`, `3d`).
 pub(crate) fn human_age(created: Option<&str>) -> String {
-    let Some(t) = created.and_then(parse_time) else { return "<unknown>".into() };
+    let Some(t) = created.and_then(parse_time) else {
+        return "<unknown>".into();
+    };
     let secs = (now().as_second() - t.as_second()).max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
@@ -133,7 +150,10 @@ fn pod_status(pod: &Value) -> String {
     if !reason.is_empty() {
         return reason;
     }
-    if get_path(pod, &["spec", "schedulingGates"]).and_then(Value::as_array).is_some_and(|g| !g.is_empty()) {
+    if get_path(pod, &["spec", "schedulingGates"])
+        .and_then(Value::as_array)
+        .is_some_and(|g| !g.is_empty())
+    {
         return "SchedulingGated".into();
     }
     let phase = s(pod, &["status", "phase"]);
@@ -148,11 +168,19 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
     let age = json!(human_age(get_str(o, &["metadata", "creationTimestamp"])));
     match (rt.group, rt.kind) {
         ("", "Pod") => {
-            let total = get_path(o, &["spec", "containers"]).and_then(Value::as_array).map_or(0, Vec::len);
+            let total = get_path(o, &["spec", "containers"])
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             let statuses = get_path(o, &["status", "containerStatuses"]).and_then(Value::as_array);
-            let ready = statuses.map_or(0, |c| c.iter().filter(|c| c.get("ready") == Some(&json!(true))).count());
+            let ready = statuses.map_or(0, |c| {
+                c.iter().filter(|c| c.get("ready") == Some(&json!(true))).count()
+            });
             let restarts: i64 = statuses
-                .map(|c| c.iter().filter_map(|c| c.get("restartCount").and_then(Value::as_i64)).sum())
+                .map(|c| {
+                    c.iter()
+                        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                        .sum()
+                })
                 .unwrap_or(0);
             vec![
                 name,
@@ -187,7 +215,13 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
                         .collect()
                 })
                 .unwrap_or_default();
-            vec![name, json!(status), or_none(roles.join(",")), age, json!(s(o, &["status", "nodeInfo", "kubeletVersion"]))]
+            vec![
+                name,
+                json!(status),
+                or_none(roles.join(",")),
+                age,
+                json!(s(o, &["status", "nodeInfo", "kubeletVersion"])),
+            ]
         }
         ("", "Namespace") => vec![name, json!(s(o, &["status", "phase"])), age],
         ("", "Event") => {
@@ -196,7 +230,11 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
                 json!(human_age(last.or(get_str(o, &["metadata", "creationTimestamp"])))),
                 json!(s(o, &["type"])),
                 json!(s(o, &["reason"])),
-                json!(format!("{}/{}", s(o, &["involvedObject", "kind"]).to_lowercase(), s(o, &["involvedObject", "name"]))),
+                json!(format!(
+                    "{}/{}",
+                    s(o, &["involvedObject", "kind"]).to_lowercase(),
+                    s(o, &["involvedObject", "name"])
+                )),
                 json!(s(o, &["message"])),
             ]
         }
@@ -210,7 +248,10 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
             } else {
                 state.push("pending");
             }
-            if get_path(o, &["status", "reservedFor"]).and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+            if get_path(o, &["status", "reservedFor"])
+                .and_then(Value::as_array)
+                .is_some_and(|r| !r.is_empty())
+            {
                 state.push("reserved");
             }
             vec![name, json!(state.join(",")), age]
@@ -232,9 +273,19 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
         ("coordination.k8s.io", "Lease") => vec![name, or_none(s(o, &["spec", "holderIdentity"])), age],
         ("policy", "PodDisruptionBudget") => vec![
             name,
-            json!(if s(o, &["spec", "minAvailable"]).is_empty() { "N/A".into() } else { s(o, &["spec", "minAvailable"]) }),
-            json!(if s(o, &["spec", "maxUnavailable"]).is_empty() { "N/A".into() } else { s(o, &["spec", "maxUnavailable"]) }),
-            get_path(o, &["status", "disruptionsAllowed"]).cloned().unwrap_or(json!(0)),
+            json!(if s(o, &["spec", "minAvailable"]).is_empty() {
+                "N/A".into()
+            } else {
+                s(o, &["spec", "minAvailable"])
+            }),
+            json!(if s(o, &["spec", "maxUnavailable"]).is_empty() {
+                "N/A".into()
+            } else {
+                s(o, &["spec", "maxUnavailable"])
+            }),
+            get_path(o, &["status", "disruptionsAllowed"])
+                .cloned()
+                .unwrap_or(json!(0)),
             age,
         ],
         _ => vec![name, age],

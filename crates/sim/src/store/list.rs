@@ -58,7 +58,12 @@ fn make_continue(rv: u64, key: &Key) -> String {
 }
 
 impl Store {
-    pub(crate) fn list_in(&self, kind: KindId, namespace: Option<&str>, opts: &ListOptions) -> Result<ObjectList, StoreError> {
+    pub(crate) fn list_in(
+        &self,
+        kind: KindId,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList, StoreError> {
         let (token_rv, start_after) = match opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
             Some(t) => {
                 let (rv, key) = parse_continue(t)?;
@@ -70,7 +75,10 @@ impl Store {
             (Some(rv), _) => Some(rv),
             (None, Some("Exact")) => {
                 let rv = opts.resource_version.as_deref().unwrap_or_default();
-                Some(rv.parse::<u64>().map_err(|_| StoreError::BadRequest(format!("invalid resourceVersion {rv:?}")))?)
+                Some(
+                    rv.parse::<u64>()
+                        .map_err(|_| StoreError::BadRequest(format!("invalid resourceVersion {rv:?}")))?,
+                )
             }
             _ => None,
         };
@@ -126,7 +134,8 @@ impl Store {
         let mut iter: Box<dyn Iterator<Item = (&Key, &ObjectRef)>> = match &merged {
             Some(m) => Box::new(m.iter()),
             None => Box::new(
-                map.range((lower, Bound::Unbounded)).take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns)),
+                map.range((lower, Bound::Unbounded))
+                    .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns)),
             ),
         };
         let limit = opts.limit.filter(|l| *l > 0);
@@ -150,7 +159,11 @@ impl Store {
         if more && !filtered {
             remaining += iter.count() as u64;
         }
-        let continue_token = if more { last.as_ref().map(|k| make_continue(list_rv, k)) } else { None };
+        let continue_token = if more {
+            last.as_ref().map(|k| make_continue(list_rv, k))
+        } else {
+            None
+        };
         Ok(ObjectList {
             resource_version: list_rv,
             items,

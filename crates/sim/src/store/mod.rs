@@ -43,7 +43,10 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { history: 100_000, require_namespaces: true }
+        Self {
+            history: 100_000,
+            require_namespaces: true,
+        }
     }
 }
 
@@ -123,7 +126,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("resource_version", &self.resource_version()).finish()
+        f.debug_struct("Store")
+            .field("resource_version", &self.resource_version())
+            .finish()
     }
 }
 
@@ -143,7 +148,11 @@ fn finalizers_of(v: &Value) -> Vec<String> {
 fn owner_uids(v: &Value) -> Vec<String> {
     get_path(v, &["metadata", "ownerReferences"])
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|o| get_str(o, &["uid"]).map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| get_str(o, &["uid"]).map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -188,7 +197,11 @@ impl Store {
                 }
             }
         }
-        if let Some(pc) = store.inner.registry.by_gvr("scheduling.k8s.io", "v1", "priorityclasses") {
+        if let Some(pc) = store
+            .inner
+            .registry
+            .by_gvr("scheduling.k8s.io", "v1", "priorityclasses")
+        {
             for obj in strategy::builtin_priority_classes() {
                 if let Err(e) = store.create_in(pc, None, obj, false) {
                     tracing::warn!(error = %e, "could not create a built-in priority class");
@@ -205,7 +218,10 @@ impl Store {
 
     /// Resolves a resource name (see [`Registry::resolve`]).
     pub fn resolve(&self, resource: &str) -> Result<KindId, StoreError> {
-        self.inner.registry.resolve(resource).ok_or_else(|| StoreError::UnknownResource(resource.to_string()))
+        self.inner
+            .registry
+            .resolve(resource)
+            .ok_or_else(|| StoreError::UnknownResource(resource.to_string()))
     }
 
     fn rt(&self, kind: KindId) -> &ResourceType {
@@ -231,18 +247,29 @@ impl Store {
     }
 
     fn namespace_for(&self, rt: &ResourceType, ns: Option<&str>) -> String {
-        if rt.namespaced { ns.unwrap_or("default").to_string() } else { String::new() }
+        if rt.namespaced {
+            ns.unwrap_or("default").to_string()
+        } else {
+            String::new()
+        }
     }
 
     fn not_found(&self, rt: &ResourceType, name: &str) -> StoreError {
-        StoreError::NotFound { group: rt.group.to_string(), resource: rt.plural.to_string(), name: name.to_string() }
+        StoreError::NotFound {
+            group: rt.group.to_string(),
+            resource: rt.plural.to_string(),
+            name: name.to_string(),
+        }
     }
 
     // ----- reads -----
 
     pub(crate) fn get_in(&self, kind: KindId, ns: &str, name: &str) -> Result<ObjectRef, StoreError> {
         let st = self.inner.state.read();
-        st.objects[kind.0].get(&key_of(ns, name)).cloned().ok_or_else(|| self.not_found(self.rt(kind), name))
+        st.objects[kind.0]
+            .get(&key_of(ns, name))
+            .cloned()
+            .ok_or_else(|| self.not_found(self.rt(kind), name))
     }
 
     /// One object. `namespace` is ignored for cluster-scoped resources and defaults to `default`.
@@ -273,7 +300,12 @@ impl Store {
     }
 
     /// Lists with selectors and paging (see [`ListOptions`]).
-    pub fn list(&self, resource: &str, namespace: Option<&str>, opts: &ListOptions) -> Result<ObjectList, StoreError> {
+    pub fn list(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ObjectList, StoreError> {
         let kind = self.resolve(resource)?;
         self.list_in(kind, namespace, opts)
     }
@@ -290,7 +322,11 @@ impl Store {
         let st = self.inner.state.read();
         st.dependents
             .get(uid)
-            .map(|set| set.iter().filter_map(|(k, key)| st.objects[k.0].get(key).map(|o| (*k, o.clone()))).collect())
+            .map(|set| {
+                set.iter()
+                    .filter_map(|(k, key)| st.objects[k.0].get(key).map(|o| (*k, o.clone())))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -302,7 +338,10 @@ impl Store {
             st.uids.insert(uid.to_string(), (kind, key.clone()));
         }
         for owner in owner_uids(obj) {
-            st.dependents.entry(owner).or_default().insert((kind, key.clone()));
+            st.dependents
+                .entry(owner)
+                .or_default()
+                .insert((kind, key.clone()));
         }
     }
 
@@ -377,7 +416,10 @@ impl Store {
 
     fn check_type(rt: &ResourceType, obj: &mut Value) -> Result<(), StoreError> {
         let Value::Object(m) = obj else {
-            return Err(StoreError::BadRequest(format!("the body of a {} must be a JSON object", rt.kind)));
+            return Err(StoreError::BadRequest(format!(
+                "the body of a {} must be a JSON object",
+                rt.kind
+            )));
         };
         match m.get("apiVersion").and_then(Value::as_str) {
             Some(av) if !av.is_empty() && av != rt.api_version => {
@@ -429,7 +471,12 @@ impl Store {
                 (None, m) => m.to_string(),
             };
             if let Err(msg) = util::check_dns_label(&ns) {
-                return Err(StoreError::invalid(rt.kind, util::name_of(&obj), "metadata.namespace", format!("Invalid value: {ns:?}: {msg}")));
+                return Err(StoreError::invalid(
+                    rt.kind,
+                    util::name_of(&obj),
+                    "metadata.namespace",
+                    format!("Invalid value: {ns:?}: {msg}"),
+                ));
             }
             ns
         } else {
@@ -442,14 +489,27 @@ impl Store {
             } else {
                 meta.remove("namespace");
             }
-            for f in ["resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+            for f in [
+                "resourceVersion",
+                "selfLink",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
                 meta.remove(f);
             }
             meta.insert("uid".into(), json!(util::new_uid()));
             meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
             meta.insert("generation".into(), json!(1));
-            let name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-            let base = meta.get("generateName").and_then(Value::as_str).unwrap_or_default().to_string();
+            let name = meta
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let base = meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             if name.is_empty() {
                 if base.is_empty() {
                     return Err(StoreError::invalid(
@@ -521,7 +581,12 @@ impl Store {
     }
 
     /// Creates an object. `namespace` overrides `metadata.namespace` (they must agree if both are set).
-    pub fn create(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+    pub fn create(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        obj: Value,
+    ) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
         self.create_in(kind, namespace, obj, false)
     }
@@ -588,7 +653,14 @@ impl Store {
         {
             let meta = meta_mut(&mut next);
             meta.insert("name".into(), json!(name));
-            for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "namespace", "generation"] {
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+                "generation",
+            ] {
                 match cur_meta.get(f) {
                     Some(v) => meta.insert(f.into(), v.clone()),
                     None => meta.remove(f),
@@ -604,17 +676,24 @@ impl Store {
                     rt.kind,
                     &name,
                     "metadata.finalizers",
-                    format!("Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                    ),
                 ));
             }
         }
-        if mode != UpdateMode::Status && without_meta_and_status(&next) != without_meta_and_status(cur.value()) {
+        if mode != UpdateMode::Status
+            && without_meta_and_status(&next) != without_meta_and_status(cur.value())
+        {
             let generation = cur_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             meta_mut(&mut next).insert("generation".into(), json!(generation));
         }
         strategy::prepare_update(rt, cur.value(), &mut next, mode)?;
         strategy::validate(rt, &next)?;
-        meta_mut(&mut next).insert("resourceVersion".into(), Value::String(cur.resource_version().to_string()));
+        meta_mut(&mut next).insert(
+            "resourceVersion".into(),
+            Value::String(cur.resource_version().to_string()),
+        );
         Ok(next)
     }
 
@@ -634,7 +713,9 @@ impl Store {
         for _ in 0..MAX_ATTEMPTS {
             let cur = self.get_in(kind, ns, name)?;
             let cand = f(&cur)?;
-            let wanted_rv = get_str(&cand, &["metadata", "resourceVersion"]).unwrap_or_default().to_string();
+            let wanted_rv = get_str(&cand, &["metadata", "resourceVersion"])
+                .unwrap_or_default()
+                .to_string();
             let has_precondition = !wanted_rv.is_empty();
             if has_precondition && wanted_rv != cur.resource_version().to_string() {
                 return Err(StoreError::stale(&resource, name));
@@ -646,7 +727,8 @@ impl Store {
             if dry_run {
                 return Ok(Arc::new(StoredObject::new(next, cur.resource_version())));
             }
-            let finalize = get_path(&next, &["metadata", "deletionTimestamp"]).is_some() && finalizers_of(&next).is_empty();
+            let finalize = get_path(&next, &["metadata", "deletionTimestamp"]).is_some()
+                && finalizers_of(&next).is_empty();
             let key = key_of(ns, name);
             let mut st = self.inner.state.write();
             let Some(latest) = st.objects[kind.0].get(&key).cloned() else {
@@ -681,23 +763,43 @@ impl Store {
         status: bool,
         dry_run: bool,
     ) -> Result<ObjectRef, StoreError> {
-        let mode = if status { UpdateMode::Status } else { UpdateMode::Main };
+        let mode = if status {
+            UpdateMode::Status
+        } else {
+            UpdateMode::Main
+        };
         self.guaranteed_update(kind, ns, name, mode, dry_run, &mut |_| Ok(body.clone()))
     }
 
     /// Replaces an object (PUT). Its `metadata.resourceVersion`, if set, must be current (else 409).
     /// For kinds with a status subresource the stored status is kept.
-    pub fn update(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+    pub fn update(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        obj: Value,
+    ) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
-        let ns = self.namespace_for(self.rt(kind), namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())));
+        let ns = self.namespace_for(
+            self.rt(kind),
+            namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())),
+        );
         let name = util::name_of(&obj).to_string();
         self.update_in(kind, &ns, &name, obj, false, false)
     }
 
     /// Replaces an object's status (PUT `/status`); everything else in `obj` is ignored.
-    pub fn update_status(&self, resource: &str, namespace: Option<&str>, obj: Value) -> Result<ObjectRef, StoreError> {
+    pub fn update_status(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        obj: Value,
+    ) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
-        let ns = self.namespace_for(self.rt(kind), namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())));
+        let ns = self.namespace_for(
+            self.rt(kind),
+            namespace.or(Some(util::namespace_of(&obj)).filter(|s| !s.is_empty())),
+        );
         let name = util::name_of(&obj).to_string();
         self.update_in(kind, &ns, &name, obj, true, false)
     }
@@ -711,7 +813,11 @@ impl Store {
         status: bool,
         dry_run: bool,
     ) -> Result<(ObjectRef, bool), StoreError> {
-        let mode = if status { UpdateMode::Status } else { UpdateMode::Main };
+        let mode = if status {
+            UpdateMode::Status
+        } else {
+            UpdateMode::Main
+        };
         let res = self.guaranteed_update(kind, ns, name, mode, dry_run, &mut |cur| {
             let mut v = cur.to_value();
             patch.apply_to(&mut v)?;
@@ -731,14 +837,27 @@ impl Store {
     }
 
     /// Patches an object (main resource; the status of kinds with a status subresource is kept).
-    pub fn patch(&self, resource: &str, namespace: Option<&str>, name: &str, patch: &Patch) -> Result<ObjectRef, StoreError> {
+    pub fn patch(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Patch,
+    ) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
         let ns = self.namespace_for(self.rt(kind), namespace);
-        self.patch_in(kind, &ns, name, patch, false, false).map(|(o, _)| o)
+        self.patch_in(kind, &ns, name, patch, false, false)
+            .map(|(o, _)| o)
     }
 
     /// Patches an object's `/status` subresource (only `status` changes).
-    pub fn patch_status(&self, resource: &str, namespace: Option<&str>, name: &str, patch: &Patch) -> Result<ObjectRef, StoreError> {
+    pub fn patch_status(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Patch,
+    ) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
         let ns = self.namespace_for(self.rt(kind), namespace);
         self.patch_in(kind, &ns, name, patch, true, false).map(|(o, _)| o)
@@ -750,9 +869,15 @@ impl Store {
     pub fn apply(&self, obj: Value) -> Result<ObjectRef, StoreError> {
         let api_version = get_str(&obj, &["apiVersion"]).unwrap_or_default();
         let kind_name = get_str(&obj, &["kind"]).unwrap_or_default();
-        let kind = self.inner.registry.by_api_version_kind(api_version, kind_name).ok_or_else(|| {
-            StoreError::BadRequest(format!("no resource is served for apiVersion {api_version:?}, kind {kind_name:?}"))
-        })?;
+        let kind = self
+            .inner
+            .registry
+            .by_api_version_kind(api_version, kind_name)
+            .ok_or_else(|| {
+                StoreError::BadRequest(format!(
+                    "no resource is served for apiVersion {api_version:?}, kind {kind_name:?}"
+                ))
+            })?;
         let rt = self.rt(kind);
         let ns = self.namespace_for(rt, Some(util::namespace_of(&obj)).filter(|s| !s.is_empty()));
         let name = util::name_of(&obj).to_string();
@@ -763,7 +888,8 @@ impl Store {
             if let Value::Object(m) = &mut body {
                 m.remove("status");
             }
-            self.patch_in(kind, &ns, &name, &Patch::Strategic(body), false, false)?.0
+            self.patch_in(kind, &ns, &name, &Patch::Strategic(body), false, false)?
+                .0
         } else {
             self.create_in(kind, if rt.namespaced { Some(&ns) } else { None }, obj, false)?
         };
@@ -773,7 +899,14 @@ impl Store {
         {
             let name = out.name().to_string();
             out = self
-                .patch_in(kind, &ns, &name, &Patch::Merge(json!({"status": status})), true, false)?
+                .patch_in(
+                    kind,
+                    &ns,
+                    &name,
+                    &Patch::Merge(json!({"status": status})),
+                    true,
+                    false,
+                )?
                 .0;
         }
         Ok(out)
@@ -781,7 +914,13 @@ impl Store {
 
     // ----- delete -----
 
-    pub(crate) fn delete_in(&self, kind: KindId, ns: &str, name: &str, opts: &DeleteOptions) -> Result<Deletion, StoreError> {
+    pub(crate) fn delete_in(
+        &self,
+        kind: KindId,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deletion, StoreError> {
         let rt = self.rt(kind);
         let resource = rt.qualified_plural();
         for _ in 0..MAX_ATTEMPTS {
@@ -792,7 +931,10 @@ impl Store {
                 return Err(StoreError::Conflict {
                     resource,
                     name: name.to_string(),
-                    message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", cur.uid()),
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        cur.uid()
+                    ),
                 });
             }
             if let Some(rv) = &opts.precondition_resource_version
@@ -835,10 +977,14 @@ impl Store {
                     }
                 }
                 if opts.dry_run {
-                    return Ok(Deletion::Pending(Arc::new(StoredObject::new(next, cur.resource_version()))));
+                    return Ok(Deletion::Pending(Arc::new(StoredObject::new(
+                        next,
+                        cur.resource_version(),
+                    ))));
                 }
                 let mut st = self.inner.state.write();
-                if st.objects[kind.0].get(&key).map(|o| o.resource_version()) != Some(cur.resource_version()) {
+                if st.objects[kind.0].get(&key).map(|o| o.resource_version()) != Some(cur.resource_version())
+                {
                     continue;
                 }
                 let ev = self.commit_put(&mut st, kind, key, next, EventType::Modified, Some(cur));
@@ -864,7 +1010,13 @@ impl Store {
     }
 
     /// Deletes an object: removed at once without finalizers, otherwise marked with a deletionTimestamp.
-    pub fn delete(&self, resource: &str, namespace: Option<&str>, name: &str, opts: &DeleteOptions) -> Result<Deletion, StoreError> {
+    pub fn delete(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deletion, StoreError> {
         let kind = self.resolve(resource)?;
         let ns = self.namespace_for(self.rt(kind), namespace);
         self.delete_in(kind, &ns, name, opts)
@@ -873,16 +1025,31 @@ impl Store {
     // ----- binding -----
 
     pub(crate) fn bind_in(&self, ns: &str, name: &str, binding: &Value) -> Result<ObjectRef, StoreError> {
-        let pods = self.inner.pods.ok_or_else(|| StoreError::UnknownResource("pods".into()))?;
-        let node = get_str(binding, &["target", "name"]).unwrap_or_default().to_string();
+        let pods = self
+            .inner
+            .pods
+            .ok_or_else(|| StoreError::UnknownResource("pods".into()))?;
+        let node = get_str(binding, &["target", "name"])
+            .unwrap_or_default()
+            .to_string();
         if node.is_empty() {
-            return Err(StoreError::invalid("Binding", name, "target.name", "Required value"));
+            return Err(StoreError::invalid(
+                "Binding",
+                name,
+                "target.name",
+                "Required value",
+            ));
         }
         if let Some(k) = get_str(binding, &["target", "kind"])
             && !k.is_empty()
             && k != "Node"
         {
-            return Err(StoreError::invalid("Binding", name, "target.kind", format!("Unsupported value: {k:?}: supported values: \"Node\"")));
+            return Err(StoreError::invalid(
+                "Binding",
+                name,
+                "target.kind",
+                format!("Unsupported value: {k:?}: supported values: \"Node\""),
+            ));
         }
         if let Some(n) = get_str(binding, &["metadata", "name"])
             && !n.is_empty()
@@ -892,24 +1059,44 @@ impl Store {
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
-        let uid = get_str(binding, &["metadata", "uid"]).filter(|u| !u.is_empty()).map(str::to_string);
-        let annotations = get_path(binding, &["metadata", "annotations"]).and_then(Value::as_object).cloned();
-        let conflict = |message: String| StoreError::Conflict { resource: "pods/binding".into(), name: name.to_string(), message };
+        let uid = get_str(binding, &["metadata", "uid"])
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
+        let annotations = get_path(binding, &["metadata", "annotations"])
+            .and_then(Value::as_object)
+            .cloned();
+        let conflict = |message: String| StoreError::Conflict {
+            resource: "pods/binding".into(),
+            name: name.to_string(),
+            message,
+        };
         self.guaranteed_update(pods, ns, name, UpdateMode::Internal, false, &mut |cur| {
             if let Some(u) = &uid
                 && u != cur.uid()
             {
-                return Err(conflict(format!("Precondition failed: UID in precondition: {u}, UID in object meta: {}", cur.uid())));
+                return Err(conflict(format!(
+                    "Precondition failed: UID in precondition: {u}, UID in object meta: {}",
+                    cur.uid()
+                )));
             }
             if get_path(cur.value(), &["metadata", "deletionTimestamp"]).is_some() {
-                return Err(conflict(format!("pod {name} is being deleted, cannot be assigned to a host")));
+                return Err(conflict(format!(
+                    "pod {name} is being deleted, cannot be assigned to a host"
+                )));
             }
             let current = get_str(cur.value(), &["spec", "nodeName"]).unwrap_or_default();
             if !current.is_empty() {
-                return Err(conflict(format!("pod {name} is already assigned to node {current:?}")));
+                return Err(conflict(format!(
+                    "pod {name} is already assigned to node {current:?}"
+                )));
             }
-            if get_path(cur.value(), &["spec", "schedulingGates"]).and_then(Value::as_array).is_some_and(|g| !g.is_empty()) {
-                return Err(conflict(format!("pod {name} has non-empty .spec.schedulingGates")));
+            if get_path(cur.value(), &["spec", "schedulingGates"])
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty())
+            {
+                return Err(conflict(format!(
+                    "pod {name} has non-empty .spec.schedulingGates"
+                )));
             }
             let mut v = cur.to_value();
             util::object_at(&mut v, &["spec"]).insert("nodeName".into(), json!(node));
@@ -925,7 +1112,13 @@ impl Store {
 
     /// Binds a pod to a node, as `POST pods/{name}/binding` does: only if `spec.nodeName` is empty
     /// (409 otherwise) and, when `uid` is given, only if it matches the pod.
-    pub fn bind(&self, namespace: &str, pod: &str, node: &str, uid: Option<&str>) -> Result<ObjectRef, StoreError> {
+    pub fn bind(
+        &self,
+        namespace: &str,
+        pod: &str,
+        node: &str,
+        uid: Option<&str>,
+    ) -> Result<ObjectRef, StoreError> {
         let mut binding = json!({"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}});
         if let Some(u) = uid {
             binding["metadata"]["uid"] = json!(u);

@@ -22,7 +22,11 @@ pub type ObjectRef = Arc<StoredObject>;
 
 impl StoredObject {
     pub(crate) fn new(value: Value, rv: u64) -> Self {
-        Self { value, rv, bytes: OnceLock::new() }
+        Self {
+            value,
+            rv,
+            bytes: OnceLock::new(),
+        }
     }
 
     /// The object.
@@ -57,7 +61,8 @@ impl StoredObject {
 
     /// The JSON serialisation, computed once.
     pub fn json_bytes(&self) -> &Bytes {
-        self.bytes.get_or_init(|| Bytes::from(serde_json::to_vec(&self.value).unwrap_or_default()))
+        self.bytes
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&self.value).unwrap_or_default()))
     }
 
     /// Decodes into a typed object (e.g. a k8s-openapi `Pod`).
@@ -111,8 +116,19 @@ pub struct StoreEvent {
 }
 
 impl StoreEvent {
-    pub(crate) fn new(event_type: EventType, kind: KindId, object: ObjectRef, previous: Option<ObjectRef>) -> Self {
-        Self { event_type, kind, object, previous, prev_at_rv: OnceLock::new() }
+    pub(crate) fn new(
+        event_type: EventType,
+        kind: KindId,
+        object: ObjectRef,
+        previous: Option<ObjectRef>,
+    ) -> Self {
+        Self {
+            event_type,
+            kind,
+            object,
+            previous,
+            prev_at_rv: OnceLock::new(),
+        }
     }
 
     /// The event's resourceVersion.
@@ -127,8 +143,10 @@ impl StoreEvent {
             .get_or_init(|| match &self.previous {
                 Some(p) => {
                     let mut v = p.to_value();
-                    crate::util::meta_mut(&mut v)
-                        .insert("resourceVersion".into(), Value::String(self.resource_version().to_string()));
+                    crate::util::meta_mut(&mut v).insert(
+                        "resourceVersion".into(),
+                        Value::String(self.resource_version().to_string()),
+                    );
                     Arc::new(StoredObject::new(v, self.resource_version()))
                 }
                 None => self.object.clone(),

@@ -58,7 +58,10 @@ pub struct Subscription {
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription").field("kind", &self.kind).field("position", &self.pos).finish()
+        f.debug_struct("Subscription")
+            .field("kind", &self.kind)
+            .field("position", &self.pos)
+            .finish()
     }
 }
 
@@ -97,7 +100,12 @@ impl Subscription {
                 }
             }
         };
-        Some(WatchEvent { event_type, kind: ev.kind, object, source: Some(ev.clone()) })
+        Some(WatchEvent {
+            event_type,
+            kind: ev.kind,
+            object,
+            source: Some(ev.clone()),
+        })
     }
 
     /// The resourceVersion up to which events have been read (matching or not).
@@ -124,7 +132,11 @@ impl Subscription {
         let st = self.store.state().read();
         let first = st.first_rv();
         if self.pos + 1 < first {
-            return Err(StoreError::Gone(format!("too old resource version: {} ({})", self.pos, first - 1)));
+            return Err(StoreError::Gone(format!(
+                "too old resource version: {} ({})",
+                self.pos,
+                first - 1
+            )));
         }
         let start = (self.pos + 1 - first) as usize;
         if start >= st.history.len() {
@@ -148,7 +160,10 @@ impl Subscription {
 
     /// Waits until the store has changed since the last poll.
     pub async fn changed(&mut self) -> Result<(), StoreError> {
-        self.rx.changed().await.map_err(|_| StoreError::Internal("store closed".into()))
+        self.rx
+            .changed()
+            .await
+            .map_err(|_| StoreError::Internal("store closed".into()))
     }
 
     /// The next event, waiting for one if needed.
@@ -241,7 +256,12 @@ impl Store {
                 if namespace.is_some_and(|ns| k.0 != ns) || !sub.matches(obj.value()) {
                     continue;
                 }
-                sub.pending.push_back(WatchEvent { event_type: EventType::Added, kind, object: obj.clone(), source: None });
+                sub.pending.push_back(WatchEvent {
+                    event_type: EventType::Added,
+                    kind,
+                    object: obj.clone(),
+                    source: None,
+                });
             }
             sub.initial_left = sub.pending.len();
         }
@@ -250,7 +270,12 @@ impl Store {
     }
 
     /// Watches one resource (optionally in one namespace) with selectors.
-    pub fn watch(&self, resource: &str, namespace: Option<&str>, opts: &WatchOptions) -> Result<Subscription, StoreError> {
+    pub fn watch(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        opts: &WatchOptions,
+    ) -> Result<Subscription, StoreError> {
         let kind = self.resolve(resource)?;
         self.watch_in(kind, namespace, opts)
     }

@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 use unisched_sim::{ApiServer, ApiServerBuilder, RunningServer};
 
 pub async fn start_with(builder: ApiServerBuilder) -> (RunningServer, Client) {
-    let running = builder.build().serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let running = builder
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let mut config = kube::Config::new(running.url().parse().unwrap());
     config.default_namespace = "default".into();
     config.read_timeout = Some(Duration::from_secs(30));

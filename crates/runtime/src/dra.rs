@@ -1,0 +1,477 @@
+//! DRA in the runtime: watches for ResourceSlices, DeviceClasses, DeviceTaintRules and
+//! ResourceClaims feeding the [`DraCache`], and the blocking [`DraApi`] the DynamicResources
+//! plugin's binding cycle writes through.
+//!
+//! Each watch event is also offered to the queue as a cluster event, so a pod waiting for a device
+//! is retried when a slice, class or claim changes, and only then (the plugin's hints decide).
+
+use std::{collections::HashMap, sync::Arc};
+
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use unisched_cache::{ClaimChange, DraCache};
+use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
+use unisched_plugins::{DraApi, DraApiError};
+use unisched_queue::SchedulingQueue;
+
+use crate::{ApiWriter, Handler, Metrics, WriteError};
+
+/// The finalizer that keeps an allocated claim from disappearing under a running pod.
+pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+/// Which DRA kind a [`DraHandler`] feeds.
+pub trait DraKind: Clone + Send + Sync + 'static {
+    /// Identity: name, or `namespace/name` for claims.
+    fn key(&self) -> String;
+    /// Feeds the cache; returns the queue event to send, if any.
+    fn apply(
+        obj: Arc<Self>,
+        old: Option<Arc<Self>>,
+        dra: &DraCache,
+    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)>;
+    /// Removes from the cache; returns the queue event to send, if any.
+    fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)>;
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn add_or_update(
+    old: bool,
+    resource: EventResource,
+    add: &'static str,
+    update: &'static str,
+) -> ClusterEvent {
+    if old {
+        ClusterEvent::new(resource, ActionType::UPDATE_OTHER, update)
+    } else {
+        ClusterEvent::new(resource, ActionType::ADD, add)
+    }
+}
+
+impl DraKind for ResourceSlice {
+    fn key(&self) -> String {
+        name_of(&self.metadata)
+    }
+    fn apply(
+        obj: Arc<Self>,
+        old: Option<Arc<Self>>,
+        dra: &DraCache,
+    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+        if let Err(e) = dra.apply_slice(obj.clone()) {
+            tracing::warn!(slice = %obj.key(), error = %e, "ignoring ResourceSlice");
+            return None;
+        }
+        let ev = add_or_update(
+            old.is_some(),
+            EventResource::ResourceSlice,
+            "ResourceSliceAdd",
+            "ResourceSliceUpdate",
+        );
+        Some((
+            ev,
+            EventObject::ResourceSlice(obj),
+            old.map(EventObject::ResourceSlice),
+        ))
+    }
+    fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
+        dra.remove_slice(&old.key());
+        let ev = ClusterEvent::new(
+            EventResource::ResourceSlice,
+            ActionType::DELETE,
+            "ResourceSliceDelete",
+        );
+        Some((ev, Some(EventObject::ResourceSlice(old))))
+    }
+}
+
+impl DraKind for DeviceClass {
+    fn key(&self) -> String {
+        name_of(&self.metadata)
+    }
+    fn apply(
+        obj: Arc<Self>,
+        old: Option<Arc<Self>>,
+        dra: &DraCache,
+    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+        if let Err(e) = dra.apply_class(obj.clone()) {
+            tracing::warn!(class = %obj.key(), error = %e, "ignoring DeviceClass");
+            return None;
+        }
+        let ev = add_or_update(
+            old.is_some(),
+            EventResource::DeviceClass,
+            "DeviceClassAdd",
+            "DeviceClassUpdate",
+        );
+        Some((
+            ev,
+            EventObject::DeviceClass(obj),
+            old.map(EventObject::DeviceClass),
+        ))
+    }
+    fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
+        dra.remove_class(&old.key());
+        let ev = ClusterEvent::new(
+            EventResource::DeviceClass,
+            ActionType::DELETE,
+            "DeviceClassDelete",
+        );
+        Some((ev, Some(EventObject::DeviceClass(old))))
+    }
+}
+
+impl DraKind for DeviceTaintRule {
+    fn key(&self) -> String {
+        name_of(&self.metadata)
+    }
+    fn apply(
+        obj: Arc<Self>,
+        _old: Option<Arc<Self>>,
+        dra: &DraCache,
+    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+        if let Err(e) = dra.apply_taint_rule(obj.clone()) {
+            tracing::warn!(rule = %obj.key(), error = %e, "ignoring DeviceTaintRule");
+            return None;
+        }
+        // A taint rule changes what slices offer: tell pods waiting for devices.
+        let ev = ClusterEvent::new(
+            EventResource::ResourceSlice,
+            ActionType::UPDATE_OTHER,
+            "DeviceTaintRuleChange",
+        );
+        Some((ev, EventObject::Other, None))
+    }
+    fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
+        dra.remove_taint_rule(&old.key());
+        let ev = ClusterEvent::new(
+            EventResource::ResourceSlice,
+            ActionType::UPDATE_OTHER,
+            "DeviceTaintRuleChange",
+        );
+        Some((ev, None))
+    }
+}
+
+fn claim_event(change: &ClaimChange) -> Option<(ClusterEvent, Option<EventObject>, Option<EventObject>)> {
+    if !change.changed() {
+        return None;
+    }
+    let ev = match (&change.old, &change.new) {
+        (None, Some(_)) => {
+            ClusterEvent::new(EventResource::ResourceClaim, ActionType::ADD, "ResourceClaimAdd")
+        }
+        (Some(_), None) => ClusterEvent::new(
+            EventResource::ResourceClaim,
+            ActionType::DELETE,
+            "ResourceClaimDelete",
+        ),
+        _ => ClusterEvent::new(
+            EventResource::ResourceClaim,
+            ActionType::UPDATE_OTHER,
+            "ResourceClaimUpdate",
+        ),
+    };
+    Some((
+        ev,
+        change.old.clone().map(EventObject::ResourceClaim),
+        change.new.clone().map(EventObject::ResourceClaim),
+    ))
+}
+
+impl DraKind for ResourceClaim {
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.clone().unwrap_or_default(),
+            name_of(&self.metadata)
+        )
+    }
+    fn apply(
+        obj: Arc<Self>,
+        _old: Option<Arc<Self>>,
+        dra: &DraCache,
+    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+        match dra.apply_claim(obj.clone()) {
+            Ok(change) => {
+                let (ev, old, new) = claim_event(&change)?;
+                Some((ev, new.unwrap_or(EventObject::Other), old))
+            }
+            Err(e) => {
+                tracing::warn!(claim = %obj.key(), error = %e, "ignoring ResourceClaim");
+                None
+            }
+        }
+    }
+    fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
+        let ns = old.metadata.namespace.clone().unwrap_or_default();
+        let change = dra.remove_claim(&ns, &name_of(&old.metadata));
+        let (ev, old, _) = claim_event(&change)?;
+        Some((ev, old))
+    }
+}
+
+/// Feeds one DRA kind's watch into the cache and the queue.
+pub struct DraHandler<K: DraKind> {
+    dra: Arc<DraCache>,
+    queue: Arc<SchedulingQueue>,
+    known: Mutex<HashMap<String, Arc<K>>>,
+}
+
+impl<K: DraKind> DraHandler<K> {
+    /// A handler.
+    pub fn new(dra: Arc<DraCache>, queue: Arc<SchedulingQueue>) -> Self {
+        DraHandler {
+            dra,
+            queue,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: DraKind> Handler for DraHandler<K> {
+    type Obj = K;
+
+    fn key(obj: &K) -> String {
+        obj.key()
+    }
+
+    fn apply(&self, obj: K) {
+        let obj = Arc::new(obj);
+        let old = self.known.lock().insert(obj.key(), obj.clone());
+        if let Some((ev, new, old)) = K::apply(obj, old, &self.dra) {
+            self.queue.move_all_to_active_or_backoff(ev, old, Some(new));
+        }
+    }
+
+    fn delete(&self, key: &str) {
+        let Some(old) = self.known.lock().remove(key) else {
+            return;
+        };
+        if let Some((ev, old)) = K::remove(old, &self.dra) {
+            self.queue.move_all_to_active_or_backoff(ev, old, None);
+        }
+    }
+
+    fn known_keys(&self) -> Vec<String> {
+        self.known.lock().keys().cloned().collect()
+    }
+}
+
+/// The DynamicResources plugin's API writes, made from the binding cycle's blocking thread.
+pub struct RuntimeDraApi {
+    writer: ApiWriter,
+    handle: Handle,
+    metrics: Metrics,
+}
+
+impl RuntimeDraApi {
+    /// Writes through `writer`, blocking on `handle`.
+    pub fn new(writer: ApiWriter, handle: Handle, metrics: Metrics) -> Self {
+        RuntimeDraApi {
+            writer,
+            handle,
+            metrics,
+        }
+    }
+
+    fn claims(&self, ns: &str) -> Api<ResourceClaim> {
+        Api::namespaced(self.writer.client().clone(), ns)
+    }
+
+    fn finalizers(&self, ns: &str, name: &str, rv: &str, add: bool) -> Result<ResourceClaim, DraApiError> {
+        let current = self
+            .get_claim(ns, name)?
+            .ok_or_else(|| DraApiError::NotFound(format!("{ns}/{name}")))?;
+        let mut list = current.metadata.finalizers.clone().unwrap_or_default();
+        list.retain(|f| f != DELETE_PROTECTION_FINALIZER);
+        if add {
+            list.push(DELETE_PROTECTION_FINALIZER.to_string());
+        }
+        let patch = json!({"metadata": {"resourceVersion": rv, "finalizers": list}});
+        let api = self.claims(ns);
+        let writer = self.writer.clone();
+        let name = name.to_string();
+        self.handle
+            .block_on(async move {
+                writer
+                    .write("patch", "resourceclaims", || {
+                        let (api, patch, name) = (api.clone(), patch.clone(), name.clone());
+                        async move {
+                            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await
+                        }
+                    })
+                    .await
+            })
+            .map_err(to_dra)
+    }
+
+    fn count_allocations(&self, claim: &ResourceClaim) {
+        let Some(results) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+        else {
+            return;
+        };
+        let requests = claim
+            .spec
+            .as_ref()
+            .map(|s| s.devices.clone().unwrap_or_default().requests.unwrap_or_default());
+        for r in results.results.iter().flatten() {
+            let top = r.request.split('/').next().unwrap_or(&r.request);
+            let class = requests
+                .iter()
+                .flatten()
+                .find(|q| q.name == top)
+                .and_then(|q| {
+                    q.exactly
+                        .as_ref()
+                        .map(|e| e.device_class_name.clone())
+                        .or_else(|| {
+                            let sub = r.request.split('/').nth(1)?;
+                            q.first_available
+                                .as_ref()?
+                                .iter()
+                                .find(|s| s.name == sub)
+                                .map(|s| s.device_class_name.clone())
+                        })
+                })
+                .unwrap_or_default();
+            self.metrics
+                .dra_allocations
+                .with_label_values(&[&r.driver, &class])
+                .inc();
+        }
+    }
+}
+
+fn to_dra(e: WriteError) -> DraApiError {
+    match e {
+        WriteError::Conflict(m) => DraApiError::Conflict(m),
+        WriteError::NotFound(m) => DraApiError::NotFound(m),
+        other => DraApiError::Other(other.to_string()),
+    }
+}
+
+impl DraApi for RuntimeDraApi {
+    fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
+        let api = self.claims(namespace);
+        let name = name.to_string();
+        self.handle
+            .block_on(async move { api.get_opt(&name).await })
+            .map_err(|e| DraApiError::Other(e.to_string()))
+    }
+
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        status: Value,
+    ) -> Result<ResourceClaim, DraApiError> {
+        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
+        let api = self.claims(namespace);
+        let writer = self.writer.clone();
+        let name = name.to_string();
+        let claim = self
+            .handle
+            .block_on(async move {
+                writer
+                    .write("patch", "resourceclaims/status", || {
+                        let (api, patch, name) = (api.clone(), patch.clone(), name.clone());
+                        async move {
+                            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await
+                        }
+                    })
+                    .await
+            })
+            .map_err(to_dra)?;
+        self.count_allocations(&claim);
+        Ok(claim)
+    }
+
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        rv: &str,
+    ) -> Result<ResourceClaim, DraApiError> {
+        self.finalizers(namespace, name, rv, true)
+    }
+
+    fn remove_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        rv: &str,
+    ) -> Result<ResourceClaim, DraApiError> {
+        self.finalizers(namespace, name, rv, false)
+    }
+
+    fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {
+        let api = self.claims(namespace);
+        let writer = self.writer.clone();
+        let claim = claim.clone();
+        let created = self
+            .handle
+            .block_on(async move {
+                writer
+                    .write("create", "resourceclaims", || {
+                        let (api, claim) = (api.clone(), claim.clone());
+                        async move { api.create(&PostParams::default(), &claim).await }
+                    })
+                    .await
+            })
+            .map_err(to_dra)?;
+        self.metrics.special_claims.with_label_values(&["create"]).inc();
+        Ok(created)
+    }
+
+    fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), DraApiError> {
+        let api = self.claims(namespace);
+        let writer = self.writer.clone();
+        let name = name.to_string();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let result = self.handle.block_on(async move {
+            writer
+                .write("delete", "resourceclaims", || {
+                    let (api, name, dp) = (api.clone(), name.clone(), dp.clone());
+                    async move { api.delete(&name, &dp).await }
+                })
+                .await
+        });
+        match result {
+            Ok(_) => {
+                self.metrics.special_claims.with_label_values(&["delete"]).inc();
+                Ok(())
+            }
+            Err(WriteError::NotFound(_)) => Ok(()),
+            Err(e) => Err(to_dra(e)),
+        }
+    }
+
+    fn patch_pod_status(&self, namespace: &str, name: &str, patch: Value) -> Result<(), DraApiError> {
+        let writer = self.writer.clone();
+        let (ns, name) = (namespace.to_string(), name.to_string());
+        self.handle
+            .block_on(async move { writer.patch_pod_status(&ns, &name, patch).await })
+            .map_err(to_dra)
+    }
+}

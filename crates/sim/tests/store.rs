@@ -1,0 +1,293 @@
+//! The in-process store API (what a scenario runner uses), without HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failure is a panic.
+
+use std::time::Duration;
+
+use serde_json::json;
+use unisched_sim::{
+    ApiServer, DeleteOptions, Deletion, EventType, ListOptions, Patch, Propagation, Store, StoreConfig,
+    WatchOptions,
+};
+
+fn store() -> Store {
+    ApiServer::builder().controllers(false).build().store().clone()
+}
+
+fn pod(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}})
+}
+
+#[test]
+fn defaults_and_admission() {
+    let s = store();
+    let n = s
+        .create(
+            "nodes",
+            None,
+            json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "110"}}}),
+        )
+        .unwrap();
+    assert_eq!(
+        n["status"]["allocatable"]["cpu"], "4",
+        "allocatable defaults to capacity"
+    );
+    s.create(
+        "priorityclasses",
+        None,
+        json!({"metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"}),
+    )
+    .unwrap();
+    let mut p = pod("a");
+    p["spec"]["priorityClassName"] = json!("high");
+    p["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+    let p = s.create("pods", None, p).unwrap();
+    assert_eq!(p["spec"]["priority"], 1000);
+    assert_eq!(p["spec"]["preemptionPolicy"], "Never");
+    assert_eq!(p["spec"]["containers"][0]["resources"]["requests"]["cpu"], "1");
+    assert_eq!(p["status"]["qosClass"], "Guaranteed");
+    let mut bad = pod("b");
+    bad["spec"]["priorityClassName"] = json!("missing");
+    assert_eq!(s.create("pods", None, bad).unwrap_err().code(), 403);
+    s.create(
+        "priorityclasses",
+        None,
+        json!({"metadata": {"name": "dflt"}, "value": 7, "globalDefault": true}),
+    )
+    .unwrap();
+    let p = s.create("pods", None, pod("c")).unwrap();
+    assert_eq!(
+        (
+            p["spec"]["priority"].as_i64(),
+            p["spec"]["priorityClassName"].as_str()
+        ),
+        (Some(7), Some("dflt"))
+    );
+    let err = s
+        .patch(
+            "priorityclasses",
+            None,
+            "high",
+            &Patch::Merge(json!({"value": 5})),
+        )
+        .unwrap_err();
+    assert_eq!(err.code(), 422);
+}
+
+#[test]
+fn apply_creates_then_merges_and_writes_status() {
+    let s = store();
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "pdb", "namespace": "default"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}});
+    let o = s.apply(pdb.clone()).unwrap();
+    assert_eq!(
+        o["status"]["desiredHealthy"], 1,
+        "status given to apply is written through /status"
+    );
+    let mut changed = pdb;
+    changed["spec"]["minAvailable"] = json!(2);
+    let o = s.apply(changed).unwrap();
+    assert_eq!(o["spec"]["minAvailable"], 2);
+    assert_eq!(o["metadata"]["generation"], 2);
+    assert!(
+        s.apply(json!({"apiVersion": "v9", "kind": "Nope", "metadata": {"name": "x"}}))
+            .is_err()
+    );
+}
+
+#[test]
+fn subscription_sees_every_change_and_selector_transitions() {
+    let s = store();
+    let mut all = s.subscribe();
+    let opts = WatchOptions {
+        field_selector: unisched_sim::FieldSelector::parse("spec.nodeName=").unwrap(),
+        resource_version: Some(s.resource_version().to_string()),
+        ..WatchOptions::default()
+    };
+    let mut pending = s.watch("pods", Some("default"), &opts).unwrap();
+    s.create("pods", None, pod("a")).unwrap();
+    s.bind("default", "a", "n1", None).unwrap();
+    s.delete("pods", None, "a", &DeleteOptions::default()).unwrap();
+    let kinds: Vec<EventType> = (0..3)
+        .map(|_| all.try_next().unwrap().unwrap().event_type)
+        .collect();
+    assert_eq!(kinds, [EventType::Added, EventType::Modified, EventType::Deleted]);
+    assert!(all.try_next().unwrap().is_none());
+    let a = pending.try_next().unwrap().unwrap();
+    assert_eq!(a.event_type, EventType::Added);
+    let d = pending.try_next().unwrap().unwrap();
+    assert_eq!(
+        d.event_type,
+        EventType::Deleted,
+        "binding moves the pod out of spec.nodeName="
+    );
+    assert_eq!(
+        d.object["spec"].get("nodeName"),
+        None,
+        "the DELETED object is the last matching state"
+    );
+    assert!(
+        pending.try_next().unwrap().is_none(),
+        "the real deletion is not seen again"
+    );
+}
+
+#[test]
+fn subscription_falls_behind_history_with_410() {
+    let s = ApiServer::builder()
+        .controllers(false)
+        .history(10)
+        .build()
+        .store()
+        .clone();
+    let mut sub = s.subscribe();
+    for i in 0..20 {
+        s.create("pods", None, pod(&format!("p{i}"))).unwrap();
+    }
+    assert_eq!(sub.try_next().unwrap_err().code(), 410);
+    assert!(s.oldest_resource_version() > sub.position());
+}
+
+#[test]
+fn exact_resource_version_lists_roll_back() {
+    let s = store();
+    s.create("pods", None, pod("a")).unwrap();
+    let rv = s.resource_version();
+    s.create("pods", None, pod("b")).unwrap();
+    s.patch(
+        "pods",
+        None,
+        "a",
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "1"}}})),
+    )
+    .unwrap();
+    s.delete("pods", None, "a", &DeleteOptions::default()).unwrap();
+    let opts = ListOptions {
+        resource_version: Some(rv.to_string()),
+        resource_version_match: Some("Exact".into()),
+        ..ListOptions::default()
+    };
+    let old = s.list("pods", Some("default"), &opts).unwrap();
+    assert_eq!(old.resource_version, rv);
+    assert_eq!(old.items.len(), 1);
+    assert_eq!(old.items[0].name(), "a");
+    assert!(old.items[0]["metadata"].get("labels").is_none());
+    assert!(
+        s.list("pods", Some("default"), &ListOptions::default())
+            .unwrap()
+            .items
+            .iter()
+            .all(|p| p.name() == "b")
+    );
+}
+
+#[test]
+fn delete_preconditions_and_dry_run() {
+    let s = store();
+    let p = s.create("pods", None, pod("a")).unwrap();
+    let opts = DeleteOptions {
+        precondition_uid: Some("other".into()),
+        ..DeleteOptions::default()
+    };
+    assert_eq!(s.delete("pods", None, "a", &opts).unwrap_err().code(), 409);
+    let opts = DeleteOptions {
+        dry_run: true,
+        ..DeleteOptions::default()
+    };
+    assert!(matches!(
+        s.delete("pods", None, "a", &opts).unwrap(),
+        Deletion::Removed(_)
+    ));
+    assert!(s.try_get("pods", None, "a").is_some());
+    let opts = DeleteOptions {
+        precondition_uid: Some(p.uid().to_string()),
+        ..DeleteOptions::default()
+    };
+    assert!(matches!(
+        s.delete("pods", None, "a", &opts).unwrap(),
+        Deletion::Removed(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreground_and_namespace_deletion_with_the_collector() {
+    let running = ApiServer::builder()
+        .kubelet(None)
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let s = running.store().clone();
+    s.create("namespaces", None, json!({"metadata": {"name": "team"}}))
+        .unwrap();
+    let owner = s
+        .create("configmaps", Some("team"), json!({"metadata": {"name": "owner"}}))
+        .unwrap();
+    let mut dep = pod("dep");
+    dep["metadata"]["namespace"] = json!("team");
+    dep["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid(), "blockOwnerDeletion": true}]);
+    s.create("pods", Some("team"), dep).unwrap();
+    let opts = DeleteOptions {
+        propagation: Propagation::Foreground,
+        ..DeleteOptions::default()
+    };
+    let d = s.delete("configmaps", Some("team"), "owner", &opts).unwrap();
+    assert!(
+        matches!(d, Deletion::Pending(_)),
+        "the owner waits for its dependents"
+    );
+    let gone = |res: &str, name: &str| {
+        let s = s.clone();
+        let (res, name) = (res.to_string(), name.to_string());
+        async move {
+            for _ in 0..250 {
+                if s.try_get(&res, Some("team"), &name).is_none() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            false
+        }
+    };
+    assert!(gone("pods", "dep").await);
+    assert!(gone("configmaps", "owner").await);
+
+    s.create(
+        "pods",
+        Some("team"),
+        json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+    )
+    .unwrap();
+    s.delete("namespaces", None, "team", &DeleteOptions::default())
+        .unwrap();
+    assert!(gone("pods", "x").await, "namespace contents are deleted");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_helpers() {
+    let s = store();
+    let s2 = s.clone();
+    let waiter = tokio::spawn(async move {
+        s2.wait_for("pods", Some("default"), "late", Duration::from_secs(5), |p| {
+            p["spec"]["nodeName"] == "n1"
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.create("pods", None, pod("late")).unwrap();
+    s.bind("default", "late", "n1", None).unwrap();
+    assert!(waiter.await.unwrap().is_ok());
+    assert!(
+        s.wait_quiet(Duration::from_millis(50), Duration::from_secs(2))
+            .await
+    );
+    let err = s
+        .wait_for("pods", None, "never", Duration::from_millis(50), |_| true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), 504);
+    let _ = StoreConfig::default();
+}
