@@ -397,9 +397,12 @@ async fn binding_sets_node_once_and_checks_uid() {
     assert!(st.is_success());
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.spec.unwrap().node_name.as_deref(), Some("n1"));
+    let conditions = got.status.unwrap().conditions.unwrap_or_default();
     assert!(
-        got.status.unwrap().conditions.unwrap_or_default().is_empty(),
-        "binding adds no condition"
+        conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "True"),
+        "binding marks the pod PodScheduled=True, as kube-apiserver does: {conditions:?}"
     );
     let err = api_err(
         pods.create_subresource::<_, Status>("binding", "a", &PostParams::default(), &binding(None))

@@ -291,3 +291,48 @@ async fn wait_helpers() {
     assert_eq!(err.code(), 504);
     let _ = StoreConfig::default();
 }
+
+#[test]
+fn binding_marks_the_pod_scheduled_in_the_same_write() {
+    let s = store();
+    s.create(
+        "nodes",
+        None,
+        json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "110"}}}),
+    )
+    .unwrap();
+    s.create("pods", Some("default"), pod("p")).unwrap();
+    // An earlier attempt left PodScheduled=False.
+    s.patch_status(
+        "pods",
+        Some("default"),
+        "p",
+        &Patch::Strategic(json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/0 nodes"}
+        ]}})),
+    )
+    .unwrap();
+    let rv_before: u64 = s.get("pods", Some("default"), "p").unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let bound = s.bind("default", "p", "n1", None).unwrap();
+    assert_eq!(bound["spec"]["nodeName"], "n1");
+    let conditions = bound["status"]["conditions"].as_array().unwrap();
+    let scheduled: Vec<_> = conditions
+        .iter()
+        .filter(|c| c["type"] == "PodScheduled")
+        .collect();
+    assert_eq!(scheduled.len(), 1, "{conditions:?}");
+    assert_eq!(scheduled[0]["status"], "True");
+    let rv_after: u64 = bound["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv_after > rv_before);
+    // A second binding is a conflict.
+    let err = s.bind("default", "p", "n1", None).unwrap_err();
+    assert_eq!(err.code(), 409);
+}

@@ -636,7 +636,9 @@ impl Store {
                 }
                 n
             }
-            UpdateMode::Main | UpdateMode::Internal => {
+            // A server-internal write (binding) may set status too (PodScheduled=True).
+            UpdateMode::Internal => cand,
+            UpdateMode::Main => {
                 if rt.status.has_subresource()
                     && let Value::Object(m) = &mut cand
                 {
@@ -1100,6 +1102,7 @@ impl Store {
             }
             let mut v = cur.to_value();
             util::object_at(&mut v, &["spec"]).insert("nodeName".into(), json!(node));
+            set_pod_scheduled(&mut v);
             if let Some(a) = &annotations {
                 let target = util::object_at(&mut v, &["metadata", "annotations"]);
                 for (k, val) in a {
@@ -1192,5 +1195,21 @@ impl Lookup for Store {
             Some(kind) => self.snapshot(kind, None),
             None => Vec::new(),
         }
+    }
+}
+
+/// The binding subresource of kube-apiserver marks the pod `PodScheduled=True` in the same write
+/// (replacing a `False` condition the scheduler left from earlier attempts), so clients see a
+/// scheduled pod without a second status write.
+fn set_pod_scheduled(pod: &mut Value) {
+    let now = util::now_rfc3339();
+    let status = util::object_at(pod, &["status"]);
+    let conditions = status.entry("conditions").or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    if let Some(list) = conditions.as_array_mut() {
+        list.retain(|c| c["type"] != "PodScheduled");
+        list.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
     }
 }
