@@ -72,7 +72,7 @@ pub use error::{Cause, StoreError};
 pub use patch::Patch;
 pub use registry::{KindId, Registry, ResourceType, StatusPolicy};
 pub use selector::{FieldSelector, LabelSelector};
-pub use server::{ApiServer, ApiServerBuilder, RunningServer, ServerError, kubeconfig_yaml};
+pub use server::{ApiServer, ApiServerBuilder, Faults, RunningServer, ServerError, kubeconfig_yaml};
 pub use store::{
     DeleteOptions, Deletion, EventType, ListOptions, ObjectList, ObjectRef, Propagation, Store, StoreConfig,
     StoreEvent, StoredObject, Subscription, WatchEvent, WatchOptions,

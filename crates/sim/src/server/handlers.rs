@@ -27,6 +27,7 @@ pub(crate) struct AppState {
     pub(crate) config: ServerConfig,
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     pub(crate) server_address: String,
+    pub(crate) faults: super::Faults,
 }
 
 type Query = HashMap<String, String>;
@@ -56,6 +57,16 @@ pub(crate) async fn dispatch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(code) = app.faults.take(&method, uri.path()) {
+        let status = serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("injected fault: {code}"), "reason": super::faults::reason_for(code), "code": code,
+        });
+        return json_value(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            &status,
+        );
+    }
     let query: Query = parse_query(uri.query().unwrap_or_default()).into_iter().collect();
     let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let registry = app.store.registry();
@@ -463,6 +474,7 @@ struct WatchState {
     next_bookmark: tokio::time::Instant,
     deadline: tokio::time::Instant,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    drops: tokio::sync::watch::Receiver<u64>,
     initial_end_pending: bool,
     table: Option<IncludeObject>,
     done: bool,
@@ -555,6 +567,10 @@ impl WatchState {
                     self.done = true;
                     return None;
                 }
+                _ = self.drops.changed() => {
+                    self.done = true;
+                    return None;
+                }
             }
         }
     }
@@ -593,6 +609,7 @@ fn watch(app: &AppState, t: &Target<'_>, q: &Query, headers: &HeaderMap) -> Resp
             next_bookmark: now + app.config.bookmark_interval,
             deadline: now + timeout,
             shutdown: app.shutdown.clone(),
+            drops: app.faults.drop_signal(),
             initial_end_pending: send_initial == Some(true),
             table,
             done: false,

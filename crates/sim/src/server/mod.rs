@@ -1,6 +1,7 @@
 //! The HTTP front end: an axum server speaking the Kubernetes REST and watch protocol over the store.
 
 mod discovery;
+mod faults;
 mod handlers;
 mod table;
 
@@ -13,6 +14,7 @@ use axum::extract::DefaultBodyLimit;
 use tokio::task::JoinHandle;
 
 pub use discovery::{KUBE_MAJOR, KUBE_MINOR};
+pub use faults::Faults;
 
 use crate::controllers::{self, ControllerConfig, KubeletConfig};
 use crate::registry::Registry;
@@ -140,6 +142,7 @@ impl ApiServerBuilder {
             store,
             config: self.server,
             controllers: self.controllers,
+            faults: Faults::default(),
         }
     }
 }
@@ -150,6 +153,7 @@ pub struct ApiServer {
     store: Store,
     config: ServerConfig,
     controllers: ControllerConfig,
+    faults: Faults,
 }
 
 impl Default for ApiServer {
@@ -169,6 +173,11 @@ impl ApiServer {
         &self.store
     }
 
+    /// Fault injection switches (tests).
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
     /// The axum router, for embedding in another server. Watches served by it end when `shutdown`
     /// changes or its sender is dropped.
     pub fn router(&self, server_address: String, shutdown: tokio::sync::watch::Receiver<bool>) -> Router {
@@ -177,6 +186,7 @@ impl ApiServer {
             config: self.config.clone(),
             shutdown,
             server_address,
+            faults: self.faults.clone(),
         });
         Router::new()
             .fallback(handlers::dispatch)
@@ -210,6 +220,7 @@ impl ApiServer {
         tracing::info!(%local, "unisched-sim API server listening");
         Ok(RunningServer {
             addr: local,
+            faults: self.faults,
             store: self.store,
             shutdown: tx,
             server: Some(server),
@@ -224,6 +235,7 @@ pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
     store: Store,
+    faults: Faults,
     shutdown: tokio::sync::watch::Sender<bool>,
     server: Option<JoinHandle<std::io::Result<()>>>,
     controllers: Vec<JoinHandle<()>>,
@@ -233,6 +245,11 @@ impl RunningServer {
     /// The store behind the server, for in-process access.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Fault injection switches (tests): fail requests, drop watches.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// `http://ADDR`.

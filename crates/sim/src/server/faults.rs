@@ -1,0 +1,99 @@
+//! Fault injection for tests: fail the next requests that match, or drop every open watch.
+//!
+//! The runtime's promises (retries on 409/429/5xx, relisting after a dropped watch) can only be
+//! tested against a server that misbehaves on demand. Faults are off unless a test asks for them.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use axum::http::Method;
+use parking_lot::Mutex;
+
+#[derive(Debug)]
+struct Rule {
+    method: Option<Method>,
+    path_contains: String,
+    code: u16,
+    remaining: u32,
+}
+
+/// Shared fault switches of one server.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    rules: Arc<Mutex<Vec<Rule>>>,
+    injected: Arc<AtomicU64>,
+    drops: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        let (tx, _) = tokio::sync::watch::channel(0);
+        Faults {
+            rules: Arc::default(),
+            injected: Arc::default(),
+            drops: Arc::new(tx),
+        }
+    }
+}
+
+impl Faults {
+    /// Answers the next `times` requests whose method is `method` (any method when empty) and whose
+    /// path contains `path_contains` with HTTP `code` and a Kubernetes `Status` body.
+    pub fn fail_next(&self, method: &str, path_contains: &str, code: u16, times: u32) {
+        let method = if method.is_empty() {
+            None
+        } else {
+            Method::from_bytes(method.as_bytes()).ok()
+        };
+        self.rules.lock().push(Rule {
+            method,
+            path_contains: path_contains.to_string(),
+            code,
+            remaining: times,
+        });
+    }
+
+    /// Ends every watch that is open now (clients see the stream close and must re-watch).
+    pub fn drop_watches(&self) {
+        self.drops.send_modify(|n| *n += 1);
+    }
+
+    /// How many requests were answered with an injected fault.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    /// The injected status code for this request, if a rule matches (consumes one use).
+    pub(crate) fn take(&self, method: &Method, path: &str) -> Option<u16> {
+        let mut rules = self.rules.lock();
+        let idx = rules.iter().position(|r| {
+            r.remaining > 0
+                && r.method.as_ref().is_none_or(|m| m == method)
+                && path.contains(&r.path_contains)
+        })?;
+        rules[idx].remaining -= 1;
+        let code = rules[idx].code;
+        rules.retain(|r| r.remaining > 0);
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        Some(code)
+    }
+
+    /// A receiver that changes when watches must be dropped.
+    pub(crate) fn drop_signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.drops.subscribe()
+    }
+}
+
+/// The `reason` kube-apiserver uses for a status code.
+pub(crate) fn reason_for(code: u16) -> &'static str {
+    match code {
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Unknown",
+    }
+}
