@@ -174,7 +174,11 @@ async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration)
     let names = |plural: &str| -> Vec<String> {
         store
             .list_all(plural, None)
-            .map(|v| v.iter().filter_map(|o| o.value()["metadata"]["name"].as_str().map(str::to_string)).collect())
+            .map(|v| {
+                v.iter()
+                    .filter_map(|o| o.value()["metadata"]["name"].as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let nodes = names("nodes").len();

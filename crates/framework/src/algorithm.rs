@@ -107,7 +107,12 @@ impl SchedulingAlgorithm {
             .build()
             .ok()
             .map(Arc::new);
-        SchedulingAlgorithm { percentage_of_nodes_to_score, next_start_node_index: 0, rng: SeededRng::new(seed), pool }
+        SchedulingAlgorithm {
+            percentage_of_nodes_to_score,
+            next_start_node_index: 0,
+            rng: SeededRng::new(seed),
+            pool,
+        }
     }
 
     /// Finds a node for `pod`. `state` must be fresh for this attempt.
@@ -121,11 +126,17 @@ impl SchedulingAlgorithm {
         let snapshot = state.snapshot();
         if snapshot.is_empty() {
             // Upstream's ErrNoNodesAvailable: an error (retried after backoff), not a FitError.
-            return Err(ScheduleError::Error(Status::error("no nodes available to schedule pods")));
+            return Err(ScheduleError::Error(Status::error(
+                "no nodes available to schedule pods",
+            )));
         }
-        let (feasible, diagnosis, evaluated) = self.find_nodes_that_fit(fwk, state, pod, &snapshot, nominator)?;
+        let (feasible, diagnosis, evaluated) =
+            self.find_nodes_that_fit(fwk, state, pod, &snapshot, nominator)?;
         if feasible.is_empty() {
-            let mut fit = FitError { num_all_nodes: snapshot.len(), diagnosis };
+            let mut fit = FitError {
+                num_all_nodes: snapshot.len(),
+                diagnosis,
+            };
             if let Ok(d) = state.read::<DiagnosisDetail>(DIAGNOSIS_DETAIL_KEY) {
                 let extra = d.0.detail(&fit.diagnosis.node_to_status);
                 fit.diagnosis.detail.extend(extra);
@@ -152,9 +163,16 @@ impl SchedulingAlgorithm {
                 top_scores: Vec::new(),
             });
         }
-        let scores = self.prioritize_nodes(fwk, state, pod, &feasible).map_err(ScheduleError::Error)?;
+        let scores = self
+            .prioritize_nodes(fwk, state, pod, &feasible)
+            .map_err(ScheduleError::Error)?;
         let (host, top) = self.select_host(scores);
-        Ok(ScheduleResult { suggested_host: host, evaluated_nodes: evaluated, feasible_nodes: feasible.len(), top_scores: top })
+        Ok(ScheduleResult {
+            suggested_host: host,
+            evaluated_nodes: evaluated,
+            feasible_nodes: feasible.len(),
+            top_scores: top,
+        })
     }
 
     /// PreFilter + Filter. Returns feasible nodes, the diagnosis, and how many nodes were evaluated.
@@ -189,7 +207,12 @@ impl SchedulingAlgorithm {
             .filter(|n| !n.is_empty())
             && let Some(node) = snapshot.get(nominated)
         {
-            let s = fwk.run_filter_with_nominated(state, pod, node, &nominator.nominated_pods_for_node(nominated));
+            let s = fwk.run_filter_with_nominated(
+                state,
+                pod,
+                node,
+                &nominator.nominated_pods_for_node(nominated),
+            );
             if s.is_success() {
                 return Ok((vec![node.clone()], diagnosis, 1));
             }
@@ -200,7 +223,8 @@ impl SchedulingAlgorithm {
 
         let candidates: Vec<Arc<NodeInfo>> = match pre_result.and_then(|r| r.node_names) {
             Some(names) => {
-                let restricted: Vec<Arc<NodeInfo>> = all.iter().filter(|n| names.contains(n.name())).cloned().collect();
+                let restricted: Vec<Arc<NodeInfo>> =
+                    all.iter().filter(|n| names.contains(n.name())).cloned().collect();
                 diagnosis.node_to_status.set_absent(Status::unresolvable(format!(
                     "node(s) didn't satisfy plugin(s) [{}]",
                     fwk_prefilter_names(fwk)
@@ -217,7 +241,8 @@ impl SchedulingAlgorithm {
             1
         } else {
             num_feasible_nodes_to_find(
-                fwk.percentage_of_nodes_to_score().or(self.percentage_of_nodes_to_score),
+                fwk.percentage_of_nodes_to_score()
+                    .or(self.percentage_of_nodes_to_score),
                 n,
             )
         };
@@ -234,7 +259,9 @@ impl SchedulingAlgorithm {
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
             let check = |&i: &usize| check_node(fwk, state_ref, pod, &candidates[i], &nominations);
             let statuses: Vec<Status> = match &self.pool {
-                Some(pool) if batch > 2 && threads > 1 => pool.install(|| idx.par_iter().map(check).collect()),
+                Some(pool) if batch > 2 && threads > 1 => {
+                    pool.install(|| idx.par_iter().map(check).collect())
+                }
                 _ => idx.iter().map(check).collect(),
             };
             for (k, s) in statuses.into_iter().enumerate() {
@@ -270,7 +297,11 @@ impl SchedulingAlgorithm {
         if !fwk.has_score_plugins() {
             return Ok(nodes
                 .iter()
-                .map(|n| NodePluginScores { name: n.name().to_string(), scores: Vec::new(), total: 1 })
+                .map(|n| NodePluginScores {
+                    name: n.name().to_string(),
+                    scores: Vec::new(),
+                    total: 1,
+                })
                 .collect());
         }
         let s = fwk.run_pre_score(state, pod, nodes);
@@ -284,7 +315,8 @@ impl SchedulingAlgorithm {
                 .iter()
                 .map(|ws| {
                     ws.plugin.score(state_ref, pod, node).map_err(|s| {
-                        s.with_plugin(ws.plugin.name()).wrap_error(format!("running Score plugin {:?}", ws.plugin.name()))
+                        s.with_plugin(ws.plugin.name())
+                            .wrap_error(format!("running Score plugin {:?}", ws.plugin.name()))
                     })
                 })
                 .collect()
@@ -326,7 +358,13 @@ impl SchedulingAlgorithm {
 }
 
 fn fwk_prefilter_names(fwk: &Framework) -> String {
-    let names: BTreeSet<String> = fwk.plugin_names().get("preFilter").cloned().unwrap_or_default().into_iter().collect();
+    let names: BTreeSet<String> = fwk
+        .plugin_names()
+        .get("preFilter")
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     names.into_iter().collect::<Vec<_>>().join(" ")
 }
 

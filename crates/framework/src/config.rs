@@ -244,7 +244,9 @@ impl Serialize for GoDuration {
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        parse_go_duration(&s).map(GoDuration).map_err(serde::de::Error::custom)
+        parse_go_duration(&s)
+            .map(GoDuration)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -260,13 +262,17 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
         if num_len == 0 {
             return Err(bad());
         }
         let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_len] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -357,17 +363,28 @@ impl KubeSchedulerConfiguration {
         if let Some(v) = &self.api_version
             && v != API_VERSION
         {
-            errs.push(format!("apiVersion: Unsupported value: {v:?}: supported values: {API_VERSION:?}"));
+            errs.push(format!(
+                "apiVersion: Unsupported value: {v:?}: supported values: {API_VERSION:?}"
+            ));
         }
         if let Some(k) = &self.kind
             && k != "KubeSchedulerConfiguration"
         {
-            errs.push(format!("kind: Unsupported value: {k:?}: supported values: \"KubeSchedulerConfiguration\""));
+            errs.push(format!(
+                "kind: Unsupported value: {k:?}: supported values: \"KubeSchedulerConfiguration\""
+            ));
         }
         if self.parallelism <= 0 {
-            errs.push(format!("parallelism: Invalid value: {}: should be an integer greater than 0", self.parallelism));
+            errs.push(format!(
+                "parallelism: Invalid value: {}: should be an integer greater than 0",
+                self.parallelism
+            ));
         }
-        check_percentage(&mut errs, "percentageOfNodesToScore", self.percentage_of_nodes_to_score);
+        check_percentage(
+            &mut errs,
+            "percentageOfNodesToScore",
+            self.percentage_of_nodes_to_score,
+        );
         if self.pod_initial_backoff_seconds <= 0 {
             errs.push(format!(
                 "podInitialBackoffSeconds: Invalid value: {}: must be greater than 0",
@@ -386,10 +403,14 @@ impl KubeSchedulerConfiguration {
         let le = &self.leader_election;
         if le.leader_elect {
             if le.lease_duration.0.is_zero() {
-                errs.push("leaderElection.leaseDuration: Invalid value: 0s: must be greater than zero".into());
+                errs.push(
+                    "leaderElection.leaseDuration: Invalid value: 0s: must be greater than zero".into(),
+                );
             }
             if le.renew_deadline.0.is_zero() {
-                errs.push("leaderElection.renewDeadline: Invalid value: 0s: must be greater than zero".into());
+                errs.push(
+                    "leaderElection.renewDeadline: Invalid value: 0s: must be greater than zero".into(),
+                );
             }
             if le.retry_period.0.is_zero() {
                 errs.push("leaderElection.retryPeriod: Invalid value: 0s: must be greater than zero".into());
@@ -411,7 +432,10 @@ impl KubeSchedulerConfiguration {
             }
         }
         if self.client_connection.burst < 0 {
-            errs.push(format!("clientConnection.burst: Invalid value: {}: must be non-negative", self.client_connection.burst));
+            errs.push(format!(
+                "clientConnection.burst: Invalid value: {}: must be non-negative",
+                self.client_connection.burst
+            ));
         }
         let mut names = BTreeSet::new();
         let mut queue_sort: Option<Vec<PluginRef>> = None;
@@ -425,11 +449,18 @@ impl KubeSchedulerConfiguration {
                     }
                 }
             }
-            check_percentage(&mut errs, &format!("{path}.percentageOfNodesToScore"), p.percentage_of_nodes_to_score);
+            check_percentage(
+                &mut errs,
+                &format!("{path}.percentageOfNodesToScore"),
+                p.percentage_of_nodes_to_score,
+            );
             let mut seen = BTreeSet::new();
             for (j, pc) in p.plugin_config.iter().enumerate() {
                 if !seen.insert(pc.name.clone()) {
-                    errs.push(format!("{path}.pluginConfig[{j}]: Duplicate value: {:?}", pc.name));
+                    errs.push(format!(
+                        "{path}.pluginConfig[{j}]: Duplicate value: {:?}",
+                        pc.name
+                    ));
                 }
             }
             if let Some(plugins) = &p.plugins {
@@ -456,7 +487,11 @@ impl KubeSchedulerConfiguration {
                 }
             }
         }
-        if errs.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(errs)) }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errs))
+        }
     }
 }
 
@@ -567,17 +602,32 @@ profiles:
         assert_eq!(c.leader_election.lease_duration.0, Duration::from_secs(90));
         assert_eq!(c.client_connection.burst, 400);
         assert_eq!(c.profiles.len(), 2);
-        assert_eq!(c.profiles[0].plugin_config[0].args["scoringStrategy"]["type"], "MostAllocated");
+        assert_eq!(
+            c.profiles[0].plugin_config[0].args["scoringStrategy"]["type"],
+            "MostAllocated"
+        );
     }
 
     #[test]
     fn validation_errors_name_fields() {
         let cases = [
             ("parallelism: 0", "parallelism: Invalid value: 0"),
-            ("percentageOfNodesToScore: 120", "percentageOfNodesToScore: Invalid value: 120: not in valid range [0-100]"),
-            ("podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2", "podMaxBackoffSeconds: Invalid value: 2"),
-            ("profiles: [{schedulerName: a}, {schedulerName: a}]", "profiles[1].schedulerName: Duplicate value: \"a\""),
-            ("leaderElection: {leaseDuration: 5s, renewDeadline: 10s}", "LeaseDuration must be greater than RenewDeadline"),
+            (
+                "percentageOfNodesToScore: 120",
+                "percentageOfNodesToScore: Invalid value: 120: not in valid range [0-100]",
+            ),
+            (
+                "podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2",
+                "podMaxBackoffSeconds: Invalid value: 2",
+            ),
+            (
+                "profiles: [{schedulerName: a}, {schedulerName: a}]",
+                "profiles[1].schedulerName: Duplicate value: \"a\"",
+            ),
+            (
+                "leaderElection: {leaseDuration: 5s, renewDeadline: 10s}",
+                "LeaseDuration must be greater than RenewDeadline",
+            ),
             (
                 "profiles: [{schedulerName: a, pluginConfig: [{name: X}, {name: X}]}]",
                 "profiles[0].pluginConfig[1]: Duplicate value: \"X\"",
@@ -589,14 +639,18 @@ profiles:
             ("extenders: [{urlPrefix: x}]", "extenders: Forbidden"),
         ];
         for (yaml, want) in cases {
-            let err = KubeSchedulerConfiguration::from_yaml(yaml).unwrap_err().to_string();
+            let err = KubeSchedulerConfiguration::from_yaml(yaml)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{yaml}: got {err}");
         }
     }
 
     #[test]
     fn unknown_fields_are_errors() {
-        let err = KubeSchedulerConfiguration::from_yaml("parallelizm: 3").unwrap_err().to_string();
+        let err = KubeSchedulerConfiguration::from_yaml("parallelizm: 3")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("parallelizm"), "{err}");
         let err = KubeSchedulerConfiguration::from_yaml("profiles: [{schedulerName: a, plugin: {}}]")
             .unwrap_err()
@@ -606,7 +660,14 @@ profiles:
 
     #[test]
     fn go_durations() {
-        let cases = [("15s", 15_000), ("1m30s", 90_000), ("500ms", 500), ("1h", 3_600_000), ("0", 0), ("1.5s", 1500)];
+        let cases = [
+            ("15s", 15_000),
+            ("1m30s", 90_000),
+            ("500ms", 500),
+            ("1h", 3_600_000),
+            ("0", 0),
+            ("1.5s", 1500),
+        ];
         for (s, ms) in cases {
             assert_eq!(parse_go_duration(s).unwrap().as_millis(), ms, "{s}");
         }
@@ -620,14 +681,35 @@ profiles:
 
     #[test]
     fn merge_table() {
-        let r = |n: &str, w: Option<i32>| PluginRef { name: n.into(), weight: w };
+        let r = |n: &str, w: Option<i32>| PluginRef {
+            name: n.into(),
+            weight: w,
+        };
         let defaults = vec![r("A", Some(1)), r("B", Some(2)), r("C", None)];
         let cases = vec![
-            (PluginSet::default(), vec![r("A", Some(1)), r("B", Some(2)), r("C", None)]),
-            (PluginSet { enabled: vec![], disabled: vec![r("B", None)] }, vec![r("A", Some(1)), r("C", None)]),
-            (PluginSet { enabled: vec![r("D", None)], disabled: vec![r("*", None)] }, vec![r("D", None)]),
             (
-                PluginSet { enabled: vec![r("B", Some(7)), r("D", None)], disabled: vec![] },
+                PluginSet::default(),
+                vec![r("A", Some(1)), r("B", Some(2)), r("C", None)],
+            ),
+            (
+                PluginSet {
+                    enabled: vec![],
+                    disabled: vec![r("B", None)],
+                },
+                vec![r("A", Some(1)), r("C", None)],
+            ),
+            (
+                PluginSet {
+                    enabled: vec![r("D", None)],
+                    disabled: vec![r("*", None)],
+                },
+                vec![r("D", None)],
+            ),
+            (
+                PluginSet {
+                    enabled: vec![r("B", Some(7)), r("D", None)],
+                    disabled: vec![],
+                },
                 vec![r("A", Some(1)), r("B", Some(7)), r("C", None), r("D", None)],
             ),
         ];

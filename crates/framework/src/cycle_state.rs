@@ -74,7 +74,10 @@ impl CycleState {
 
     /// An empty state bound to the snapshot of this attempt.
     pub fn with_snapshot(snapshot: Arc<Snapshot>) -> Self {
-        CycleState { snapshot: Some(snapshot), ..Self::default() }
+        CycleState {
+            snapshot: Some(snapshot),
+            ..Self::default()
+        }
     }
 
     /// The snapshot this attempt schedules against (empty when none was set, as in unit tests).
@@ -94,8 +97,14 @@ impl CycleState {
 
     /// Reads the value under `key` as `T`.
     pub fn read<T: StateData>(&self, key: &str) -> Result<&T, StateError> {
-        let v = self.data.get(key).ok_or_else(|| StateError::NotFound(key.to_string()))?;
-        (**v).as_any().downcast_ref::<T>().ok_or_else(|| StateError::WrongType(key.to_string()))
+        let v = self
+            .data
+            .get(key)
+            .ok_or_else(|| StateError::NotFound(key.to_string()))?;
+        (**v)
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| StateError::WrongType(key.to_string()))
     }
 
     /// Removes the value under `key`.
@@ -105,7 +114,11 @@ impl CycleState {
 
     /// Replaces the value under `key` with a mutated copy (for `AddPod`/`RemovePod`, which run on a
     /// cloned state and must not touch the original's data).
-    pub fn update<T: StateData + Clone>(&mut self, key: &str, f: impl FnOnce(&mut T)) -> Result<(), StateError> {
+    pub fn update<T: StateData + Clone>(
+        &mut self,
+        key: &str,
+        f: impl FnOnce(&mut T),
+    ) -> Result<(), StateError> {
         let mut v = self.read::<T>(key)?.clone();
         f(&mut v);
         self.write(key.to_string(), v);
@@ -115,7 +128,11 @@ impl CycleState {
     /// A copy in which every value is `clone_data`'d.
     pub fn deep_clone(&self) -> CycleState {
         CycleState {
-            data: self.data.iter().map(|(k, v)| (k.clone(), (**v).clone_data())).collect(),
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), (**v).clone_data()))
+                .collect(),
             snapshot: self.snapshot.clone(),
             skip_filter_plugins: self.skip_filter_plugins.clone(),
             skip_score_plugins: self.skip_score_plugins.clone(),
@@ -135,14 +152,24 @@ mod tests {
     #[test]
     fn read_write_update_clone() {
         let mut s = CycleState::new();
-        assert_eq!(s.read::<Counter>("c").unwrap_err(), StateError::NotFound("c".into()));
+        assert_eq!(
+            s.read::<Counter>("c").unwrap_err(),
+            StateError::NotFound("c".into())
+        );
         s.write("c", Counter(1));
         assert_eq!(s.read::<Counter>("c").unwrap(), &Counter(1));
-        assert_eq!(s.read::<String>("c").unwrap_err(), StateError::WrongType("c".into()));
+        assert_eq!(
+            s.read::<String>("c").unwrap_err(),
+            StateError::WrongType("c".into())
+        );
         let mut copy = s.deep_clone();
         copy.update::<Counter>("c", |c| c.0 += 1).unwrap();
         assert_eq!(copy.read::<Counter>("c").unwrap(), &Counter(2));
-        assert_eq!(s.read::<Counter>("c").unwrap(), &Counter(1), "the original is untouched");
+        assert_eq!(
+            s.read::<Counter>("c").unwrap(),
+            &Counter(1),
+            "the original is untouched"
+        );
         s.delete("c");
         assert!(s.read::<Counter>("c").is_err());
     }

@@ -20,7 +20,10 @@ pub struct NodeToStatus {
 
 impl Default for NodeToStatus {
     fn default() -> Self {
-        NodeToStatus { statuses: HashMap::new(), absent: Status::new(Code::UnschedulableAndUnresolvable, Vec::<String>::new()) }
+        NodeToStatus {
+            statuses: HashMap::new(),
+            absent: Status::new(Code::UnschedulableAndUnresolvable, Vec::<String>::new()),
+        }
     }
 }
 
@@ -67,8 +70,12 @@ impl NodeToStatus {
 
     /// Names of nodes whose status has `code` (explicit ones only).
     pub fn nodes_with_code(&self, code: Code) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.statuses.iter().filter(|(_, s)| s.code() == code).map(|(n, _)| n.clone()).collect();
+        let mut v: Vec<String> = self
+            .statuses
+            .iter()
+            .filter(|(_, s)| s.code() == code)
+            .map(|(n, _)| n.clone())
+            .collect();
         v.sort();
         v
     }
@@ -159,13 +166,21 @@ impl fmt::Display for FitError {
         match &self.diagnosis.pre_filter_msg {
             Some(msg) => write!(f, " {msg}.")?,
             None => {
-                let mut parts: Vec<String> =
-                    self.reason_histogram().into_iter().map(|(r, n)| format!("{n} {r}")).collect();
+                let mut parts: Vec<String> = self
+                    .reason_histogram()
+                    .into_iter()
+                    .map(|(r, n)| format!("{n} {r}"))
+                    .collect();
                 parts.sort();
                 write!(f, " {}.", parts.join(", "))?;
             }
         }
-        if let Some(msg) = self.diagnosis.post_filter_msg.as_deref().filter(|m| !m.is_empty()) {
+        if let Some(msg) = self
+            .diagnosis
+            .post_filter_msg
+            .as_deref()
+            .filter(|m| !m.is_empty())
+        {
             write!(f, " {msg}")?;
         }
         for d in &self.diagnosis.detail {
@@ -199,7 +214,10 @@ mod tests {
         for (node, s) in statuses {
             d.node_to_status.set(*node, s.clone());
         }
-        FitError { num_all_nodes: n, diagnosis: d }
+        FitError {
+            num_all_nodes: n,
+            diagnosis: d,
+        }
     }
 
     #[test]
@@ -223,7 +241,10 @@ mod tests {
                 fit_error(
                     2,
                     &[
-                        ("a", Status::new(Code::Unschedulable, ["Insufficient cpu", "Insufficient memory"])),
+                        (
+                            "a",
+                            Status::new(Code::Unschedulable, ["Insufficient cpu", "Insufficient memory"]),
+                        ),
                         ("b", Status::unschedulable("Insufficient memory")),
                     ],
                 ),
@@ -239,7 +260,9 @@ mod tests {
     #[test]
     fn absent_nodes_prefilter_and_postfilter() {
         let mut e = fit_error(3, &[("a", Status::unschedulable("Insufficient cpu"))]);
-        e.diagnosis.node_to_status.set_absent(Status::unresolvable("node(s) didn't satisfy plugin(s) [X]"));
+        e.diagnosis
+            .node_to_status
+            .set_absent(Status::unresolvable("node(s) didn't satisfy plugin(s) [X]"));
         assert_eq!(
             e.to_string(),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [X]."
@@ -248,7 +271,10 @@ mod tests {
         assert!(e.to_string().ends_with("[X]. preemption: not helpful."));
         let mut p = fit_error(4, &[]);
         p.diagnosis.pre_filter_msg = Some("pod has unbound immediate PersistentVolumeClaims".into());
-        assert_eq!(p.to_string(), "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims.");
+        assert_eq!(
+            p.to_string(),
+            "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+        );
     }
 
     #[test]

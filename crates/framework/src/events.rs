@@ -125,7 +125,11 @@ pub struct ClusterEvent {
 impl ClusterEvent {
     /// An event with a label derived by the caller.
     pub const fn new(resource: EventResource, action: ActionType, label: &'static str) -> Self {
-        ClusterEvent { resource, action, label }
+        ClusterEvent {
+            resource,
+            action,
+            label,
+        }
     }
 
     /// True when a plugin that registered `self` is interested in `incoming`.
@@ -136,7 +140,10 @@ impl ClusterEvent {
         let resource_ok = self.resource == incoming.resource
             || self.resource == EventResource::Wildcard
             || (self.resource == EventResource::Pod
-                && matches!(incoming.resource, EventResource::AssignedPod | EventResource::UnscheduledPod));
+                && matches!(
+                    incoming.resource,
+                    EventResource::AssignedPod | EventResource::UnscheduledPod
+                ));
         resource_ok && self.action.intersects(incoming.action) && incoming.action.0 <= self.action.0
     }
 }
@@ -193,8 +200,9 @@ pub enum QueueingHint {
 }
 
 /// A hint function: `(pod, old, new)`. An error counts as `Queue`.
-pub type QueueingHintFn =
-    Arc<dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String> + Send + Sync>;
+pub type QueueingHintFn = Arc<
+    dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String> + Send + Sync,
+>;
 
 /// An event a plugin cares about, with an optional hint (no hint = always `Queue`).
 #[derive(Clone)]
@@ -228,7 +236,10 @@ impl ClusterEventWithHint {
         + Sync
         + 'static,
     ) -> Self {
-        ClusterEventWithHint { event, hint: Some(Arc::new(hint)) }
+        ClusterEventWithHint {
+            event,
+            hint: Some(Arc::new(hint)),
+        }
     }
 }
 
@@ -238,23 +249,52 @@ mod tests {
 
     #[test]
     fn matching_table() {
-        let node_update_alloc = ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ALLOCATABLE, "x");
+        let node_update_alloc =
+            ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_ALLOCATABLE, "x");
         let node_add = ClusterEvent::new(EventResource::Node, ActionType::ADD, "x");
         let pod_delete = ClusterEvent::new(EventResource::Pod, ActionType::DELETE, "x");
         let assigned_delete = ClusterEvent::new(EventResource::AssignedPod, ActionType::DELETE, "x");
         let claim_update = ClusterEvent::new(EventResource::ResourceClaim, ActionType::UPDATE_OTHER, "x");
         let cases = [
             (well_known::UNSCHEDULABLE_TIMEOUT, node_add, true),
-            (ClusterEvent::new(EventResource::Node, ActionType::ADD.or(ActionType::UPDATE_NODE_ALLOCATABLE), "r"), node_update_alloc, true),
-            (ClusterEvent::new(EventResource::Node, ActionType::ADD, "r"), node_update_alloc, false),
-            (ClusterEvent::new(EventResource::Node, ActionType::UPDATE, "r"), node_update_alloc, true),
+            (
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD.or(ActionType::UPDATE_NODE_ALLOCATABLE),
+                    "r",
+                ),
+                node_update_alloc,
+                true,
+            ),
+            (
+                ClusterEvent::new(EventResource::Node, ActionType::ADD, "r"),
+                node_update_alloc,
+                false,
+            ),
+            (
+                ClusterEvent::new(EventResource::Node, ActionType::UPDATE, "r"),
+                node_update_alloc,
+                true,
+            ),
             (pod_delete, assigned_delete, true),
             (assigned_delete, pod_delete, false),
-            (ClusterEvent::new(EventResource::ResourceClaim, ActionType::ALL, "r"), claim_update, true),
-            (ClusterEvent::new(EventResource::ResourceSlice, ActionType::ALL, "r"), claim_update, false),
+            (
+                ClusterEvent::new(EventResource::ResourceClaim, ActionType::ALL, "r"),
+                claim_update,
+                true,
+            ),
+            (
+                ClusterEvent::new(EventResource::ResourceSlice, ActionType::ALL, "r"),
+                claim_update,
+                false,
+            ),
         ];
         for (i, (registered, incoming, want)) in cases.iter().enumerate() {
-            assert_eq!(registered.matches(incoming), *want, "case {i}: {registered:?} vs {incoming:?}");
+            assert_eq!(
+                registered.matches(incoming),
+                *want,
+                "case {i}: {registered:?} vs {incoming:?}"
+            );
         }
     }
 }

@@ -36,7 +36,10 @@ const ANY_IP: &str = "0.0.0.0";
 impl HostPortInfo {
     /// Records a port.
     pub fn add(&mut self, p: &HostPort) {
-        self.0.entry(p.ip.clone()).or_default().insert((p.protocol.clone(), p.port));
+        self.0
+            .entry(p.ip.clone())
+            .or_default()
+            .insert((p.protocol.clone(), p.port));
     }
 
     /// Forgets a port.
@@ -55,7 +58,9 @@ impl HostPortInfo {
         if p.ip == ANY_IP {
             return self.0.values().any(|s| s.contains(&key));
         }
-        [p.ip.as_str(), ANY_IP].iter().any(|ip| self.0.get(*ip).is_some_and(|s| s.contains(&key)))
+        [p.ip.as_str(), ANY_IP]
+            .iter()
+            .any(|ip| self.0.get(*ip).is_some_and(|s| s.contains(&key)))
     }
 
     /// Number of (ip, protocol, port) entries.
@@ -113,7 +118,11 @@ impl NodeInfo {
 
     /// A NodeInfo that only knows the node's name (pods arrived before the node).
     pub fn placeholder(name: impl Into<String>) -> Self {
-        NodeInfo { name: name.into(), generation: next_generation(), ..Default::default() }
+        NodeInfo {
+            name: name.into(),
+            generation: next_generation(),
+            ..Default::default()
+        }
     }
 
     /// The node object (None for a node that was deleted while pods remain, or not yet seen).

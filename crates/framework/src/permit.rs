@@ -29,7 +29,13 @@ impl WaitingPods {
     pub fn add(&self, uid: &str, waits: BTreeMap<String, Duration>) {
         let now = Instant::now();
         let pending = waits.into_iter().map(|(p, d)| (p, now + d)).collect();
-        self.inner.0.lock().insert(uid.to_string(), Waiting { pending, rejected: None });
+        self.inner.0.lock().insert(
+            uid.to_string(),
+            Waiting {
+                pending,
+                rejected: None,
+            },
+        );
     }
 
     /// A plugin allows the pod.
@@ -61,7 +67,9 @@ impl WaitingPods {
         let (lock, cv) = &*self.inner;
         let mut map = lock.lock();
         loop {
-            let Some(w) = map.get(uid) else { return Status::success() };
+            let Some(w) = map.get(uid) else {
+                return Status::success();
+            };
             if let Some(r) = &w.rejected {
                 let r = r.clone();
                 map.remove(uid);
@@ -72,11 +80,18 @@ impl WaitingPods {
                 return Status::success();
             }
             let now = Instant::now();
-            if let Some((plugin, deadline)) = w.pending.iter().min_by_key(|(_, d)| **d).map(|(p, d)| (p.clone(), *d)) {
+            if let Some((plugin, deadline)) = w
+                .pending
+                .iter()
+                .min_by_key(|(_, d)| **d)
+                .map(|(p, d)| (p.clone(), *d))
+            {
                 if deadline <= now {
                     map.remove(uid);
-                    return Status::unschedulable(format!("rejected due to timeout after waiting at plugin {plugin}"))
-                        .with_plugin(plugin);
+                    return Status::unschedulable(format!(
+                        "rejected due to timeout after waiting at plugin {plugin}"
+                    ))
+                    .with_plugin(plugin);
                 }
                 cv.wait_for(&mut map, deadline - now);
             }

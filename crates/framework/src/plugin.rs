@@ -103,7 +103,9 @@ pub struct PreFilterResult {
 impl PreFilterResult {
     /// A result restricting to `names`.
     pub fn nodes(names: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        PreFilterResult { node_names: Some(names.into_iter().map(Into::into).collect()) }
+        PreFilterResult {
+            node_names: Some(names.into_iter().map(Into::into).collect()),
+        }
     }
 
     /// Intersection of two results.
@@ -111,7 +113,9 @@ impl PreFilterResult {
     pub fn merge(self, other: PreFilterResult) -> PreFilterResult {
         match (self.node_names, other.node_names) {
             (None, x) | (x, None) => PreFilterResult { node_names: x },
-            (Some(a), Some(b)) => PreFilterResult { node_names: Some(a.intersection(&b).cloned().collect()) },
+            (Some(a), Some(b)) => PreFilterResult {
+                node_names: Some(a.intersection(&b).cloned().collect()),
+            },
         }
     }
 }
@@ -132,7 +136,13 @@ pub trait PreFilterPlugin: Plugin {
     }
 
     /// Updates the state as if `pod_to_add` were on `node` (nominated pods, preemption dry runs).
-    fn add_pod(&self, _state: &mut CycleState, _pod: &PodInfo, _pod_to_add: &Arc<PodInfo>, _node: &NodeInfo) -> Status {
+    fn add_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _pod_to_add: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
         Status::success()
     }
 

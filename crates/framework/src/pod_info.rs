@@ -62,12 +62,25 @@ impl PodInfo {
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         let mut host_ports = Vec::new();
         if let Some(spec) = spec {
-            for c in spec.init_containers.iter().flatten().chain(spec.containers.iter()) {
+            for c in spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(spec.containers.iter())
+            {
                 for p in c.ports.iter().flatten() {
                     if let Some(port) = p.host_port.filter(|p| *p > 0) {
                         host_ports.push(HostPort {
-                            ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
-                            protocol: p.protocol.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "TCP".into()),
+                            ip: p
+                                .host_ip
+                                .clone()
+                                .filter(|s| !s.is_empty())
+                                .unwrap_or_else(|| "0.0.0.0".into()),
+                            protocol: p
+                                .protocol
+                                .clone()
+                                .filter(|s| !s.is_empty())
+                                .unwrap_or_else(|| "TCP".into()),
                             port,
                         });
                     }
@@ -75,13 +88,24 @@ impl PodInfo {
             }
         }
         let affinity = spec.and_then(|s| s.affinity.as_ref());
-        let has_affinity = affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
+        let has_affinity =
+            affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
         let has_required_anti_affinity = affinity
             .and_then(|a| a.pod_anti_affinity.as_ref())
             .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
             .is_some_and(|t| !t.is_empty());
         let resources = pod_resources(&pod);
-        PodInfo { pod, uid, namespace, name, priority, resources, host_ports, has_affinity, has_required_anti_affinity }
+        PodInfo {
+            pod,
+            uid,
+            namespace,
+            name,
+            priority,
+            resources,
+            host_ports,
+            has_affinity,
+            has_required_anti_affinity,
+        }
     }
 
     /// `namespace/name`.
@@ -91,12 +115,20 @@ impl PodInfo {
 
     /// `spec.nodeName`, when set.
     pub fn node_name(&self) -> Option<&str> {
-        self.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
     }
 
     /// `spec.schedulerName` (`default-scheduler` when unset, as the API server defaults it).
     pub fn scheduler_name(&self) -> &str {
-        self.pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("default-scheduler")
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or("default-scheduler")
     }
 
     /// Exact requests (spec, overhead and DRA node-allocatable statuses).

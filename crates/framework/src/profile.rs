@@ -13,9 +13,9 @@ use std::{
 
 use crate::{
     AssumedPodPlugin, BindPlugin, ClusterEventWithHint, Code, CycleState, FilterPlugin, NodeInfo, NodeScore,
-    NodeToStatus, PermitPlugin, Plugin, PodInfo, PostBindPlugin, PostFilterPlugin, PostFilterResult, PreBindPlugin,
-    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin, QueuedPodInfo,
-    ReservePlugin, ScorePlugin, Status,
+    NodeToStatus, PermitPlugin, Plugin, PodInfo, PostBindPlugin, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin,
+    QueuedPodInfo, ReservePlugin, ScorePlugin, Status,
     config::{DEFAULT_MULTI_POINT, KubeSchedulerProfile, PluginRef, PluginSet, merge_plugin_set},
     permit::WaitingPods,
 };
@@ -59,7 +59,9 @@ pub enum FrameworkError {
         point: String,
     },
     /// Not exactly one QueueSort plugin.
-    #[error("only one queue sort plugin required for profile with scheduler name {profile:?}, but got {count}")]
+    #[error(
+        "only one queue sort plugin required for profile with scheduler name {profile:?}, but got {count}"
+    )]
     QueueSort {
         /// Profile.
         profile: String,
@@ -137,9 +139,30 @@ impl std::fmt::Debug for Framework {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Framework")
             .field("profile", &self.profile_name)
-            .field("pre_filter", &self.pre_filter.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
-            .field("filter", &self.filter.iter().map(|p| p.name().to_string()).collect::<Vec<_>>())
-            .field("score", &self.score.iter().map(|p| (p.plugin.name().to_string(), p.weight)).collect::<Vec<_>>())
+            .field(
+                "pre_filter",
+                &self
+                    .pre_filter
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "filter",
+                &self
+                    .filter
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "score",
+                &self
+                    .score
+                    .iter()
+                    .map(|p| (p.plugin.name().to_string(), p.weight))
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -148,7 +171,10 @@ fn default_multi_point(registry: &dyn PluginRegistry) -> Vec<PluginRef> {
     DEFAULT_MULTI_POINT
         .iter()
         .filter(|(n, _)| registry.contains(n))
-        .map(|(n, w)| PluginRef { name: (*n).to_string(), weight: (*w > 0).then_some(*w) })
+        .map(|(n, w)| PluginRef {
+            name: (*n).to_string(),
+            weight: (*w > 0).then_some(*w),
+        })
         .collect()
 }
 
@@ -182,8 +208,14 @@ fn point_type(point: &str) -> String {
 
 impl Framework {
     /// Builds a profile. Plugins are constructed once, even when they serve several points.
-    pub fn new(profile: &KubeSchedulerProfile, registry: &dyn PluginRegistry) -> Result<Framework, FrameworkError> {
-        let name = profile.scheduler_name.clone().unwrap_or_else(|| crate::config::DEFAULT_SCHEDULER_NAME.into());
+    pub fn new(
+        profile: &KubeSchedulerProfile,
+        registry: &dyn PluginRegistry,
+    ) -> Result<Framework, FrameworkError> {
+        let name = profile
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_SCHEDULER_NAME.into());
         let plugins_cfg = profile.plugins.clone().unwrap_or_default();
         let multi = merge_plugin_set(&default_multi_point(registry), &plugins_cfg.multi_point);
 
@@ -194,7 +226,10 @@ impl Framework {
             let set = plugins_cfg.set(point).cloned().unwrap_or_default();
             for p in &set.enabled {
                 if !registry.contains(&p.name) {
-                    return Err(FrameworkError::UnknownPlugin { point: point_type(point), name: p.name.clone() });
+                    return Err(FrameworkError::UnknownPlugin {
+                        point: point_type(point),
+                        name: p.name.clone(),
+                    });
                 }
                 needed.insert(p.name.clone());
             }
@@ -202,7 +237,10 @@ impl Framework {
         }
         for p in &multi {
             if !registry.contains(&p.name) {
-                return Err(FrameworkError::UnknownPlugin { point: "MultiPoint".into(), name: p.name.clone() });
+                return Err(FrameworkError::UnknownPlugin {
+                    point: "MultiPoint".into(),
+                    name: p.name.clone(),
+                });
             }
             needed.insert(p.name.clone());
         }
@@ -219,9 +257,10 @@ impl Framework {
                 .find(|pc| &pc.name == n)
                 .map(|pc| pc.args.clone())
                 .unwrap_or(serde_json::Value::Null);
-            let plugin = registry
-                .build(n, &args)
-                .map_err(|message| FrameworkError::Init { name: n.clone(), message })?;
+            let plugin = registry.build(n, &args).map_err(|message| FrameworkError::Init {
+                name: n.clone(),
+                message,
+            })?;
             built.insert(n.clone(), plugin);
         }
 
@@ -266,10 +305,16 @@ impl Framework {
             for s in specific.iter().filter(|s| !overrides.contains(&s.name)) {
                 let Some(p) = built.get(&s.name) else { continue };
                 if !implements(p) {
-                    return Err(FrameworkError::DoesNotExtend { name: s.name.clone(), point: point_type(point) });
+                    return Err(FrameworkError::DoesNotExtend {
+                        name: s.name.clone(),
+                        point: point_type(point),
+                    });
                 }
                 if !seen.insert(s.name.clone()) {
-                    return Err(FrameworkError::Duplicate { name: s.name.clone(), point: point.to_string() });
+                    return Err(FrameworkError::Duplicate {
+                        name: s.name.clone(),
+                        point: point.to_string(),
+                    });
                 }
                 list.push((p.clone(), weight_of(s, None)));
             }
@@ -277,21 +322,36 @@ impl Framework {
         }
 
         let take = |point: &str| resolved.get(point).cloned().unwrap_or_default();
-        let queue_sorts: Vec<Arc<dyn QueueSortPlugin>> =
-            take("queueSort").into_iter().filter_map(|(p, _)| p.as_queue_sort()).collect();
+        let queue_sorts: Vec<Arc<dyn QueueSortPlugin>> = take("queueSort")
+            .into_iter()
+            .filter_map(|(p, _)| p.as_queue_sort())
+            .collect();
         if queue_sorts.len() != 1 {
-            return Err(FrameworkError::QueueSort { profile: name, count: queue_sorts.len() });
+            return Err(FrameworkError::QueueSort {
+                profile: name,
+                count: queue_sorts.len(),
+            });
         }
-        let bind: Vec<Arc<dyn BindPlugin>> = take("bind").into_iter().filter_map(|(p, _)| p.as_bind()).collect();
+        let bind: Vec<Arc<dyn BindPlugin>> = take("bind")
+            .into_iter()
+            .filter_map(|(p, _)| p.as_bind())
+            .collect();
         if bind.is_empty() {
             return Err(FrameworkError::NoBind(name));
         }
-        let used: BTreeSet<String> =
-            resolved.values().flatten().map(|(p, _)| p.name().to_string()).collect();
+        let used: BTreeSet<String> = resolved
+            .values()
+            .flatten()
+            .map(|(p, _)| p.name().to_string())
+            .collect();
         let events = built
             .iter()
             .filter(|(n, _)| used.contains(*n))
-            .filter_map(|(n, p)| p.clone().as_enqueue_extensions().map(|e| (n.clone(), e.events_to_register())))
+            .filter_map(|(n, p)| {
+                p.clone()
+                    .as_enqueue_extensions()
+                    .map(|e| (n.clone(), e.events_to_register()))
+            })
             .collect();
         let assumed_pod = built
             .iter()
@@ -301,21 +361,51 @@ impl Framework {
         Ok(Framework {
             profile_name: name,
             percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
-            pre_enqueue: take("preEnqueue").into_iter().filter_map(|(p, _)| p.as_pre_enqueue()).collect(),
-            queue_sort: queue_sorts.into_iter().next().ok_or(FrameworkError::QueueSort { profile: String::new(), count: 0 })?,
-            pre_filter: take("preFilter").into_iter().filter_map(|(p, _)| p.as_pre_filter()).collect(),
-            filter: take("filter").into_iter().filter_map(|(p, _)| p.as_filter()).collect(),
-            post_filter: take("postFilter").into_iter().filter_map(|(p, _)| p.as_post_filter()).collect(),
-            pre_score: take("preScore").into_iter().filter_map(|(p, _)| p.as_pre_score()).collect(),
+            pre_enqueue: take("preEnqueue")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_pre_enqueue())
+                .collect(),
+            queue_sort: queue_sorts.into_iter().next().ok_or(FrameworkError::QueueSort {
+                profile: String::new(),
+                count: 0,
+            })?,
+            pre_filter: take("preFilter")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_pre_filter())
+                .collect(),
+            filter: take("filter")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_filter())
+                .collect(),
+            post_filter: take("postFilter")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_post_filter())
+                .collect(),
+            pre_score: take("preScore")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_pre_score())
+                .collect(),
             score: take("score")
                 .into_iter()
                 .filter_map(|(p, w)| p.as_score().map(|plugin| WeightedScore { plugin, weight: w }))
                 .collect(),
-            reserve: take("reserve").into_iter().filter_map(|(p, _)| p.as_reserve()).collect(),
-            permit: take("permit").into_iter().filter_map(|(p, _)| p.as_permit()).collect(),
-            pre_bind: take("preBind").into_iter().filter_map(|(p, _)| p.as_pre_bind()).collect(),
+            reserve: take("reserve")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_reserve())
+                .collect(),
+            permit: take("permit")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_permit())
+                .collect(),
+            pre_bind: take("preBind")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_pre_bind())
+                .collect(),
             bind,
-            post_bind: take("postBind").into_iter().filter_map(|(p, _)| p.as_post_bind()).collect(),
+            post_bind: take("postBind")
+                .into_iter()
+                .filter_map(|(p, _)| p.as_post_bind())
+                .collect(),
             assumed_pod,
             events,
             plugins: built,
@@ -358,7 +448,13 @@ impl Framework {
         m.insert("filter", names(&self.filter));
         m.insert("postFilter", names(&self.post_filter));
         m.insert("preScore", names(&self.pre_score));
-        m.insert("score", self.score.iter().map(|s| format!("{}={}", s.plugin.name(), s.weight)).collect());
+        m.insert(
+            "score",
+            self.score
+                .iter()
+                .map(|s| format!("{}={}", s.plugin.name(), s.weight))
+                .collect(),
+        );
         m.insert("reserve", names(&self.reserve));
         m.insert("permit", names(&self.permit));
         m.insert("preBind", names(&self.pre_bind));
@@ -395,11 +491,19 @@ impl Framework {
     fn timed<T>(&self, point: &'static str, f: impl FnOnce() -> (T, Code)) -> T {
         let start = Instant::now();
         let (out, code) = f();
-        self.observer.extension_point(&self.profile_name, point, code, start.elapsed());
+        self.observer
+            .extension_point(&self.profile_name, point, code, start.elapsed());
         out
     }
 
-    fn plugin_timed<T>(&self, record: bool, point: &'static str, plugin: &str, f: impl FnOnce() -> T, code: impl Fn(&T) -> Code) -> T {
+    fn plugin_timed<T>(
+        &self,
+        record: bool,
+        point: &'static str,
+        plugin: &str,
+        f: impl FnOnce() -> T,
+        code: impl Fn(&T) -> Code,
+    ) -> T {
         if !record {
             return f();
         }
@@ -415,7 +519,11 @@ impl Framework {
             let s = p.pre_enqueue(pod);
             if !s.is_success() {
                 let s = s.with_plugin(p.name());
-                return if s.is_rejected() { s } else { s.wrap_error(format!("running PreEnqueue plugin {:?}", p.name())) };
+                return if s.is_rejected() {
+                    s
+                } else {
+                    s.wrap_error(format!("running PreEnqueue plugin {:?}", p.name()))
+                };
             }
         }
         Status::success()
@@ -444,7 +552,13 @@ impl Framework {
             let mut rejectors = BTreeSet::new();
             let mut narrowed_by = Vec::new();
             for p in &self.pre_filter {
-                let (r, s) = self.plugin_timed(record, "PreFilter", p.name(), || p.pre_filter(state, pod, nodes), |(_, s)| s.code());
+                let (r, s) = self.plugin_timed(
+                    record,
+                    "PreFilter",
+                    p.name(),
+                    || p.pre_filter(state, pod, nodes),
+                    |(_, s)| s.code(),
+                );
                 if s.is_skip() {
                     state.skip_filter_plugins.insert(p.name().to_string());
                     continue;
@@ -465,11 +579,18 @@ impl Framework {
                         None => r,
                         Some(prev) => prev.merge(r),
                     });
-                    if result.as_ref().and_then(|r| r.node_names.as_ref()).is_some_and(BTreeSet::is_empty) {
+                    if result
+                        .as_ref()
+                        .and_then(|r| r.node_names.as_ref())
+                        .is_some_and(BTreeSet::is_empty)
+                    {
                         let msg = if narrowed_by.len() == 1 {
                             format!("node(s) didn't satisfy plugin {}", narrowed_by[0])
                         } else {
-                            format!("node(s) didn't satisfy plugin(s) [{}] simultaneously", narrowed_by.join(" "))
+                            format!(
+                                "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                                narrowed_by.join(" ")
+                            )
                         };
                         rejectors.extend(narrowed_by.iter().cloned());
                         let s = Status::unresolvable(msg).with_plugin(p.name());
@@ -487,7 +608,13 @@ impl Framework {
             if state.skip_filter_plugins.contains(p.name()) {
                 continue;
             }
-            let s = self.plugin_timed(state.record_plugin_metrics, "Filter", p.name(), || p.filter(state, pod, node), Status::code);
+            let s = self.plugin_timed(
+                state.record_plugin_metrics,
+                "Filter",
+                p.name(),
+                || p.filter(state, pod, node),
+                Status::code,
+            );
             if !s.is_success() {
                 let s = s.with_plugin(p.name());
                 if s.is_rejected() {
@@ -508,8 +635,10 @@ impl Framework {
         node: &NodeInfo,
         nominated: &[Arc<PodInfo>],
     ) -> Status {
-        let relevant: Vec<&Arc<PodInfo>> =
-            nominated.iter().filter(|n| n.uid != pod.uid && n.priority >= pod.priority).collect();
+        let relevant: Vec<&Arc<PodInfo>> = nominated
+            .iter()
+            .filter(|n| n.uid != pod.uid && n.priority >= pod.priority)
+            .collect();
         if relevant.is_empty() {
             return self.run_filter(state, pod, node);
         }
@@ -543,7 +672,9 @@ impl Framework {
             }
             let s = p.add_pod(state, pod, to_add, node);
             if !s.is_success() {
-                return s.with_plugin(p.name()).wrap_error(format!("running AddPod on PreFilter plugin {:?}", p.name()));
+                return s
+                    .with_plugin(p.name())
+                    .wrap_error(format!("running AddPod on PreFilter plugin {:?}", p.name()));
             }
         }
         Status::success()
@@ -619,7 +750,9 @@ impl Framework {
                     continue;
                 }
                 if !s.is_success() {
-                    let s = s.with_plugin(p.name()).wrap_error(format!("running PreScore plugin {:?}", p.name()));
+                    let s = s
+                        .with_plugin(p.name())
+                        .wrap_error(format!("running PreScore plugin {:?}", p.name()));
                     return (s, Code::Error);
                 }
             }
@@ -629,7 +762,10 @@ impl Framework {
 
     /// The score plugins that will run for this attempt.
     pub fn active_score_plugins(&self, state: &CycleState) -> Vec<&WeightedScore> {
-        self.score.iter().filter(|s| !state.skip_score_plugins.contains(s.plugin.name())).collect()
+        self.score
+            .iter()
+            .filter(|s| !state.skip_score_plugins.contains(s.plugin.name()))
+            .collect()
     }
 
     /// Normalises, validates and weights raw scores (`raw[plugin][node]`), then totals per node.
@@ -643,18 +779,28 @@ impl Framework {
     ) -> Result<Vec<NodePluginScores>, Status> {
         let mut out: Vec<NodePluginScores> = nodes
             .iter()
-            .map(|n| NodePluginScores { name: n.name().to_string(), scores: Vec::with_capacity(plugins.len()), total: 0 })
+            .map(|n| NodePluginScores {
+                name: n.name().to_string(),
+                scores: Vec::with_capacity(plugins.len()),
+                total: 0,
+            })
             .collect();
         for (pi, ws) in plugins.iter().enumerate() {
             let mut list: Vec<NodeScore> = nodes
                 .iter()
                 .zip(raw.get(pi).into_iter().flatten())
-                .map(|(n, s)| NodeScore { name: n.name().to_string(), score: *s })
+                .map(|(n, s)| NodeScore {
+                    name: n.name().to_string(),
+                    score: *s,
+                })
                 .collect();
             if ws.plugin.has_normalize() {
                 let s = ws.plugin.normalize_score(state, pod, &mut list);
                 if !s.is_success() {
-                    return Err(s.with_plugin(ws.plugin.name()).wrap_error(format!("running Normalize on Score plugin {:?}", ws.plugin.name())));
+                    return Err(s.with_plugin(ws.plugin.name()).wrap_error(format!(
+                        "running Normalize on Score plugin {:?}",
+                        ws.plugin.name()
+                    )));
                 }
             }
             for (ni, ns) in list.iter().enumerate() {
@@ -700,7 +846,10 @@ impl Framework {
                     if s.is_rejected() {
                         return (s, code);
                     }
-                    return (s.wrap_error(format!("running Reserve plugin {:?}", p.name())), Code::Error);
+                    return (
+                        s.wrap_error(format!("running Reserve plugin {:?}", p.name())),
+                        Code::Error,
+                    );
                 }
             }
             (Status::success(), Code::Success)
@@ -730,7 +879,11 @@ impl Framework {
                     }
                     code if s.is_rejected() => return (s.with_plugin(p.name()), code),
                     _ => {
-                        return (s.with_plugin(p.name()).wrap_error(format!("running Permit plugin {:?}", p.name())), Code::Error);
+                        return (
+                            s.with_plugin(p.name())
+                                .wrap_error(format!("running Permit plugin {:?}", p.name())),
+                            Code::Error,
+                        );
                     }
                 }
             }
@@ -738,7 +891,10 @@ impl Framework {
                 return (Status::success(), Code::Success);
             }
             self.waiting_pods.add(&pod.uid, waits);
-            let msg = format!("one or more plugins asked to wait and no plugin rejected pod {:?}", pod.name);
+            let msg = format!(
+                "one or more plugins asked to wait and no plugin rejected pod {:?}",
+                pod.name
+            );
             (Status::new(Code::Wait, [msg]), Code::Wait)
         })
     }
@@ -762,7 +918,10 @@ impl Framework {
                     if s.is_rejected() {
                         return (s, code);
                     }
-                    return (s.wrap_error(format!("running PreBind plugin {:?}", p.name())), Code::Error);
+                    return (
+                        s.wrap_error(format!("running PreBind plugin {:?}", p.name())),
+                        Code::Error,
+                    );
                 }
             }
             (Status::success(), Code::Success)
@@ -771,7 +930,9 @@ impl Framework {
 
     /// True when some PreBind plugin has work for this pod.
     pub fn has_pre_bind_work(&self, state: &CycleState, pod: &PodInfo, node: &str) -> bool {
-        self.pre_bind.iter().any(|p| !p.pre_bind_pre_flight(state, pod, node).is_skip())
+        self.pre_bind
+            .iter()
+            .any(|p| !p.pre_bind_pre_flight(state, pod, node).is_skip())
     }
 
     /// Bind: the first plugin that does not Skip decides.
@@ -788,7 +949,10 @@ impl Framework {
                         let code = s.code();
                         return (s, code);
                     }
-                    return (s.wrap_error(format!("running Bind plugin {:?}", p.name())), Code::Error);
+                    return (
+                        s.wrap_error(format!("running Bind plugin {:?}", p.name())),
+                        Code::Error,
+                    );
                 }
                 return (s, Code::Success);
             }

@@ -85,7 +85,11 @@ impl SchedulingFailure {
         };
         SchedulingFailure {
             pod,
-            reason: if rejected { reasons::UNSCHEDULABLE } else { reasons::SCHEDULER_ERROR },
+            reason: if rejected {
+                reasons::UNSCHEDULABLE
+            } else {
+                reasons::SCHEDULER_ERROR
+            },
             message,
             status,
             fit_error: None,
@@ -200,7 +204,14 @@ pub fn run_scheduling_cycle(
         let s = combine_forget(s, forget);
         return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, s, true)));
     }
-    CycleOutcome::Assumed(Box::new(BindingTask { state, pod, assumed, node, result, started }))
+    CycleOutcome::Assumed(Box::new(BindingTask {
+        state,
+        pod,
+        assumed,
+        node,
+        result,
+        started,
+    }))
 }
 
 fn combine_forget(status: Status, forget: Result<(), String>) -> Status {
@@ -230,11 +241,22 @@ pub fn run_binding_cycle(
     cache: &dyn SchedulerCache,
     task: BindingTask,
 ) -> Result<BoundPod, Box<SchedulingFailure>> {
-    let BindingTask { mut state, pod, assumed, node, result, started } = task;
+    let BindingTask {
+        mut state,
+        pod,
+        assumed,
+        node,
+        result,
+        started,
+    } = task;
     let fail = |state: &mut CycleState, s: Status| {
         fwk.run_unreserve(state, &assumed, &node);
         let forget = cache.forget_pod(&assumed);
-        Box::new(SchedulingFailure::from_status(pod.clone(), combine_forget(s, forget), true))
+        Box::new(SchedulingFailure::from_status(
+            pod.clone(),
+            combine_forget(s, forget),
+            true,
+        ))
     };
     let s = fwk.wait_on_permit(&assumed);
     if !s.is_success() {
@@ -246,10 +268,19 @@ pub fn run_binding_cycle(
     }
     let s = fwk.run_bind(&state, &assumed, &node);
     if !s.is_success() {
-        let s = if s.is_skip() { Status::error("no bind plugin bound the pod") } else { s };
+        let s = if s.is_skip() {
+            Status::error("no bind plugin bound the pod")
+        } else {
+            s
+        };
         return Err(fail(&mut state, s));
     }
     cache.finish_binding(&assumed);
     fwk.run_post_bind(&state, &assumed, &node);
-    Ok(BoundPod { assumed, node, result, started })
+    Ok(BoundPod {
+        assumed,
+        node,
+        result,
+        started,
+    })
 }

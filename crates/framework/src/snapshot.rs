@@ -22,8 +22,16 @@ impl Snapshot {
     /// A snapshot of the given nodes, in that order.
     pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Self {
         let generation = nodes.iter().map(|n| n.generation).max().unwrap_or(0);
-        let index = nodes.iter().enumerate().map(|(i, n)| (n.name().to_string(), i)).collect();
-        Snapshot { nodes, index: Arc::new(index), generation }
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name().to_string(), i))
+            .collect();
+        Snapshot {
+            nodes,
+            index: Arc::new(index),
+            generation,
+        }
     }
 
     /// Convenience for tests: a snapshot from owned NodeInfos.
@@ -70,6 +78,8 @@ impl Snapshot {
 
     /// Nodes that hold pods with required anti-affinity terms.
     pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
-        self.nodes.iter().filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+        self.nodes
+            .iter()
+            .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
     }
 }

@@ -66,12 +66,22 @@ pub struct Status {
 impl Status {
     /// Success, with no reasons.
     pub const fn success() -> Self {
-        Status { code: Code::Success, reasons: Vec::new(), error: None, plugin: None }
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            error: None,
+            plugin: None,
+        }
     }
 
     /// A status with the given code and reasons.
     pub fn new(code: Code, reasons: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Status { code, reasons: reasons.into_iter().map(Into::into).collect(), error: None, plugin: None }
+        Status {
+            code,
+            reasons: reasons.into_iter().map(Into::into).collect(),
+            error: None,
+            plugin: None,
+        }
     }
 
     /// `Unschedulable` with one reason.
@@ -96,7 +106,12 @@ impl Status {
 
     /// `Error` carrying an error message.
     pub fn error(err: impl fmt::Display) -> Self {
-        Status { code: Code::Error, reasons: Vec::new(), error: Some(err.to_string()), plugin: None }
+        Status {
+            code: Code::Error,
+            reasons: Vec::new(),
+            error: Some(err.to_string()),
+            plugin: None,
+        }
     }
 
     /// The code.
@@ -116,7 +131,10 @@ impl Status {
 
     /// True for the codes that reject a pod: Unschedulable, UnschedulableAndUnresolvable, Pending.
     pub fn is_rejected(&self) -> bool {
-        matches!(self.code, Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Pending)
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Pending
+        )
     }
 
     /// The reasons, with the error text first when there is one.
@@ -168,7 +186,12 @@ impl Status {
     #[must_use]
     pub fn wrap_error(self, context: impl fmt::Display) -> Self {
         let inner = self.message();
-        Status { code: Code::Error, reasons: Vec::new(), error: Some(format!("{context}: {inner}")), plugin: self.plugin }
+        Status {
+            code: Code::Error,
+            reasons: Vec::new(),
+            error: Some(format!("{context}: {inner}")),
+            plugin: self.plugin,
+        }
     }
 }
 
@@ -186,8 +209,18 @@ mod tests {
     fn codes_and_messages() {
         let cases: Vec<(Status, Code, bool, &str)> = vec![
             (Status::success(), Code::Success, false, ""),
-            (Status::unschedulable("Insufficient cpu"), Code::Unschedulable, true, "Insufficient cpu"),
-            (Status::unresolvable("x"), Code::UnschedulableAndUnresolvable, true, "x"),
+            (
+                Status::unschedulable("Insufficient cpu"),
+                Code::Unschedulable,
+                true,
+                "Insufficient cpu",
+            ),
+            (
+                Status::unresolvable("x"),
+                Code::UnschedulableAndUnresolvable,
+                true,
+                "x",
+            ),
             (Status::pending("waiting"), Code::Pending, true, "waiting"),
             (Status::skip(), Code::Skip, false, ""),
             (Status::error("boom"), Code::Error, false, "boom"),
@@ -210,10 +243,15 @@ mod tests {
         let mut s = Status::error("api down");
         s.push_reason("extra");
         assert_eq!(s.message(), "api down, extra");
-        let w = Status::unschedulable("x").with_plugin("P").wrap_error("running \"P\" filter plugin");
+        let w = Status::unschedulable("x")
+            .with_plugin("P")
+            .wrap_error("running \"P\" filter plugin");
         assert_eq!(w.code(), Code::Error);
         assert_eq!(w.plugin(), Some("P"));
         assert_eq!(w.message(), "running \"P\" filter plugin: x");
-        assert_eq!(Code::UnschedulableAndUnresolvable.to_string(), "UnschedulableAndUnresolvable");
+        assert_eq!(
+            Code::UnschedulableAndUnresolvable.to_string(),
+            "UnschedulableAndUnresolvable"
+        );
     }
 }
