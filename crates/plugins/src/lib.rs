@@ -48,7 +48,9 @@ mod toleration;
 pub mod testing;
 
 pub use default_binder::{BindError, Binder, DefaultBinder};
-pub use dynamic_resources::{DraApi, DraApiError, DynamicResources, DynamicResourcesArgs};
+pub use dynamic_resources::{
+    DeviceResources, DeviceResourcesArgs, DraApi, DraApiError, DynamicResources, DynamicResourcesArgs,
+};
 pub use helper::default_normalize_score;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs, NamespaceLister};
@@ -125,4 +127,6 @@ pub mod names {
     pub const IMAGE_LOCALITY: &str = "ImageLocality";
     /// `DynamicResources`.
     pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
+    /// `DeviceResources` (unisched; not in the default profile).
+    pub const DEVICE_RESOURCES: &str = crate::dynamic_resources::DEVICE_RESOURCES;
 }

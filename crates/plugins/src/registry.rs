@@ -16,6 +16,7 @@ use crate::{
     NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
     PrioritySort, SchedulingGates, TaintToleration, helper::decode_args, names,
 };
+use crate::{DeviceResources, DeviceResourcesArgs};
 use crate::{
     ImageLocality, InterPodAffinity, InterPodAffinityArgs, NamespaceLister, PodTopologySpread,
     PodTopologySpreadArgs,
@@ -191,6 +192,13 @@ impl Registry {
                         Arc::new(DynamicResources::new(&a, ctx.dra.clone(), ctx.dra_api.clone()))
                             as Arc<dyn Plugin>,
                     )
+                }),
+            ),
+            (
+                names::DEVICE_RESOURCES,
+                Arc::new(|args, _ctx| {
+                    let a: DeviceResourcesArgs = decode_args(args)?;
+                    Ok(Arc::new(DeviceResources::new(&a)?) as Arc<dyn Plugin>)
                 }),
             ),
             (
@@ -470,7 +478,7 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 14);
+        assert_eq!(in_tree.names().count(), 15);
         assert!(matches!(
             Framework::new(
                 &KubeSchedulerProfile::default(),

@@ -28,8 +28,10 @@
 //! UnschedulableAndUnresolvable statuses naming the claim.
 
 mod api;
+pub use device_scoring::{DEVICE_RESOURCES, DeviceResources, DeviceResourcesArgs};
 mod args;
 mod claims;
+mod device_scoring;
 mod extended;
 mod hints;
 mod node_allocatable;
