@@ -89,3 +89,72 @@ pub fn pod_yaml(name: &str, cpu: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: unisched\n  containers: [{{name: c, image: registry.example/app:1, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]\n"
     )
 }
+
+/// Runs `unisched sim <paths> -o json [extra]`; returns the parsed report and the exit code
+/// (0: settled, 3: a step did not settle in time).
+pub fn sim_json(paths: &[&Path], extra: &[&str]) -> (serde_json::Value, i32) {
+    let out = Command::new(bin())
+        .arg("sim")
+        .args(paths)
+        .args(["-o", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}), exit {code}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (v, code)
+}
+
+/// Like [`serve`], but with `-o json` and stdout captured: returns the guard, the kubeconfig and
+/// the report printed after the scenario settled (the kubeconfig is written after the report).
+pub fn serve_with_report(
+    dir: &Path,
+    scenario: &Path,
+    extra: &[&str],
+    timeout: Duration,
+) -> (ChildGuard, PathBuf, serde_json::Value) {
+    serve_with_report_of(&bin(), dir, scenario, extra, timeout)
+}
+
+/// [`serve_with_report`] with another `unisched` binary (say, the release build).
+pub fn serve_with_report_of(
+    binary: &Path,
+    dir: &Path,
+    scenario: &Path,
+    extra: &[&str],
+    timeout: Duration,
+) -> (ChildGuard, PathBuf, serde_json::Value) {
+    let kc = dir.join("kubeconfig");
+    let report = dir.join("report.json");
+    let child = Command::new(binary)
+        .arg("sim")
+        .arg(scenario)
+        .args(["-o", "json", "--serve", "--kubeconfig-out"])
+        .arg(&kc)
+        .args(extra)
+        .stdout(std::fs::File::create(&report).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut guard = ChildGuard(child);
+    wait_for(timeout, || {
+        if kc.exists() {
+            return Some(());
+        }
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            panic!(
+                "unisched sim exited early ({status}): {}",
+                std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+            );
+        }
+        None
+    })
+    .expect("scenario settled and kubeconfig written");
+    let v = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).expect("JSON report");
+    (guard, kc, v)
+}
