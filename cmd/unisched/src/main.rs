@@ -1,9 +1,10 @@
-//! The unisched binary: `run` (in a cluster), `sim` (the embedded control plane), `version`.
+//! The unisched binary: `run` (in a cluster), `sim` (the embedded control plane), `bench`, `version`.
 //!
 //! Thin on purpose: parsing flags, setting up logging and calling into the runtime and the
 //! simulator. Flags keep kube-scheduler's names where they exist.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod logging;
 mod run;
 mod sim;
@@ -36,6 +37,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run a scenario on the embedded control plane and print a report.
     Sim(sim::SimArgs),
+    /// Run scheduler_perf-style benchmarks against the embedded control plane.
+    Bench(bench::BenchArgs),
     /// Print the version.
     Version,
 }
@@ -61,6 +64,8 @@ fn main() -> std::process::ExitCode {
         }
         Command::Run(args) => rt.block_on(run::run(args)),
         Command::Sim(args) => rt.block_on(sim::sim(args)),
+        // Outside the runtime: the benchmark starts runtimes of its own.
+        Command::Bench(args) => bench::bench(args, cli.verbosity),
     };
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {

@@ -1,0 +1,570 @@
+//! Engine-only mode: the scheduling core (framework with the in-tree plugins, cache, queue, DRA
+//! cache) on in-memory inputs, with no API server and no HTTP. Pods are created straight into the
+//! queue, bound pods straight into the cache, DRA objects through the runtime's DRA handlers into
+//! the DRA cache (see `engine_dra`), bindings and claim writes are applied in memory and counted,
+//! and the binding cycle runs inline. Its throughput is what the decision logic alone allows; the gap to full mode
+//! is the cost of the API path (watch decoding, writes, events).
+//!
+//! Runs on a thread named like the runtime's scheduling thread so its CPU is attributed the same.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use unisched_cache::{Cache, DraCache};
+use unisched_framework::{
+    CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SeededRng,
+    config::KubeSchedulerConfiguration, run_binding_cycle, run_scheduling_cycle, well_known,
+};
+use unisched_plugins::{BindError, Binder, PluginContext, Registry};
+use unisched_queue::{QueueConfig, SchedulingQueue};
+use unisched_runtime::Metrics;
+
+use crate::{
+    BenchError, RunOptions,
+    driver::{Phase, PodTemplates, render_slices},
+    engine_dra::{EngineDra, MemDraApi},
+    measure::{Measured, Measurement},
+    progress::Progress,
+    report::{Mode, RunReport},
+    template::Vars,
+    workload::{Op, Workload},
+};
+
+/// Accepts every binding; counts it as the write it would be.
+struct CountingBinder(Metrics);
+
+impl Binder for CountingBinder {
+    fn bind(&self, _pod: &Pod, _node: &str) -> Result<(), BindError> {
+        self.0
+            .api_writes
+            .with_label_values(&["create", "pods/binding", "2xx"])
+            .inc();
+        Ok(())
+    }
+}
+
+struct Engine<'a> {
+    dra: EngineDra,
+    binder: std::sync::mpsc::Sender<Binding>,
+    bound_rx: std::sync::mpsc::Receiver<Done>,
+    in_flight: usize,
+    profiles: HashMap<String, Arc<Framework>>,
+    algos: HashMap<String, SchedulingAlgorithm>,
+    cache: Arc<Cache>,
+    queue: Arc<SchedulingQueue>,
+    metrics: Metrics,
+    sampler_rng: SeededRng,
+    seed: u64,
+    parallelism: usize,
+    percentage: Option<i32>,
+    nodes: Vec<String>,
+    /// Bound pods per namespace.
+    bound: BTreeMap<String, Vec<Arc<PodInfo>>>,
+    measured_ns: Vec<String>,
+    measured: Arc<AtomicU64>,
+    /// Steady state: the namespace whose scheduled pods are replaced, and their template.
+    steady: Option<String>,
+    steady_template: Option<PodTemplates>,
+    created: BTreeMap<String, u64>,
+    progress: &'a Progress,
+    deadline: Instant,
+    timed_out: bool,
+    notes: Vec<String>,
+}
+
+fn api_object<T: serde::de::DeserializeOwned>(v: serde_json::Value, what: &str) -> Result<T, BenchError> {
+    serde_json::from_value(v).map_err(|e| BenchError::Workload(format!("{what}: {e}")))
+}
+
+impl Engine<'_> {
+    fn schedule_one(&mut self, qpi: QueuedPodInfo) {
+        let started = Instant::now();
+        let pod = qpi.pod_info.clone();
+        let Some(fwk) = self.profiles.get(pod.scheduler_name()).cloned() else {
+            self.queue.done(&pod.uid);
+            return;
+        };
+        let profile = fwk.profile_name().to_string();
+        let algo = self
+            .algos
+            .entry(profile.clone())
+            .or_insert_with(|| SchedulingAlgorithm::new(self.parallelism, self.percentage, self.seed));
+        let record = self.sampler_rng.below(100) < 10;
+        match run_scheduling_cycle(
+            &fwk,
+            algo,
+            self.cache.as_ref(),
+            self.queue.as_ref(),
+            pod.clone(),
+            record,
+        ) {
+            CycleOutcome::Skipped(_) => self.queue.done(&pod.uid),
+            CycleOutcome::Failed(f) => {
+                self.metrics
+                    .schedule_attempts
+                    .with_label_values(&["unschedulable", &profile])
+                    .inc();
+                self.metrics
+                    .attempt_duration
+                    .with_label_values(&["unschedulable", &profile])
+                    .observe(started.elapsed().as_secs_f64());
+                let _ = self.queue.handle_failure(qpi, &f);
+            }
+            CycleOutcome::Assumed(task) => {
+                self.metrics
+                    .algorithm_duration
+                    .with_label_values::<&str>(&[])
+                    .observe(started.elapsed().as_secs_f64());
+                // The binding cycle runs on its own thread, as the runtime runs it on a blocking
+                // task: the next pod's scheduling cycle does not wait for it.
+                let b = Binding {
+                    fwk,
+                    task,
+                    qpi,
+                    started,
+                };
+                match self.binder.send(b) {
+                    Ok(()) => self.in_flight += 1,
+                    Err(std::sync::mpsc::SendError(b)) => {
+                        // The binding thread is gone: bind here.
+                        let result = run_binding_cycle(&b.fwk, self.cache.as_ref(), *b.task);
+                        self.complete(Done {
+                            result,
+                            qpi: b.qpi,
+                            started: b.started,
+                            profile,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles finished binding cycles; waits up to `wait` for one when `wait` is set.
+    fn completions(&mut self, wait: Option<Duration>) {
+        if let Some(w) = wait
+            && let Ok(d) = self.bound_rx.recv_timeout(w)
+        {
+            self.in_flight -= 1;
+            self.complete(d);
+        }
+        while let Ok(d) = self.bound_rx.try_recv() {
+            self.in_flight -= 1;
+            self.complete(d);
+        }
+    }
+
+    fn complete(&mut self, d: Done) {
+        let Done {
+            result,
+            qpi,
+            started,
+            profile,
+        } = d;
+        let pod = qpi.pod_info.clone();
+        match result {
+            Ok(bound) => {
+                self.queue.done(&pod.uid);
+                // The watch would confirm the binding: the assumed pod becomes bound.
+                if let Err(e) = self.cache.add_pod(bound.assumed.clone()) {
+                    tracing::debug!(error = %e, "engine: confirming a binding");
+                }
+                self.queue.assigned_pod_added(&bound.assumed);
+                self.metrics
+                    .schedule_attempts
+                    .with_label_values(&["scheduled", &profile])
+                    .inc();
+                self.metrics
+                    .attempt_duration
+                    .with_label_values(&["scheduled", &profile])
+                    .observe(started.elapsed().as_secs_f64());
+                let ns = bound.assumed.namespace.clone();
+                if self.measured_ns.contains(&ns) {
+                    self.measured.fetch_add(1, Ordering::SeqCst);
+                }
+                if self.steady.as_deref() == Some(ns.as_str()) {
+                    self.replace(&bound.assumed);
+                } else {
+                    self.bound.entry(ns).or_default().push(bound.assumed);
+                }
+            }
+            Err(f) => {
+                self.queue.move_all_to_active_or_backoff(
+                    well_known::ASSIGNED_POD_DELETE,
+                    Some(EventObject::Pod(pod.pod.clone())),
+                    None,
+                );
+                let _ = self.queue.handle_failure(qpi, &f);
+            }
+        }
+    }
+
+    fn delete_bound(&self, pod: &PodInfo) {
+        if let Err(e) = self.cache.remove_pod(pod) {
+            tracing::debug!(error = %e, "engine: removing a pod");
+        }
+        self.queue.move_all_to_active_or_backoff(
+            well_known::ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(pod.pod.clone())),
+            None,
+        );
+        // The garbage collector deletes the claims the pod owned.
+        self.dra.api.pod_deleted(&pod.uid);
+    }
+
+    /// Steady state: the scheduled pod is deleted and a new one takes its place.
+    fn replace(&mut self, pod: &PodInfo) {
+        self.delete_bound(pod);
+        let ns = pod.namespace.clone();
+        let next = self.created.get(&ns).copied().unwrap_or(0);
+        if let Some(tpl) = self.steady_template.clone()
+            && let Err(e) = self.add_pod(&tpl, &ns, usize::try_from(next).unwrap_or(0), false)
+        {
+            self.notes.push(format!("steady state: {e}"));
+        }
+    }
+
+    fn add_pod(
+        &mut self,
+        tpl: &PodTemplates,
+        ns: &str,
+        index: usize,
+        pre_bound: bool,
+    ) -> Result<(), BenchError> {
+        let mut v = tpl.render(index, ns)?;
+        let base = v["metadata"]["generateName"]
+            .as_str()
+            .or(v["metadata"]["name"].as_str())
+            .unwrap_or("pod-")
+            .to_string();
+        let name = format!("{base}{index}");
+        v["metadata"]["name"] = serde_json::json!(name);
+        v["metadata"]["uid"] = serde_json::json!(format!("{ns}-{name}"));
+        if pre_bound {
+            v["spec"]["nodeName"] = serde_json::json!(self.nodes[index % self.nodes.len().max(1)]);
+        } else {
+            self.dra.claims_for_pod(&mut v)?;
+        }
+        let pod: Pod = api_object(v, "pod")?;
+        let info = Arc::new(PodInfo::new(pod));
+        if pre_bound {
+            self.cache
+                .add_pod(info.clone())
+                .map_err(|e| BenchError::Setup(format!("pre-bound pod: {e}")))?;
+            self.bound.entry(ns.to_string()).or_default().push(info);
+        } else {
+            self.queue.add(info);
+        }
+        *self.created.entry(ns.to_string()).or_default() += 1;
+        Ok(())
+    }
+
+    /// Schedules until nothing can be popped and no binding is in flight (what is left waits in
+    /// backoff or unschedulable), or until `until`.
+    fn drain(&mut self, label: &str, until: Option<Instant>) {
+        let started = Instant::now();
+        let mut n = 0u64;
+        loop {
+            self.completions(None);
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return;
+            }
+            if Instant::now() >= self.deadline {
+                self.timed_out = true;
+                return;
+            }
+            if let Some(qpi) = self.queue.try_pop() {
+                self.schedule_one(qpi);
+                n += 1;
+                if n.is_multiple_of(256) {
+                    self.progress.update(&format!(
+                        "{label}: {} scheduled in measured namespaces, {:.0}s",
+                        self.measured.load(Ordering::SeqCst),
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+                continue;
+            }
+            if self.in_flight > 0 {
+                self.completions(Some(Duration::from_millis(5)));
+                continue;
+            }
+            if self.queue.flush_backoff_completed() > 0 {
+                continue;
+            }
+            let backoff: usize = self
+                .queue
+                .pending_pods()
+                .by_label()
+                .iter()
+                .filter(|(q, _)| *q == "backoff")
+                .map(|(_, c)| c)
+                .sum();
+            if backoff > 0 && until.is_some() {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            return;
+        }
+    }
+}
+
+/// A binding cycle handed to the binding thread.
+struct Binding {
+    fwk: Arc<Framework>,
+    task: Box<unisched_framework::BindingTask>,
+    qpi: QueuedPodInfo,
+    started: Instant,
+}
+
+/// A finished binding cycle.
+struct Done {
+    result: Result<unisched_framework::BoundPod, Box<unisched_framework::SchedulingFailure>>,
+    qpi: QueuedPodInfo,
+    started: Instant,
+    profile: String,
+}
+
+struct EnginePhase {
+    inner: Option<Measurement>,
+    done: Option<Measured>,
+    counter: Arc<AtomicU64>,
+    metrics: Metrics,
+}
+
+impl Phase for EnginePhase {
+    fn start(&mut self) {
+        if self.inner.is_none() && self.done.is_none() {
+            let m = self.metrics.clone();
+            self.inner = Some(Measurement::start(self.counter.clone(), move || m.render()));
+        }
+    }
+    fn stop(&mut self) {
+        if let Some(m) = self.inner.take() {
+            self.done = Some(m.finish());
+        }
+    }
+}
+
+/// Runs `w` in engine mode.
+pub(crate) fn run_engine(w: &Workload, opts: &RunOptions) -> Result<RunReport, BenchError> {
+    let started = Instant::now();
+    let w = w.clone();
+    let opts = opts.clone();
+    std::thread::Builder::new()
+        .name("unisched-schedule".into())
+        .spawn(move || engine_thread(&w, &opts, started))
+        .map_err(|e| BenchError::Setup(format!("starting the engine thread: {e}")))?
+        .join()
+        .map_err(|_| BenchError::Setup("the engine thread panicked".into()))?
+}
+
+fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<RunReport, BenchError> {
+    let progress = Progress::new(opts.progress, &format!("{} [engine]", w.name));
+    let cfg = opts
+        .config
+        .clone()
+        .unwrap_or_else(KubeSchedulerConfiguration::defaulted);
+    let metrics = Metrics::new().map_err(|e| BenchError::Setup(e.to_string()))?;
+    let dra_api = Arc::new(MemDraApi::new(metrics.clone()));
+    let dra_cache = Arc::new(DraCache::new());
+    let registry = Registry::in_tree(
+        PluginContext::new(Arc::new(CountingBinder(metrics.clone())))
+            .with_dra(dra_cache.clone(), dra_api.clone()),
+    );
+    let mut profiles = HashMap::new();
+    let mut frameworks = Vec::new();
+    for p in &cfg.profiles {
+        let name = p.scheduler_name.clone().unwrap_or_default();
+        let fwk = Framework::new(p, &registry)
+            .map_err(|e| BenchError::Setup(format!("profile {name}: {e}")))?
+            .with_observer(Arc::new(metrics.clone()));
+        let fwk = Arc::new(fwk);
+        metrics.init_profile(&name);
+        frameworks.push(fwk.clone());
+        profiles.insert(name, fwk);
+    }
+    let qcfg = QueueConfig::builder()
+        .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
+        .build();
+    let queue =
+        Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| BenchError::Setup(e.to_string()))?);
+    let measured = Arc::new(AtomicU64::new(0));
+    let cache = Arc::new(Cache::new());
+    let (binder, binding_rx) = std::sync::mpsc::channel::<Binding>();
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel::<Done>();
+    let binding_cache = cache.clone();
+    let binding_thread = std::thread::Builder::new()
+        .name("unisched-io-bind".into())
+        .spawn(move || {
+            while let Ok(b) = binding_rx.recv() {
+                let profile = b.fwk.profile_name().to_string();
+                let result = run_binding_cycle(&b.fwk, binding_cache.as_ref(), *b.task);
+                let done = Done {
+                    result,
+                    qpi: b.qpi,
+                    started: b.started,
+                    profile,
+                };
+                if bound_tx.send(done).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| BenchError::Setup(format!("starting the binding thread: {e}")))?;
+    let mut e = Engine {
+        dra: EngineDra::new(dra_api, dra_cache, &queue),
+        binder,
+        bound_rx,
+        in_flight: 0,
+        profiles,
+        algos: HashMap::new(),
+        cache,
+        queue,
+        metrics: metrics.clone(),
+        sampler_rng: SeededRng::new(opts.seed ^ 0x5eed),
+        seed: opts.seed,
+        parallelism: usize::try_from(cfg.parallelism).unwrap_or(1),
+        percentage: cfg.percentage_of_nodes_to_score,
+        nodes: Vec::new(),
+        bound: BTreeMap::new(),
+        measured_ns: Vec::new(),
+        measured: measured.clone(),
+        steady: None,
+        steady_template: None,
+        created: BTreeMap::new(),
+        progress: &progress,
+        deadline: Instant::now() + Duration::from_secs_f64(w.timeout_seconds),
+        timed_out: false,
+        notes: Vec::new(),
+    };
+    let mut phase = EnginePhase {
+        inner: None,
+        done: None,
+        counter: measured,
+        metrics,
+    };
+    for (i, op) in w.ops.iter().enumerate() {
+        if e.timed_out {
+            break;
+        }
+        match op {
+            Op::CreateNodes {
+                count,
+                node_template_path,
+            } => {
+                let t = w.template(node_template_path)?;
+                for k in 0..*count {
+                    let node: Node = api_object(t.render(&Vars::new().int("Index", k))?, "node")?;
+                    e.nodes.push(node.metadata.name.clone().unwrap_or_default());
+                    let node = Arc::new(node);
+                    e.cache.add_node(node.clone());
+                    e.queue.move_all_to_active_or_backoff(
+                        well_known::NODE_ADD,
+                        None,
+                        Some(EventObject::Node(node)),
+                    );
+                }
+            }
+            Op::CreatePods {
+                count,
+                pod_template_path,
+                mix_pod_template_paths,
+                namespace,
+                collect_metrics,
+                steady_state,
+                duration_seconds,
+                pre_bound,
+                skip_wait_to_completion,
+            } => {
+                let ns = namespace.clone().unwrap_or_else(|| format!("bench-{i}"));
+                let t = PodTemplates::new(w, pod_template_path, mix_pod_template_paths)?;
+                if *collect_metrics {
+                    e.measured_ns.push(ns.clone());
+                    phase.start();
+                }
+                if *steady_state {
+                    e.steady = Some(ns.clone());
+                    e.steady_template = Some(t.clone());
+                }
+                for k in 0..*count {
+                    e.add_pod(&t, &ns, k, *pre_bound)?;
+                }
+                if *steady_state {
+                    let until = Instant::now() + Duration::from_secs_f64(*duration_seconds);
+                    e.drain("steady state", Some(until));
+                    e.steady = None;
+                } else if !skip_wait_to_completion && !pre_bound {
+                    e.drain(if *collect_metrics { "measured" } else { "setup" }, None);
+                }
+                if *collect_metrics {
+                    phase.stop();
+                }
+            }
+            Op::Barrier { .. } => e.drain("barrier", None),
+            Op::DeletePods { namespace, .. } => {
+                for p in e.bound.remove(namespace).unwrap_or_default() {
+                    e.delete_bound(&p);
+                }
+            }
+            Op::Sleep { duration_seconds } => std::thread::sleep(Duration::from_secs_f64(*duration_seconds)),
+            Op::CreateAny {
+                template_path,
+                count,
+                namespace,
+            } => {
+                let t = w.template(template_path)?;
+                for k in 0..*count {
+                    let v = t.render(&Vars::new().int("Index", k))?;
+                    if !e.dra.create(v, namespace.as_deref())? {
+                        e.notes
+                            .push(format!("engine mode ignores createAny {template_path}"));
+                        break;
+                    }
+                }
+            }
+            Op::CreateResourceSlices {
+                nodes,
+                slice_template_paths,
+                devices,
+            } => {
+                let targets: Vec<String> = e
+                    .nodes
+                    .iter()
+                    .filter(|n| n.starts_with(nodes.as_str()))
+                    .cloned()
+                    .collect();
+                for (k, node) in targets.iter().enumerate() {
+                    for s in render_slices(w, slice_template_paths, devices, node, k)? {
+                        e.dra.create(s, None)?;
+                    }
+                }
+            }
+            Op::AllocResourceClaims { namespace } => {
+                e.dra.alloc(namespace, opts.seed)?;
+            }
+            Op::Churn { .. } => e.notes.push("engine mode ignores churn".into()),
+        }
+    }
+    phase.stop();
+    let created: u64 = e
+        .measured_ns
+        .iter()
+        .map(|ns| e.created.get(ns).copied().unwrap_or(0))
+        .sum();
+    let scheduled = phase.done.as_ref().map_or(0, |m| m.scheduled);
+    let pending = created.saturating_sub(scheduled);
+    let mut r = crate::measure::report(w, Mode::Engine, phase.done.take(), created, pending, started);
+    r.timed_out = e.timed_out;
+    r.notes.append(&mut e.notes);
+    drop(e);
+    let _ = binding_thread.join();
+    Ok(r)
+}

@@ -1,0 +1,183 @@
+//! Object templates: YAML text with `{{ … }}` placeholders, rendered per object and then parsed.
+//!
+//! Rendering happens on the text before YAML parsing (as upstream's Go templates do), so
+//! `int: {{.Index}}` yields a number and `name: node-{{.Index}}` a string. A placeholder is a
+//! variable (`.Index`, `.Node`, …) optionally followed by integer operations evaluated left to
+//! right without precedence: `{{.I % 2 * 2 + 1}}` is `((I % 2) * 2) + 1`. Text without any
+//! placeholder is parsed once and cloned.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::BenchError;
+
+/// A variable's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Var {
+    /// An integer (arithmetic allowed).
+    Int(i64),
+    /// A string (substituted as is).
+    Str(String),
+}
+
+/// Variables for one rendering.
+#[derive(Clone, Debug, Default)]
+pub struct Vars(BTreeMap<&'static str, Var>);
+
+impl Vars {
+    /// No variables.
+    pub fn new() -> Self {
+        Vars::default()
+    }
+
+    /// Adds an integer variable.
+    #[must_use]
+    pub fn int(mut self, name: &'static str, v: usize) -> Self {
+        self.0
+            .insert(name, Var::Int(i64::try_from(v).unwrap_or(i64::MAX)));
+        self
+    }
+
+    /// Adds a string variable.
+    #[must_use]
+    pub fn str(mut self, name: &'static str, v: &str) -> Self {
+        self.0.insert(name, Var::Str(v.to_string()));
+        self
+    }
+}
+
+/// A parsed template file.
+#[derive(Clone, Debug)]
+pub struct Template {
+    path: String,
+    text: String,
+    /// Parsed once when the text has no placeholder.
+    fixed: Option<Value>,
+}
+
+impl Template {
+    /// Parses `text` (from `path`, for messages). Text without placeholders must be valid YAML now.
+    pub fn new(path: &str, text: &str) -> Result<Self, BenchError> {
+        let fixed = if text.contains("{{") {
+            None
+        } else {
+            Some(parse_yaml(path, text)?)
+        };
+        Ok(Template {
+            path: path.to_string(),
+            text: text.to_string(),
+            fixed,
+        })
+    }
+
+    /// The file this template came from.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether rendering depends on variables.
+    pub fn is_fixed(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    /// Renders with `vars` and parses the result.
+    pub fn render(&self, vars: &Vars) -> Result<Value, BenchError> {
+        if let Some(v) = &self.fixed {
+            return Ok(v.clone());
+        }
+        let text = substitute(&self.path, &self.text, vars)?;
+        parse_yaml(&self.path, &text)
+    }
+}
+
+fn parse_yaml(path: &str, text: &str) -> Result<Value, BenchError> {
+    serde_yaml::from_str::<Value>(text).map_err(|e| BenchError::Workload(format!("{path}: {e}")))
+}
+
+/// Replaces every `{{ expr }}` in `text`.
+pub fn substitute(path: &str, text: &str, vars: &Vars) -> Result<String, BenchError> {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return Err(BenchError::Workload(format!("{path}: unterminated '{{{{'")));
+        };
+        let expr = &after[..end];
+        match eval(expr, vars) {
+            Ok(Var::Int(i)) => out.push_str(&i.to_string()),
+            Ok(Var::Str(s)) => out.push_str(&s),
+            Err(e) => return Err(BenchError::Workload(format!("{path}: {{{{{expr}}}}}: {e}"))),
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn operand(tok: &str, vars: &Vars) -> Result<Var, String> {
+    if let Some(name) = tok.strip_prefix('.') {
+        return vars
+            .0
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("unknown variable .{name} (known: {})", known(vars)));
+    }
+    tok.parse::<i64>()
+        .map(Var::Int)
+        .map_err(|_| format!("expected a variable or an integer, got {tok:?}"))
+}
+
+fn known(vars: &Vars) -> String {
+    vars.0
+        .keys()
+        .map(|k| format!(".{k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn eval(expr: &str, vars: &Vars) -> Result<Var, String> {
+    let mut toks = expr.split_whitespace();
+    let first = toks.next().ok_or("empty placeholder")?;
+    let mut acc = operand(first, vars)?;
+    while let Some(op) = toks.next() {
+        let rhs = toks
+            .next()
+            .ok_or_else(|| format!("operator {op} needs an operand"))?;
+        let (Var::Int(a), Var::Int(b)) = (&acc, operand(rhs, vars)?) else {
+            return Err(format!("operator {op} needs integers"));
+        };
+        let a = *a;
+        acc = Var::Int(match op {
+            "+" => a.saturating_add(b),
+            "-" => a.saturating_sub(b),
+            "*" => a.saturating_mul(b),
+            "/" if b != 0 => a / b,
+            "%" if b != 0 => a % b,
+            "/" | "%" => return Err("division by zero".into()),
+            other => return Err(format!("unknown operator {other:?} (use + - * / %)")),
+        });
+    }
+    Ok(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_numbers_and_strings() {
+        let v = Vars::new().int("I", 5).str("Node", "n-1");
+        let s = substitute("t", "a: {{.I % 2 * 2 + 1}}\nb: x-{{.Node}}-{{ .I }}\n", &v).unwrap();
+        assert_eq!(s, "a: 3\nb: x-n-1-5\n");
+        let t = Template::new("t", "n: {{.I / 2}}").unwrap();
+        assert_eq!(t.render(&v).unwrap(), serde_json::json!({"n": 2}));
+        assert!(substitute("t", "{{.Nope}}", &v).is_err());
+        assert!(substitute("t", "{{.I / 0}}", &v).is_err());
+        assert!(substitute("t", "{{.I", &v).is_err());
+        let fixed = Template::new("f", "a: 1").unwrap();
+        assert!(fixed.is_fixed());
+    }
+}
