@@ -310,16 +310,23 @@ impl BenchReport {
             self.machine.cpus, self.machine.cpu_model, self.machine.kernel, self.date
         );
         let _ = writeln!(out, "command: {}\n", self.command);
+        let wn = self
+            .runs
+            .iter()
+            .map(|r| r.workload.len())
+            .max()
+            .unwrap_or(8)
+            .max("workload (avg pods/s)".len());
         let _ = writeln!(
             out,
-            "{:<58} {:>9} {:>9} {:>7} {:>9} {:>9}",
+            "{:<wn$} {:>9} {:>9} {:>7} {:>9} {:>9}",
             "workload (avg pods/s)", "unisched", "limit", "ratio", "engine", "upstream"
         );
         let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
         for s in &self.summary {
             let _ = writeln!(
                 out,
-                "{:<58} {:>9} {:>9} {:>7} {:>9} {:>9}",
+                "{:<wn$} {:>9} {:>9} {:>7} {:>9} {:>9}",
                 s.workload,
                 f(s.full),
                 f(s.limit),
@@ -332,7 +339,7 @@ impl BenchReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<52} {:<6} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7}",
+            "{:<wn$} {:<6} {:>11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6} {:>7} {:>7}",
             "workload",
             "mode",
             "sched/pods",
@@ -349,13 +356,13 @@ impl BenchReport {
         );
         for r in &self.runs {
             if let Some(why) = &r.skipped {
-                let _ = writeln!(out, "{:<52} {:<6} skipped: {why}", r.workload, r.mode.as_str());
+                let _ = writeln!(out, "{:<wn$} {:<6} skipped: {why}", r.workload, r.mode.as_str());
                 continue;
             }
             let att = r.attempt_ms.get("scheduled");
             let _ = writeln!(
                 out,
-                "{:<52} {:<6} {:>11} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>7} {:>7} {:>6.2} {:>7.1} {:>7.0}{}",
+                "{:<wn$} {:<6} {:>11} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>7} {:>7} {:>6.2} {:>7.1} {:>7.0}{}",
                 r.workload,
                 r.mode.as_str(),
                 format!("{}/{}", r.scheduled, r.measured_pods),
