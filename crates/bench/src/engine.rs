@@ -73,6 +73,7 @@ struct Engine<'a> {
     steady: Option<String>,
     steady_template: Option<PodTemplates>,
     created: BTreeMap<String, u64>,
+    scheduled_total: BTreeMap<String, u64>,
     progress: &'a Progress,
     deadline: Instant,
     timed_out: bool,
@@ -186,6 +187,7 @@ impl Engine<'_> {
                     .with_label_values(&["scheduled", &profile])
                     .observe(started.elapsed().as_secs_f64());
                 let ns = bound.assumed.namespace.clone();
+                *self.scheduled_total.entry(ns.clone()).or_default() += 1;
                 if self.measured_ns.contains(&ns) {
                     self.measured.fetch_add(1, Ordering::SeqCst);
                 }
@@ -440,6 +442,7 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
         steady: None,
         steady_template: None,
         created: BTreeMap::new(),
+        scheduled_total: BTreeMap::new(),
         progress: &progress,
         deadline: Instant::now() + Duration::from_secs_f64(w.timeout_seconds),
         timed_out: false,
@@ -554,13 +557,20 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
         }
     }
     phase.stop();
+    // Finish what is in flight (steady state leaves pods behind), as the runtime would.
+    e.steady = None;
+    e.drain("finishing", None);
     let created: u64 = e
         .measured_ns
         .iter()
         .map(|ns| e.created.get(ns).copied().unwrap_or(0))
         .sum();
-    let scheduled = phase.done.as_ref().map_or(0, |m| m.scheduled);
-    let pending = created.saturating_sub(scheduled);
+    let ever: u64 = e
+        .measured_ns
+        .iter()
+        .map(|ns| e.scheduled_total.get(ns).copied().unwrap_or(0))
+        .sum();
+    let pending = created.saturating_sub(ever);
     let mut r = crate::measure::report(w, Mode::Engine, phase.done.take(), created, pending, started);
     r.timed_out = e.timed_out;
     r.notes.append(&mut e.notes);

@@ -21,6 +21,8 @@ use crate::{
 pub(crate) fn component(name: &str) -> &'static str {
     if name.starts_with("unisched-sched") {
         "scheduling-cycle"
+    } else if name.starts_with("unisched-filter") {
+        "filter-workers"
     } else if name.starts_with("unisched-io") {
         "scheduler-io"
     } else if name.starts_with("bench-apiserv") {

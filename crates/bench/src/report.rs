@@ -99,7 +99,8 @@ pub struct Cpu {
     /// The whole process (threads that exited included).
     pub total_seconds: f64,
     /// Per component, from live threads' names: `scheduling-cycle` (the scheduling thread),
-    /// `scheduler-io` (the scheduler's tokio runtime: watches, decoding, binding cycles, writes),
+    /// `filter-workers` (the parallel Filter/Score pool), `scheduler-io` (the scheduler's tokio
+    /// runtime: watches, decoding, binding cycles, writes; engine mode: its binding thread),
     /// `apiserver` (the embedded API server and its controllers), `harness` (object creation,
     /// tracking, sampling), `other`.
     pub by_component: BTreeMap<String, f64>,

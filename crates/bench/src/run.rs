@@ -219,6 +219,15 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
     let measured = phase.done.take();
 
     // Counts in the measured namespaces.
+    // Pods still in flight when the phase ended (steady state) get a moment to be decided.
+    let settle = Instant::now();
+    while !measured_ns.is_empty() && settle.elapsed() < Duration::from_secs(3) {
+        let (p, r) = tracker.outstanding(&measured_ns);
+        if p == r {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let created: u64 = measured_ns.iter().map(|ns| tracker.ns(ns).created).sum();
     let (pending, rejected) = if measured_ns.is_empty() {
         (0, 0)

@@ -120,8 +120,8 @@ smoke! {
     steady_selector: "SchedulingWithResourceClaimTemplate/selector_empty_500nodes" => [Full];
     steady_match: "SchedulingWithResourceClaimTemplate/match_empty_500nodes" => [Full, Engine];
     extended_resource: "ExtendedResource_25Classes/5000pods_500nodes" => [Full, Limit, Engine];
-    partitionable: "SchedulingWithResourceClaimTemplatePartitionable/700pods_100nodes" => [Full, Limit, Engine];
-    consumable_capacity: "SchedulingWithResourceClaimTemplateConsumableCapacity/700pods_100nodes" => [Full, Limit, Engine];
+    partitionable: "SchedulingWithResourceClaimTemplatePartitionable/3500pods_500nodes" => [Full, Limit, Engine];
+    consumable_capacity: "SchedulingWithResourceClaimTemplateConsumableCapacity/3500pods_500nodes" => [Full, Limit, Engine];
     node_allocatable_cpu: "NodeAllocatableCPU/2000pods_500nodes" => [Full, Limit, Engine];
     at_scale: "SchedulingAtScale/5000nodes_150000pods" => [Full, Limit, Engine];
 }
