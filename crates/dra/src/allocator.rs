@@ -750,7 +750,10 @@ impl Allocator {
             }
             after_node += 1;
             let mut consumed = None;
-            if f.consumable_capacity {
+            // An exclusive device asked for no capacity has nothing to check: no shares exist on
+            // it and its result records no consumption. Skipping the arithmetic here keeps it off
+            // the per-device path of the common one-GPU claim (it was the top Filter cost).
+            if f.consumable_capacity && (dev.allow_multiple || !alt.capacity.is_empty()) {
                 let amounts = match consumed_capacity(&dev.capacities, &alt.capacity) {
                     Ok(a) => a,
                     Err(_) => {

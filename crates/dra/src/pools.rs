@@ -521,6 +521,19 @@ impl DraSnapshotIndex {
             .copied()
     }
 
+    /// The slices that may publish devices for `node_name` (its own, then the node-independent
+    /// ones), newest generation of valid pools only. Whether a node-independent slice really
+    /// targets the node is for the caller to decide (`PreparedSlice::targets`).
+    pub fn node_slices<'s>(&'s self, node_name: &str) -> impl Iterator<Item = &'s PreparedSlice> + 's {
+        self.candidate_slices(node_name).filter_map(|si| {
+            let (pool, _) = self.slice_position(si)?;
+            if self.pool_at(pool).invalid.is_some() {
+                return None;
+            }
+            Some(self.slice_at(si))
+        })
+    }
+
     /// (pool index, position within the pool) of a slice of the newest generation.
     pub(crate) fn slice_position(&self, slice: u32) -> Option<(u32, u32)> {
         let (pool, pos) = self.slice_pool[slice as usize];
