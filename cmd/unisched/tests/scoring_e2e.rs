@@ -98,3 +98,60 @@ fn device_packing_keeps_a_whole_gpu_free() {
     assert_eq!(node_of(&packed, "second").as_deref(), Some("gpu-a"), "{packed:?}");
     assert_eq!(node_of(&packed, "whole").as_deref(), Some("gpu-b"), "{packed:?}");
 }
+
+/// `--explain` shows why: the unified choice for `incoming` comes with the nodes it beat and
+/// NodeResourcesFit's share of the total; without the flag the JSON has no `explanations`.
+#[test]
+fn explain_shows_the_top_nodes_with_per_plugin_scores() {
+    let root = repo();
+    let run = |extra: &[&str]| -> Value {
+        let out = Command::new(bin())
+            .args(["sim", "-o", "json", "--timeout", "60", "--scheduler-config"])
+            .arg(root.join(UNIFIED))
+            .args(extra)
+            .arg(root.join("e2e/scenarios/scoring/cpu-claims"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sim failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let plain = run(&[]);
+    assert!(plain.get("explanations").is_none(), "{plain}");
+
+    let v = run(&["--explain"]);
+    let all = v["explanations"].as_array().expect("explanations");
+    let e = all
+        .iter()
+        .find(|e| e["pod"] == "demo/incoming")
+        .unwrap_or_else(|| panic!("no explanation for incoming: {all:?}"));
+    assert_eq!(e["node"], "node-b");
+    let top = e["top"].as_array().unwrap();
+    assert_eq!(top.len(), 2, "two feasible nodes: {e}");
+    assert_eq!(top[0]["node"], "node-b", "the chosen node ranks first: {e}");
+    assert_eq!(top[1]["node"], "node-a");
+    assert!(
+        top[0]["total"].as_i64().unwrap() > top[1]["total"].as_i64().unwrap(),
+        "{e}"
+    );
+    for n in top {
+        let scores = n["scores"].as_object().unwrap();
+        let sum: i64 = scores.values().map(|s| s.as_i64().unwrap()).sum();
+        assert_eq!(
+            sum,
+            n["total"].as_i64().unwrap(),
+            "total is the sum of plugin scores: {n}"
+        );
+        assert!(scores.contains_key("NodeResourcesFit"), "{n}");
+    }
+    // The unified footprint makes node-a's LeastAllocated score lower than node-b's.
+    assert!(
+        top[0]["scores"]["NodeResourcesFit"].as_i64().unwrap()
+            > top[1]["scores"]["NodeResourcesFit"].as_i64().unwrap(),
+        "{e}"
+    );
+    assert_eq!(e["feasibleNodes"], 2);
+}

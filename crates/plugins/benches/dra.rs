@@ -8,6 +8,10 @@
 //!   the per-node cost);
 //! * `dra/filter_node_allocatable` — the same with a KEP-5517 CPU claim (allocation + footprint +
 //!   node fit per node).
+//! * `dra/score_phase/<config>/<pod>` — PreScore + Score + normalisation over all 500 nodes (after
+//!   PreFilter and Filter ran on them) for the GPU pod and the KEP-5517 CPU-claim pod, with
+//!   spec-only scoring, unified scoring (the pod's DRA footprint added, the default) and unified
+//!   scoring plus the `DeviceResources` plugin: what unified and device-aware scoring cost.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::hint::black_box;
@@ -21,7 +25,7 @@ use k8s_openapi::api::resource::v1::{NodeAllocatableMapping, NodeAllocatableReso
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use unisched_cache::{Cache, DraCache};
 use unisched_dra::testing::{claim, class, dev, req, slice};
-use unisched_framework::config::KubeSchedulerProfile;
+use unisched_framework::config::{KubeSchedulerConfiguration, KubeSchedulerProfile};
 use unisched_framework::{
     CycleState, FilterPlugin, Framework, NoNominations, NodeInfo, PodInfo, PreFilterPlugin,
     SchedulingAlgorithm,
@@ -178,6 +182,37 @@ fn bench(c: &mut Criterion) {
                 }
             })
         });
+    }
+
+    let configs = [
+        (
+            "spec_only",
+            include_str!("../../../config/spec-only-scoring.yaml"),
+        ),
+        ("unified", include_str!("../../../config/unified-scoring.yaml")),
+        (
+            "device_resources",
+            include_str!("../../../config/device-packing.yaml"),
+        ),
+    ];
+    let api = FakeDraApi::new();
+    let ctx = PluginContext::new(RecordingBinder::new()).with_dra(env.dra.clone(), api as Arc<dyn DraApi>);
+    let reg = Registry::in_tree(ctx);
+    for (config, yaml) in configs {
+        let cfg = KubeSchedulerConfiguration::from_yaml(yaml).unwrap();
+        let fwk = Framework::new(&cfg.profiles[0], &reg).unwrap();
+        for (pod_name, p) in [("gpu", &gpu_pod), ("cpu_claim", &cpu_pod)] {
+            let mut state = CycleState::with_snapshot(env.cache.update_snapshot());
+            let (_, s, _) = fwk.run_pre_filter(&mut state, p, &env.nodes);
+            assert!(s.is_success(), "{s:?}");
+            for n in &env.nodes {
+                assert!(fwk.run_filter(&state, p, n).is_success());
+            }
+            let mut algo = SchedulingAlgorithm::new(2, None, 1);
+            c.bench_function(&format!("dra/score_phase/{config}/{pod_name}"), |b| {
+                b.iter(|| black_box(algo.prioritize_nodes(&fwk, &mut state, p, &env.nodes).unwrap()))
+            });
+        }
     }
     black_box(env.dra.snapshot());
 }

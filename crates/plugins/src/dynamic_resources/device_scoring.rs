@@ -20,6 +20,12 @@
 //!
 //! "Used" stacks the committed and in-flight allocations of the DRA snapshot and the allocation
 //! the Filter found for this pod on this node.
+//!
+//! A resource named `deviceclass.resource.kubernetes.io/<class>` (the implicit extended-resource
+//! name of a DeviceClass, KEP-5004) scores the devices of that class instead of a driver, so a
+//! profile can weigh, say, full GPUs above GPU partitions of the same driver. Each device the
+//! class selects counts one unit, used as above; partitions count one unit each here, because
+//! their shared counters belong to the pool, not to any one class.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use unisched_cache::DraSnapshot;
 use unisched_dra::pools::NodeScope;
 use unisched_dra::state::LayeredCapacity;
-use unisched_dra::{AllocatedState, DeviceId, PreparedSlice, StateLayers};
+use unisched_dra::{AllocatedState, ClassSelector, DeviceId, PoolKey, PreparedSlice, StateLayers};
 use unisched_framework::{CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, ScorePlugin, Status};
 
 use super::state::{CycleData, NodeResult, PodState, STATE_KEY};
@@ -43,8 +49,9 @@ pub const DEVICE_RESOURCES: &str = "DeviceResources";
 /// One unit of device capacity in the utilisation arithmetic.
 const UNIT: i64 = 1000;
 
-/// `DeviceResourcesArgs`. `scoringStrategy.resources[].name` names a DRA driver; an empty list
-/// scores every driver the pod's allocation uses on the node, with weight 1.
+/// `DeviceResourcesArgs`. `scoringStrategy.resources[].name` names a DRA driver, or a DeviceClass
+/// as `deviceclass.resource.kubernetes.io/<class>`; an empty list scores every driver the pod's
+/// allocation uses on the node, with weight 1.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeviceResourcesArgs {
@@ -169,15 +176,81 @@ impl ScorePlugin for DeviceResources {
             return Ok(0);
         };
         let result = data.nodes.read().get(node.name()).cloned();
-        let usage = node_device_usage(
+        let mut usage = node_device_usage(
             &data.snapshot,
             node.name(),
             node.node().map(|n| &**n),
             result.as_deref(),
         );
+        for (name, _) in &self.weights {
+            if let Some(class) = name.strip_prefix(CLASS_RESOURCE_PREFIX) {
+                let used = class_device_usage(&data, class, node, result.as_deref());
+                usage.insert(name.clone(), used);
+            }
+        }
         let used_by_pod = pod_drivers(result.as_deref());
         Ok(score_usage(&self.strategy, &self.weights, &usage, &used_by_pod))
     }
+}
+
+/// The prefix naming a DeviceClass in the args (the implicit extended-resource name of a class).
+pub const CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// `(used, total)` milli-units of the devices of `class` on the node after this pod's allocation;
+/// `(0, 0)` (ignored in the score) when the class is unknown or its selectors do not compile.
+fn class_device_usage(
+    data: &PodState,
+    class: &str,
+    node: &NodeInfo,
+    result: Option<&NodeResult>,
+) -> (i64, i64) {
+    let Some(class) = data.snapshot.class(class) else {
+        return (0, 0);
+    };
+    let Ok(selector) = ClassSelector::compile(class, &*data.engine) else {
+        return (0, 0);
+    };
+    let layers = layers_with(&data.snapshot, result);
+    let node_name = node.name();
+    let api_node = node.node().map(|n| &**n);
+    let (mut used, mut total) = (0i64, 0i64);
+    for slice in data.snapshot.index().node_slices(node_name) {
+        if !slice_targets(slice, node_name, api_node) {
+            continue;
+        }
+        for (i, dev) in slice.devices().iter().enumerate() {
+            if matches!(slice.scope(), NodeScope::PerDevice)
+                && !api_node.is_some_and(|n| slice.device_targets(i, n).unwrap_or(false))
+            {
+                continue;
+            }
+            if !selector.matches(slice, i).unwrap_or(false) {
+                continue;
+            }
+            used += if dev.consumes.is_empty() {
+                device_used(&layers, &dev.id, dev.allow_multiple, &dev.capacities)
+            } else if layers.is_allocated(&dev.id) {
+                UNIT
+            } else {
+                0
+            };
+            total += UNIT;
+        }
+    }
+    (used, total)
+}
+
+/// The snapshot's committed and in-flight allocations, plus this pod's allocation on the node.
+fn layers_with(snapshot: &DraSnapshot, result: Option<&NodeResult>) -> StateLayers {
+    let mut layers: StateLayers = snapshot.state_layers();
+    if let Some(r) = result {
+        let mut mine = AllocatedState::new();
+        for a in r.allocations.iter().chain(r.extended.as_ref().map(|(_, a)| a)) {
+            mine.add_allocation(a);
+        }
+        layers.push(Arc::new(mine));
+    }
+    layers
 }
 
 /// Used and total milli-units per driver on one node.
@@ -219,7 +292,7 @@ pub(crate) fn score_usage(
     score_vector(strategy, &entries).clamp(0, unisched_framework::MAX_NODE_SCORE)
 }
 
-fn slice_targets(slice: &PreparedSlice, node_name: &str, node: Option<&Node>) -> bool {
+pub(crate) fn slice_targets(slice: &PreparedSlice, node_name: &str, node: Option<&Node>) -> bool {
     match slice.scope() {
         NodeScope::NodeName(n) => n == node_name,
         NodeScope::Unknown => false,
@@ -244,65 +317,50 @@ pub(crate) fn node_device_usage(
     node: Option<&Node>,
     result: Option<&NodeResult>,
 ) -> DriverUsage {
-    let mut layers: StateLayers = snapshot.state_layers();
-    if let Some(r) = result {
-        let mut mine = AllocatedState::new();
-        for a in r.allocations.iter().chain(r.extended.as_ref().map(|(_, a)| a)) {
-            mine.add_allocation(a);
-        }
-        layers.push(Arc::new(mine));
-    }
+    let layers = layers_with(snapshot, result);
     let index = snapshot.index();
-    let slices = index.slices();
     let mut usage = DriverUsage::new();
-    for pool in index.pools() {
-        if pool.invalid.is_some() {
+    // Counter consumption of the allocated partitions per pool on this node: (set, name) → amount.
+    let mut counter_used: BTreeMap<PoolKey, BTreeMap<(String, String), i128>> = BTreeMap::new();
+    // Only this node's slices and the node-independent ones: scoring runs for every feasible
+    // node, so walking every slice of the cluster here would make it quadratic.
+    for slice in index.node_slices(node_name) {
+        if !slice_targets(slice, node_name, node) {
             continue;
         }
-        // Counter consumption of the pool's allocated devices on this node: (set, name) → amount.
-        let mut counter_used: BTreeMap<(String, String), i128> = BTreeMap::new();
-        let mut counters_on_node = false;
-        for &si in &pool.slices {
-            let Some(slice) = slices.get(si as usize) else {
-                continue;
-            };
-            if !slice_targets(slice, node_name, node) {
+        let driver = slice.driver();
+        for (di, dev) in slice.devices().iter().enumerate() {
+            if matches!(slice.scope(), NodeScope::PerDevice)
+                && !node.is_some_and(|n| slice.device_targets(di, n).unwrap_or(false))
+            {
                 continue;
             }
-            let driver = slice.driver().to_string();
-            for (di, dev) in slice.devices().iter().enumerate() {
-                if matches!(slice.scope(), NodeScope::PerDevice)
-                    && !node.is_some_and(|n| slice.device_targets(di, n).unwrap_or(false))
-                {
-                    continue;
-                }
-                if !dev.consumes.is_empty() {
-                    counters_on_node = true;
-                    if layers.is_allocated(&dev.id) {
-                        for (set, cs) in &dev.consumes {
-                            for (name, q) in cs {
-                                *counter_used.entry((set.clone(), name.clone())).or_default() += q.nanos();
-                            }
+            if !dev.consumes.is_empty() {
+                let used = counter_used.entry(slice.pool().clone()).or_default();
+                if layers.is_allocated(&dev.id) {
+                    for (set, cs) in &dev.consumes {
+                        for (name, q) in cs {
+                            *used.entry((set.clone(), name.clone())).or_default() += q.nanos();
                         }
                     }
-                    continue;
                 }
-                let used = device_used(&layers, &dev.id, dev.allow_multiple, &dev.capacities);
-                let e = usage.entry(driver.clone()).or_default();
-                e.0 += used;
-                e.1 += UNIT;
+                continue;
             }
+            let used = device_used(&layers, &dev.id, dev.allow_multiple, &dev.capacities);
+            let e = usage.entry(driver.to_string()).or_default();
+            e.0 += used;
+            e.1 += UNIT;
         }
-        if counters_on_node {
-            let e = usage.entry(pool.key.driver.to_string()).or_default();
-            for c in &pool.counters {
-                let used = counter_used
-                    .get(&(c.set.clone(), c.name.clone()))
-                    .copied()
-                    .unwrap_or(0);
-                e.0 += milli_ratio(used, c.total.nanos());
-                e.1 += UNIT;
-            }
+    }
+    for (key, used) in &counter_used {
+        let Some(pool) = index.pool(key) else {
+            continue;
+        };
+        let e = usage.entry(key.driver.to_string()).or_default();
+        for c in &pool.counters {
+            let u = used.get(&(c.set.clone(), c.name.clone())).copied().unwrap_or(0);
+            e.0 += milli_ratio(u, c.total.nanos());
+            e.1 += UNIT;
         }
     }
     usage

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraSnapshot;
-use unisched_dra::{Allocator, PreparedClaim};
+use unisched_dra::{Allocator, CelSelectorEngine, PreparedClaim};
 use unisched_framework::NodeFootprints;
 
 use super::extended::{ExtendedPlan, Variant};
@@ -96,6 +96,8 @@ pub(crate) struct BindingProgress {
 #[derive(Debug)]
 pub(crate) struct PodState {
     pub snapshot: Arc<DraSnapshot>,
+    /// The plugin's CEL engine (compilations cached), for class matching outside the allocator.
+    pub engine: Arc<CelSelectorEngine>,
     pub claims: Vec<PodClaim>,
     /// Indices into `claims` that need allocation, in allocator order.
     pub to_allocate: Vec<usize>,

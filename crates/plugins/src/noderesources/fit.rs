@@ -295,7 +295,7 @@ impl FilterPlugin for NodeResourcesFit {
 
 impl PreScorePlugin for NodeResourcesFit {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, _nodes: &[Arc<NodeInfo>]) -> Status {
-        let pre = self.scorer.pre_state(state, pod);
+        let pre = self.scorer.pre_state_with_dra(state, pod, self.resolver());
         state.write(PRE_SCORE_KEY, pre);
         Status::success()
     }
@@ -305,7 +305,9 @@ impl ScorePlugin for NodeResourcesFit {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         match state.read::<ScorePreState>(PRE_SCORE_KEY) {
             Ok(pre) => self.scorer.score(node, pre),
-            Err(_) => self.scorer.score(node, &self.scorer.pre_state(state, pod)),
+            Err(_) => self
+                .scorer
+                .score(node, &self.scorer.pre_state_with_dra(state, pod, self.resolver())),
         }
     }
 }

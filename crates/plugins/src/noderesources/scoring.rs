@@ -15,6 +15,8 @@
 //! DynamicResources in Filter) is added to the pod's request on that node, so a pod whose CPU comes
 //! through a claim is scored like one asking for it in its spec.
 
+use crate::ExtendedResourceResolver;
+use crate::dynamic_resources::ClassCapacity;
 use unisched_framework::{
     CycleState, MAX_NODE_SCORE, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, PodInfo, Status,
 };
@@ -169,6 +171,9 @@ pub(crate) struct ScorePreState {
     pub(crate) pod_requests: Vec<i64>,
     /// The per-node DRA footprints of this attempt, when recorded and enabled.
     pub(crate) footprints: Option<NodeFootprints>,
+    /// Per configured resource: the DeviceClass devices serving it when it is a DRA-backed
+    /// extended resource the pod requests (empty when there is none).
+    pub(crate) dra_classes: Vec<Option<ClassCapacity>>,
 }
 
 impl ResourceAllocationScorer {
@@ -192,7 +197,38 @@ impl ResourceAllocationScorer {
         ScorePreState {
             pod_requests: self.pod_requests(pod),
             footprints,
+            dra_classes: Vec::new(),
         }
+    }
+
+    /// [`Self::pre_state`], plus device capacity for the extended resources the pod requests that
+    /// `resolver` maps to a DeviceClass (KEP-5004): on a node without allocatable for such a
+    /// resource, the class's devices there are its capacity and the allocated ones its usage.
+    pub(crate) fn pre_state_with_dra(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        resolver: Option<&dyn ExtendedResourceResolver>,
+    ) -> ScorePreState {
+        let mut pre = self.pre_state(state, pod);
+        let Some(resolver) = resolver else {
+            return pre;
+        };
+        let classes: Vec<Option<ClassCapacity>> = self
+            .resources
+            .iter()
+            .zip(&pre.pod_requests)
+            .map(|((name, _), &request)| {
+                if request <= 0 || !is_extended_resource_name(name) {
+                    return None;
+                }
+                ClassCapacity::new(state, &resolver.device_class_for(name)?)
+            })
+            .collect();
+        if classes.iter().any(Option::is_some) {
+            pre.dra_classes = classes;
+        }
+        pre
     }
 
     /// `(allocatable, requested including the pod)` of one resource on the node; `(0, 0)` leaves
@@ -237,7 +273,13 @@ impl ResourceAllocationScorer {
             if let Some(extra) = &extra {
                 pod_request = pod_request.saturating_add(extra.get(name));
             }
-            let (alloc, req) = self.allocatable_requested(node, name, pod_request);
+            let (mut alloc, mut req) = self.allocatable_requested(node, name, pod_request);
+            if alloc == 0
+                && let Some(Some(devices)) = pre.dra_classes.get(i)
+            {
+                let (capacity, allocated) = devices.count(node);
+                (alloc, req) = (capacity, allocated.saturating_add(pod_request));
+            }
             (req, alloc, *weight)
         };
         // Score runs for every feasible node: keep the usual handful of resources off the heap.
