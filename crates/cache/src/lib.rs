@@ -11,7 +11,8 @@
 //! node order), `snapshots` (recycling snapshots that binding cycles have released), `images`
 //! (cluster-wide image counts for ImageLocality), `dump` (debug view), `error` ([`CacheError`]), and
 //! `dra` ([`DraCache`]: slices, classes, claims with an assume layer, allocated devices, in-flight
-//! allocations; a separate object with its own lock, see its documentation for why).
+//! allocations; a separate object with its own lock, see its documentation for why), and `volume`
+//! ([`VolumeCache`]: PVs, PVCs, StorageClasses and CSINodes with an assume layer for PVs and PVCs).
 #![forbid(unsafe_code)]
 
 mod cache;
@@ -21,6 +22,7 @@ mod error;
 mod images;
 mod node_tree;
 mod snapshots;
+mod volume;
 
 pub use cache::Cache;
 pub use dra::{
@@ -33,3 +35,4 @@ pub use node_tree::{
     LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_TOPOLOGY_REGION,
     LABEL_TOPOLOGY_ZONE, zone_key,
 };
+pub use volume::{VolumeCache, VolumeCacheError};

@@ -8,8 +8,9 @@
 use std::{fmt, sync::Arc};
 
 use k8s_openapi::api::{
-    core::v1::{Node, Pod},
+    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+    storage::v1::{CSINode, StorageClass},
 };
 
 /// The kind of object an event is about.
@@ -186,6 +187,14 @@ pub enum EventObject {
     ResourceSlice(Arc<ResourceSlice>),
     /// A device class.
     DeviceClass(Arc<DeviceClass>),
+    /// A PersistentVolume.
+    PersistentVolume(Arc<PersistentVolume>),
+    /// A PersistentVolumeClaim.
+    PersistentVolumeClaim(Arc<PersistentVolumeClaim>),
+    /// A StorageClass.
+    StorageClass(Arc<StorageClass>),
+    /// A CSINode.
+    CsiNode(Arc<CSINode>),
     /// Something the hint does not need to inspect.
     Other,
 }

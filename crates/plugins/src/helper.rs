@@ -236,6 +236,10 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
         EventObject::ResourceClaim(_) => "ResourceClaim",
         EventObject::ResourceSlice(_) => "ResourceSlice",
         EventObject::DeviceClass(_) => "DeviceClass",
+        EventObject::PersistentVolume(_) => "PersistentVolume",
+        EventObject::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
+        EventObject::StorageClass(_) => "StorageClass",
+        EventObject::CsiNode(_) => "CSINode",
         EventObject::Other => "another object",
     }
 }

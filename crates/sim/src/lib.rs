@@ -2,7 +2,8 @@
 //!
 //! An in-memory Kubernetes API server ([`ApiServer`]) that speaks the REST and watch protocol well
 //! enough for the unchanged kube-rs client and `kubectl`, plus the controllers a scheduler needs
-//! around it: the garbage collector, the ResourceClaim controller, a fake kubelet and an Event mirror.
+//! around it: the garbage collector, the ResourceClaim controller, a fake kubelet, an Event mirror
+//! and a PersistentVolume controller that also provisions.
 //! It is a simulator: it runs no containers.
 //!
 //! ```no_run

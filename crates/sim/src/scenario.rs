@@ -28,6 +28,10 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("resource.k8s.io/v1", "DeviceTaintRule"),
     ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     ("resource.k8s.io/v1", "ResourceClaim"),
+    ("storage.k8s.io/v1", "StorageClass"),
+    ("storage.k8s.io/v1", "CSINode"),
+    ("v1", "PersistentVolume"),
+    ("v1", "PersistentVolumeClaim"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "Pod"),
 ];
@@ -139,7 +143,15 @@ pub enum ScenarioError {
 fn is_namespaced(kind: &str) -> bool {
     !matches!(
         kind,
-        "Namespace" | "Node" | "PriorityClass" | "DeviceClass" | "ResourceSlice" | "DeviceTaintRule"
+        "Namespace"
+            | "Node"
+            | "PriorityClass"
+            | "DeviceClass"
+            | "ResourceSlice"
+            | "DeviceTaintRule"
+            | "StorageClass"
+            | "CSINode"
+            | "PersistentVolume"
     )
 }
 
@@ -384,6 +396,10 @@ fn validate_typed(source: &Source, kind: &str, v: &Value) -> Result<(), Scenario
         "ResourceClaim" => check::<res::ResourceClaim>(source, v),
         "ResourceClaimTemplate" => check::<res::ResourceClaimTemplate>(source, v),
         "DeviceTaintRule" => check::<res::DeviceTaintRule>(source, v),
+        "StorageClass" => check::<k8s_openapi::api::storage::v1::StorageClass>(source, v),
+        "CSINode" => check::<k8s_openapi::api::storage::v1::CSINode>(source, v),
+        "PersistentVolume" => check::<core::PersistentVolume>(source, v),
+        "PersistentVolumeClaim" => check::<core::PersistentVolumeClaim>(source, v),
         _ => Ok(()),
     }
 }

@@ -1,6 +1,6 @@
 //! Controllers that run inside the control plane, as tokio tasks fed by the store's own event stream
-//! (no HTTP in between): the garbage collector, the ResourceClaim controller, a fake kubelet and an
-//! Event mirror (events.k8s.io/v1 → core v1).
+//! (no HTTP in between): the garbage collector, the ResourceClaim controller, a fake kubelet, an
+//! Event mirror (events.k8s.io/v1 → core v1) and a PersistentVolume controller that also provisions.
 //!
 //! Each controller handles 410 Gone (it fell behind the event history) by resubscribing and
 //! resynchronising from the current state.
@@ -9,6 +9,7 @@ pub mod claims;
 pub mod events;
 pub mod gc;
 pub mod kubelet;
+pub mod volumes;
 
 use serde_json::{Value, json};
 
@@ -28,6 +29,9 @@ pub struct ControllerConfig {
     pub kubelet: Option<KubeletConfig>,
     /// Copy `events.k8s.io/v1` Events into core `v1` Events, so `kubectl get events` shows them.
     pub event_mirror: bool,
+    /// PersistentVolume controller and provisioner (completes the volume bindings the scheduler
+    /// decides).
+    pub volume_controller: bool,
 }
 
 impl Default for ControllerConfig {
@@ -37,6 +41,7 @@ impl Default for ControllerConfig {
             claim_controller: true,
             kubelet: Some(KubeletConfig::default()),
             event_mirror: true,
+            volume_controller: true,
         }
     }
 }
@@ -56,6 +61,9 @@ pub fn spawn(
     }
     if config.event_mirror {
         tasks.push(tokio::spawn(events::run(store.clone(), shutdown.clone())));
+    }
+    if config.volume_controller {
+        tasks.push(tokio::spawn(volumes::run(store.clone(), shutdown.clone())));
     }
     if let Some(k) = &config.kubelet {
         tasks.push(tokio::spawn(kubelet::run(store.clone(), k.clone(), shutdown)));

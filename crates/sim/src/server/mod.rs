@@ -110,6 +110,12 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the PersistentVolume controller and provisioner (default true).
+    pub fn volume_controller(mut self, yes: bool) -> Self {
+        self.controllers.volume_controller = yes;
+        self
+    }
+
     /// Run the fake kubelet with this configuration, or not at all with `None` (default: on).
     pub fn kubelet(mut self, config: Option<KubeletConfig>) -> Self {
         self.controllers.kubelet = config;
@@ -127,6 +133,7 @@ impl ApiServerBuilder {
         self.controllers.event_mirror = yes;
         self.controllers.garbage_collector = yes;
         self.controllers.claim_controller = yes;
+        self.controllers.volume_controller = yes;
         self.controllers.kubelet = if yes {
             Some(self.controllers.kubelet.unwrap_or_default())
         } else {

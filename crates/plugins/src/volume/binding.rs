@@ -1,0 +1,1384 @@
+//! VolumeBinding: places pods whose PersistentVolumeClaims are bound, or can be bound on the node,
+//! and binds them (upstream `volumebinding`).
+//!
+//! * **PreFilter** sorts the pod's claims into bound ones (their PV's node affinity must admit the
+//!   node), unbound ones of a `WaitForFirstConsumer` class (decided per node) and unbound ones of an
+//!   `Immediate` class, which the PV controller binds on its own schedule: the pod cannot be placed
+//!   before that (`pod has unbound immediate PersistentVolumeClaims`). A missing claim is
+//!   unresolvable with the API server's NotFound text. No claims: Skip, so other pods pay nothing.
+//!   The candidate PVs of each class are collected here once, smallest first, and bound PVs with
+//!   hostname affinity narrow the nodes worth filtering (as upstream's `GetEligibleNodes`).
+//! * **Filter** per node: bound PVs' node affinity; for each delayed claim the smallest available
+//!   PV that fits (class, access modes, volume mode, selector, capacity, node affinity; each PV used
+//!   once per pod), else dynamic provisioning when the class has a real provisioner whose
+//!   `allowedTopologies` admit the node. The decision is recorded for Reserve.
+//! * **Reserve** assumes the decision in the [`VolumeCache`] (the PV's `claimRef`, the claim's
+//!   `selected-node` annotation), so the next pod already sees the PV as taken; **Unreserve**
+//!   restores the API versions.
+//! * **PreBind** writes the decision ([`VolumeApi`] merge patches) and waits, up to
+//!   `bindTimeoutSeconds`, until the watch shows every claim Bound.
+//!
+//! Not implemented: storage-capacity checks (CSIStorageCapacity) and capacity scoring, which
+//! upstream gates behind features; in-tree volume migration.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
+    storage::v1::StorageClass,
+};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use unisched_cache::VolumeCache;
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
+    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    QueueingHint, ReservePlugin, Status,
+};
+use unisched_resource::Quantity;
+
+use super::{
+    VolumeApi, claim_class, claim_volume_name, pod_claim_names, pod_namespace, pv_node_affinity_matches,
+    resolve_claims,
+};
+use crate::{
+    helper::{PluginArgs, decode_args},
+    label_selector::{NO_LABELS, api_selector_matches},
+};
+
+/// The plugin name.
+pub const NAME: &str = "VolumeBinding";
+
+/// Filter: a bound PV's node affinity excludes the node.
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+/// Filter: no PV to bind and no way to provision one on the node.
+pub const ERR_REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// Filter: a claim is bound to a PV that does not exist.
+pub const ERR_REASON_PV_NOT_EXIST: &str =
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+/// PreFilter: an Immediate claim is not bound yet.
+pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+/// The annotation telling the external provisioner where to create the volume.
+pub const ANNOTATION_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// The provisioner of classes whose volumes are all created by hand (local volumes).
+pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+/// Upstream's default `bindTimeoutSeconds`.
+pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
+
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+const STATE_KEY: &str = "PreFilterVolumeBinding";
+const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+
+/// `VolumeBindingArgs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeBindingArgs {
+    /// `VolumeBindingArgs` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// `kubescheduler.config.k8s.io/v1` when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// How long PreBind waits for the PV controller to bind the pod's claims.
+    #[serde(default = "default_bind_timeout")]
+    pub bind_timeout_seconds: i64,
+    /// Capacity-scoring shape; accepted for compatibility, unused (upstream gates the scoring).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<serde_json::Value>,
+}
+
+fn default_bind_timeout() -> i64 {
+    DEFAULT_BIND_TIMEOUT_SECONDS
+}
+
+impl Default for VolumeBindingArgs {
+    fn default() -> Self {
+        VolumeBindingArgs {
+            kind: None,
+            api_version: None,
+            bind_timeout_seconds: DEFAULT_BIND_TIMEOUT_SECONDS,
+            shape: None,
+        }
+    }
+}
+
+impl PluginArgs for VolumeBindingArgs {
+    const KIND: &'static str = "VolumeBindingArgs";
+    fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+    fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+}
+
+impl VolumeBindingArgs {
+    /// Decodes and validates `pluginConfig` args (`null`: defaults).
+    pub fn from_value(args: &serde_json::Value) -> Result<Self, String> {
+        let a: VolumeBindingArgs = decode_args(args)?;
+        if a.bind_timeout_seconds < 0 {
+            return Err(format!(
+                "bindTimeoutSeconds: Invalid value: {}: invalid BindTimeoutSeconds, should not be a negative value",
+                a.bind_timeout_seconds
+            ));
+        }
+        Ok(a)
+    }
+}
+
+/// A claim that waits for its first consumer: what Filter needs to match it.
+#[derive(Debug)]
+struct DelayedClaim {
+    pvc: Arc<PersistentVolumeClaim>,
+    name: String,
+    /// Requested storage in nano-units (0 when not given).
+    request: i128,
+    access_modes: Vec<String>,
+    volume_mode: String,
+    class: Option<Arc<StorageClass>>,
+    /// The class' PVs that could serve this claim on some node, smallest first.
+    candidates: Vec<(i128, Arc<PersistentVolume>)>,
+}
+
+/// What Filter decided for one node.
+#[derive(Debug, Default)]
+struct NodeDecision {
+    /// (index into `delayed`, PV to bind).
+    bindings: Vec<(usize, Arc<PersistentVolume>)>,
+    /// Indexes into `delayed` to provision.
+    provisions: Vec<usize>,
+}
+
+/// What Reserve assumed, for PreBind and Unreserve.
+#[derive(Debug, Default)]
+struct Reserved {
+    pvs: Vec<String>,
+    pvcs: Vec<(String, String)>,
+}
+
+#[derive(Debug)]
+struct PodVolumes {
+    namespace: String,
+    /// (claim name, its PV; None when the PV does not exist).
+    bound: Vec<(String, Option<Arc<PersistentVolume>>)>,
+    delayed: Vec<DelayedClaim>,
+    decisions: RwLock<HashMap<String, Arc<NodeDecision>>>,
+    reserved: Mutex<Option<Reserved>>,
+}
+
+#[derive(Clone, Debug)]
+struct CycleData(Arc<PodVolumes>);
+
+/// The plugin. See the module documentation.
+pub struct VolumeBinding {
+    volumes: Option<Arc<VolumeCache>>,
+    api: Option<Arc<dyn VolumeApi>>,
+    bind_timeout: Duration,
+}
+
+impl std::fmt::Debug for VolumeBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeBinding")
+            .field("volumes", &self.volumes.is_some())
+            .field("api", &self.api.is_some())
+            .field("bind_timeout", &self.bind_timeout)
+            .finish()
+    }
+}
+
+fn storage_nanos(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> i128 {
+    q.and_then(|q| Quantity::from_api(q).ok())
+        .map_or(0, |q| q.nanos())
+}
+
+fn pv_capacity(pv: &PersistentVolume) -> i128 {
+    storage_nanos(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage")),
+    )
+}
+
+fn is_delay_binding(class: Option<&StorageClass>) -> bool {
+    class.is_some_and(|c| c.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER))
+}
+
+fn claim_ref_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> Option<bool> {
+    let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    let same = r.name == pvc.metadata.name
+        && r.namespace.as_deref().unwrap_or("default")
+            == pvc.metadata.namespace.as_deref().unwrap_or("default")
+        && (r.uid.is_none() || r.uid == pvc.metadata.uid);
+    Some(same)
+}
+
+/// Whether the PV could serve the claim anywhere: class, claimRef, access modes, volume mode,
+/// selector, capacity. Node affinity is per node.
+fn pv_fits_claim(pv: &PersistentVolume, claim: &DelayedClaim) -> bool {
+    let Some(spec) = pv.spec.as_ref() else {
+        return false;
+    };
+    if pv.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    match claim_ref_matches(pv, &claim.pvc) {
+        Some(false) => return false,
+        Some(true) => {}
+        None => {
+            if matches!(
+                pv.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Released" | "Failed")
+            ) {
+                return false;
+            }
+        }
+    }
+    let modes = spec.access_modes.as_deref().unwrap_or_default();
+    if !claim.access_modes.iter().all(|m| modes.contains(m)) {
+        return false;
+    }
+    if spec.volume_mode.as_deref().unwrap_or("Filesystem") != claim.volume_mode {
+        return false;
+    }
+    if let Some(sel) = claim.pvc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+        let labels = pv.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+        if !api_selector_matches(Some(sel), labels) {
+            return false;
+        }
+    }
+    pv_capacity(pv) >= claim.request
+}
+
+/// Whether the class' `allowedTopologies` admit the node (none: every node).
+fn topology_allows(class: &StorageClass, node: &Node) -> bool {
+    let Some(terms) = class.allowed_topologies.as_ref().filter(|t| !t.is_empty()) else {
+        return true;
+    };
+    let labels = node.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
+    terms.iter().any(|t| {
+        t.match_label_expressions
+            .iter()
+            .flatten()
+            .all(|r| labels.get(&r.key).is_some_and(|v| r.values.contains(v)))
+    })
+}
+
+fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_SELECTED_NODE))
+        .map(String::as_str)
+}
+
+impl VolumeBinding {
+    /// A plugin over the volume state and API writer. Without a volume cache, pods with claims are
+    /// unresolvable; without an API, PreBind fails for pods that need a binding.
+    pub fn new(
+        args: &VolumeBindingArgs,
+        volumes: Option<Arc<VolumeCache>>,
+        api: Option<Arc<dyn VolumeApi>>,
+    ) -> Self {
+        VolumeBinding {
+            volumes,
+            api,
+            bind_timeout: Duration::from_secs(u64::try_from(args.bind_timeout_seconds).unwrap_or(0)),
+        }
+    }
+
+    fn data(state: &CycleState) -> Option<Arc<PodVolumes>> {
+        state.read::<CycleData>(STATE_KEY).ok().map(|d| d.0.clone())
+    }
+
+    fn prepare(&self, volumes: &VolumeCache, pod: &Pod) -> Result<PodVolumes, Status> {
+        let claims = resolve_claims(volumes, pod).map_err(Status::unresolvable)?;
+        let mut bound = Vec::new();
+        let mut delayed = Vec::new();
+        let mut immediate = false;
+        for (name, pvc) in claims {
+            if pvc.metadata.deletion_timestamp.is_some() {
+                return Err(Status::unresolvable(format!(
+                    "persistentvolumeclaim {name:?} is being deleted"
+                )));
+            }
+            if let Some(pv_name) = claim_volume_name(&pvc) {
+                bound.push((name, volumes.pv(pv_name)));
+                continue;
+            }
+            let class_name = claim_class(&pvc);
+            let class = if class_name.is_empty() {
+                None
+            } else {
+                match volumes.class(class_name) {
+                    Some(c) => Some(c),
+                    None => {
+                        return Err(Status::unresolvable(format!(
+                            "storageclass.storage.k8s.io {class_name:?} not found"
+                        )));
+                    }
+                }
+            };
+            if !is_delay_binding(class.as_deref()) {
+                immediate = true;
+                continue;
+            }
+            let spec = pvc.spec.as_ref();
+            let mut claim = DelayedClaim {
+                request: storage_nanos(
+                    spec.and_then(|s| s.resources.as_ref())
+                        .and_then(|r| r.requests.as_ref())
+                        .and_then(|r| r.get("storage")),
+                ),
+                access_modes: spec.and_then(|s| s.access_modes.clone()).unwrap_or_default(),
+                volume_mode: spec
+                    .and_then(|s| s.volume_mode.clone())
+                    .unwrap_or_else(|| "Filesystem".into()),
+                class,
+                candidates: Vec::new(),
+                pvc: pvc.clone(),
+                name,
+            };
+            let mut candidates: Vec<(i128, Arc<PersistentVolume>)> = volumes
+                .pvs_of_class(class_name)
+                .into_iter()
+                .filter(|pv| pv_fits_claim(pv, &claim))
+                .map(|pv| (pv_capacity(&pv), pv))
+                .collect();
+            // Pre-bound PVs first, then the smallest that fits.
+            candidates.sort_by_key(|(cap, pv)| (claim_ref_matches(pv, &claim.pvc) != Some(true), *cap));
+            claim.candidates = candidates;
+            delayed.push(claim);
+        }
+        if immediate {
+            return Err(Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE));
+        }
+        Ok(PodVolumes {
+            namespace: pod_namespace(pod).to_string(),
+            bound,
+            delayed,
+            decisions: RwLock::new(HashMap::new()),
+            reserved: Mutex::new(None),
+        })
+    }
+
+    fn filter_node(data: &PodVolumes, node: &Node) -> Result<NodeDecision, Vec<&'static str>> {
+        let mut reasons = Vec::new();
+        for (_, pv) in &data.bound {
+            match pv {
+                None => {
+                    reasons.push(ERR_REASON_PV_NOT_EXIST);
+                    break;
+                }
+                Some(pv) if !pv_node_affinity_matches(pv, node) => {
+                    reasons.push(ERR_REASON_NODE_CONFLICT);
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        let mut decision = NodeDecision::default();
+        let mut taken: BTreeSet<&str> = BTreeSet::new();
+        let mut bind_conflict = false;
+        for (i, claim) in data.delayed.iter().enumerate() {
+            if let Some(selected) = selected_node(&claim.pvc)
+                && selected != node_name
+            {
+                bind_conflict = true;
+                continue;
+            }
+            let pv = claim.candidates.iter().find(|(_, pv)| {
+                let name = pv.metadata.name.as_deref().unwrap_or_default();
+                !taken.contains(name) && pv_node_affinity_matches(pv, node)
+            });
+            if let Some((_, pv)) = pv {
+                taken.insert(pv.metadata.name.as_deref().unwrap_or_default());
+                decision.bindings.push((i, pv.clone()));
+                continue;
+            }
+            let provisionable = claim
+                .class
+                .as_deref()
+                .is_some_and(|c| c.provisioner != NO_PROVISIONER && topology_allows(c, node));
+            if provisionable {
+                decision.provisions.push(i);
+            } else {
+                bind_conflict = true;
+            }
+        }
+        if bind_conflict {
+            reasons.push(ERR_REASON_BIND_CONFLICT);
+        }
+        if reasons.is_empty() {
+            Ok(decision)
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// Where the claims stand in the API: Ok(true) all bound, Ok(false) still waiting, Err when the
+    /// binding can no longer complete as decided.
+    fn binding_progress(
+        volumes: &VolumeCache,
+        data: &PodVolumes,
+        reserved: &Reserved,
+    ) -> Result<bool, String> {
+        let mut all = true;
+        for name in data
+            .bound
+            .iter()
+            .map(|(n, _)| n)
+            .chain(data.delayed.iter().map(|c| &c.name))
+        {
+            let Some(pvc) = volumes.api_pvc(&data.namespace, name) else {
+                return Err(format!("persistentvolumeclaim {name:?} was deleted"));
+            };
+            let bound = claim_volume_name(&pvc).is_some()
+                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            if !bound {
+                all = false;
+            }
+        }
+        for pv_name in &reserved.pvs {
+            let Some(pv) = volumes.api_pv(pv_name) else {
+                return Err(format!("persistentvolume {pv_name:?} was deleted"));
+            };
+            let claimed_by = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+            if let Some(r) = claimed_by
+                && !(r.namespace.as_deref().unwrap_or("default") == data.namespace
+                    && data
+                        .delayed
+                        .iter()
+                        .any(|c| r.name.as_deref() == Some(c.name.as_str())))
+            {
+                return Err(format!(
+                    "persistentvolume {pv_name:?} was bound to another claim {:?}",
+                    r.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        Ok(all)
+    }
+}
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &str {
+        NAME
+    }
+    unisched_framework::serves!(
+        as_pre_filter,
+        as_filter,
+        as_reserve,
+        as_pre_bind,
+        as_enqueue_extensions
+    );
+}
+
+impl PreFilterPlugin for VolumeBinding {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        if !super::pod_has_claims(&pod.pod) {
+            return (None, Status::skip());
+        }
+        let Some(volumes) = &self.volumes else {
+            return (
+                None,
+                Status::unresolvable("volume state is not available to the scheduler"),
+            );
+        };
+        match self.prepare(volumes, &pod.pod) {
+            Ok(data) => {
+                let eligible = eligible_nodes(&data);
+                state.write(STATE_KEY, CycleData(Arc::new(data)));
+                (
+                    eligible.map(|names| PreFilterResult {
+                        node_names: Some(names),
+                    }),
+                    Status::success(),
+                )
+            }
+            Err(s) => (None, s),
+        }
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        let Some(n) = node.node() else {
+            return Status::error("node not found");
+        };
+        match Self::filter_node(&data, n) {
+            Ok(decision) => {
+                data.decisions
+                    .write()
+                    .insert(node.name().to_string(), Arc::new(decision));
+                Status::success()
+            }
+            Err(reasons) => {
+                data.decisions.write().remove(node.name());
+                Status::new(unisched_framework::Code::UnschedulableAndUnresolvable, reasons)
+            }
+        }
+    }
+}
+
+impl ReservePlugin for VolumeBinding {
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        let Some(volumes) = &self.volumes else {
+            return Status::success();
+        };
+        let Some(decision) = data.decisions.read().get(node).cloned() else {
+            if data.delayed.is_empty() {
+                return Status::success();
+            }
+            return Status::error(format!("no volume binding decision for node {node:?}"));
+        };
+        let mut reserved = Reserved::default();
+        let mut failure = None;
+        for (i, pv) in &decision.bindings {
+            let claim = &data.delayed[*i];
+            let mut assumed = (**pv).clone();
+            assumed
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANNOTATION_BOUND_BY_CONTROLLER.into(), "yes".into());
+            assumed.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_ref(&claim.pvc));
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            match volumes.assume_pv(assumed) {
+                Ok(()) => reserved.pvs.push(name),
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if failure.is_none() {
+            for i in &decision.provisions {
+                let claim = &data.delayed[*i];
+                let mut assumed = (*claim.pvc).clone();
+                assumed
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(ANNOTATION_SELECTED_NODE.into(), node.into());
+                match volumes.assume_pvc(assumed) {
+                    Ok(()) => reserved.pvcs.push((data.namespace.clone(), claim.name.clone())),
+                    Err(e) => {
+                        failure = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        let mut slot = data.reserved.lock();
+        if let Some(e) = failure {
+            restore(volumes, &reserved);
+            *slot = None;
+            return Status::error(format!("assuming volumes: {e}"));
+        }
+        *slot = Some(reserved);
+        Status::success()
+    }
+
+    fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
+        let Some(data) = Self::data(state) else {
+            return;
+        };
+        let Some(volumes) = &self.volumes else {
+            return;
+        };
+        if let Some(reserved) = data.reserved.lock().take() {
+            restore(volumes, &reserved);
+        }
+    }
+}
+
+fn restore(volumes: &VolumeCache, reserved: &Reserved) {
+    for pv in &reserved.pvs {
+        volumes.restore_pv(pv);
+    }
+    for (ns, name) in &reserved.pvcs {
+        volumes.restore_pvc(ns, name);
+    }
+}
+
+/// The reference a PV's `spec.claimRef` holds for a claim.
+fn claim_ref(pvc: &PersistentVolumeClaim) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: pvc.metadata.namespace.clone(),
+        name: pvc.metadata.name.clone(),
+        uid: pvc.metadata.uid.clone(),
+        resource_version: pvc.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+impl PreBindPlugin for VolumeBinding {
+    fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        match Self::data(state) {
+            Some(d) if !d.delayed.is_empty() => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+
+    fn pre_bind(&self, state: &mut CycleState, _pod: &PodInfo, node: &str) -> Status {
+        let Some(data) = Self::data(state) else {
+            return Status::success();
+        };
+        if data.delayed.is_empty() {
+            return Status::success();
+        }
+        let (Some(volumes), Some(api)) = (&self.volumes, &self.api) else {
+            return Status::error("VolumeBinding has no API writer");
+        };
+        let Some(decision) = data.decisions.read().get(node).cloned() else {
+            return Status::error(format!("no volume binding decision for node {node:?}"));
+        };
+        for (i, pv) in &decision.bindings {
+            let claim = &data.delayed[*i];
+            let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
+            let patch = json!({
+                "metadata": {"annotations": {ANNOTATION_BOUND_BY_CONTROLLER: "yes"}},
+                "spec": {"claimRef": claim_ref(&claim.pvc)},
+            });
+            if let Err(e) = api.patch_pv(pv_name, patch) {
+                return Status::error(format!("binding volumes: persistentvolume {pv_name:?}: {e}"));
+            }
+        }
+        for i in &decision.provisions {
+            let claim = &data.delayed[*i];
+            let patch = json!({"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: node}}});
+            if let Err(e) = api.patch_pvc(&data.namespace, &claim.name, patch) {
+                return Status::error(format!(
+                    "binding volumes: persistentvolumeclaim {:?}: {e}",
+                    claim.name
+                ));
+            }
+        }
+        let reserved = data.reserved.lock().take().unwrap_or_default();
+        let finished = volumes.wait_until(self.bind_timeout, |v| {
+            !matches!(Self::binding_progress(v, &data, &reserved), Ok(false))
+        });
+        let progress = Self::binding_progress(volumes, &data, &reserved);
+        // Put it back so Unreserve can restore the assumed objects if binding fails.
+        *data.reserved.lock() = Some(reserved);
+        match progress {
+            Ok(true) => Status::success(),
+            Ok(false) if !finished => Status::error("binding volumes: context deadline exceeded"),
+            Ok(false) => Status::error("binding volumes: claims not bound"),
+            Err(e) => Status::error(format!("binding volumes: {e}")),
+        }
+    }
+}
+
+impl EnqueueExtensions for VolumeBinding {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let add_update = ActionType::ADD.or(ActionType::UPDATE);
+        let volumes = self.volumes.clone();
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    add_update,
+                    "PersistentVolumeClaimAdd|Update",
+                ),
+                super::claim_event_hint,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolume,
+                    add_update,
+                    "PersistentVolumeAdd|Update",
+                ),
+                {
+                    let volumes = self.volumes.clone();
+                    move |pod, _old, new| pv_hint(volumes.as_deref(), pod, new)
+                },
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::StorageClass, add_update, "StorageClassAdd|Update"),
+                move |pod, old, new| class_hint(volumes.as_deref(), pod, old, new),
+            ),
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::CsiNode,
+                add_update,
+                "CSINodeAdd|Update",
+            )),
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD
+                    .or(ActionType::UPDATE_NODE_LABEL)
+                    .or(ActionType::UPDATE_NODE_TAINT),
+                "NodeAdd|UpdateNodeLabel|UpdateNodeTaint",
+            )),
+        ]
+    }
+}
+
+/// The nodes the bound PVs' hostname affinity names (upstream `GetEligibleNodes`): `None` when some
+/// bound PV can be used on nodes it does not name by hostname. Like upstream, a hostname label is
+/// taken to be the node name; Filter still checks the full affinity.
+fn eligible_nodes(data: &PodVolumes) -> Option<BTreeSet<String>> {
+    let mut eligible: Option<BTreeSet<String>> = None;
+    for (_, pv) in &data.bound {
+        let Some(terms) = pv
+            .as_ref()
+            .and_then(|pv| pv.spec.as_ref())
+            .and_then(|s| s.node_affinity.as_ref())
+            .and_then(|a| a.required.as_ref())
+            .map(|r| &r.node_selector_terms)
+        else {
+            continue;
+        };
+        let mut names = BTreeSet::new();
+        let mut restricted = !terms.is_empty();
+        for term in terms {
+            let mut term_names: Option<BTreeSet<String>> = None;
+            for r in term.match_expressions.iter().flatten() {
+                if r.key == HOSTNAME_LABEL && r.operator == "In" {
+                    let values: BTreeSet<String> = r.values.iter().flatten().cloned().collect();
+                    term_names = Some(match term_names {
+                        None => values,
+                        Some(prev) => prev.intersection(&values).cloned().collect(),
+                    });
+                }
+            }
+            match term_names {
+                Some(t) => names.extend(t),
+                // A term without a hostname requirement admits nodes by other labels.
+                None => restricted = false,
+            }
+        }
+        if restricted {
+            eligible = Some(match eligible {
+                None => names,
+                Some(prev) => prev.intersection(&names).cloned().collect(),
+            });
+        }
+    }
+    eligible
+}
+
+/// A PV event helps a pod with an unbound claim of the PV's class, or a claim bound to that PV.
+fn pv_hint(
+    volumes: Option<&VolumeCache>,
+    pod: &Pod,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, String> {
+    let Some(EventObject::PersistentVolume(pv)) = new else {
+        return Err("expected a PersistentVolume as the new object".to_string());
+    };
+    let Some(volumes) = volumes else {
+        return Ok(QueueingHint::Queue);
+    };
+    let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
+    let pv_class = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or_default();
+    let ns = pod_namespace(pod);
+    let helps = pod_claim_names(pod)
+        .iter()
+        .filter_map(|c| volumes.pvc(ns, c))
+        .any(|pvc| match claim_volume_name(&pvc) {
+            Some(bound) => bound == pv_name,
+            None => claim_class(&pvc) == pv_class,
+        });
+    Ok(if helps {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
+}
+
+/// A class event helps when it can change a decision (new class, or changed provisioner, binding
+/// mode or allowed topologies) for a class one of the pod's claims uses.
+fn class_hint(
+    volumes: Option<&VolumeCache>,
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, String> {
+    let Some(EventObject::StorageClass(class)) = new else {
+        return Err("expected a StorageClass as the new object".to_string());
+    };
+    if let Some(EventObject::StorageClass(o)) = old
+        && o.provisioner == class.provisioner
+        && o.volume_binding_mode == class.volume_binding_mode
+        && o.allowed_topologies == class.allowed_topologies
+    {
+        return Ok(QueueingHint::Skip);
+    }
+    let Some(volumes) = volumes else {
+        return Ok(QueueingHint::Queue);
+    };
+    let name = class.metadata.name.as_deref().unwrap_or_default();
+    let ns = pod_namespace(pod);
+    let uses = pod_claim_names(pod)
+        .iter()
+        .filter_map(|c| volumes.pvc(ns, c))
+        .any(|pvc| claim_class(&pvc) == name);
+    Ok(if uses {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use unisched_framework::Code;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::volume::testing::{
+        FakeVolumeApi, PvBuilder, PvcBuilder, VolumeWrite, storage_class, with_claims,
+    };
+
+    const HOST: &str = "kubernetes.io/hostname";
+
+    fn cache() -> Arc<VolumeCache> {
+        let c = Arc::new(VolumeCache::new());
+        c.apply_class(storage_class(
+            "local",
+            NO_PROVISIONER,
+            WAIT_FOR_FIRST_CONSUMER,
+            None,
+        ));
+        c.apply_class(storage_class(
+            "fast",
+            "csi.example.com",
+            WAIT_FOR_FIRST_CONSUMER,
+            Some(("zone", &["a"])),
+        ));
+        c.apply_class(storage_class("standard", "csi.example.com", "Immediate", None));
+        c
+    }
+
+    fn nodes() -> Vec<NodeInfo> {
+        ["n1", "n2"]
+            .into_iter()
+            .map(|n| {
+                NodeBuilder::new(n)
+                    .label(HOST, n)
+                    .label("zone", if n == "n1" { "a" } else { "b" })
+                    .info()
+            })
+            .collect()
+    }
+
+    fn plugin(c: &Arc<VolumeCache>, api: Option<Arc<FakeVolumeApi>>) -> VolumeBinding {
+        let args = VolumeBindingArgs {
+            bind_timeout_seconds: 2,
+            ..VolumeBindingArgs::default()
+        };
+        VolumeBinding::new(&args, Some(c.clone()), api.map(|a| a as Arc<dyn VolumeApi>))
+    }
+
+    #[test]
+    fn pre_filter_table() {
+        struct Case {
+            name: &'static str,
+            claims: Vec<&'static str>,
+            pvcs: Vec<PersistentVolumeClaim>,
+            code: Code,
+            reason: &'static str,
+        }
+        let cases = [
+            Case {
+                name: "no claims: skip",
+                claims: vec![],
+                pvcs: vec![],
+                code: Code::Skip,
+                reason: "",
+            },
+            Case {
+                name: "missing claim",
+                claims: vec!["data"],
+                pvcs: vec![],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: "persistentvolumeclaim \"data\" not found",
+            },
+            Case {
+                name: "unbound immediate claim",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "standard", "1Gi").build()],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: ERR_REASON_UNBOUND_IMMEDIATE,
+            },
+            Case {
+                name: "unbound claim without class is immediate",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "", "1Gi").build()],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: ERR_REASON_UNBOUND_IMMEDIATE,
+            },
+            Case {
+                name: "bound immediate claim",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "standard", "1Gi").bound_to("pv1").build()],
+                code: Code::Success,
+                reason: "",
+            },
+            Case {
+                name: "delayed claim",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").build()],
+                code: Code::Success,
+                reason: "",
+            },
+        ];
+        for case in cases {
+            let c = cache();
+            for p in case.pvcs {
+                c.apply_pvc(Arc::new(p));
+            }
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
+            let mut state = CycleState::new();
+            let (_, s) = plugin(&c, None).pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), case.code, "{}: {s:?}", case.name);
+            if !case.reason.is_empty() {
+                assert_eq!(s.reasons(), [case.reason.to_string()], "{}", case.name);
+            }
+        }
+    }
+
+    #[test]
+    fn filter_table() {
+        struct Case {
+            name: &'static str,
+            pvs: Vec<PersistentVolume>,
+            pvcs: Vec<PersistentVolumeClaim>,
+            claims: Vec<&'static str>,
+            /// Per node n1, n2: expected reasons (empty: fits).
+            want: [Vec<&'static str>; 2],
+        }
+        let cases = [
+            Case {
+                name: "bound PV with node affinity",
+                pvs: vec![
+                    PvBuilder::new("pv1", "local", "1Gi")
+                        .node_affinity(HOST, &["n2"])
+                        .claim("default", "data")
+                        .build(),
+                ],
+                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").bound_to("pv1").build()],
+                claims: vec!["data"],
+                want: [vec![ERR_REASON_NODE_CONFLICT], vec![]],
+            },
+            Case {
+                name: "bound to a missing PV",
+                pvs: vec![],
+                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").bound_to("gone").build()],
+                claims: vec!["data"],
+                want: [vec![ERR_REASON_PV_NOT_EXIST], vec![ERR_REASON_PV_NOT_EXIST]],
+            },
+            Case {
+                name: "local PV on one node",
+                pvs: vec![
+                    PvBuilder::new("pv1", "local", "10Gi")
+                        .node_affinity(HOST, &["n1"])
+                        .build(),
+                ],
+                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
+                claims: vec!["data"],
+                want: [vec![], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+            Case {
+                name: "PV too small",
+                pvs: vec![PvBuilder::new("pv1", "local", "1Gi").build()],
+                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
+                claims: vec!["data"],
+                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+            Case {
+                name: "access mode mismatch",
+                pvs: vec![PvBuilder::new("pv1", "local", "10Gi").build()],
+                pvcs: vec![
+                    PvcBuilder::new("data", "local", "5Gi")
+                        .access_modes(&["ReadWriteMany"])
+                        .build(),
+                ],
+                claims: vec!["data"],
+                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+            Case {
+                name: "PV claimed by another claim",
+                pvs: vec![
+                    PvBuilder::new("pv1", "local", "10Gi")
+                        .claim("default", "other")
+                        .build(),
+                ],
+                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
+                claims: vec!["data"],
+                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+            Case {
+                name: "two claims, one PV",
+                pvs: vec![PvBuilder::new("pv1", "local", "10Gi").build()],
+                pvcs: vec![
+                    PvcBuilder::new("a", "local", "1Gi").build(),
+                    PvcBuilder::new("b", "local", "1Gi").build(),
+                ],
+                claims: vec!["a", "b"],
+                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+            Case {
+                name: "provisioning limited by allowed topologies",
+                pvs: vec![],
+                pvcs: vec![PvcBuilder::new("data", "fast", "5Gi").build()],
+                claims: vec!["data"],
+                want: [vec![], vec![ERR_REASON_BIND_CONFLICT]],
+            },
+        ];
+        for case in cases {
+            let c = cache();
+            for p in case.pvs {
+                c.apply_pv(Arc::new(p));
+            }
+            for p in case.pvcs {
+                c.apply_pvc(Arc::new(p));
+            }
+            let pl = plugin(&c, None);
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), Code::Success, "{}: {s:?}", case.name);
+            for (node, want) in nodes().iter().zip(case.want.iter()) {
+                let s = pl.filter(&state, &pod, node);
+                if want.is_empty() {
+                    assert_eq!(s.code(), Code::Success, "{} on {}: {s:?}", case.name, node.name());
+                } else {
+                    assert_eq!(
+                        s.code(),
+                        Code::UnschedulableAndUnresolvable,
+                        "{} on {}",
+                        case.name,
+                        node.name()
+                    );
+                    let want: Vec<String> = want.iter().map(|r| r.to_string()).collect();
+                    assert_eq!(s.reasons(), want, "{} on {}", case.name, node.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bound_local_pvs_narrow_the_nodes() {
+        struct Case {
+            name: &'static str,
+            pvs: Vec<PvBuilder>,
+            want: Option<Vec<&'static str>>,
+        }
+        let cases = [
+            Case {
+                name: "hostname affinity",
+                pvs: vec![PvBuilder::new("pv0", "local", "1Gi").node_affinity(HOST, &["n1", "n2"])],
+                want: Some(vec!["n1", "n2"]),
+            },
+            Case {
+                name: "two PVs intersect",
+                pvs: vec![
+                    PvBuilder::new("pv0", "local", "1Gi").node_affinity(HOST, &["n1", "n2"]),
+                    PvBuilder::new("pv1", "local", "1Gi").node_affinity(HOST, &["n2"]),
+                ],
+                want: Some(vec!["n2"]),
+            },
+            Case {
+                name: "zone affinity does not narrow",
+                pvs: vec![PvBuilder::new("pv0", "local", "1Gi").node_affinity("zone", &["a"])],
+                want: None,
+            },
+            Case {
+                name: "no affinity",
+                pvs: vec![PvBuilder::new("pv0", "local", "1Gi")],
+                want: None,
+            },
+        ];
+        for case in cases {
+            let c = cache();
+            let mut claims = Vec::new();
+            for (i, pv) in case.pvs.into_iter().enumerate() {
+                let claim = format!("c{i}");
+                c.apply_pv(pv.claim("default", &claim).arc());
+                c.apply_pvc(
+                    PvcBuilder::new(&claim, "local", "1Gi")
+                        .bound_to(&format!("pv{i}"))
+                        .arc(),
+                );
+                claims.push(claim);
+            }
+            let names: Vec<&str> = claims.iter().map(String::as_str).collect();
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &names));
+            let (result, s) = plugin(&c, None).pre_filter(&mut CycleState::new(), &pod, &[]);
+            assert!(s.is_success(), "{}: {s:?}", case.name);
+            let got = result.and_then(|r| r.node_names);
+            let want = case
+                .want
+                .map(|w| w.into_iter().map(String::from).collect::<BTreeSet<_>>());
+            assert_eq!(got, want, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn smallest_fitting_pv_is_chosen_and_assumed() {
+        let c = cache();
+        c.apply_pv(PvBuilder::new("big", "local", "100Gi").arc());
+        c.apply_pv(PvBuilder::new("small", "local", "10Gi").arc());
+        c.apply_pv(PvBuilder::new("tiny", "local", "1Gi").arc());
+        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
+        c.apply_pvc(PvcBuilder::new("data2", "local", "5Gi").arc());
+        let api = FakeVolumeApi::completing(c.clone());
+        let pl = plugin(&c, Some(api.clone()));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+        let node = &nodes()[0];
+        let mut state = CycleState::new();
+        assert_eq!(pl.pre_filter(&mut state, &pod, &[]).1.code(), Code::Success);
+        assert!(pl.filter(&state, &pod, node).is_success());
+        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+        assert!(c.is_pv_assumed("small"));
+
+        // The next pod sees "small" as taken and gets "big".
+        let pod2 = PodInfo::new(with_claims(PodBuilder::new("p2").build(), &["data2"]));
+        let mut state2 = CycleState::new();
+        pl.pre_filter(&mut state2, &pod2, &[]);
+        assert!(pl.filter(&state2, &pod2, node).is_success());
+        assert!(pl.reserve(&mut state2, &pod2, "n1").is_success());
+        assert!(c.is_pv_assumed("big"));
+        pl.unreserve(&mut state2, &pod2, "n1");
+        pl.unreserve(&mut state2, &pod2, "n1");
+        assert!(!c.is_pv_assumed("big"));
+
+        // PreBind patches the claimRef and waits for the (fake) controller.
+        assert!(pl.pre_bind_pre_flight(&state, &pod, "n1").is_success());
+        let s = pl.pre_bind(&mut state, &pod, "n1");
+        assert!(s.is_success(), "{s:?}");
+        let writes = api.writes();
+        assert_eq!(writes.len(), 1);
+        let VolumeWrite::Pv(name, patch) = &writes[0] else {
+            panic!("{writes:?}")
+        };
+        assert_eq!(name, "small");
+        assert_eq!(patch["spec"]["claimRef"]["name"], "data");
+        assert_eq!(patch["spec"]["claimRef"]["uid"], "uid-data");
+        assert_eq!(
+            c.api_pvc("default", "data")
+                .unwrap()
+                .spec
+                .as_ref()
+                .unwrap()
+                .volume_name
+                .as_deref(),
+            Some("small")
+        );
+    }
+
+    #[test]
+    fn provisioning_annotates_selected_node() {
+        let c = cache();
+        c.apply_pvc(PvcBuilder::new("data", "fast", "5Gi").arc());
+        let api = FakeVolumeApi::completing(c.clone());
+        let pl = plugin(&c, Some(api.clone()));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+        let mut state = CycleState::new();
+        pl.pre_filter(&mut state, &pod, &[]);
+        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
+        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+        let assumed = c.pvc("default", "data").unwrap();
+        assert_eq!(selected_node(&assumed), Some("n1"));
+        assert!(pl.pre_bind(&mut state, &pod, "n1").is_success());
+        assert_eq!(
+            api.writes(),
+            vec![VolumeWrite::Pvc(
+                "default/data".into(),
+                json!({"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: "n1"}}})
+            )]
+        );
+    }
+
+    #[test]
+    fn pre_bind_times_out_and_fails_on_api_errors() {
+        let c = cache();
+        c.apply_pv(PvBuilder::new("pv1", "local", "10Gi").arc());
+        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
+        let api = FakeVolumeApi::new();
+        let args = VolumeBindingArgs {
+            bind_timeout_seconds: 0,
+            ..VolumeBindingArgs::default()
+        };
+        let pl = VolumeBinding::new(&args, Some(c.clone()), Some(api.clone() as Arc<dyn VolumeApi>));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+        let mut state = CycleState::new();
+        pl.pre_filter(&mut state, &pod, &[]);
+        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
+        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+        let s = pl.pre_bind(&mut state, &pod, "n1");
+        assert_eq!(s.code(), Code::Error);
+        assert!(s.to_string().contains("context deadline exceeded"), "{s}");
+        api.fail_with(Some(crate::volume::VolumeApiError::Other("boom".into())));
+        let s = pl.pre_bind(&mut state, &pod, "n1");
+        assert!(s.to_string().contains("boom"), "{s}");
+        pl.unreserve(&mut state, &pod, "n1");
+        assert!(!c.is_pv_assumed("pv1"));
+    }
+
+    #[test]
+    fn pre_bind_fails_fast_when_the_pv_goes_to_another_claim() {
+        let c = cache();
+        c.apply_pv(PvBuilder::new("pv1", "local", "10Gi").arc());
+        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
+        let pl = plugin(&c, Some(FakeVolumeApi::new()));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+        let mut state = CycleState::new();
+        pl.pre_filter(&mut state, &pod, &[]);
+        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
+        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+        let mut stolen = PvBuilder::new("pv1", "local", "10Gi")
+            .claim("default", "thief")
+            .build();
+        stolen.metadata.resource_version = Some("2".into());
+        c.apply_pv(Arc::new(stolen));
+        let started = std::time::Instant::now();
+        let s = pl.pre_bind(&mut state, &pod, "n1");
+        assert_eq!(s.code(), Code::Error);
+        assert!(s.to_string().contains("bound to another claim \"thief\""), "{s}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "no waiting for the timeout"
+        );
+    }
+
+    #[test]
+    fn class_hints() {
+        let c = cache();
+        c.apply_pvc(PvcBuilder::new("data", "fast", "1Gi").arc());
+        let pod = with_claims(PodBuilder::new("p").build(), &["data"]);
+        let ev = |class: Arc<StorageClass>| EventObject::StorageClass(class);
+        let fast = ev(storage_class(
+            "fast",
+            "csi.example.com",
+            WAIT_FOR_FIRST_CONSUMER,
+            None,
+        ));
+        let fast_zoned = ev(storage_class(
+            "fast",
+            "csi.example.com",
+            WAIT_FOR_FIRST_CONSUMER,
+            Some(("zone", &["b"])),
+        ));
+        let other = ev(storage_class(
+            "other",
+            "csi.example.com",
+            WAIT_FOR_FIRST_CONSUMER,
+            None,
+        ));
+        struct Case {
+            name: &'static str,
+            old: Option<EventObject>,
+            new: EventObject,
+            want: QueueingHint,
+        }
+        let cases = [
+            Case {
+                name: "the pod's class added",
+                old: None,
+                new: fast.clone(),
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "another class added",
+                old: None,
+                new: other,
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "topologies changed",
+                old: Some(fast.clone()),
+                new: fast_zoned,
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "nothing relevant changed",
+                old: Some(fast.clone()),
+                new: fast,
+                want: QueueingHint::Skip,
+            },
+        ];
+        for case in cases {
+            let got = class_hint(Some(&c), &pod, case.old.as_ref(), Some(&case.new)).unwrap();
+            assert_eq!(got, case.want, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn pv_hints() {
+        let c = cache();
+        c.apply_pvc(PvcBuilder::new("data", "local", "1Gi").arc());
+        c.apply_pvc(PvcBuilder::new("bound", "fast", "1Gi").bound_to("pv-bound").arc());
+        let pod = with_claims(PodBuilder::new("p").build(), &["data", "bound"]);
+        let cases = [
+            (
+                "a PV of the unbound claim's class",
+                PvBuilder::new("x", "local", "1Gi"),
+                QueueingHint::Queue,
+            ),
+            (
+                "the bound claim's PV",
+                PvBuilder::new("pv-bound", "fast", "1Gi"),
+                QueueingHint::Queue,
+            ),
+            (
+                "another class",
+                PvBuilder::new("y", "fast", "1Gi"),
+                QueueingHint::Skip,
+            ),
+        ];
+        for (name, pv, want) in cases {
+            let ev = EventObject::PersistentVolume(pv.arc());
+            assert_eq!(pv_hint(Some(&c), &pod, Some(&ev)).unwrap(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn args() {
+        assert_eq!(
+            VolumeBindingArgs::from_value(&serde_json::Value::Null)
+                .unwrap()
+                .bind_timeout_seconds,
+            600
+        );
+        assert_eq!(
+            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": 30}))
+                .unwrap()
+                .bind_timeout_seconds,
+            30
+        );
+        assert_eq!(
+            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1})).unwrap_err(),
+            "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! NodeVolumeLimits: a node can attach only so many volumes of each CSI driver (upstream
+//! `nodevolumelimits`, the CSI part).
+//!
+//! The limit is the node's `CSINode.spec.drivers[].allocatable.count`; a node without a CSINode,
+//! or a driver without a count, has no limit. Filter counts the distinct volumes of each driver the
+//! node's pods already use plus the ones this pod adds (a volume already attached counts once), and
+//! rejects with `node(s) exceed max volume count` (Unschedulable: preemption can free slots).
+//!
+//! A volume is identified by its PV's CSI driver and `volumeHandle`; an unbound claim counts against
+//! its class' provisioner, identified by the claim itself (it will become one new volume). Volumes
+//! this plugin cannot resolve (missing claim or PV, non-CSI PV) are not counted, as upstream.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use unisched_cache::VolumeCache;
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
+    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+};
+
+use super::{claim_class, claim_volume_name, pod_claim_names, pod_namespace};
+use crate::helper::event_pods;
+
+/// The plugin name.
+pub const NAME: &str = "NodeVolumeLimits";
+
+/// Filter: the node would exceed a driver's attach limit.
+pub const ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED: &str = "node(s) exceed max volume count";
+
+const STATE_KEY: &str = "PreFilterNodeVolumeLimits";
+
+/// Distinct volumes per CSI driver.
+type VolumesByDriver = BTreeMap<String, BTreeSet<String>>;
+
+#[derive(Clone, Debug, Default)]
+struct PreFilterState(VolumesByDriver);
+
+/// The plugin. See the module documentation.
+#[derive(Clone, Debug, Default)]
+pub struct NodeVolumeLimits {
+    volumes: Option<Arc<VolumeCache>>,
+}
+
+impl NodeVolumeLimits {
+    /// A plugin over the volume state; without it there is nothing to count.
+    pub fn new(volumes: Option<Arc<VolumeCache>>) -> Self {
+        NodeVolumeLimits { volumes }
+    }
+}
+
+/// The CSI volumes of a pod's claims, by driver.
+fn csi_volumes(cache: &VolumeCache, pod: &Pod, into: &mut VolumesByDriver) {
+    let ns = pod_namespace(pod);
+    for name in pod_claim_names(pod) {
+        let Some(pvc) = cache.pvc(ns, &name) else {
+            continue;
+        };
+        match claim_volume_name(&pvc) {
+            Some(pv_name) => {
+                if let Some(csi) = cache.pv(pv_name).and_then(|pv| pv.spec.as_ref()?.csi.clone()) {
+                    into.entry(csi.driver).or_default().insert(csi.volume_handle);
+                }
+            }
+            None => {
+                if let Some(class) = cache.class(claim_class(&pvc)) {
+                    into.entry(class.provisioner.clone())
+                        .or_default()
+                        .insert(format!("{ns}/{name}"));
+                }
+            }
+        }
+    }
+}
+
+impl Plugin for NodeVolumeLimits {
+    fn name(&self) -> &str {
+        NAME
+    }
+    unisched_framework::serves!(as_pre_filter, as_filter, as_enqueue_extensions);
+}
+
+impl PreFilterPlugin for NodeVolumeLimits {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        let Some(cache) = &self.volumes else {
+            return (None, Status::skip());
+        };
+        if !super::pod_has_claims(&pod.pod) {
+            return (None, Status::skip());
+        }
+        let mut mine = VolumesByDriver::new();
+        csi_volumes(cache, &pod.pod, &mut mine);
+        if mine.is_empty() {
+            return (None, Status::skip());
+        }
+        state.write(STATE_KEY, PreFilterState(mine));
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for NodeVolumeLimits {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let (Some(cache), Ok(PreFilterState(mine))) =
+            (&self.volumes, state.read::<PreFilterState>(STATE_KEY))
+        else {
+            return Status::success();
+        };
+        let Some(csi_node) = cache.csi_node(node.name()) else {
+            return Status::success();
+        };
+        let limits: BTreeMap<&str, i64> = csi_node
+            .spec
+            .drivers
+            .iter()
+            .filter_map(|d| Some((d.name.as_str(), i64::from(d.allocatable.as_ref()?.count?))))
+            .collect();
+        if !mine.keys().any(|d| limits.contains_key(d.as_str())) {
+            return Status::success();
+        }
+        let mut attached = VolumesByDriver::new();
+        for p in &node.pods {
+            csi_volumes(cache, &p.pod, &mut attached);
+        }
+        for (driver, volumes) in mine {
+            let Some(&limit) = limits.get(driver.as_str()) else {
+                continue;
+            };
+            let on_node = attached.get(driver);
+            let new = volumes
+                .iter()
+                .filter(|v| !on_node.is_some_and(|a| a.contains(*v)))
+                .count();
+            let used = on_node.map_or(0, BTreeSet::len);
+            if i64::try_from(used + new).unwrap_or(i64::MAX) > limit {
+                return Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
+            }
+        }
+        Status::success()
+    }
+}
+
+impl EnqueueExtensions for NodeVolumeLimits {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::CsiNode,
+                ActionType::ADD.or(ActionType::UPDATE),
+                "CSINodeAdd|Update",
+            )),
+            // Only a pod with claims held attachments.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::AssignedPod,
+                    ActionType::DELETE,
+                    "AssignedPodDelete",
+                ),
+                |_pod, old, new| {
+                    let (deleted, _) = event_pods(old, new)?;
+                    Ok(match deleted {
+                        Some(d) if pod_claim_names(d).is_empty() => QueueingHint::Skip,
+                        _ => QueueingHint::Queue,
+                    })
+                },
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    ActionType::ADD,
+                    "PersistentVolumeClaimAdd",
+                ),
+                super::claim_event_hint,
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use unisched_framework::Code;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, csi_node, storage_class, with_claims};
+
+    const DRIVER: &str = "ebs.csi.example.com";
+
+    fn cache() -> Arc<VolumeCache> {
+        let c = Arc::new(VolumeCache::new());
+        c.apply_class(storage_class("csi", DRIVER, "WaitForFirstConsumer", None));
+        for i in 0..4 {
+            let (pvc, pv) = (format!("c{i}"), format!("pv{i}"));
+            c.apply_pv(
+                PvBuilder::new(&pv, "csi", "1Gi")
+                    .csi(DRIVER, &format!("vol-{i}"))
+                    .arc(),
+            );
+            c.apply_pvc(PvcBuilder::new(&pvc, "csi", "1Gi").bound_to(&pv).arc());
+        }
+        c.apply_pvc(PvcBuilder::new("new", "csi", "1Gi").arc());
+        c
+    }
+
+    #[test]
+    fn filter_table() {
+        struct Case {
+            name: &'static str,
+            limit: Option<i32>,
+            existing: Vec<&'static str>,
+            claims: Vec<&'static str>,
+            code: Code,
+        }
+        let cases = [
+            Case {
+                name: "under the limit",
+                limit: Some(2),
+                existing: vec!["c0"],
+                claims: vec!["c1"],
+                code: Code::Success,
+            },
+            Case {
+                name: "over the limit",
+                limit: Some(2),
+                existing: vec!["c0", "c1"],
+                claims: vec!["c2"],
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "already attached volume counts once",
+                limit: Some(2),
+                existing: vec!["c0", "c1"],
+                claims: vec!["c1"],
+                code: Code::Success,
+            },
+            Case {
+                name: "unbound claim counts against the provisioner",
+                limit: Some(1),
+                existing: vec!["c0"],
+                claims: vec!["new"],
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "no count: no limit",
+                limit: None,
+                existing: vec!["c0", "c1", "c2"],
+                claims: vec!["c3"],
+                code: Code::Success,
+            },
+        ];
+        for case in cases {
+            let c = cache();
+            c.apply_csi_node(csi_node("n1", DRIVER, case.limit));
+            let pl = NodeVolumeLimits::new(Some(c));
+            let existing = PodInfo::new(with_claims(
+                PodBuilder::new("q").uid("q").node_name("n1").build(),
+                &case.existing,
+            ));
+            let node = NodeBuilder::new("n1").info_with([existing]);
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), Code::Success, "{}", case.name);
+            let s = pl.filter(&state, &pod, &node);
+            assert_eq!(s.code(), case.code, "{}", case.name);
+            if case.code != Code::Success {
+                assert_eq!(s.reasons(), [ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED.to_string()]);
+            }
+        }
+    }
+
+    #[test]
+    fn pods_without_csi_volumes_skip() {
+        let pl = NodeVolumeLimits::new(Some(cache()));
+        let mut state = CycleState::new();
+        let pod = PodBuilder::new("p").info();
+        assert_eq!(pl.pre_filter(&mut state, &pod, &[]).1.code(), Code::Skip);
+        let node = NodeBuilder::new("n-without-csinode").info();
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["c0"]));
+        pl.pre_filter(&mut state, &pod, &[]);
+        assert!(pl.filter(&state, &pod, &node).is_success());
+    }
+}

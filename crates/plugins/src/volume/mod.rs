@@ -1,0 +1,268 @@
+//! The volume plugins: VolumeBinding, VolumeRestrictions, VolumeZone and NodeVolumeLimits
+//! (upstream `volumebinding`, `volumerestrictions`, `volumezone`, `nodevolumelimits`).
+//!
+//! They share the cluster's storage state, the cache's [`VolumeCache`] (PVs, PVCs, StorageClasses,
+//! CSINodes, with VolumeBinding's assumed bindings), and a few helpers for reading pods' volumes,
+//! kept here so the four read a pod the same way. Every plugin returns Skip from PreFilter for a pod
+//! without the volumes it cares about, so most pods pay one scan over `spec.volumes` per plugin and
+//! nothing per node.
+//!
+//! The binding cycle's writes (VolumeBinding's PreBind) go through [`VolumeApi`], a small
+//! synchronous trait the runtime implements with its rate-limited API writer and tests with
+//! [`testing::FakeVolumeApi`]. Like every write in unisched they are merge patches, never PUTs.
+
+mod api;
+mod binding;
+mod limits;
+mod restrictions;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+mod zone;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use unisched_cache::VolumeCache;
+
+pub use api::{VolumeApi, VolumeApiError};
+pub use binding::{
+    ANNOTATION_SELECTED_NODE, DEFAULT_BIND_TIMEOUT_SECONDS, NO_PROVISIONER, VolumeBinding, VolumeBindingArgs,
+};
+pub use limits::NodeVolumeLimits;
+pub use restrictions::VolumeRestrictions;
+pub use zone::VolumeZone;
+
+/// Upstream reason strings.
+pub mod reason {
+    pub use super::binding::{
+        ERR_REASON_BIND_CONFLICT, ERR_REASON_NODE_CONFLICT, ERR_REASON_PV_NOT_EXIST,
+        ERR_REASON_UNBOUND_IMMEDIATE,
+    };
+    pub use super::limits::ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED;
+    pub use super::restrictions::{ERR_REASON_DISK_CONFLICT, ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT};
+    pub use super::zone::ERR_REASON_ZONE_CONFLICT;
+}
+
+/// The deprecated annotation that named a claim's class before `spec.storageClassName`.
+pub(crate) const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// The PVC names the pod's volumes refer to, in volume order: `persistentVolumeClaim.claimName`,
+/// and for generic ephemeral volumes the generated `<pod>-<volume>`.
+pub(crate) fn pod_claim_names(pod: &Pod) -> Vec<String> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(c.claim_name.clone())
+            } else {
+                v.ephemeral.as_ref().map(|_| format!("{pod_name}-{}", v.name))
+            }
+        })
+        .collect()
+}
+
+/// Whether any of the pod's volumes refers to a claim (no allocation: every pod asks this).
+pub(crate) fn pod_has_claims(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| {
+            v.iter()
+                .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+        })
+}
+
+/// The pod's namespace (`default` when unset, as the API server defaults it).
+pub(crate) fn pod_namespace(pod: &Pod) -> &str {
+    pod.metadata
+        .namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+}
+
+/// The API server's NotFound text for a claim.
+pub(crate) fn claim_not_found(name: &str) -> String {
+    format!("persistentvolumeclaim {name:?} not found")
+}
+
+/// The claim's storage class: `spec.storageClassName`, else the beta annotation, else `""`.
+pub(crate) fn claim_class(pvc: &PersistentVolumeClaim) -> &str {
+    if let Some(c) = pvc.spec.as_ref().and_then(|s| s.storage_class_name.as_deref()) {
+        return c;
+    }
+    pvc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BETA_STORAGE_CLASS_ANNOTATION))
+        .map_or("", String::as_str)
+}
+
+/// The PV a claim is bound to (`spec.volumeName`), when set.
+pub(crate) fn claim_volume_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether the PV's required node affinity admits the node (no affinity admits every node).
+pub(crate) fn pv_node_affinity_matches(pv: &PersistentVolume, node: &Node) -> bool {
+    match pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+    {
+        None => true,
+        Some(sel) => crate::NodeSelectorMatcher::lenient(sel, "").matches(node),
+    }
+}
+
+/// Resolves the pod's claims through the cache, failing with upstream's text for the first missing
+/// one (the API server's NotFound, or for a generic ephemeral volume the wait for the ephemeral
+/// volume controller, which must also have created the claim for this pod). Returns `(name, claim)`
+/// pairs in volume order, duplicates removed.
+pub(crate) fn resolve_claims(
+    volumes: &VolumeCache,
+    pod: &Pod,
+) -> Result<Vec<(String, std::sync::Arc<PersistentVolumeClaim>)>, String> {
+    let ns = pod_namespace(pod);
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let mut out: Vec<(String, std::sync::Arc<PersistentVolumeClaim>)> = Vec::new();
+    let pod_volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default();
+    for v in pod_volumes {
+        let (name, ephemeral) = if let Some(c) = &v.persistent_volume_claim {
+            (c.claim_name.clone(), false)
+        } else if v.ephemeral.is_some() {
+            (format!("{pod_name}-{}", v.name), true)
+        } else {
+            continue;
+        };
+        if out.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let Some(pvc) = volumes.pvc(ns, &name) else {
+            return Err(if ephemeral {
+                format!(
+                    "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
+                )
+            } else {
+                claim_not_found(&name)
+            });
+        };
+        if ephemeral && !owned_by(&pvc, pod) {
+            return Err(format!(
+                "PVC {ns}/{name} was not created for pod {ns}/{pod_name} (pod is not owner)"
+            ));
+        }
+        out.push((name, pvc));
+    }
+    Ok(out)
+}
+
+/// Whether the pod is the claim's controller (what makes an ephemeral volume's claim the pod's).
+fn owned_by(pvc: &PersistentVolumeClaim, pod: &Pod) -> bool {
+    pvc.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "Pod" && Some(&o.uid) == pod.metadata.uid.as_ref())
+}
+
+/// Queueing hint for a PVC event: only a claim the pod uses can help it.
+pub(crate) fn claim_event_hint(
+    pod: &Pod,
+    old: Option<&unisched_framework::EventObject>,
+    new: Option<&unisched_framework::EventObject>,
+) -> Result<unisched_framework::QueueingHint, String> {
+    use unisched_framework::{EventObject, QueueingHint};
+    let pvc = match new.or(old) {
+        Some(EventObject::PersistentVolumeClaim(c)) => c,
+        Some(other) => {
+            return Err(format!(
+                "expected a PersistentVolumeClaim, got {}",
+                crate::helper::object_kind(other)
+            ));
+        }
+        None => return Err("a claim event without a claim".to_string()),
+    };
+    let same_ns = pvc.metadata.namespace.as_deref().unwrap_or("default") == pod_namespace(pod);
+    let name = pvc.metadata.name.as_deref().unwrap_or_default();
+    if same_ns && pod_claim_names(pod).iter().any(|c| c == name) {
+        Ok(QueueingHint::Queue)
+    } else {
+        Ok(QueueingHint::Skip)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod hint_tests {
+    use std::sync::Arc;
+
+    use unisched_framework::{EventObject, QueueingHint};
+
+    use super::*;
+    use crate::testing::PodBuilder;
+    use crate::volume::testing::{PvcBuilder, with_claims};
+
+    #[test]
+    fn claim_events_queue_only_users() {
+        let pod = with_claims(PodBuilder::new("p").build(), &["data"]);
+        let cases = [
+            ("the pod's claim", "data", QueueingHint::Queue),
+            ("another claim", "other", QueueingHint::Skip),
+        ];
+        for (name, claim, want) in cases {
+            let obj =
+                EventObject::PersistentVolumeClaim(Arc::new(PvcBuilder::new(claim, "x", "1Gi").build()));
+            assert_eq!(claim_event_hint(&pod, None, Some(&obj)).unwrap(), want, "{name}");
+        }
+        assert!(claim_event_hint(&pod, None, Some(&EventObject::Other)).is_err());
+    }
+
+    #[test]
+    fn ephemeral_volumes_need_their_generated_claim() {
+        use k8s_openapi::{
+            api::core::v1::{EphemeralVolumeSource, Volume},
+            apimachinery::pkg::apis::meta::v1::OwnerReference,
+        };
+        let pod = crate::volume::testing::with_volume(
+            PodBuilder::new("p").uid("uid-p").build(),
+            Volume {
+                name: "scratch".into(),
+                ephemeral: Some(EphemeralVolumeSource::default()),
+                ..Default::default()
+            },
+        );
+        let cache = VolumeCache::new();
+        assert_eq!(
+            resolve_claims(&cache, &pod).unwrap_err(),
+            "waiting for ephemeral volume controller to create the persistentvolumeclaim \"p-scratch\""
+        );
+        let mut foreign = PvcBuilder::new("p-scratch", "x", "1Gi").build();
+        cache.apply_pvc(Arc::new(foreign.clone()));
+        assert_eq!(
+            resolve_claims(&cache, &pod).unwrap_err(),
+            "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
+        );
+        foreign.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "p".into(),
+            uid: "uid-p".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        foreign.metadata.resource_version = Some("2".into());
+        cache.apply_pvc(Arc::new(foreign));
+        assert_eq!(resolve_claims(&cache, &pod).unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,505 @@
+//! VolumeRestrictions: volumes that cannot be shared (upstream `volumerestrictions`).
+//!
+//! * **Disk conflicts** (Filter, per node): the same GCE PD, AWS EBS volume, RBD image or iSCSI
+//!   target cannot be mounted by two pods on one node unless both mount it read-only (EBS: never).
+//!   `node(s) had no available disk`, Unschedulable.
+//! * **ReadWriteOncePod** (PreFilter counts, Filter rejects): a claim with that access mode may be
+//!   used by one pod in the whole cluster. PreFilter counts the other pods using the pod's RWOP
+//!   claims; any → every node is Unschedulable (not unresolvable: preempting the user frees it), and
+//!   AddPod/RemovePod keep the count right for preemption dry runs.
+//!
+//! A pod with neither kind of volume returns Skip from PreFilter.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use unisched_cache::VolumeCache;
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
+    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+};
+
+use super::{pod_claim_names, pod_namespace, resolve_claims};
+use crate::helper::event_pods;
+
+/// The plugin name.
+pub const NAME: &str = "VolumeRestrictions";
+
+/// Filter: a disk the pod mounts is mounted by a pod on the node.
+pub const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
+/// Filter: a ReadWriteOncePod claim of the pod is in use.
+pub const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str =
+    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+
+const STATE_KEY: &str = "PreFilterVolumeRestrictions";
+const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
+
+#[derive(Clone, Debug, Default)]
+struct PreFilterState {
+    namespace: String,
+    /// The pod's claims with ReadWriteOncePod access.
+    rwop_claims: BTreeSet<String>,
+    /// Other pods using one of them.
+    conflicting_refs: usize,
+}
+
+impl PreFilterState {
+    /// How many of `other`'s volumes are one of our RWOP claims.
+    fn refs_of(&self, other: &Pod) -> usize {
+        if pod_namespace(other) != self.namespace {
+            return 0;
+        }
+        pod_claim_names(other)
+            .iter()
+            .filter(|n| self.rwop_claims.contains(*n))
+            .count()
+    }
+}
+
+/// The plugin. See the module documentation.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeRestrictions {
+    volumes: Option<Arc<VolumeCache>>,
+}
+
+impl VolumeRestrictions {
+    /// A plugin over the volume state (needed for ReadWriteOncePod; disk conflicts work without).
+    pub fn new(volumes: Option<Arc<VolumeCache>>) -> Self {
+        VolumeRestrictions { volumes }
+    }
+}
+
+fn has_exclusive_disk(v: &Volume) -> bool {
+    v.gce_persistent_disk.is_some()
+        || v.aws_elastic_block_store.is_some()
+        || v.rbd.is_some()
+        || v.iscsi.is_some()
+}
+
+/// Whether two volumes are the same disk in a way that cannot be shared.
+fn disks_conflict(a: &Volume, b: &Volume) -> bool {
+    if let (Some(x), Some(y)) = (&a.gce_persistent_disk, &b.gce_persistent_disk) {
+        return x.pd_name == y.pd_name && !(x.read_only == Some(true) && y.read_only == Some(true));
+    }
+    if let (Some(x), Some(y)) = (&a.aws_elastic_block_store, &b.aws_elastic_block_store) {
+        return x.volume_id == y.volume_id;
+    }
+    if let (Some(x), Some(y)) = (&a.iscsi, &b.iscsi) {
+        return x.iqn == y.iqn && !(x.read_only == Some(true) && y.read_only == Some(true));
+    }
+    if let (Some(x), Some(y)) = (&a.rbd, &b.rbd) {
+        let pool = |p: &Option<String>| p.clone().unwrap_or_else(|| "rbd".into());
+        let shared_monitor = x.monitors.iter().any(|m| y.monitors.contains(m));
+        return shared_monitor
+            && pool(&x.pool) == pool(&y.pool)
+            && x.image == y.image
+            && !(x.read_only == Some(true) && y.read_only == Some(true));
+    }
+    false
+}
+
+fn volumes(pod: &Pod) -> &[Volume] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default()
+}
+
+/// Whether deleting `deleted` can help `pod`: it mounted a disk the pod conflicts with, or used one
+/// of the pod's claims.
+fn frees_something_for(pod: &Pod, deleted: &Pod) -> bool {
+    let mine = volumes(pod);
+    if volumes(deleted)
+        .iter()
+        .any(|theirs| mine.iter().any(|v| disks_conflict(v, theirs)))
+    {
+        return true;
+    }
+    if pod_namespace(pod) != pod_namespace(deleted) {
+        return false;
+    }
+    let theirs = pod_claim_names(deleted);
+    pod_claim_names(pod).iter().any(|c| theirs.contains(c))
+}
+
+impl Plugin for VolumeRestrictions {
+    fn name(&self) -> &str {
+        NAME
+    }
+    unisched_framework::serves!(as_pre_filter, as_filter, as_enqueue_extensions);
+}
+
+impl PreFilterPlugin for VolumeRestrictions {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        let needs_disk_check = volumes(&pod.pod).iter().any(has_exclusive_disk);
+        let mut s = PreFilterState {
+            namespace: pod_namespace(&pod.pod).to_string(),
+            ..PreFilterState::default()
+        };
+        if let Some(cache) = &self.volumes
+            && super::pod_has_claims(&pod.pod)
+        {
+            let claims = match resolve_claims(cache, &pod.pod) {
+                Ok(c) => c,
+                Err(e) => return (None, Status::unresolvable(e)),
+            };
+            s.rwop_claims = claims
+                .into_iter()
+                .filter(|(_, pvc)| {
+                    pvc.spec
+                        .as_ref()
+                        .and_then(|sp| sp.access_modes.as_ref())
+                        .is_some_and(|m| m.iter().any(|m| m == READ_WRITE_ONCE_POD))
+                })
+                .map(|(n, _)| n)
+                .collect();
+            if !s.rwop_claims.is_empty() {
+                s.conflicting_refs = nodes
+                    .iter()
+                    .flat_map(|n| n.pods.iter())
+                    .filter(|p| p.uid != pod.uid)
+                    .map(|p| s.refs_of(&p.pod))
+                    .sum();
+            }
+        }
+        if !needs_disk_check && s.conflicting_refs == 0 {
+            return (None, Status::skip());
+        }
+        state.write(STATE_KEY, s);
+        (None, Status::success())
+    }
+
+    fn has_extensions(&self) -> bool {
+        true
+    }
+
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        pod_to_add: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
+        if let Ok(s) = state.read::<PreFilterState>(STATE_KEY) {
+            let mut s = s.clone();
+            s.conflicting_refs += s.refs_of(&pod_to_add.pod);
+            state.write(STATE_KEY, s);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        pod_to_remove: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
+        if let Ok(s) = state.read::<PreFilterState>(STATE_KEY) {
+            let mut s = s.clone();
+            s.conflicting_refs = s.conflicting_refs.saturating_sub(s.refs_of(&pod_to_remove.pod));
+            state.write(STATE_KEY, s);
+        }
+        Status::success()
+    }
+}
+
+impl FilterPlugin for VolumeRestrictions {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let mine = volumes(&pod.pod);
+        if mine.iter().any(has_exclusive_disk) {
+            for other in &node.pods {
+                for theirs in volumes(&other.pod) {
+                    if mine.iter().any(|v| disks_conflict(v, theirs)) {
+                        return Status::unschedulable(ERR_REASON_DISK_CONFLICT);
+                    }
+                }
+            }
+        }
+        if state
+            .read::<PreFilterState>(STATE_KEY)
+            .is_ok_and(|s| s.conflicting_refs > 0)
+        {
+            return Status::unschedulable(ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT);
+        }
+        Status::success()
+    }
+}
+
+impl EnqueueExtensions for VolumeRestrictions {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            // A pod holding the disk or the RWOP claim went away.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::AssignedPod,
+                    ActionType::DELETE,
+                    "AssignedPodDelete",
+                ),
+                |pod, old, new| {
+                    let (deleted, _) = event_pods(old, new)?;
+                    Ok(match deleted {
+                        Some(d) if frees_something_for(pod, d) => QueueingHint::Queue,
+                        Some(_) => QueueingHint::Skip,
+                        None => QueueingHint::Queue,
+                    })
+                },
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    ActionType::ADD.or(ActionType::UPDATE),
+                    "PersistentVolumeClaimAdd|Update",
+                ),
+                super::claim_event_hint,
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        AWSElasticBlockStoreVolumeSource, GCEPersistentDiskVolumeSource, ISCSIVolumeSource, RBDVolumeSource,
+    };
+    use unisched_framework::Code;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::volume::testing::{PvcBuilder, with_claims, with_volume};
+
+    fn gce(pd: &str, ro: bool) -> Volume {
+        Volume {
+            name: format!("gce-{pd}"),
+            gce_persistent_disk: Some(GCEPersistentDiskVolumeSource {
+                pd_name: pd.into(),
+                read_only: Some(ro),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ebs(id: &str) -> Volume {
+        Volume {
+            name: format!("ebs-{id}"),
+            aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
+                volume_id: id.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn iscsi(iqn: &str, ro: bool) -> Volume {
+        Volume {
+            name: "iscsi".into(),
+            iscsi: Some(ISCSIVolumeSource {
+                iqn: iqn.into(),
+                lun: 0,
+                target_portal: "127.0.0.1:3260".into(),
+                read_only: Some(ro),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn rbd(monitors: &[&str], image: &str) -> Volume {
+        Volume {
+            name: "rbd".into(),
+            rbd: Some(RBDVolumeSource {
+                monitors: monitors.iter().map(|m| (*m).to_string()).collect(),
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn disk_conflicts() {
+        struct Case {
+            name: &'static str,
+            mine: Volume,
+            existing: Option<Volume>,
+            code: Code,
+        }
+        let cases = [
+            Case {
+                name: "empty node",
+                mine: gce("a", false),
+                existing: None,
+                code: Code::Success,
+            },
+            Case {
+                name: "same GCE PD read-write",
+                mine: gce("a", false),
+                existing: Some(gce("a", false)),
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "same GCE PD both read-only",
+                mine: gce("a", true),
+                existing: Some(gce("a", true)),
+                code: Code::Success,
+            },
+            Case {
+                name: "different GCE PD",
+                mine: gce("a", false),
+                existing: Some(gce("b", false)),
+                code: Code::Success,
+            },
+            Case {
+                name: "same EBS volume",
+                mine: ebs("vol-1"),
+                existing: Some(ebs("vol-1")),
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "same iSCSI target",
+                mine: iscsi("iqn.a", false),
+                existing: Some(iscsi("iqn.a", true)),
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "same RBD image on a shared monitor",
+                mine: rbd(&["m1", "m2"], "img"),
+                existing: Some(rbd(&["m2"], "img")),
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "same RBD image, other cluster",
+                mine: rbd(&["m1"], "img"),
+                existing: Some(rbd(&["m3"], "img")),
+                code: Code::Success,
+            },
+        ];
+        let pl = VolumeRestrictions::new(None);
+        for case in cases {
+            let pod = PodInfo::new(with_volume(PodBuilder::new("p").build(), case.mine));
+            let existing = case.existing.map(|v| {
+                PodInfo::new(with_volume(
+                    PodBuilder::new("q").uid("q").node_name("n1").build(),
+                    v,
+                ))
+            });
+            let node = NodeBuilder::new("n1").info_with(existing);
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), Code::Success, "{}", case.name);
+            let s = pl.filter(&state, &pod, &node);
+            assert_eq!(s.code(), case.code, "{}", case.name);
+            if case.code != Code::Success {
+                assert_eq!(s.reasons(), [ERR_REASON_DISK_CONFLICT.to_string()]);
+            }
+        }
+    }
+
+    #[test]
+    fn pod_delete_hint() {
+        let pod = with_volume(
+            with_claims(PodBuilder::new("p").build(), &["data"]),
+            gce("a", false),
+        );
+        let cases = [
+            (
+                "same disk",
+                with_volume(PodBuilder::new("q").build(), gce("a", false)),
+                true,
+            ),
+            (
+                "other disk",
+                with_volume(PodBuilder::new("q").build(), gce("b", false)),
+                false,
+            ),
+            (
+                "same claim",
+                with_claims(PodBuilder::new("q").build(), &["data"]),
+                true,
+            ),
+            ("nothing shared", PodBuilder::new("q").build(), false),
+        ];
+        for (name, deleted, want) in cases {
+            assert_eq!(frees_something_for(&pod, &deleted), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn read_write_once_pod() {
+        let cache = Arc::new(VolumeCache::new());
+        cache.apply_pvc(
+            PvcBuilder::new("solo", "local", "1Gi")
+                .access_modes(&["ReadWriteOncePod"])
+                .bound_to("pv1")
+                .arc(),
+        );
+        cache.apply_pvc(PvcBuilder::new("shared", "local", "1Gi").bound_to("pv2").arc());
+        let pl = VolumeRestrictions::new(Some(cache));
+        let user = Arc::new(PodInfo::new(with_claims(
+            PodBuilder::new("user").uid("user").node_name("n1").build(),
+            &["solo"],
+        )));
+        let node = Arc::new(NodeBuilder::new("n1").info_with([(*user).clone()]));
+        let empty = Arc::new(NodeBuilder::new("n2").info());
+        let nodes = vec![node.clone(), empty.clone()];
+
+        struct Case {
+            name: &'static str,
+            claims: Vec<&'static str>,
+            pre_filter: Code,
+            filter: Code,
+        }
+        let cases = [
+            Case {
+                name: "no claims",
+                claims: vec![],
+                pre_filter: Code::Skip,
+                filter: Code::Success,
+            },
+            Case {
+                name: "shared claim",
+                claims: vec!["shared"],
+                pre_filter: Code::Skip,
+                filter: Code::Success,
+            },
+            Case {
+                name: "RWOP claim in use",
+                claims: vec!["solo"],
+                pre_filter: Code::Success,
+                filter: Code::Unschedulable,
+            },
+            Case {
+                name: "missing claim",
+                claims: vec!["nope"],
+                pre_filter: Code::UnschedulableAndUnresolvable,
+                filter: Code::Success,
+            },
+        ];
+        for case in cases {
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").uid("p").build(), &case.claims));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &nodes);
+            assert_eq!(s.code(), case.pre_filter, "{}: {s:?}", case.name);
+            if case.pre_filter != Code::Success {
+                continue;
+            }
+            let s = pl.filter(&state, &pod, &empty);
+            assert_eq!(s.code(), case.filter, "{}", case.name);
+            if case.filter == Code::Unschedulable {
+                assert_eq!(s.reasons(), [ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT.to_string()]);
+                // Preempting the user frees the claim.
+                pl.remove_pod(&mut state, &pod, &user, &node);
+                assert!(pl.filter(&state, &pod, &empty).is_success());
+                pl.add_pod(&mut state, &pod, &user, &node);
+                assert_eq!(pl.filter(&state, &pod, &empty).code(), Code::Unschedulable);
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! VolumeZone: a pod must run in the zone (and region) of the PVs it uses (upstream
+//! `volumezone`).
+//!
+//! PreFilter collects, from each bound PV, the topology it is confined to: its
+//! `topology.kubernetes.io/{zone,region}` labels (and the deprecated `failure-domain.beta…` ones),
+//! a value `a__b` meaning "a or b"; and, beyond upstream, the zone/region requirements of a PV whose
+//! required node affinity is a single term (several terms are ORed and VolumeBinding checks them in
+//! full). Unbound `WaitForFirstConsumer` claims are skipped: VolumeBinding picks their PV per node.
+//! Filter rejects a node whose label for such a key is missing or not allowed, unless the node has
+//! no topology labels at all (upstream: then nothing can be said).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use unisched_cache::{
+    LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_TOPOLOGY_REGION,
+    LABEL_TOPOLOGY_ZONE, VolumeCache,
+};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
+    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, Status,
+};
+
+use super::{claim_class, claim_volume_name, resolve_claims};
+
+/// The plugin name.
+pub const NAME: &str = "VolumeZone";
+
+/// Filter: the node is outside a PV's zone or region.
+pub const ERR_REASON_ZONE_CONFLICT: &str = "node(s) had no available volume zone";
+
+const STATE_KEY: &str = "PreFilterVolumeZone";
+const MULTI_ZONE_DELIMITER: &str = "__";
+const TOPOLOGY_LABELS: [&str; 4] = [
+    LABEL_FAILURE_DOMAIN_BETA_ZONE,
+    LABEL_FAILURE_DOMAIN_BETA_REGION,
+    LABEL_TOPOLOGY_ZONE,
+    LABEL_TOPOLOGY_REGION,
+];
+
+/// The GA label a deprecated label was replaced by (a node may carry only the GA one).
+fn ga_label(key: &str) -> &str {
+    match key {
+        LABEL_FAILURE_DOMAIN_BETA_ZONE => LABEL_TOPOLOGY_ZONE,
+        LABEL_FAILURE_DOMAIN_BETA_REGION => LABEL_TOPOLOGY_REGION,
+        other => other,
+    }
+}
+
+/// `(key, allowed values)` constraints of the pod's PVs.
+#[derive(Clone, Debug, Default)]
+struct PreFilterState(Vec<(String, BTreeSet<String>)>);
+
+fn pv_topologies(pv: &PersistentVolume) -> Vec<(String, BTreeSet<String>)> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for key in TOPOLOGY_LABELS {
+        if let Some(v) = pv.metadata.labels.as_ref().and_then(|l| l.get(key)) {
+            out.insert(
+                key.to_string(),
+                v.split(MULTI_ZONE_DELIMITER).map(str::to_string).collect(),
+            );
+        }
+    }
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    if let [term] = terms {
+        for r in term.match_expressions.iter().flatten() {
+            if r.operator == "In" && TOPOLOGY_LABELS.contains(&r.key.as_str()) {
+                let values: BTreeSet<String> = r.values.iter().flatten().cloned().collect();
+                out.entry(r.key.clone())
+                    .and_modify(|v| *v = v.intersection(&values).cloned().collect())
+                    .or_insert(values);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The plugin. See the module documentation.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeZone {
+    volumes: Option<Arc<VolumeCache>>,
+}
+
+impl VolumeZone {
+    /// A plugin over the volume state; without it, pods with claims are unresolvable.
+    pub fn new(volumes: Option<Arc<VolumeCache>>) -> Self {
+        VolumeZone { volumes }
+    }
+}
+
+impl Plugin for VolumeZone {
+    fn name(&self) -> &str {
+        NAME
+    }
+    unisched_framework::serves!(as_pre_filter, as_filter, as_enqueue_extensions);
+}
+
+impl PreFilterPlugin for VolumeZone {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+    ) -> (Option<PreFilterResult>, Status) {
+        if !super::pod_has_claims(&pod.pod) {
+            return (None, Status::skip());
+        }
+        let Some(cache) = &self.volumes else {
+            return (
+                None,
+                Status::unresolvable("volume state is not available to the scheduler"),
+            );
+        };
+        let claims = match resolve_claims(cache, &pod.pod) {
+            Ok(c) => c,
+            Err(e) => return (None, Status::unresolvable(e)),
+        };
+        let mut topologies = Vec::new();
+        for (_, pvc) in claims {
+            let Some(pv_name) = claim_volume_name(&pvc) else {
+                let class_name = claim_class(&pvc);
+                if class_name.is_empty() {
+                    return (
+                        None,
+                        Status::unresolvable("PersistentVolumeClaim had no pv name and storageClass name"),
+                    );
+                }
+                let Some(class) = cache.class(class_name) else {
+                    return (
+                        None,
+                        Status::unresolvable(format!("storageclass.storage.k8s.io {class_name:?} not found")),
+                    );
+                };
+                if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+                    continue;
+                }
+                return (None, Status::unresolvable("PersistentVolume had no name"));
+            };
+            let Some(pv) = cache.pv(pv_name) else {
+                return (
+                    None,
+                    Status::unresolvable(format!("persistentvolume {pv_name:?} not found")),
+                );
+            };
+            topologies.extend(pv_topologies(&pv));
+        }
+        if topologies.is_empty() {
+            return (None, Status::skip());
+        }
+        state.write(STATE_KEY, PreFilterState(topologies));
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for VolumeZone {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Ok(PreFilterState(topologies)) = state.read::<PreFilterState>(STATE_KEY) else {
+            return Status::success();
+        };
+        let Some(n) = node.node() else {
+            return Status::error("node not found");
+        };
+        let Some(labels) = n.metadata.labels.as_ref() else {
+            return Status::success();
+        };
+        if !TOPOLOGY_LABELS.iter().any(|k| labels.contains_key(*k)) {
+            return Status::success();
+        }
+        for (key, allowed) in topologies {
+            let value = labels.get(key).or_else(|| labels.get(ga_label(key)));
+            if !value.is_some_and(|v| allowed.contains(v)) {
+                return Status::unresolvable(ERR_REASON_ZONE_CONFLICT);
+            }
+        }
+        Status::success()
+    }
+}
+
+impl EnqueueExtensions for VolumeZone {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        let add_update = ActionType::ADD.or(ActionType::UPDATE);
+        vec![
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::StorageClass,
+                ActionType::ADD,
+                "StorageClassAdd",
+            )),
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD.or(ActionType::UPDATE_NODE_LABEL),
+                "NodeAdd|UpdateNodeLabel",
+            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolumeClaim,
+                    add_update,
+                    "PersistentVolumeClaimAdd|Update",
+                ),
+                super::claim_event_hint,
+            ),
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::PersistentVolume,
+                add_update,
+                "PersistentVolumeAdd|Update",
+            )),
+        ]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use unisched_framework::Code;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class, with_claims};
+
+    #[test]
+    fn filter_table() {
+        struct Case {
+            name: &'static str,
+            pv: PvBuilder,
+            node: NodeBuilder,
+            code: Code,
+        }
+        let pv = || PvBuilder::new("pv1", "standard", "1Gi").claim("default", "data");
+        let node = || NodeBuilder::new("n1");
+        let cases = [
+            Case {
+                name: "zone label matches",
+                pv: pv().label(LABEL_TOPOLOGY_ZONE, "a"),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "a"),
+                code: Code::Success,
+            },
+            Case {
+                name: "zone label differs",
+                pv: pv().label(LABEL_TOPOLOGY_ZONE, "a"),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "b"),
+                code: Code::UnschedulableAndUnresolvable,
+            },
+            Case {
+                name: "multi-zone value",
+                pv: pv().label(LABEL_TOPOLOGY_ZONE, "a__b"),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "b"),
+                code: Code::Success,
+            },
+            Case {
+                name: "beta PV label against GA node label",
+                pv: pv().label(LABEL_FAILURE_DOMAIN_BETA_ZONE, "a"),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "a"),
+                code: Code::Success,
+            },
+            Case {
+                name: "region differs",
+                pv: pv().label(LABEL_TOPOLOGY_REGION, "r1"),
+                node: node()
+                    .label(LABEL_TOPOLOGY_REGION, "r2")
+                    .label(LABEL_TOPOLOGY_ZONE, "a"),
+                code: Code::UnschedulableAndUnresolvable,
+            },
+            Case {
+                name: "node without topology labels",
+                pv: pv().label(LABEL_TOPOLOGY_ZONE, "a"),
+                node: node().label("other", "x"),
+                code: Code::Success,
+            },
+            Case {
+                name: "node affinity on zone",
+                pv: pv().node_affinity(LABEL_TOPOLOGY_ZONE, &["a", "c"]),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "b"),
+                code: Code::UnschedulableAndUnresolvable,
+            },
+            Case {
+                name: "node affinity on zone matches",
+                pv: pv().node_affinity(LABEL_TOPOLOGY_ZONE, &["a", "c"]),
+                node: node().label(LABEL_TOPOLOGY_ZONE, "c"),
+                code: Code::Success,
+            },
+        ];
+        for case in cases {
+            let cache = Arc::new(VolumeCache::new());
+            cache.apply_pv(case.pv.arc());
+            cache.apply_pvc(PvcBuilder::new("data", "standard", "1Gi").bound_to("pv1").arc());
+            let pl = VolumeZone::new(Some(cache));
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), Code::Success, "{}", case.name);
+            let s = pl.filter(&state, &pod, &case.node.info());
+            assert_eq!(s.code(), case.code, "{}", case.name);
+            if case.code != Code::Success {
+                assert_eq!(
+                    s.reasons(),
+                    [ERR_REASON_ZONE_CONFLICT.to_string()],
+                    "{}",
+                    case.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pre_filter_table() {
+        struct Case {
+            name: &'static str,
+            claims: Vec<&'static str>,
+            code: Code,
+            reason: &'static str,
+        }
+        let cases = [
+            Case {
+                name: "no claims",
+                claims: vec![],
+                code: Code::Skip,
+                reason: "",
+            },
+            Case {
+                name: "missing claim",
+                claims: vec!["nope"],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: "persistentvolumeclaim \"nope\" not found",
+            },
+            Case {
+                name: "unbound delayed claim is skipped",
+                claims: vec!["wffc"],
+                code: Code::Skip,
+                reason: "",
+            },
+            Case {
+                name: "unbound immediate claim",
+                claims: vec!["immediate"],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: "PersistentVolume had no name",
+            },
+            Case {
+                name: "bound to a PV without topology",
+                claims: vec!["plain"],
+                code: Code::Skip,
+                reason: "",
+            },
+        ];
+        let cache = Arc::new(VolumeCache::new());
+        cache.apply_class(storage_class("wffc", "x", "WaitForFirstConsumer", None));
+        cache.apply_class(storage_class("imm", "x", "Immediate", None));
+        cache.apply_pvc(PvcBuilder::new("wffc", "wffc", "1Gi").arc());
+        cache.apply_pvc(PvcBuilder::new("immediate", "imm", "1Gi").arc());
+        cache.apply_pvc(PvcBuilder::new("plain", "imm", "1Gi").bound_to("pv0").arc());
+        cache.apply_pv(PvBuilder::new("pv0", "imm", "1Gi").arc());
+        let pl = VolumeZone::new(Some(cache));
+        for case in cases {
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), case.code, "{}", case.name);
+            if !case.reason.is_empty() {
+                assert_eq!(s.reasons(), [case.reason.to_string()], "{}", case.name);
+            }
+        }
+    }
+}
