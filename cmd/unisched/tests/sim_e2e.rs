@@ -54,7 +54,11 @@ fn json_report_has_the_contract_shape() {
     let big = pods.iter().find(|p| p["name"] == "too-big").unwrap();
     assert!(big["node"].is_null());
     assert_eq!(big["reason"], "Unschedulable");
-    assert_eq!(big["message"], "0/2 nodes are available: 2 Insufficient cpu.");
+    assert_eq!(
+        big["message"],
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is \
+         not helpful for scheduling."
+    );
     let nodes = v["nodes"].as_array().unwrap();
     let a = nodes.iter().find(|n| n["name"] == "node-a").unwrap();
     assert_eq!(a["allocatable"]["cpu"], "4");

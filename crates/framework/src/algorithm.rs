@@ -143,7 +143,8 @@ impl SchedulingAlgorithm {
             }
             let mut nomination = None;
             if fwk.has_post_filter_plugins() {
-                let (result, status) = fwk.run_post_filter(state, pod, &fit.diagnosis.node_to_status);
+                let (result, status) =
+                    fwk.run_post_filter(state, pod, &fit.diagnosis.node_to_status, nominator);
                 if status.code() == Code::Error {
                     return Err(ScheduleError::Error(status));
                 }

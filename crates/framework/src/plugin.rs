@@ -171,11 +171,46 @@ pub struct PostFilterResult {
     pub nominated_node_name: Option<String>,
 }
 
+/// What a PostFilter plugin may ask of its profile: preemption simulates removing pods from a
+/// copy of a node and must re-run the profile's own PreFilter extensions and Filter plugins there,
+/// with the pods nominated to that node taken into account as in the Filter pass.
+pub trait FrameworkHandle: Sync {
+    /// The profile's scheduler name (preemption writes it into the victims' condition message).
+    fn profile_name(&self) -> &str;
+    /// Filter on `node` with the pods nominated to it (priority ≥ the pod's) added, then without.
+    fn run_filter_with_nominated(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+    /// The PreFilter AddPod extensions.
+    fn run_pre_filter_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_add: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status;
+    /// The PreFilter RemovePod extensions.
+    fn run_pre_filter_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_remove: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status;
+    /// Pods currently nominated to `node`.
+    fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>>;
+    /// Rejects the pod with `uid` if it is waiting at Permit (a preemption victim that is not
+    /// bound yet is rejected, not deleted); true when it was waiting.
+    fn reject_waiting_pod(&self, _uid: &str, _plugin: &str, _reason: &str) -> bool {
+        false
+    }
+}
+
 /// Runs when no node passed Filter (preemption, DRA deallocation).
 pub trait PostFilterPlugin: Plugin {
-    /// Success means the plugin made room (the pod is retried).
+    /// Success means the plugin made room (the pod is retried). `fwk` gives access to the
+    /// profile's Filter and PreFilter extensions for dry runs.
     fn post_filter(
         &self,
+        fwk: &dyn FrameworkHandle,
         state: &mut CycleState,
         pod: &PodInfo,
         statuses: &NodeToStatus,

@@ -12,10 +12,10 @@ use std::{
 };
 
 use crate::{
-    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, Code, CycleState, FilterPlugin, NodeInfo, NodeScore,
-    NodeToStatus, PermitPlugin, Plugin, PodInfo, PostBindPlugin, PostFilterPlugin, PostFilterResult,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin,
-    QueuedPodInfo, ReservePlugin, ScorePlugin, Status,
+    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, Code, CycleState, FilterPlugin, FrameworkHandle,
+    NodeInfo, NodeScore, NodeToStatus, PermitPlugin, Plugin, PodInfo, PodNominator, PostBindPlugin,
+    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, QueueSortPlugin, QueuedPodInfo, ReservePlugin, ScorePlugin, Status,
     config::{DEFAULT_MULTI_POINT, KubeSchedulerProfile, PluginRef, PluginSet, merge_plugin_set},
     permit::WaitingPods,
 };
@@ -203,6 +203,56 @@ fn point_type(point: &str) -> String {
     match c.next() {
         Some(f) => format!("{}{}Plugin", f.to_ascii_uppercase(), c.as_str()),
         None => String::new(),
+    }
+}
+
+/// The [`FrameworkHandle`] PostFilter plugins get: this profile plus the queue's nominations.
+struct NominatingHandle<'a> {
+    fwk: &'a Framework,
+    nominator: &'a dyn PodNominator,
+}
+
+impl FrameworkHandle for NominatingHandle<'_> {
+    fn profile_name(&self) -> &str {
+        self.fwk.profile_name()
+    }
+
+    fn run_filter_with_nominated(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let nominated = self.nominator.nominated_pods_for_node(node.name());
+        self.fwk.run_filter_with_nominated(state, pod, node, &nominated)
+    }
+
+    fn run_pre_filter_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_add: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status {
+        self.fwk.run_pre_filter_add_pod(state, pod, to_add, node)
+    }
+
+    fn run_pre_filter_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        to_remove: &Arc<PodInfo>,
+        node: &NodeInfo,
+    ) -> Status {
+        self.fwk.run_pre_filter_remove_pod(state, pod, to_remove, node)
+    }
+
+    fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        self.nominator.nominated_pods_for_node(node)
+    }
+
+    fn reject_waiting_pod(&self, uid: &str, plugin: &str, reason: &str) -> bool {
+        let waiting = self.fwk.waiting_pods();
+        if !waiting.uids().iter().any(|u| u == uid) {
+            return false;
+        }
+        waiting.reject(uid, plugin, reason);
+        true
     }
 }
 
@@ -704,18 +754,21 @@ impl Framework {
 
     /// PostFilter: the first Success wins; UnschedulableAndUnresolvable stops; otherwise reasons
     /// accumulate into one Unschedulable status.
+    /// `nominator` supplies the nominated pods the plugins' dry runs must respect.
     pub fn run_post_filter(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         statuses: &NodeToStatus,
+        nominator: &dyn PodNominator,
     ) -> (Option<PostFilterResult>, Status) {
+        let handle = NominatingHandle { fwk: self, nominator };
         self.timed("PostFilter", || {
             let mut reasons = Vec::new();
             let mut first_rejector: Option<String> = None;
             let mut result = None;
             for p in &self.post_filter {
-                let (r, s) = p.post_filter(state, pod, statuses);
+                let (r, s) = p.post_filter(&handle, state, pod, statuses);
                 if s.is_success() {
                     return ((r, s.with_plugin(p.name())), Code::Success);
                 }

@@ -761,3 +761,47 @@ pub fn with_image_states(mut nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
     }
     nodes
 }
+
+/// A [`unisched_framework::FrameworkHandle`] with no Filter plugins, no PreFilter extensions and no
+/// nominations: every dry run fits. For PostFilter tests that do not simulate anything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullHandle;
+
+impl unisched_framework::FrameworkHandle for NullHandle {
+    fn profile_name(&self) -> &str {
+        "default-scheduler"
+    }
+
+    fn run_filter_with_nominated(
+        &self,
+        _state: &unisched_framework::CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+    ) -> unisched_framework::Status {
+        unisched_framework::Status::success()
+    }
+
+    fn run_pre_filter_add_pod(
+        &self,
+        _state: &mut unisched_framework::CycleState,
+        _pod: &PodInfo,
+        _to_add: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> unisched_framework::Status {
+        unisched_framework::Status::success()
+    }
+
+    fn run_pre_filter_remove_pod(
+        &self,
+        _state: &mut unisched_framework::CycleState,
+        _pod: &PodInfo,
+        _to_remove: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> unisched_framework::Status {
+        unisched_framework::Status::success()
+    }
+
+    fn nominated_pods_for_node(&self, _node: &str) -> Vec<Arc<PodInfo>> {
+        Vec::new()
+    }
+}

@@ -184,7 +184,9 @@ fn thousand_pods_on_hundred_nodes() {
         CycleOutcome::Failed(f) => {
             assert_eq!(
                 f.message,
-                "0/100 nodes are available: 1 node(s) were unschedulable, 10 node(s) had untolerated taint(s), 89 Insufficient cpu."
+                "0/100 nodes are available: 1 node(s) were unschedulable, 10 node(s) had untolerated taint(s), \
+                 89 Insufficient cpu. preemption: 0/100 nodes are available: 100 Preemption is not helpful for \
+                 scheduling."
             );
             let plugins: Vec<&str> = f.unschedulable_plugins.iter().map(String::as_str).collect();
             assert_eq!(

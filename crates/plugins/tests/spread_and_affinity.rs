@@ -117,7 +117,8 @@ fn missing_topology_label_is_explained() {
     let (msg, plugins) = schedule(&cluster, &mut algo, pod).unwrap_err();
     assert_eq!(
         msg,
-        "0/6 nodes are available: 6 node(s) didn't match pod topology spread constraints (missing required label)."
+        "0/6 nodes are available: 6 node(s) didn't match pod topology spread constraints (missing required label). \
+         preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."
     );
     assert_eq!(plugins, vec!["PodTopologySpread"]);
 }
@@ -140,7 +141,8 @@ fn required_anti_affinity_one_per_node() {
     let (msg, plugins) = schedule(&cluster, &mut algo, solo(6)).unwrap_err();
     assert_eq!(
         msg,
-        "0/6 nodes are available: 6 node(s) didn't match pod anti-affinity rules."
+        "0/6 nodes are available: 6 node(s) didn't match pod anti-affinity rules. \
+         preemption: 0/6 nodes are available: 6 No preemption victims found for incoming pod."
     );
     assert_eq!(plugins, vec!["InterPodAffinity"]);
 
@@ -153,7 +155,8 @@ fn required_anti_affinity_one_per_node() {
     .unwrap_err();
     assert_eq!(
         msg,
-        "0/6 nodes are available: 6 node(s) didn't satisfy existing pods anti-affinity rules."
+        "0/6 nodes are available: 6 node(s) didn't satisfy existing pods anti-affinity rules. \
+         preemption: 0/6 nodes are available: 6 No preemption victims found for incoming pod."
     );
     assert!(
         schedule(
@@ -193,7 +196,8 @@ fn required_affinity_follows_the_first_pod() {
     let (msg, plugins) = schedule(&cluster, &mut algo, orphan).unwrap_err();
     assert_eq!(
         msg,
-        "0/6 nodes are available: 6 node(s) didn't match pod affinity rules."
+        "0/6 nodes are available: 6 node(s) didn't match pod affinity rules. \
+         preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."
     );
     assert_eq!(plugins, vec!["InterPodAffinity"]);
 }

@@ -13,6 +13,9 @@
 //!   with the filter timeout; then the KEP-5517 footprint is computed and checked against the node's
 //!   remaining allocatable (authoritative; NodeResourcesFit only checks spec requests). Per-node
 //!   results, footprints (for scoring, [`NodeFootprints`]) and typed failure reasons are recorded.
+//! * **PreFilter extensions** ([`preemption`]) — in preemption dry runs, a removed victim's
+//!   allocated claims that nobody else consumes count as free, so Filter can hand their devices
+//!   to the preemptor; AddPod undoes it.
 //! * **PostFilter** — when no node fits: deallocates one unavailable claim reserved by nobody or only
 //!   by this pod, or deletes a stale extended-resource claim.
 //! * **PreScore/Score** — prefer nodes where higher-ranked `firstAvailable` subrequests were used.
@@ -31,11 +34,14 @@ mod api;
 pub use device_scoring::{DEVICE_RESOURCES, DeviceResources, DeviceResourcesArgs};
 mod args;
 mod claims;
+mod class_capacity;
+pub(crate) use class_capacity::ClassCapacity;
 mod device_scoring;
 mod extended;
 mod hints;
 mod node_allocatable;
 mod prebind;
+mod preemption;
 mod reasons;
 mod state;
 #[cfg(any(test, feature = "testing"))]
@@ -57,9 +63,9 @@ use unisched_dra::{
 };
 use unisched_framework::{
     ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
-    FilterPlugin, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeScore, NodeToStatus, Plugin, PodInfo,
-    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeScore, NodeToStatus,
+    Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use unisched_resource::node_allocatable_claim_footprint;
 
@@ -229,6 +235,7 @@ impl DynamicResources {
         });
         Ok(Some(PodState {
             snapshot,
+            engine: self.engine.clone(),
             claims: pod_claims,
             to_allocate,
             extended: ext,
@@ -243,9 +250,12 @@ impl DynamicResources {
     }
 
     /// Filter for one node, returning the result to record.
+    /// `allocator` is `data.allocator`, or in a preemption dry run the one that sees the victims'
+    /// devices as free.
     fn filter_node(
         &self,
         data: &PodState,
+        allocator: Option<&Allocator>,
         pod: &PodInfo,
         node: &NodeInfo,
     ) -> Result<NodeResult, (Status, Option<NodeFailure>)> {
@@ -296,7 +306,7 @@ impl DynamicResources {
         // Allocate.
         let mut allocations = Vec::new();
         let mut ext_alloc = None;
-        if let Some(allocator) = &data.allocator
+        if let Some(allocator) = allocator
             && (!data.to_allocate.is_empty() || variant.is_some())
         {
             let mut list: Vec<&PreparedClaim> = data
@@ -542,6 +552,37 @@ impl PreFilterPlugin for DynamicResources {
         state.write(STATE_KEY, CycleData(data));
         (None, Status::success())
     }
+
+    /// Preemption dry runs: victims' claims release their devices ([`preemption`]).
+    fn has_extensions(&self) -> bool {
+        true
+    }
+
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        pod_to_add: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
+        if let Some(data) = Self::data(state) {
+            preemption::add_pod(state, &data, self.features, pod_to_add);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        pod_to_remove: &Arc<PodInfo>,
+        _node: &NodeInfo,
+    ) -> Status {
+        if let (Some(data), Some(dra)) = (Self::data(state), &self.dra) {
+            preemption::remove_pod(state, &data, dra, self.features, pod_to_remove);
+        }
+        Status::success()
+    }
 }
 
 impl FilterPlugin for DynamicResources {
@@ -549,7 +590,9 @@ impl FilterPlugin for DynamicResources {
         let Some(data) = Self::data(state) else {
             return Status::success();
         };
-        match self.filter_node(&data, pod, node) {
+        let simulated = preemption::allocator_override(state);
+        let allocator = simulated.as_deref().or(data.allocator.as_ref());
+        match self.filter_node(&data, allocator, pod, node) {
             Ok(result) => {
                 data.nodes
                     .write()
@@ -571,6 +614,7 @@ impl FilterPlugin for DynamicResources {
 impl PostFilterPlugin for DynamicResources {
     fn post_filter(
         &self,
+        _fwk: &dyn FrameworkHandle,
         state: &mut CycleState,
         pod: &PodInfo,
         _statuses: &NodeToStatus,

@@ -524,7 +524,12 @@ fn post_filter_deallocates_unused_claim() {
         let (mut st, s) = e.prefilter(&pod);
         assert!(s.is_success());
         assert_eq!(e.filter(&st, &pod, &node("n1")).message(), reason::NOT_AVAILABLE);
-        let (_, s) = e.plugin.post_filter(&mut st, &pod, &NodeToStatus::default());
+        let (_, s) = e.plugin.post_filter(
+            &crate::testing::NullHandle,
+            &mut st,
+            &pod,
+            &NodeToStatus::default(),
+        );
         assert_eq!(s.code(), Code::Unschedulable);
         assert_eq!(s.message(), c.want);
         if let Some(name) = c.deallocated {
@@ -550,6 +555,7 @@ fn post_filter_deallocates_unused_claim() {
     }
     // A pod without DRA state.
     let (_, s) = e.plugin.post_filter(
+        &crate::testing::NullHandle,
         &mut CycleState::new(),
         &info(&pod_with("q", &[])),
         &NodeToStatus::default(),
@@ -920,7 +926,12 @@ fn implicit_extended_resource_name_and_stale_claim() {
     let stale = e.claim(owned_by(stale, &pod_obj));
     let (mut st, _) = e.prefilter(&pod);
     assert_eq!(e.filter(&st, &pod, &node("n1")).message(), reason::STALE_EXTENDED);
-    let (_, s) = e.plugin.post_filter(&mut st, &pod, &NodeToStatus::default());
+    let (_, s) = e.plugin.post_filter(
+        &crate::testing::NullHandle,
+        &mut st,
+        &pod,
+        &NodeToStatus::default(),
+    );
     assert_eq!(s.message(), reason::DELETED);
     assert!(
         e.api
@@ -1433,3 +1444,135 @@ fn no_dra_state_is_handled() {
 }
 
 mod cycle;
+
+/// KEP-5004 in scoring: a DRA-backed extended resource has no allocatable on the node, so
+/// NodeResourcesFit counts the class's devices there as its capacity and the allocated ones as its
+/// usage (upstream's rule). Without a resolver the resource drops out of the score.
+#[test]
+fn dra_backed_extended_resource_scores_on_device_counts() {
+    use crate::{
+        ExtendedResourceResolver, NodeResourcesFit, NodeResourcesFitArgs, ResourceSpec, ScoringStrategy,
+    };
+    use unisched_framework::PreScorePlugin;
+
+    let e = env();
+    ext_class(&e);
+    e.slice(gpus("busy", 4, "a100"));
+    e.slice(gpus("idle", 4, "a100"));
+    let taken = allocation(
+        (0..3)
+            .map(|i| result("gpu", GPU, "busy", &format!("gpu-{i}")))
+            .collect(),
+    );
+    e.claim(with_allocation(gpu_claim("taken", 3), taken, &["other"]));
+    let pod = info(&PodBuilder::new("p").req("example.com/gpu", "1").build());
+    let device_plugin = NodeBuilder::new("device-plugin")
+        .alloc("cpu", "8")
+        .alloc("pods", "10")
+        .alloc("example.com/gpu", "4")
+        .info();
+    let nodes = [node("busy"), node("idle"), device_plugin, node("no-gpus")];
+
+    let strategy = |type_: &str| NodeResourcesFitArgs {
+        scoring_strategy: Some(ScoringStrategy {
+            type_: type_.into(),
+            resources: vec![ResourceSpec {
+                name: "example.com/gpu".into(),
+                weight: 1,
+            }],
+            requested_to_capacity_ratio: None,
+        }),
+        ..Default::default()
+    };
+    let resolver = Some(e.dra.clone() as Arc<dyn ExtendedResourceResolver>);
+    // (strategy, resolver, scores for busy, idle, device-plugin, no-gpus)
+    let cases: Vec<(&str, bool, [i64; 4])> = vec![
+        // busy: 3 of 4 taken + 1 → 100 % used; idle: 1 of 4; device plugin: allocatable 4.
+        ("LeastAllocated", true, [0, 75, 75, 0]),
+        ("MostAllocated", true, [100, 25, 25, 0]),
+        // Spec-only: DRA nodes have no allocatable for the resource, so it is not scored.
+        ("LeastAllocated", false, [0, 0, 75, 0]),
+    ];
+    for (type_, with_resolver, want) in cases {
+        let fit = NodeResourcesFit::new(
+            &strategy(type_),
+            if with_resolver { resolver.clone() } else { None },
+        )
+        .unwrap();
+        let (mut st, s) = e.prefilter(&pod);
+        assert!(s.is_success(), "{s:?}");
+        assert!(fit.pre_score(&mut st, &pod, &[]).is_success());
+        let got: Vec<i64> = nodes.iter().map(|n| fit.score(&st, &pod, n).unwrap()).collect();
+        assert_eq!(got, want, "{type_}, resolver {with_resolver}");
+    }
+}
+
+/// DeviceResources weighs a DeviceClass (named `deviceclass.resource.kubernetes.io/<class>`) on
+/// its own devices only, where a driver weight sees every device of the driver.
+#[test]
+fn device_resources_scores_per_class_or_per_driver() {
+    use crate::{DeviceResources, DeviceResourcesArgs, ResourceSpec, ScoringStrategy};
+    use unisched_dra::testing::class_with;
+
+    let e = env();
+    for model in ["a100", "t4"] {
+        let sel = format!("device.attributes[\"{GPU}\"].model == \"{model}\"");
+        e.dra
+            .apply_class(Arc::new(class_with(
+                model,
+                &[&format!("device.driver == \"{GPU}\""), &sel],
+            )))
+            .unwrap();
+    }
+    for n in ["node-a", "node-b"] {
+        let mut s = slice(&format!("{n}-gpu"), GPU, n, n);
+        for (i, model) in ["a100", "a100", "t4", "t4"].iter().enumerate() {
+            s = s.device(dev(&format!("gpu-{i}")).string("model", model));
+        }
+        e.slice(s.build());
+    }
+    // node-a: one t4 taken; node-b: one a100 taken.
+    let taken = |name: &str, node: &str, device: &str| {
+        with_allocation(
+            gpu_claim(name, 1),
+            allocation(vec![result("gpu", GPU, node, device)]),
+            &["other"],
+        )
+    };
+    e.claim(taken("t4-a", "node-a", "gpu-2"));
+    e.claim(taken("a100-b", "node-b", "gpu-0"));
+    e.claim(claim("default", "want-t4").request(req("gpu", "t4")).build());
+    let pod = info(&pod_with("p", &["want-t4"]));
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    let nodes = [node("node-a"), node("node-b")];
+    for n in &nodes {
+        assert!(e.filter(&st, &pod, n).is_success());
+    }
+    let scorer = |name: &str| {
+        DeviceResources::new(&DeviceResourcesArgs {
+            scoring_strategy: Some(ScoringStrategy {
+                type_: "MostAllocated".into(),
+                resources: vec![ResourceSpec::new(name, 1)],
+                requested_to_capacity_ratio: None,
+            }),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let cases: &[(&str, [i64; 2])] = &[
+        // Driver: two of four GPUs used after the pod's t4 on either node.
+        (GPU, [50, 50]),
+        // t4 class: node-a would have both t4s used, node-b one of two.
+        ("deviceclass.resource.kubernetes.io/t4", [100, 50]),
+        // a100 class: untouched by the pod; only node-b has one in use.
+        ("deviceclass.resource.kubernetes.io/a100", [0, 50]),
+        // An unknown class is left out of the score.
+        ("deviceclass.resource.kubernetes.io/missing", [0, 0]),
+    ];
+    for (name, want) in cases {
+        let p = scorer(name);
+        let got: Vec<i64> = nodes.iter().map(|n| p.score(&st, &pod, n).unwrap()).collect();
+        assert_eq!(got, want.to_vec(), "{name}");
+    }
+}

@@ -1,0 +1,148 @@
+//! Carrying out a preemption: the API writes, behind a trait.
+//!
+//! The scheduling cycle only decides; evicting is I/O and must not block it. The plugin hands a
+//! [`PreemptionPlan`] to a [`Preemptor`] and returns at once: the runtime's implementation spawns
+//! the writes on its tokio runtime (patch each victim's status with the `DisruptionTarget`
+//! condition, delete it, record a `Preempted` event, clear the nominations of lower-priority pods
+//! nominated to the node), and records the preemption metrics. The payloads are built here so that
+//! every implementation writes the same thing, and tests can check it.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use unisched_framework::PodInfo;
+
+/// The pod condition type that marks a pod being disrupted.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// The `DisruptionTarget` reason the scheduler sets on victims.
+pub const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+/// The event reason on a victim.
+pub const EVENT_PREEMPTED: &str = "Preempted";
+
+/// What one successful preemption decided.
+#[derive(Clone, Debug)]
+pub struct PreemptionPlan {
+    /// The pod that preempts.
+    pub preemptor: Arc<PodInfo>,
+    /// The node it is nominated to.
+    pub node: String,
+    /// The profile's scheduler name (in the victims' condition message and events).
+    pub scheduler_name: String,
+    /// Pods to evict, most important first.
+    pub victims: Vec<Arc<PodInfo>>,
+    /// Victims that were still waiting at Permit: the plugin rejected them there (they were not
+    /// bound, so there is nothing to delete); counted and reported only.
+    pub rejected_at_permit: Vec<Arc<PodInfo>>,
+    /// Lower-priority pods nominated to the node, whose nominations no longer hold.
+    pub clear_nominations: Vec<Arc<PodInfo>>,
+}
+
+impl PreemptionPlan {
+    /// The strategic-merge patch of a victim's status that adds the `DisruptionTarget` condition.
+    pub fn victim_status_patch(&self, now: &str) -> Value {
+        json!({
+            "status": {
+                "conditions": [{
+                    "type": DISRUPTION_TARGET,
+                    "status": "True",
+                    "reason": REASON_PREEMPTION_BY_SCHEDULER,
+                    "message": format!("{}: preempting to accommodate a higher priority pod", self.scheduler_name),
+                    "lastTransitionTime": now,
+                }]
+            }
+        })
+    }
+
+    /// The note of the `Preempted` event on a victim.
+    pub fn event_note(&self) -> String {
+        format!("Preempted by pod {} on node {}", self.preemptor.uid, self.node)
+    }
+
+    /// The patch that clears `status.nominatedNodeName`.
+    pub fn clear_nomination_patch() -> Value {
+        json!({ "status": { "nominatedNodeName": null } })
+    }
+}
+
+/// Executes preemptions and observes attempts. Implementations must not block.
+pub trait Preemptor: Send + Sync {
+    /// One PostFilter run of DefaultPreemption began (`scheduler_preemption_attempts_total`).
+    fn attempted(&self) {}
+    /// Evict the victims of `plan` (asynchronously).
+    fn execute(&self, plan: PreemptionPlan);
+    /// True while the evictions of an earlier plan of this preemptor are still being written: it
+    /// must not preempt again before they land (upstream gates such pods in PreEnqueue).
+    fn is_preempting(&self, _pod_uid: &str) -> bool {
+        false
+    }
+}
+
+/// Records plans instead of executing them (tests).
+#[derive(Debug, Default)]
+pub struct RecordingPreemptor {
+    attempts: Mutex<usize>,
+    plans: Mutex<Vec<PreemptionPlan>>,
+    /// Preemptor UIDs reported as still preempting.
+    pub preempting: Mutex<Vec<String>>,
+}
+
+impl RecordingPreemptor {
+    /// A fresh recorder.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Every plan executed so far.
+    pub fn plans(&self) -> Vec<PreemptionPlan> {
+        self.plans.lock().clone()
+    }
+
+    /// How many attempts were observed.
+    pub fn attempts(&self) -> usize {
+        *self.attempts.lock()
+    }
+}
+
+impl Preemptor for RecordingPreemptor {
+    fn attempted(&self) {
+        *self.attempts.lock() += 1;
+    }
+
+    fn execute(&self, plan: PreemptionPlan) {
+        self.plans.lock().push(plan);
+    }
+
+    fn is_preempting(&self, pod_uid: &str) -> bool {
+        self.preempting.lock().iter().any(|u| u == pod_uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::PodBuilder;
+
+    #[test]
+    fn payloads() {
+        let plan = PreemptionPlan {
+            preemptor: PodBuilder::new("hi").uid("uid-hi").arc(),
+            node: "n1".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+        };
+        let p = plan.victim_status_patch("2026-01-01T00:00:00Z");
+        let c = &p["status"]["conditions"][0];
+        assert_eq!(c["type"], "DisruptionTarget");
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["reason"], "PreemptionByScheduler");
+        assert_eq!(
+            c["message"],
+            "unisched: preempting to accommodate a higher priority pod"
+        );
+        assert_eq!(plan.event_note(), "Preempted by pod uid-hi on node n1");
+        assert!(PreemptionPlan::clear_nomination_patch()["status"]["nominatedNodeName"].is_null());
+    }
+}

@@ -1,0 +1,307 @@
+//! DefaultPreemption's side effects: the PodDisruptionBudget watch it reads and the API writes it
+//! asks for.
+//!
+//! [`PdbStore`] keeps every `policy/v1` PodDisruptionBudget (fed by a watch through the generic
+//! [`Handler`]) and is the plugin's [`PdbLister`]. [`RuntimePreemptor`] is the plugin's
+//! [`Preemptor`]: the scheduling cycle hands it a plan and goes on; the writes run as tokio tasks
+//! through the [`ApiWriter`] (leader check, rate limit, retries), as upstream's asynchronous
+//! preemption does. Per victim: patch its status with the `DisruptionTarget` condition (so the
+//! kubelet and controllers know why it goes, and the preemptor does not preempt again while it
+//! terminates), then delete it, then record a `Preempted` event. Lower-priority pods nominated to
+//! the node get their `nominatedNodeName` cleared. All writes are patches or deletes, never PUTs.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use k8s_openapi::{
+    api::{core::v1::Pod, policy::v1::PodDisruptionBudget},
+    jiff::Timestamp,
+};
+use kube::{Api, Client, api::DeleteParams};
+use parking_lot::{Mutex, RwLock};
+use tokio::runtime::Handle;
+use unisched_framework::PodInfo;
+use unisched_plugins::{PdbLister, PreemptionPlan, Preemptor, default_preemption::EVENT_PREEMPTED};
+
+use crate::{ApiWriter, EventRecorder, EventType, Handler, Metrics, PodEvent, WriteError};
+
+/// PodDisruptionBudgets by `namespace/name`.
+#[derive(Debug, Default)]
+pub struct PdbStore {
+    pdbs: RwLock<HashMap<String, Arc<PodDisruptionBudget>>>,
+}
+
+impl PdbStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many budgets are known.
+    pub fn len(&self) -> usize {
+        self.pdbs.read().len()
+    }
+
+    /// True when no budget is known.
+    pub fn is_empty(&self) -> bool {
+        self.pdbs.read().is_empty()
+    }
+}
+
+fn pdb_key(p: &PodDisruptionBudget) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl PdbLister for PdbStore {
+    fn list(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        let map = self.pdbs.read();
+        let mut keys: Vec<&String> = map.keys().collect();
+        // Sorted so that the budgets' order (which affects nothing but is visible in debugging)
+        // does not depend on hashing.
+        keys.sort();
+        keys.into_iter().filter_map(|k| map.get(k).cloned()).collect()
+    }
+}
+
+/// Feeds a [`PdbStore`] from a watch. PDB changes requeue nothing: they only steer which victims a
+/// later preemption picks, as upstream.
+#[derive(Debug)]
+pub struct PdbHandler {
+    store: Arc<PdbStore>,
+}
+
+impl PdbHandler {
+    /// A handler over `store`.
+    pub fn new(store: Arc<PdbStore>) -> Self {
+        PdbHandler { store }
+    }
+}
+
+impl Handler for PdbHandler {
+    type Obj = PodDisruptionBudget;
+
+    fn key(obj: &PodDisruptionBudget) -> String {
+        pdb_key(obj)
+    }
+
+    fn apply(&self, obj: PodDisruptionBudget) {
+        self.store.pdbs.write().insert(pdb_key(&obj), Arc::new(obj));
+    }
+
+    fn delete(&self, key: &str) {
+        self.store.pdbs.write().remove(key);
+    }
+
+    fn known_keys(&self) -> Vec<String> {
+        self.store.pdbs.read().keys().cloned().collect()
+    }
+}
+
+/// The PDB API (all namespaces).
+pub fn pdbs_api(client: &Client) -> Api<PodDisruptionBudget> {
+    Api::all(client.clone())
+}
+
+/// Executes preemption plans asynchronously and records the preemption metrics.
+#[derive(Clone, Debug)]
+pub struct RuntimePreemptor {
+    writer: ApiWriter,
+    handle: Handle,
+    events: EventRecorder,
+    metrics: Metrics,
+    /// Preemptors whose evictions are still being written.
+    in_flight: Arc<Mutex<HashSet<String>>>,
+}
+
+impl RuntimePreemptor {
+    /// A preemptor writing through `writer` on `handle`.
+    pub fn new(writer: ApiWriter, handle: Handle, events: EventRecorder, metrics: Metrics) -> Self {
+        RuntimePreemptor {
+            writer,
+            handle,
+            events,
+            metrics,
+            in_flight: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+}
+
+async fn delete_pod(writer: &ApiWriter, ns: &str, name: &str) -> Result<(), WriteError> {
+    let api: Api<Pod> = Api::namespaced(writer.client().clone(), ns);
+    match writer
+        .write("delete", "pods", || {
+            let api = api.clone();
+            async move { api.delete(name, &DeleteParams::default()).await.map(|_| ()) }
+        })
+        .await
+    {
+        // Already gone: the eviction's goal is met.
+        Err(WriteError::NotFound(_)) => Ok(()),
+        other => other,
+    }
+}
+
+async fn evict(writer: ApiWriter, events: EventRecorder, plan: Arc<PreemptionPlan>, victim: usize) {
+    let Some(v) = plan.victims.get(victim) else { return };
+    let (ns, name) = (v.namespace.as_str(), v.name.as_str());
+    let patch = plan.victim_status_patch(&Timestamp::now().to_string());
+    match writer.patch_pod_status(ns, name, patch).await {
+        Ok(()) => {}
+        Err(WriteError::NotFound(_)) => return,
+        // The condition is informative; the deletion is what frees the node, so go on.
+        Err(e) => tracing::warn!(pod = %v.key(), error = %e, "setting DisruptionTarget on preemption victim"),
+    }
+    if let Err(e) = delete_pod(&writer, ns, name).await {
+        tracing::warn!(pod = %v.key(), error = %e, "deleting preemption victim");
+        return;
+    }
+    events.record(preempted_event(&plan, v));
+}
+
+/// The `Preempted` event on a victim.
+fn preempted_event(plan: &PreemptionPlan, v: &PodInfo) -> PodEvent {
+    PodEvent {
+        namespace: v.namespace.clone(),
+        name: v.name.clone(),
+        uid: v.uid.clone(),
+        type_: EventType::Normal,
+        reason: EVENT_PREEMPTED.into(),
+        action: "Preempting".into(),
+        note: plan.event_note(),
+        controller: plan.scheduler_name.clone(),
+    }
+}
+
+async fn clear_nomination(writer: ApiWriter, ns: String, name: String) {
+    let patch = PreemptionPlan::clear_nomination_patch();
+    match writer.patch_pod_status(&ns, &name, patch).await {
+        Ok(()) | Err(WriteError::NotFound(_)) => {}
+        Err(e) => tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "clearing nominatedNodeName"),
+    }
+}
+
+impl Preemptor for RuntimePreemptor {
+    fn attempted(&self) {
+        self.metrics.preemption_attempts.inc();
+    }
+
+    fn execute(&self, plan: PreemptionPlan) {
+        self.metrics
+            .preemption_victims
+            .with_label_values::<&str>(&[])
+            .observe((plan.victims.len() + plan.rejected_at_permit.len()) as f64);
+        tracing::info!(
+            pod = %plan.preemptor.key(),
+            node = %plan.node,
+            victims = plan.victims.len(),
+            "preempting"
+        );
+        // Rejected at Permit by the plugin already: nothing to write but the event.
+        for v in &plan.rejected_at_permit {
+            self.events.record(preempted_event(&plan, v));
+        }
+        let plan = Arc::new(plan);
+        let uid = plan.preemptor.uid.clone();
+        self.in_flight.lock().insert(uid.clone());
+        let (writer, events, in_flight) = (self.writer.clone(), self.events.clone(), self.in_flight.clone());
+        self.handle.spawn(async move {
+            // Victims in parallel; the nominations once the victims are on their way out.
+            let evictions =
+                (0..plan.victims.len()).map(|i| evict(writer.clone(), events.clone(), plan.clone(), i));
+            futures::future::join_all(evictions).await;
+            let clears = plan
+                .clear_nominations
+                .iter()
+                .map(|p| clear_nomination(writer.clone(), p.namespace.clone(), p.name.clone()));
+            futures::future::join_all(clears).await;
+            in_flight.lock().remove(&uid);
+        });
+    }
+
+    fn is_preempting(&self, pod_uid: &str) -> bool {
+        self.in_flight.lock().contains(pod_uid)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pdb(ns: &str, name: &str) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                labels: Some(BTreeMap::new()),
+                ..ObjectMeta::default()
+            },
+            ..PodDisruptionBudget::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn metrics_are_recorded_and_writes_need_the_lease() {
+        use unisched_plugins::testing::PodBuilder;
+
+        let metrics = Metrics::new().unwrap();
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        // Not the leader: every write fails at once with NotLeader, without touching the network.
+        let writer = ApiWriter::new(client, 0.0, 1, metrics.clone(), crate::LeaderFlag::new(false));
+        let events = crate::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
+        let p = RuntimePreemptor::new(writer, Handle::current(), events, metrics.clone());
+        p.attempted();
+        p.attempted();
+        p.execute(PreemptionPlan {
+            preemptor: PodBuilder::new("hi").arc(),
+            node: "n1".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![PodBuilder::new("a").arc(), PodBuilder::new("b").arc()],
+            rejected_at_permit: vec![PodBuilder::new("c").arc()],
+            clear_nominations: vec![PodBuilder::new("lo").arc()],
+        });
+        assert!(p.is_preempting("hi"), "until the writes are done");
+        assert_eq!(metrics.preemption_attempts.get(), 2);
+        let h = metrics.preemption_victims.with_label_values::<&str>(&[]);
+        assert_eq!(h.get_sample_count(), 1);
+        assert!((h.get_sample_sum() - 3.0).abs() < f64::EPSILON);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(
+            metrics
+                .api_writes
+                .with_label_values(&["patch", "pods/status", "2xx"])
+                .get(),
+            0,
+            "nothing is written without the lease"
+        );
+        assert!(!p.is_preempting("hi"));
+    }
+
+    #[test]
+    fn store_follows_the_watch() {
+        let store = Arc::new(PdbStore::new());
+        let h = PdbHandler::new(store.clone());
+        h.apply(pdb("b", "x"));
+        h.apply(pdb("a", "y"));
+        h.apply(pdb("a", "y"));
+        let names: Vec<String> = store.list().iter().map(|p| pdb_key(p)).collect();
+        assert_eq!(names, ["a/y", "b/x"]);
+        let mut keys = h.known_keys();
+        keys.sort();
+        assert_eq!(keys, ["a/y", "b/x"]);
+        h.delete("a/y");
+        assert_eq!(store.len(), 1);
+        h.delete("missing");
+        assert!(!store.is_empty());
+    }
+}
