@@ -57,6 +57,10 @@ pub struct SimArgs {
     /// How long nothing may change for the cluster to count as settled (milliseconds).
     #[arg(long = "settle-ms", default_value_t = 500)]
     pub settle_ms: u64,
+    /// Explain every placement: the best-scored nodes with each score plugin's weighted score
+    /// (a table after the report; `explanations` in JSON output).
+    #[arg(long)]
+    pub explain: bool,
 }
 
 fn progress(msg: &str) {
@@ -118,6 +122,7 @@ fn plural_of(kind: &str) -> String {
         "PriorityClass" => "priorityclasses".into(),
         "DeviceClass" => "deviceclasses".into(),
         "PodDisruptionBudget" => "poddisruptionbudgets".into(),
+        "StorageClass" => "storageclasses".into(),
         other => format!("{}s", other.to_ascii_lowercase()),
     }
 }
@@ -184,12 +189,15 @@ async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration)
     let nodes = names("nodes").len();
     let slices = names("resourceslices").len();
     let classes = names("deviceclasses");
+    // Namespace labels decide which pods a `namespaceSelector` affinity term sees.
+    let namespaces = names("namespaces");
     let start = Instant::now();
     while start.elapsed() < timeout {
         let dra = scheduler.dra();
         if scheduler.cache().node_count() == nodes
             && dra.slice_count() == slices
             && classes.iter().all(|c| dra.class(c).is_some())
+            && namespaces.iter().all(|n| scheduler.namespaces().contains(n))
         {
             return;
         }
@@ -230,6 +238,7 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
             default_namespace: "default".into(),
         };
         let s = Arc::new(Scheduler::new(client, options).await?);
+        s.explanations().set_recording(args.explain);
         let runner = s.clone();
         let task = tokio::spawn(async move { runner.run().await });
         // Wait for the informers' first list so the first pods are not raced.
@@ -281,7 +290,10 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
             ));
         }
     }
-    let report = report::build(&store, started.elapsed().as_secs_f64());
+    let mut report = report::build(&store, started.elapsed().as_secs_f64());
+    if let Some((s, _)) = &scheduler {
+        report.explanations = explanations(s, &report);
+    }
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
         Output::Table => print!("{}", report.to_table()),
@@ -306,4 +318,36 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
     }
     server.shutdown().await;
     Ok(if settled { 0 } else { 3 })
+}
+
+/// The recorded explanations of the pods that ended on the node they were explained for (a pod
+/// rescheduled after a failed binding keeps only its final placement).
+fn explanations(s: &Scheduler, report: &report::Report) -> Vec<report::PodExplanation> {
+    let bound: std::collections::BTreeMap<String, &str> = report
+        .pods
+        .iter()
+        .filter_map(|p| Some((format!("{}/{}", p.namespace, p.name), p.node.as_deref()?)))
+        .collect();
+    s.explanations()
+        .snapshot()
+        .into_iter()
+        .filter(|e| bound.get(&e.pod) == Some(&e.node.as_str()))
+        .map(|e| report::PodExplanation {
+            text: e.to_table(),
+            top: e
+                .top
+                .iter()
+                .map(|n| report::ScoredNode {
+                    node: n.name.clone(),
+                    total: n.total,
+                    scores: n.scores.iter().cloned().collect(),
+                })
+                .collect(),
+            pod: e.pod,
+            node: e.node,
+            profile: e.profile,
+            evaluated_nodes: e.evaluated_nodes,
+            feasible_nodes: e.feasible_nodes,
+        })
+        .collect()
 }

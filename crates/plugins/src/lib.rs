@@ -20,12 +20,18 @@
 //! | [`InterPodAffinity`] | PreFilter (+AddPod/RemovePod), Filter, PreScore, Score (+normalize), events |
 //! | [`ImageLocality`] | Score |
 //! | [`DefaultBinder`] | Bind |
-//! | [`DynamicResources`] | PreEnqueue, PreFilter, Filter, PostFilter, PreScore, Score (+normalize), Reserve, PreBind, AssumedPod, events |
+//! | [`DefaultPreemption`] | PostFilter |
+//! | [`VolumeRestrictions`] | PreFilter (+AddPod/RemovePod), Filter, events |
+//! | [`NodeVolumeLimits`] | PreFilter, Filter, events |
+//! | [`VolumeBinding`] | PreFilter, Filter, Reserve, PreBind, events |
+//! | [`VolumeZone`] | PreFilter, Filter, events |
+//! | [`DynamicResources`] | PreEnqueue, PreFilter (+AddPod/RemovePod), Filter, PostFilter, PreScore, Score (+normalize), Reserve, PreBind, AssumedPod, events |
 //!
 //! [`Registry::in_tree`] builds them by name from `pluginConfig` args.
 #![forbid(unsafe_code)]
 
 mod default_binder;
+pub mod default_preemption;
 pub mod dynamic_resources;
 mod helper;
 mod image_locality;
@@ -43,11 +49,16 @@ mod scheduling_gates;
 mod selector;
 mod taint_toleration;
 mod toleration;
+pub mod volume;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use default_binder::{BindError, Binder, DefaultBinder};
+pub use default_preemption::{
+    DefaultPreemption, DefaultPreemptionArgs, PdbLister, PreemptionPlan, Preemptor, RecordingPreemptor,
+    StaticPdbs,
+};
 pub use dynamic_resources::{
     DeviceResources, DeviceResourcesArgs, DraApi, DraApiError, DynamicResources, DynamicResourcesArgs,
 };
@@ -71,6 +82,10 @@ pub use scheduling_gates::SchedulingGates;
 pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
 pub use taint_toleration::TaintToleration;
 pub use toleration::{find_untolerated_taint, tolerates_taint};
+pub use volume::{
+    NodeVolumeLimits, VolumeApi, VolumeApiError, VolumeBinding, VolumeBindingArgs, VolumeRestrictions,
+    VolumeZone,
+};
 
 /// The plugins' rejection reasons, as upstream prints them (`Insufficient <resource>` is built per
 /// resource).
@@ -119,6 +134,8 @@ pub mod names {
     pub const NODE_RESOURCES_BALANCED_ALLOCATION: &str = "NodeResourcesBalancedAllocation";
     /// `DefaultBinder`.
     pub const DEFAULT_BINDER: &str = "DefaultBinder";
+    /// `DefaultPreemption`.
+    pub const DEFAULT_PREEMPTION: &str = crate::default_preemption::NAME;
     /// `PodTopologySpread`.
     pub const POD_TOPOLOGY_SPREAD: &str = "PodTopologySpread";
     /// `InterPodAffinity`.
@@ -127,6 +144,14 @@ pub mod names {
     pub const IMAGE_LOCALITY: &str = "ImageLocality";
     /// `DynamicResources`.
     pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
+    /// `VolumeRestrictions`.
+    pub const VOLUME_RESTRICTIONS: &str = "VolumeRestrictions";
+    /// `NodeVolumeLimits`.
+    pub const NODE_VOLUME_LIMITS: &str = "NodeVolumeLimits";
+    /// `VolumeBinding`.
+    pub const VOLUME_BINDING: &str = "VolumeBinding";
+    /// `VolumeZone`.
+    pub const VOLUME_ZONE: &str = "VolumeZone";
     /// `DeviceResources` (unisched; not in the default profile).
     pub const DEVICE_RESOURCES: &str = crate::dynamic_resources::DEVICE_RESOURCES;
 }

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use unisched_cache::DraCache;
+use unisched_cache::{DraCache, VolumeCache};
 use unisched_framework::{Plugin, PluginRegistry};
 
 use crate::{
@@ -16,11 +16,13 @@ use crate::{
     NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
     PrioritySort, SchedulingGates, TaintToleration, helper::decode_args, names,
 };
+use crate::{DefaultPreemption, DefaultPreemptionArgs, PdbLister, Preemptor};
 use crate::{DeviceResources, DeviceResourcesArgs};
 use crate::{
     ImageLocality, InterPodAffinity, InterPodAffinityArgs, NamespaceLister, PodTopologySpread,
     PodTopologySpreadArgs,
 };
+use crate::{NodeVolumeLimits, VolumeApi, VolumeBinding, VolumeBindingArgs, VolumeRestrictions, VolumeZone};
 
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
 /// the `with_*` methods; fields are added as plugins need them.
@@ -39,6 +41,15 @@ pub struct PluginContext {
     pub dra: Option<Arc<DraCache>>,
     /// The DRA API writes of the binding cycle (claim status, extended-resource claims, pod status).
     pub dra_api: Option<Arc<dyn DraApi>>,
+    /// PVs, PVCs, StorageClasses and CSINodes for the volume plugins; `None`: pods with claims are
+    /// unschedulable.
+    pub volumes: Option<Arc<VolumeCache>>,
+    /// VolumeBinding's binding-cycle writes (PV `claimRef`, PVC `selected-node`).
+    pub volume_api: Option<Arc<dyn VolumeApi>>,
+    /// Executes DefaultPreemption's evictions; `None`: candidates are nominated but nobody is evicted.
+    pub preemptor: Option<Arc<dyn Preemptor>>,
+    /// PodDisruptionBudgets for DefaultPreemption; `None`: no budget is considered.
+    pub pdbs: Option<Arc<dyn PdbLister>>,
 }
 
 impl std::fmt::Debug for PluginContext {
@@ -48,6 +59,9 @@ impl std::fmt::Debug for PluginContext {
             .field("namespaces", &self.namespaces.is_some())
             .field("dra", &self.dra.is_some())
             .field("dra_api", &self.dra_api.is_some())
+            .field("volumes", &self.volumes.is_some())
+            .field("preemptor", &self.preemptor.is_some())
+            .field("pdbs", &self.pdbs.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -61,7 +75,27 @@ impl PluginContext {
             dra: None,
             dra_api: None,
             namespaces: None,
+            volumes: None,
+            volume_api: None,
+            preemptor: None,
+            pdbs: None,
         }
+    }
+
+    /// Sets DefaultPreemption's eviction executor and PodDisruptionBudget lister.
+    #[must_use]
+    pub fn with_preemption(mut self, preemptor: Arc<dyn Preemptor>, pdbs: Arc<dyn PdbLister>) -> Self {
+        self.preemptor = Some(preemptor);
+        self.pdbs = Some(pdbs);
+        self
+    }
+
+    /// Sets the volume state and API writer for the volume plugins.
+    #[must_use]
+    pub fn with_volumes(mut self, volumes: Arc<VolumeCache>, api: Arc<dyn VolumeApi>) -> Self {
+        self.volumes = Some(volumes);
+        self.volume_api = Some(api);
+        self
     }
 
     /// Sets the namespace lister (InterPodAffinity's `namespaceSelector`).
@@ -216,8 +250,51 @@ impl Registry {
                 }),
             ),
             (
+                names::VOLUME_RESTRICTIONS,
+                Arc::new(|args, ctx| {
+                    no_args(names::VOLUME_RESTRICTIONS, args)?;
+                    Ok(Arc::new(VolumeRestrictions::new(ctx.volumes.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::NODE_VOLUME_LIMITS,
+                Arc::new(|args, ctx| {
+                    no_args(names::NODE_VOLUME_LIMITS, args)?;
+                    Ok(Arc::new(NodeVolumeLimits::new(ctx.volumes.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::VOLUME_BINDING,
+                Arc::new(|args, ctx| {
+                    let a = VolumeBindingArgs::from_value(args)?;
+                    Ok(Arc::new(VolumeBinding::new(
+                        &a,
+                        ctx.volumes.clone(),
+                        ctx.volume_api.clone(),
+                    )) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::VOLUME_ZONE,
+                Arc::new(|args, ctx| {
+                    no_args(names::VOLUME_ZONE, args)?;
+                    Ok(Arc::new(VolumeZone::new(ctx.volumes.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
                 names::IMAGE_LOCALITY,
                 stateless::<ImageLocality>(names::IMAGE_LOCALITY),
+            ),
+            (
+                names::DEFAULT_PREEMPTION,
+                Arc::new(|args, ctx| {
+                    let a: DefaultPreemptionArgs = decode_args(args)?;
+                    Ok(Arc::new(DefaultPreemption::new(
+                        &a,
+                        ctx.preemptor.clone(),
+                        ctx.pdbs.clone(),
+                    )?) as Arc<dyn Plugin>)
+                }),
             ),
             (
                 names::DEFAULT_BINDER,
@@ -309,6 +386,10 @@ mod tests {
                     "NodeAffinity",
                     "NodePorts",
                     "NodeResourcesFit",
+                    "VolumeRestrictions",
+                    "NodeVolumeLimits",
+                    "VolumeBinding",
+                    "VolumeZone",
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
@@ -323,6 +404,10 @@ mod tests {
                     "NodeAffinity",
                     "NodePorts",
                     "NodeResourcesFit",
+                    "VolumeRestrictions",
+                    "NodeVolumeLimits",
+                    "VolumeBinding",
+                    "VolumeZone",
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
@@ -330,7 +415,7 @@ mod tests {
             },
             Case {
                 point: "postFilter",
-                want: s(&["DynamicResources"]),
+                want: s(&["DynamicResources", "DefaultPreemption"]),
             },
             Case {
                 point: "preScore",
@@ -359,7 +444,7 @@ mod tests {
             },
             Case {
                 point: "reserve",
-                want: s(&["DynamicResources"]),
+                want: s(&["VolumeBinding", "DynamicResources"]),
             },
             Case {
                 point: "bind",
@@ -380,9 +465,13 @@ mod tests {
                 "NodePorts",
                 "NodeResourcesFit",
                 "NodeUnschedulable",
+                "NodeVolumeLimits",
                 "PodTopologySpread",
                 "SchedulingGates",
-                "TaintToleration"
+                "TaintToleration",
+                "VolumeBinding",
+                "VolumeRestrictions",
+                "VolumeZone"
             ]
         );
     }
@@ -478,7 +567,7 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 15);
+        assert_eq!(in_tree.names().count(), 20);
         assert!(matches!(
             Framework::new(
                 &KubeSchedulerProfile::default(),

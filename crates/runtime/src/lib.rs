@@ -5,18 +5,26 @@
 
 mod dra;
 mod events;
+mod explain;
 mod http;
 mod informers;
 mod leader;
 mod metrics;
+mod namespaces;
+mod preemption;
 mod scheduler;
+mod volume;
 mod writer;
 
 pub use dra::*;
 pub use events::*;
+pub use explain::*;
 pub use http::*;
 pub use informers::*;
 pub use leader::*;
 pub use metrics::*;
+pub use namespaces::*;
+pub use preemption::*;
 pub use scheduler::*;
+pub use volume::*;
 pub use writer::*;

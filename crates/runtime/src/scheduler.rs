@@ -30,8 +30,9 @@ use unisched_plugins::{BindError, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
 
 use crate::{
-    ApiWriter, DraHandler, EventRecorder, EventType, Health, LeaderFlag, LeaseConfig, Metrics, NodeHandler,
-    PodEvent, PodHandler, RuntimeDraApi, WriteError, informers, run_leader_election, spawn_event_writer,
+    ApiWriter, DraHandler, EventRecorder, EventType, Explanations, Health, LeaderFlag, LeaseConfig, Metrics,
+    NodeHandler, PodEvent, PodHandler, RuntimeDraApi, WriteError, informers, run_leader_election,
+    spawn_event_writer,
 };
 
 /// Why the scheduler could not start or stopped.
@@ -106,6 +107,7 @@ struct Shared {
     profiles: HashMap<String, Arc<Framework>>,
     cache: Arc<Cache>,
     dra: Arc<DraCache>,
+    volumes: Arc<unisched_cache::VolumeCache>,
     queue: Arc<SchedulingQueue>,
     pods: Arc<PodHandler>,
     writer: ApiWriter,
@@ -114,6 +116,9 @@ struct Shared {
     handle: Handle,
     stop: AtomicBool,
     bindings_in_flight: AtomicUsize,
+    namespaces: Arc<crate::NamespaceStore>,
+    explanations: Explanations,
+    pdbs: Arc<crate::PdbStore>,
 }
 
 /// A running scheduler.
@@ -160,7 +165,27 @@ impl Scheduler {
             handle.clone(),
             metrics.clone(),
         ));
-        let registry = Registry::in_tree(PluginContext::new(binder).with_dra(dra.clone(), dra_api));
+        // Namespace labels for InterPodAffinity's namespaceSelector; `run` feeds it from a watch.
+        let namespaces = Arc::new(crate::NamespaceStore::new());
+        let events = spawn_event_writer(writer.clone(), metrics.clone(), options.identity.clone(), 1000);
+        // DefaultPreemption: PDBs from a watch (`run`), evictions written asynchronously.
+        let pdbs = Arc::new(crate::PdbStore::new());
+        let preemptor = Arc::new(crate::RuntimePreemptor::new(
+            writer.clone(),
+            handle.clone(),
+            events.clone(),
+            metrics.clone(),
+        ));
+        // Volume plugins: PVs, PVCs, StorageClasses and CSINodes from watches (`run`).
+        let volumes = Arc::new(unisched_cache::VolumeCache::new());
+        let volume_api = Arc::new(crate::RuntimeVolumeApi::new(writer.clone(), handle.clone()));
+        let registry = Registry::in_tree(
+            PluginContext::new(binder)
+                .with_dra(dra.clone(), dra_api)
+                .with_namespaces(namespaces.clone())
+                .with_preemption(preemptor, pdbs.clone())
+                .with_volumes(volumes.clone(), volume_api),
+        );
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
         for p in &cfg.profiles {
@@ -183,7 +208,6 @@ impl Scheduler {
             Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
-        let events = spawn_event_writer(writer.clone(), metrics.clone(), options.identity.clone(), 1000);
         let health = Health::default();
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
@@ -197,6 +221,7 @@ impl Scheduler {
             profiles,
             cache,
             dra,
+            volumes,
             queue,
             pods,
             writer,
@@ -205,6 +230,9 @@ impl Scheduler {
             handle,
             stop: AtomicBool::new(false),
             bindings_in_flight: AtomicUsize::new(0),
+            namespaces,
+            explanations: Explanations::default(),
+            pdbs,
         });
         Ok(Scheduler {
             shared,
@@ -231,6 +259,16 @@ impl Scheduler {
         &self.shared.dra
     }
 
+    /// Namespace labels as the namespace watch last saw them (for the simulator and tests).
+    pub fn namespaces(&self) -> &Arc<crate::NamespaceStore> {
+        &self.shared.namespaces
+    }
+
+    /// The volume state (for reports and tests).
+    pub fn volumes(&self) -> &Arc<unisched_cache::VolumeCache> {
+        &self.shared.volumes
+    }
+
     /// The queue (for reports and tests).
     pub fn queue(&self) -> &Arc<SchedulingQueue> {
         &self.shared.queue
@@ -245,6 +283,12 @@ impl Scheduler {
             && p.backoff == 0
             && p.in_flight == 0
             && self.shared.bindings_in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Placement explanations: debug logs, and with recording on the last placement per pod
+    /// (`unisched sim --explain`).
+    pub fn explanations(&self) -> &Explanations {
+        &self.shared.explanations
     }
 
     /// Health state.
@@ -263,8 +307,12 @@ impl Scheduler {
     pub async fn run(&self) -> Result<(), RuntimeError> {
         let sh = self.shared.clone();
         // Watches.
-        let pending_syncs = Arc::new(AtomicUsize::new(6));
+        // Counts itself: every `mark` adds one pending sync when it is created (before its watch is
+        // spawned), so adding a watch needs no hand-kept total. `all_spawned` holds the count above
+        // zero until every watch has been created.
+        let pending_syncs = Arc::new(AtomicUsize::new(0));
         let mark = |health: Health, pending: Arc<AtomicUsize>| {
+            pending.fetch_add(1, Ordering::SeqCst);
             move || {
                 if pending.fetch_sub(1, Ordering::SeqCst) == 1 {
                     health.set_synced();
@@ -272,8 +320,18 @@ impl Scheduler {
                 }
             }
         };
+        let all_spawned = mark(self.health.clone(), pending_syncs.clone());
         let nodes = Arc::new(NodeHandler::new(sh.cache.clone(), sh.queue.clone()));
         let tasks = vec![
+            tokio::spawn(informers::run_watch(
+                crate::namespaces_api(&self.client),
+                watcher::Config::default(),
+                Arc::new(crate::NamespaceHandler::new(
+                    sh.namespaces.clone(),
+                    sh.queue.clone(),
+                )),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
             tokio::spawn(informers::run_watch(
                 informers::nodes_api(&self.client),
                 watcher::Config::default(),
@@ -313,9 +371,40 @@ impl Scheduler {
                 Arc::new(DraHandler::<ResourceClaim>::new(sh.dra.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
+            tokio::spawn(informers::run_watch(
+                crate::pdbs_api(&self.client),
+                watcher::Config::default(),
+                Arc::new(crate::PdbHandler::new(sh.pdbs.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<k8s_openapi::api::storage::v1::StorageClass>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
+            tokio::spawn(informers::run_watch(
+                Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone()),
+                watcher::Config::default(),
+                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                mark(self.health.clone(), pending_syncs.clone()),
+            )),
             // Periodic queue flushes and gauges.
             tokio::spawn(periodic(sh.clone())),
         ];
+        all_spawned();
         // Leader election.
         let cfg = &self.options.config;
         let election = if cfg.leader_election.leader_elect {
@@ -470,6 +559,8 @@ fn schedule_one(
         }
         CycleOutcome::Failed(f) => handle_failure(sh, &fwk, qpi, *f, start),
         CycleOutcome::Assumed(task) => {
+            sh.explanations
+                .observe(&pod.key(), fwk.profile_name(), &task.result);
             sh.metrics
                 .algorithm_duration
                 .with_label_values::<&str>(&[])

@@ -109,9 +109,78 @@ pub struct Report {
     pub pools: Vec<PoolReport>,
     /// Totals.
     pub summary: Summary,
-    /// Per-pod explanations (`--explain`), not in the JSON contract unless asked.
+    /// PersistentVolumeClaims and what they are bound to; absent from the JSON when there are none.
+    #[serde(rename = "volumeClaims", skip_serializing_if = "Vec::is_empty")]
+    pub volume_claims: Vec<VolumeClaimReport>,
+    /// Per-pod placement explanations (`--explain`); absent from the JSON unless asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<PodExplanation>,
+}
+
+/// One PersistentVolumeClaim.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeClaimReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `status.phase` (`Pending`, `Bound`, `Lost`).
+    pub phase: String,
+    /// `spec.volumeName`, when bound.
+    pub volume: Option<String>,
+    /// The `volume.kubernetes.io/selected-node` annotation, when the scheduler set one.
+    pub selected_node: Option<String>,
+}
+
+fn volume_claims(store: &Store) -> Vec<VolumeClaimReport> {
+    let mut out: Vec<VolumeClaimReport> = list(store, "persistentvolumeclaims")
+        .iter()
+        .map(|c| {
+            let s = |path: &[&str]| crate::util::get_str(c, path).map(str::to_string);
+            VolumeClaimReport {
+                namespace: s(&["metadata", "namespace"]).unwrap_or_default(),
+                name: s(&["metadata", "name"]).unwrap_or_default(),
+                phase: s(&["status", "phase"]).unwrap_or_else(|| "Pending".into()),
+                volume: s(&["spec", "volumeName"]).filter(|v| !v.is_empty()),
+                selected_node: s(&["metadata", "annotations", "volume.kubernetes.io/selected-node"]),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+/// How one pod's node was chosen: the best-scored nodes with each score plugin's weighted score.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExplanation {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The chosen node.
+    pub node: String,
+    /// The profile that placed the pod.
+    pub profile: String,
+    /// Nodes Filter looked at.
+    pub evaluated_nodes: usize,
+    /// Nodes that passed Filter.
+    pub feasible_nodes: usize,
+    /// Up to three best nodes, highest total first.
+    pub top: Vec<ScoredNode>,
+    /// The same as a readable table (the table report prints it).
     #[serde(skip)]
-    pub explanations: Vec<String>,
+    pub text: String,
+}
+
+/// One node's scores in an explanation.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ScoredNode {
+    /// The node.
+    pub node: String,
+    /// The weighted sum.
+    pub total: i64,
+    /// Weighted score per plugin.
+    pub scores: BTreeMap<String, i64>,
 }
 
 fn list(store: &Store, resource: &str) -> Vec<Value> {
@@ -289,6 +358,7 @@ pub fn build(store: &Store, seconds: f64) -> Report {
         pods,
         nodes,
         summary,
+        volume_claims: volume_claims(store),
         explanations: Vec::new(),
     }
 }
@@ -422,9 +492,29 @@ impl Report {
             }
             out.push_str(&table(&prows));
         }
-        for e in &self.explanations {
+        if !self.volume_claims.is_empty() {
             out.push('\n');
-            out.push_str(e);
+            let mut vrows: Vec<[String; 4]> = vec![[
+                "CLAIM".into(),
+                "PHASE".into(),
+                "VOLUME".into(),
+                "SELECTED NODE".into(),
+            ]];
+            for c in &self.volume_claims {
+                vrows.push([
+                    format!("{}/{}", c.namespace, c.name),
+                    c.phase.clone(),
+                    c.volume.clone().unwrap_or_else(|| "-".into()),
+                    c.selected_node.clone().unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            out.push_str(&table(&vrows));
+        }
+        if !self.explanations.is_empty() {
+            out.push_str("\nEXPLANATIONS\n");
+        }
+        for e in &self.explanations {
+            out.push_str(&e.text);
         }
         out.push_str(&format!(
             "\n{} scheduled, {} unschedulable in {:.2}s\n",
