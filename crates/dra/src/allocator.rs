@@ -133,7 +133,7 @@ pub struct Allocator {
     features: Features,
     claims: Vec<Arc<PreparedClaim>>,
     /// Available counters per pool index (totals minus devices in use), computed on first use.
-    available_counters: RwLock<std::collections::HashMap<u32, Arc<Vec<Quantity>>>>,
+    available_counters: RwLock<crate::fast_hash::FastHashMap<u32, Arc<Vec<Quantity>>>>,
     search_steps: AtomicU64,
     selector_evaluations: AtomicU64,
 }
@@ -370,7 +370,7 @@ impl Allocator {
             state,
             features,
             claims,
-            available_counters: RwLock::new(std::collections::HashMap::new()),
+            available_counters: RwLock::new(crate::fast_hash::FastHashMap::default()),
             search_steps: AtomicU64::new(0),
             selector_evaluations: AtomicU64::new(0),
         }

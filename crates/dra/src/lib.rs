@@ -41,6 +41,7 @@ pub mod cel;
 pub mod claims;
 pub mod class_selector;
 pub mod error;
+pub mod fast_hash;
 pub mod ids;
 pub mod nodesel;
 pub mod pools;

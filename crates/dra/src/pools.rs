@@ -19,7 +19,6 @@
 //! duplicate device names among the slices that target the node); that is stricter, and the same
 //! answer for the common one-node pools.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
@@ -29,6 +28,7 @@ use unisched_resource::Quantity;
 
 use crate::capacity::{CapacityPolicy, CapacityRange, PreparedCapacity};
 use crate::cel::{DeviceValueSlot, SelectorId};
+use crate::fast_hash::FastHashMap;
 use crate::ids::{DeviceId, PoolKey};
 use crate::nodesel::node_matches;
 
@@ -80,7 +80,7 @@ pub struct PreparedSlice {
     counter_sets: Vec<(String, Vec<(String, Quantity)>)>,
     invalid: Option<String>,
     has_binding_conditions: bool,
-    match_cache: RwLock<HashMap<(SelectorId, u32), bool>>,
+    match_cache: RwLock<FastHashMap<(SelectorId, u32), bool>>,
 }
 
 fn parse_q(
@@ -201,7 +201,7 @@ impl PreparedSlice {
             counter_sets,
             invalid,
             has_binding_conditions,
-            match_cache: RwLock::new(HashMap::new()),
+            match_cache: RwLock::new(FastHashMap::default()),
             slice,
         }
     }
@@ -337,10 +337,10 @@ pub struct DraSnapshotIndex {
     slices: Vec<Arc<PreparedSlice>>,
     /// Pool index per slice, and position within the pool (None: older generation).
     slice_pool: Vec<(u32, Option<u32>)>,
-    by_node: HashMap<String, Vec<u32>>,
+    by_node: FastHashMap<String, Vec<u32>>,
     shared: Vec<u32>,
     pools: Vec<PoolRecord>,
-    pool_by_key: HashMap<PoolKey, u32>,
+    pool_by_key: FastHashMap<PoolKey, u32>,
 }
 
 impl DraSnapshotIndex {
@@ -358,7 +358,7 @@ impl DraSnapshotIndex {
 
         // Group by pool; keep only the newest generation.
         let mut pools: Vec<PoolRecord> = Vec::new();
-        let mut pool_by_key: HashMap<PoolKey, u32> = HashMap::new();
+        let mut pool_by_key: FastHashMap<PoolKey, u32> = FastHashMap::default();
         let mut slice_pool = Vec::with_capacity(slices.len());
         for (i, s) in slices.iter().enumerate() {
             let idx = *pool_by_key.entry(s.pool.clone()).or_insert_with(|| {
@@ -400,7 +400,7 @@ impl DraSnapshotIndex {
             }
         }
 
-        let mut by_node: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut by_node: FastHashMap<String, Vec<u32>> = FastHashMap::default();
         let mut shared = Vec::new();
         for (i, s) in slices.iter().enumerate() {
             if slice_pool[i].1.is_none() {

@@ -16,12 +16,13 @@
 //! [`StateLayers`] stacks several states without copying (for example the informer-fed state
 //! plus the in-flight allocations of pods that are assumed but not yet bound).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceRequestAllocationResult, ResourceClaim};
 use unisched_resource::Quantity;
 
+use crate::fast_hash::FastHashMap;
 use crate::ids::DeviceId;
 
 /// One share of a multi-allocatable device.
@@ -47,8 +48,8 @@ struct SharedUse {
 /// Devices in use by allocated (or assumed) claims. See the module documentation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatedState {
-    exclusive: HashMap<DeviceId, u32>,
-    shared: HashMap<DeviceId, SharedUse>,
+    exclusive: FastHashMap<DeviceId, u32>,
+    shared: FastHashMap<DeviceId, SharedUse>,
 }
 
 fn device_id(r: &DeviceRequestAllocationResult) -> DeviceId {
