@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FitError, Framework, NodeInfo,
-    NodePluginScores, PodInfo, SeededRng, Snapshot, Status,
+    NodePluginScores, PodInfo, ScoreTable, SeededRng, Snapshot, Status,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -167,7 +167,7 @@ impl SchedulingAlgorithm {
         let scores = self
             .prioritize_nodes(fwk, state, pod, &feasible)
             .map_err(ScheduleError::Error)?;
-        let (host, top) = self.select_host(scores);
+        let (host, top) = self.select_host(&feasible, &scores);
         Ok(ScheduleResult {
             suggested_host: host,
             evaluated_nodes: evaluated,
@@ -294,16 +294,9 @@ impl SchedulingAlgorithm {
         state: &mut CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<NodePluginScores>, Status> {
+    ) -> Result<ScoreTable, Status> {
         if !fwk.has_score_plugins() {
-            return Ok(nodes
-                .iter()
-                .map(|n| NodePluginScores {
-                    name: n.name().to_string(),
-                    scores: Vec::new(),
-                    total: 1,
-                })
-                .collect());
+            return Ok(ScoreTable::uniform(nodes.len(), 1));
         }
         let s = fwk.run_pre_score(state, pod, nodes);
         if !s.is_success() {
@@ -336,25 +329,50 @@ impl SchedulingAlgorithm {
     }
 
     /// The highest total wins; equal totals are broken uniformly at random (seeded). Returns the
-    /// host and the top three for explanations.
-    pub fn select_host(&mut self, mut scores: Vec<NodePluginScores>) -> (String, Vec<NodePluginScores>) {
-        let max = scores.iter().map(|s| s.total).max().unwrap_or(0);
+    /// host and the top three for explanations: the host, then the two best others (highest total,
+    /// then name).
+    pub fn select_host(
+        &mut self,
+        nodes: &[Arc<NodeInfo>],
+        scores: &ScoreTable,
+    ) -> (String, Vec<NodePluginScores>) {
+        let totals = &scores.totals;
+        let max = totals.iter().copied().max().unwrap_or(0);
         let mut chosen = 0usize;
         let mut seen = 0u64;
-        for (i, s) in scores.iter().enumerate() {
-            if s.total == max {
+        for (i, &t) in totals.iter().enumerate() {
+            if t == max {
                 seen += 1;
                 if self.rng.below(seen) == 0 {
                     chosen = i;
                 }
             }
         }
-        let host = scores.get(chosen).map(|s| s.name.clone()).unwrap_or_default();
-        let chosen_entry = scores.swap_remove(chosen.min(scores.len().saturating_sub(1)));
-        scores.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
-        let mut top = vec![chosen_entry];
-        top.extend(scores.into_iter().take(2));
-        (host, top)
+        let Some(host) = nodes.get(chosen) else {
+            return (String::new(), Vec::new());
+        };
+        // The two best other nodes, without sorting them all.
+        let better = |a: usize, b: usize| {
+            totals[a] > totals[b] || (totals[a] == totals[b] && nodes[a].name() < nodes[b].name())
+        };
+        let mut runners: [Option<usize>; 2] = [None, None];
+        for i in (0..nodes.len().min(totals.len())).filter(|&i| i != chosen) {
+            match runners {
+                [None, _] => runners[0] = Some(i),
+                [Some(a), _] if better(i, a) => runners = [Some(i), Some(a)],
+                [Some(_), None] => runners[1] = Some(i),
+                [Some(_), Some(b)] if better(i, b) => runners[1] = Some(i),
+                _ => {}
+            }
+        }
+        let mut top = vec![scores.node(chosen, host.name())];
+        top.extend(
+            runners
+                .into_iter()
+                .flatten()
+                .map(|i| scores.node(i, nodes[i].name())),
+        );
+        (host.name().to_string(), top)
     }
 }
 
@@ -403,5 +421,68 @@ mod tests {
         for (p, n, want) in cases {
             assert_eq!(num_feasible_nodes_to_find(p, n), want, "{p:?} {n}");
         }
+    }
+
+    fn nodes(names: &[&str]) -> Vec<Arc<NodeInfo>> {
+        names
+            .iter()
+            .map(|n| {
+                let mut node = k8s_openapi::api::core::v1::Node::default();
+                node.metadata.name = Some(n.to_string());
+                Arc::new(NodeInfo::new(Arc::new(node)))
+            })
+            .collect()
+    }
+
+    fn table(totals: &[i64]) -> ScoreTable {
+        ScoreTable {
+            plugins: vec!["A".into(), "B".into()],
+            weighted: vec![totals.iter().map(|t| t - 1).collect(), vec![1; totals.len()]],
+            totals: totals.to_vec(),
+        }
+    }
+
+    #[test]
+    fn select_host_takes_a_best_node_and_the_two_best_others() {
+        let ns = nodes(&["a", "b", "c", "d", "e"]);
+        // (totals, the allowed hosts, the two runners-up for each host)
+        let cases: &[(&[i64], &[(&str, [&str; 2])])] = &[
+            (&[5, 9, 7, 3, 1], &[("b", ["c", "a"])]),
+            // Ties for the best: either may win; the other is the first runner-up.
+            (&[5, 9, 7, 9, 1], &[("b", ["d", "c"]), ("d", ["b", "c"])]),
+            // Equal totals among the others are ordered by name.
+            (&[4, 4, 9, 4, 4], &[("c", ["a", "b"])]),
+        ];
+        for (totals, allowed) in cases {
+            let mut hosts = std::collections::BTreeSet::new();
+            for seed in 0..32 {
+                let mut algo = SchedulingAlgorithm::new(1, None, seed);
+                let (host, top) = algo.select_host(&ns, &table(totals));
+                let (_, runners) = allowed
+                    .iter()
+                    .find(|(h, _)| *h == host)
+                    .unwrap_or_else(|| panic!("{totals:?}: unexpected host {host}"));
+                let names: Vec<&str> = top.iter().map(|t| t.name.as_str()).collect();
+                assert_eq!(names, [host.as_str(), runners[0], runners[1]], "{totals:?}");
+                assert_eq!(
+                    top[0].scores,
+                    vec![("A".to_string(), top[0].total - 1), ("B".to_string(), 1)]
+                );
+                hosts.insert(host);
+            }
+            assert_eq!(
+                hosts.len(),
+                allowed.len(),
+                "{totals:?}: every tied node wins for some seed"
+            );
+        }
+        // Fewer than three nodes.
+        let mut algo = SchedulingAlgorithm::new(1, None, 1);
+        let (host, top) = algo.select_host(&ns[..2], &table(&[1, 2]));
+        assert_eq!(host, "b");
+        assert_eq!(
+            top.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["b", "a"]
+        );
     }
 }

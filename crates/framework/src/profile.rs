@@ -112,6 +112,45 @@ pub struct NodePluginScores {
     pub total: i64,
 }
 
+/// Weighted scores of one attempt, by plugin and node index (the order of the scored nodes).
+///
+/// Kept as plain numbers because Score runs for hundreds of nodes per pod: named per-node records
+/// ([`NodePluginScores`]) are built only for the few nodes an explanation shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScoreTable {
+    /// The score plugins that ran, in profile order.
+    pub plugins: Vec<String>,
+    /// `weighted[plugin][node]`: normalised score × weight.
+    pub weighted: Vec<Vec<i64>>,
+    /// Sum over plugins, per node.
+    pub totals: Vec<i64>,
+}
+
+impl ScoreTable {
+    /// Every node scoring `total` (no score plugins ran).
+    pub fn uniform(nodes: usize, total: i64) -> Self {
+        ScoreTable {
+            plugins: Vec::new(),
+            weighted: Vec::new(),
+            totals: vec![total; nodes],
+        }
+    }
+
+    /// The named record of node `index`.
+    pub fn node(&self, index: usize, name: &str) -> NodePluginScores {
+        NodePluginScores {
+            name: name.to_string(),
+            scores: self
+                .plugins
+                .iter()
+                .zip(&self.weighted)
+                .map(|(p, w)| (p.clone(), w.get(index).copied().unwrap_or(0)))
+                .collect(),
+            total: self.totals.get(index).copied().unwrap_or(0),
+        }
+    }
+}
+
 /// One profile's plugins per extension point.
 pub struct Framework {
     profile_name: String,
@@ -829,25 +868,26 @@ impl Framework {
         plugins: &[&WeightedScore],
         nodes: &[Arc<NodeInfo>],
         raw: Vec<Vec<i64>>,
-    ) -> Result<Vec<NodePluginScores>, Status> {
-        let mut out: Vec<NodePluginScores> = nodes
-            .iter()
-            .map(|n| NodePluginScores {
-                name: n.name().to_string(),
-                scores: Vec::with_capacity(plugins.len()),
-                total: 0,
-            })
-            .collect();
-        for (pi, ws) in plugins.iter().enumerate() {
-            let mut list: Vec<NodeScore> = nodes
-                .iter()
-                .zip(raw.get(pi).into_iter().flatten())
-                .map(|(n, s)| NodeScore {
-                    name: n.name().to_string(),
-                    score: *s,
-                })
-                .collect();
+    ) -> Result<ScoreTable, Status> {
+        let mut table = ScoreTable {
+            plugins: Vec::with_capacity(plugins.len()),
+            weighted: Vec::with_capacity(plugins.len()),
+            totals: vec![0; nodes.len()],
+        };
+        let mut raw = raw.into_iter();
+        for ws in plugins {
+            let mut scores = raw.next().unwrap_or_default();
+            scores.resize(nodes.len(), 0);
             if ws.plugin.has_normalize() {
+                // The normalisation interface names nodes; only plugins that normalise pay for it.
+                let mut list: Vec<NodeScore> = nodes
+                    .iter()
+                    .zip(&scores)
+                    .map(|(n, s)| NodeScore {
+                        name: n.name().to_string(),
+                        score: *s,
+                    })
+                    .collect();
                 let s = ws.plugin.normalize_score(state, pod, &mut list);
                 if !s.is_success() {
                     return Err(s.with_plugin(ws.plugin.name()).wrap_error(format!(
@@ -855,23 +895,27 @@ impl Framework {
                         ws.plugin.name()
                     )));
                 }
+                for (score, ns) in scores.iter_mut().zip(&list) {
+                    *score = ns.score;
+                }
             }
-            for (ni, ns) in list.iter().enumerate() {
-                if !(crate::MIN_NODE_SCORE..=crate::MAX_NODE_SCORE).contains(&ns.score) {
+            for (ni, score) in scores.iter_mut().enumerate() {
+                if !(crate::MIN_NODE_SCORE..=crate::MAX_NODE_SCORE).contains(score) {
                     return Err(Status::error(format!(
                         "plugin {:?} returns an invalid score {}, it should in the range of [{}, {}] after normalizing",
                         ws.plugin.name(),
-                        ns.score,
+                        score,
                         crate::MIN_NODE_SCORE,
                         crate::MAX_NODE_SCORE
                     )));
                 }
-                let weighted = ns.score * ws.weight;
-                out[ni].scores.push((ws.plugin.name().to_string(), weighted));
-                out[ni].total += weighted;
+                *score *= ws.weight;
+                table.totals[ni] += *score;
             }
+            table.plugins.push(ws.plugin.name().to_string());
+            table.weighted.push(scores);
         }
-        Ok(out)
+        Ok(table)
     }
 
     /// Lets plugins add their per-node results to the pod the cache will assume.
