@@ -16,6 +16,9 @@ pub struct Snapshot {
     index: Arc<HashMap<String, usize>>,
     /// The highest node generation included.
     pub generation: u64,
+    /// How many nodes hold pods with required anti-affinity terms: InterPodAffinity must look at
+    /// every such node for every pod, and with none (the common case) it need not walk the nodes.
+    required_anti_affinity_nodes: usize,
 }
 
 impl Snapshot {
@@ -27,10 +30,15 @@ impl Snapshot {
             .enumerate()
             .map(|(i, n)| (n.name().to_string(), i))
             .collect();
+        let required_anti_affinity_nodes = nodes
+            .iter()
+            .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+            .count();
         Snapshot {
             nodes,
             index: Arc::new(index),
             generation,
+            required_anti_affinity_nodes,
         }
     }
 
@@ -64,6 +72,13 @@ impl Snapshot {
         match self.index.get(node.name()) {
             Some(i) => {
                 self.generation = self.generation.max(node.generation);
+                let had = !self.nodes[*i].pods_with_required_anti_affinity.is_empty();
+                let has = !node.pods_with_required_anti_affinity.is_empty();
+                match (had, has) {
+                    (false, true) => self.required_anti_affinity_nodes += 1,
+                    (true, false) => self.required_anti_affinity_nodes -= 1,
+                    _ => {}
+                }
                 self.nodes[*i] = node;
                 true
             }
@@ -76,10 +91,78 @@ impl Snapshot {
         self.nodes.iter().filter(|n| !n.pods_with_affinity.is_empty())
     }
 
+    /// How many nodes hold pods with required anti-affinity terms (kept up to date by `new` and
+    /// `replace`, so asking costs nothing).
+    pub fn required_anti_affinity_node_count(&self) -> usize {
+        self.required_anti_affinity_nodes
+    }
+
     /// Nodes that hold pods with required anti-affinity terms.
     pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
         self.nodes
             .iter()
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PodInfo;
+    use k8s_openapi::api::core::v1::{Affinity, Node, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec};
+
+    fn node(name: &str, anti_affinity_pods: usize) -> Arc<NodeInfo> {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        let mut info = NodeInfo::new(Arc::new(n));
+        for i in 0..anti_affinity_pods {
+            let mut p = Pod::default();
+            p.metadata.name = Some(format!("{name}-{i}"));
+            p.metadata.uid = Some(format!("{name}-{i}"));
+            p.spec = Some(PodSpec {
+                affinity: Some(Affinity {
+                    pod_anti_affinity: Some(PodAntiAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                            topology_key: "kubernetes.io/hostname".into(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            info.add_pod(Arc::new(PodInfo::new(p)));
+        }
+        Arc::new(info)
+    }
+
+    #[test]
+    fn required_anti_affinity_count_follows_replacements() {
+        let mut s = Snapshot::new(vec![node("a", 0), node("b", 2), node("c", 0)]);
+        assert_eq!(s.required_anti_affinity_node_count(), 1);
+        // (replacement, expected count after it)
+        let steps = [
+            (node("a", 1), 2),
+            (node("a", 3), 2),
+            (node("b", 0), 1),
+            (node("b", 0), 1),
+            (node("a", 0), 0),
+        ];
+        for (n, want) in steps {
+            let name = n.name().to_string();
+            assert!(s.replace(n));
+            assert_eq!(
+                s.required_anti_affinity_node_count(),
+                want,
+                "after replacing {name}"
+            );
+            assert_eq!(
+                s.required_anti_affinity_node_count(),
+                s.nodes_with_required_anti_affinity_pods().count()
+            );
+        }
+        assert!(!s.replace(node("unknown", 1)));
+        assert_eq!(s.required_anti_affinity_node_count(), 0);
     }
 }

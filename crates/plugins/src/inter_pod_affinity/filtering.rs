@@ -70,10 +70,13 @@ fn node_labels(node: Option<&Arc<Node>>) -> &Labels {
 }
 
 impl InterPodAffinity {
+    /// `no_existing_anti_affinity`: the caller knows no node holds a pod with required
+    /// anti-affinity, so the walk over all nodes looking for them is skipped.
     fn pre_filter_state(
         &self,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
+        no_existing_anti_affinity: bool,
     ) -> Result<Option<PreFilterState>, String> {
         let terms = PodTerms::parse(&pod.pod)?;
         let lister = self.namespaces.as_deref();
@@ -84,7 +87,8 @@ impl InterPodAffinity {
         // Existing pods whose required anti-affinity the incoming pod would violate (the nodes of
         // `Snapshot::nodes_with_required_anti_affinity_pods`, taken from the attempt's node list).
         let mut existing_anti_affinity = TopologyCounts::default();
-        for ni in nodes
+        let walk: &[Arc<NodeInfo>] = if no_existing_anti_affinity { &[] } else { nodes };
+        for ni in walk
             .iter()
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
         {
@@ -166,7 +170,13 @@ impl PreFilterPlugin for InterPodAffinity {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> (Option<PreFilterResult>, Status) {
-        match self.pre_filter_state(pod, nodes) {
+        // The snapshot counts nodes with anti-affinity pods; use it when `nodes` is its node list
+        // (it always is in a scheduling cycle; unit tests may pass nodes without a snapshot).
+        let snapshot = state.snapshot();
+        let same_list =
+            std::ptr::eq(snapshot.nodes().as_ptr(), nodes.as_ptr()) && snapshot.len() == nodes.len();
+        let no_existing_anti_affinity = same_list && snapshot.required_anti_affinity_node_count() == 0;
+        match self.pre_filter_state(pod, nodes, no_existing_anti_affinity) {
             Err(e) => {
                 tracing::warn!(pod = %pod.key(), error = %e, "InterPodAffinity cannot parse the pod's affinity terms");
                 (None, Status::unresolvable(format!("parsing pod: {e}")))
