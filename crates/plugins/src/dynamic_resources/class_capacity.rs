@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use unisched_dra::ClassSelector;
-use unisched_dra::pools::NodeScope;
+use unisched_dra::pools::PreparedDevice;
 use unisched_framework::{CycleState, NodeInfo};
 
-use super::device_scoring::slice_targets;
+use super::device_scoring::node_devices;
 use super::state::{CycleData, PodState, STATE_KEY};
 
 /// The devices of one class, ready to be counted per node in this attempt.
@@ -33,32 +33,19 @@ impl ClassCapacity {
         Some(ClassCapacity { selector, data })
     }
 
+    /// The devices of the class that reach `node` (see [`node_devices`]). A device whose selector
+    /// evaluation fails counts as not in the class.
+    pub(crate) fn devices<'a>(&'a self, node: &'a NodeInfo) -> impl Iterator<Item = &'a PreparedDevice> + 'a {
+        node_devices(self.data.snapshot.index(), node.name(), node.node().map(|n| &**n))
+            .filter(|(slice, i, _)| self.selector.matches(slice, *i).unwrap_or(false))
+            .map(|(_, _, dev)| dev)
+    }
+
     /// `(devices of the class on the node, how many of them are allocated or being allocated)`.
-    /// A device whose selector evaluation fails counts as not in the class.
     pub(crate) fn count(&self, node: &NodeInfo) -> (i64, i64) {
-        let node_name = node.name();
-        let api_node = node.node().map(|n| &**n);
         let layers = self.data.snapshot.state_layers();
-        let (mut devices, mut allocated) = (0i64, 0i64);
-        for slice in self.data.snapshot.index().node_slices(node_name) {
-            if !slice_targets(slice, node_name, api_node) {
-                continue;
-            }
-            for (i, dev) in slice.devices().iter().enumerate() {
-                if matches!(slice.scope(), NodeScope::PerDevice)
-                    && !api_node.is_some_and(|n| slice.device_targets(i, n).unwrap_or(false))
-                {
-                    continue;
-                }
-                if !self.selector.matches(slice, i).unwrap_or(false) {
-                    continue;
-                }
-                devices += 1;
-                if layers.is_allocated(&dev.id) {
-                    allocated += 1;
-                }
-            }
-        }
-        (devices, allocated)
+        self.devices(node).fold((0, 0), |(devices, allocated), dev| {
+            (devices + 1, allocated + i64::from(layers.is_allocated(&dev.id)))
+        })
     }
 }

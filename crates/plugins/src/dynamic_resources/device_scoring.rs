@@ -34,10 +34,12 @@ use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 use unisched_cache::DraSnapshot;
 use unisched_dra::pools::NodeScope;
+use unisched_dra::pools::PreparedDevice;
 use unisched_dra::state::LayeredCapacity;
-use unisched_dra::{AllocatedState, ClassSelector, DeviceId, PoolKey, PreparedSlice, StateLayers};
+use unisched_dra::{AllocatedState, DeviceId, DraSnapshotIndex, PoolKey, PreparedSlice, StateLayers};
 use unisched_framework::{CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, ScorePlugin, Status};
 
+use super::ClassCapacity;
 use super::state::{CycleData, NodeResult, PodState, STATE_KEY};
 use crate::helper::{PluginArgs, aggregate, invalid, quote};
 use crate::noderesources::{Strategy, score_vector};
@@ -148,6 +150,16 @@ impl DeviceResources {
         Ok(DeviceResources { strategy, weights })
     }
 
+    /// Per configured resource: the class's devices when it names a known DeviceClass.
+    fn configured_classes(&self, state: &CycleState) -> Arc<Vec<Option<ClassCapacity>>> {
+        Arc::new(
+            self.weights
+                .iter()
+                .map(|(name, _)| ClassCapacity::new(state, name.strip_prefix(CLASS_RESOURCE_PREFIX)?))
+                .collect(),
+        )
+    }
+
     fn data(state: &CycleState) -> Option<Arc<PodState>> {
         state.read::<CycleData>(STATE_KEY).ok().map(|d| d.0.clone())
     }
@@ -164,11 +176,24 @@ impl Plugin for DeviceResources {
 impl PreScorePlugin for DeviceResources {
     fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[Arc<NodeInfo>]) -> Status {
         match Self::data(state) {
-            Some(d) if !d.claims.is_empty() || d.extended.is_some() => Status::success(),
+            Some(d) if !d.claims.is_empty() || d.extended.is_some() => {
+                // Class selectors once per attempt, not once per node in Score.
+                let classes = self.configured_classes(state);
+                state.write(PRE_SCORE_KEY, ConfiguredClasses(classes));
+                Status::success()
+            }
             _ => Status::skip(),
         }
     }
 }
+
+/// Cycle-state key of [`ConfiguredClasses`].
+const PRE_SCORE_KEY: &str = "PreScoreDeviceResources";
+
+/// Per configured resource (aligned with the weights): the class's devices when the name is a
+/// `deviceclass.resource.kubernetes.io/<class>` of a known class.
+#[derive(Clone, Debug)]
+struct ConfiguredClasses(Arc<Vec<Option<ClassCapacity>>>);
 
 impl ScorePlugin for DeviceResources {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
@@ -176,15 +201,17 @@ impl ScorePlugin for DeviceResources {
             return Ok(0);
         };
         let result = data.nodes.read().get(node.name()).cloned();
-        let mut usage = node_device_usage(
-            &data.snapshot,
-            node.name(),
-            node.node().map(|n| &**n),
-            result.as_deref(),
-        );
-        for (name, _) in &self.weights {
-            if let Some(class) = name.strip_prefix(CLASS_RESOURCE_PREFIX) {
-                let used = class_device_usage(&data, class, node, result.as_deref());
+        let layers = layers_with(&data.snapshot, result.as_deref());
+        let mut usage = node_device_usage(&data.snapshot, node.name(), node.node().map(|n| &**n), &layers);
+        let classes = match state.read::<ConfiguredClasses>(PRE_SCORE_KEY) {
+            Ok(ConfiguredClasses(c)) => c.clone(),
+            Err(_) => self.configured_classes(state),
+        };
+        for ((name, _), class) in self.weights.iter().zip(classes.iter()) {
+            if name.starts_with(CLASS_RESOURCE_PREFIX) {
+                let used = class
+                    .as_ref()
+                    .map_or((0, 0), |c| class_device_usage(c, node, &layers));
                 usage.insert(name.clone(), used);
             }
         }
@@ -196,48 +223,19 @@ impl ScorePlugin for DeviceResources {
 /// The prefix naming a DeviceClass in the args (the implicit extended-resource name of a class).
 pub const CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
-/// `(used, total)` milli-units of the devices of `class` on the node after this pod's allocation;
-/// `(0, 0)` (ignored in the score) when the class is unknown or its selectors do not compile.
-fn class_device_usage(
-    data: &PodState,
-    class: &str,
-    node: &NodeInfo,
-    result: Option<&NodeResult>,
-) -> (i64, i64) {
-    let Some(class) = data.snapshot.class(class) else {
-        return (0, 0);
-    };
-    let Ok(selector) = ClassSelector::compile(class, &*data.engine) else {
-        return (0, 0);
-    };
-    let layers = layers_with(&data.snapshot, result);
-    let node_name = node.name();
-    let api_node = node.node().map(|n| &**n);
-    let (mut used, mut total) = (0i64, 0i64);
-    for slice in data.snapshot.index().node_slices(node_name) {
-        if !slice_targets(slice, node_name, api_node) {
-            continue;
-        }
-        for (i, dev) in slice.devices().iter().enumerate() {
-            if matches!(slice.scope(), NodeScope::PerDevice)
-                && !api_node.is_some_and(|n| slice.device_targets(i, n).unwrap_or(false))
-            {
-                continue;
-            }
-            if !selector.matches(slice, i).unwrap_or(false) {
-                continue;
-            }
-            used += if dev.consumes.is_empty() {
-                device_used(&layers, &dev.id, dev.allow_multiple, &dev.capacities)
-            } else if layers.is_allocated(&dev.id) {
-                UNIT
-            } else {
-                0
-            };
-            total += UNIT;
-        }
-    }
-    (used, total)
+/// `(used, total)` milli-units of the devices of a class on the node under `layers` (which include
+/// this pod's allocation there).
+fn class_device_usage(class: &ClassCapacity, node: &NodeInfo, layers: &StateLayers) -> (i64, i64) {
+    class.devices(node).fold((0, 0), |(used, total), dev| {
+        let u = if dev.consumes.is_empty() {
+            device_used(layers, &dev.id, dev.allow_multiple, &dev.capacities)
+        } else if layers.is_allocated(&dev.id) {
+            UNIT
+        } else {
+            0
+        };
+        (used + u, total + UNIT)
+    })
 }
 
 /// The snapshot's committed and in-flight allocations, plus this pod's allocation on the node.
@@ -301,6 +299,30 @@ pub(crate) fn slice_targets(slice: &PreparedSlice, node_name: &str, node: Option
     }
 }
 
+/// The devices that reach `node_name`: from its own slices and the node-independent slices that
+/// select it, honouring per-device node selection. Only the node's slices are walked (scoring
+/// runs for every feasible node; walking the whole cluster's slices each time is quadratic).
+pub(crate) fn node_devices<'a>(
+    index: &'a DraSnapshotIndex,
+    node_name: &'a str,
+    node: Option<&'a Node>,
+) -> impl Iterator<Item = (&'a PreparedSlice, usize, &'a PreparedDevice)> + 'a {
+    index
+        .node_slices(node_name)
+        .filter(move |slice| slice_targets(slice, node_name, node))
+        .flat_map(move |slice| {
+            slice
+                .devices()
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| {
+                    !matches!(slice.scope(), NodeScope::PerDevice)
+                        || node.is_some_and(|n| slice.device_targets(*i, n).unwrap_or(false))
+                })
+                .map(move |(i, dev)| (slice, i, dev))
+        })
+}
+
 /// `numerator / denominator` in milli-units, clamped to `[0, UNIT]`.
 fn milli_ratio(numerator: i128, denominator: i128) -> i64 {
     if denominator <= 0 {
@@ -309,48 +331,34 @@ fn milli_ratio(numerator: i128, denominator: i128) -> i64 {
     ((numerator.max(0) * i128::from(UNIT)) / denominator).clamp(0, i128::from(UNIT)) as i64
 }
 
-/// Device utilisation per driver on `node_name` after this pod's allocation (`result`), for every
-/// driver with devices there.
+/// Device utilisation per driver on `node_name` under `layers` (committed, in-flight and this pod's
+/// allocation, see [`layers_with`]), for every driver with devices there.
 pub(crate) fn node_device_usage(
     snapshot: &DraSnapshot,
     node_name: &str,
     node: Option<&Node>,
-    result: Option<&NodeResult>,
+    layers: &StateLayers,
 ) -> DriverUsage {
-    let layers = layers_with(snapshot, result);
     let index = snapshot.index();
     let mut usage = DriverUsage::new();
     // Counter consumption of the allocated partitions per pool on this node: (set, name) → amount.
     let mut counter_used: BTreeMap<PoolKey, BTreeMap<(String, String), i128>> = BTreeMap::new();
-    // Only this node's slices and the node-independent ones: scoring runs for every feasible
-    // node, so walking every slice of the cluster here would make it quadratic.
-    for slice in index.node_slices(node_name) {
-        if !slice_targets(slice, node_name, node) {
-            continue;
-        }
-        let driver = slice.driver();
-        for (di, dev) in slice.devices().iter().enumerate() {
-            if matches!(slice.scope(), NodeScope::PerDevice)
-                && !node.is_some_and(|n| slice.device_targets(di, n).unwrap_or(false))
-            {
-                continue;
-            }
-            if !dev.consumes.is_empty() {
-                let used = counter_used.entry(slice.pool().clone()).or_default();
-                if layers.is_allocated(&dev.id) {
-                    for (set, cs) in &dev.consumes {
-                        for (name, q) in cs {
-                            *used.entry((set.clone(), name.clone())).or_default() += q.nanos();
-                        }
+    for (slice, _, dev) in node_devices(index, node_name, node) {
+        if !dev.consumes.is_empty() {
+            let used = counter_used.entry(slice.pool().clone()).or_default();
+            if layers.is_allocated(&dev.id) {
+                for (set, cs) in &dev.consumes {
+                    for (name, q) in cs {
+                        *used.entry((set.clone(), name.clone())).or_default() += q.nanos();
                     }
                 }
-                continue;
             }
-            let used = device_used(&layers, &dev.id, dev.allow_multiple, &dev.capacities);
-            let e = usage.entry(driver.to_string()).or_default();
-            e.0 += used;
-            e.1 += UNIT;
+            continue;
         }
+        let used = device_used(layers, &dev.id, dev.allow_multiple, &dev.capacities);
+        let e = usage.entry(slice.driver().to_string()).or_default();
+        e.0 += used;
+        e.1 += UNIT;
     }
     for (key, used) in &counter_used {
         let Some(pool) = index.pool(key) else {
@@ -466,7 +474,7 @@ mod tests {
     }
 
     fn score_on(snapshot: &DraSnapshot, node: &str, r: &NodeResult, strategy: &Strategy) -> i64 {
-        let usage = node_device_usage(snapshot, node, None, Some(r));
+        let usage = node_device_usage(snapshot, node, None, &layers_with(snapshot, Some(r)));
         score_usage(strategy, &[], &usage, &pod_drivers(Some(r)))
     }
 
@@ -491,9 +499,9 @@ mod tests {
         let snap = shared_gpus();
         let on_a = result(alloc("node-a", "gpu-0", Some("s2"), &[("memory", "40Gi")]));
         let on_b = result(alloc("node-b", "gpu-0", Some("s2"), &[("memory", "40Gi")]));
-        let usage_a = node_device_usage(&snap, "node-a", None, Some(&on_a));
+        let usage_a = node_device_usage(&snap, "node-a", None, &layers_with(&snap, Some(&on_a)));
         assert_eq!(usage_a.get(GPU), Some(&(1000, 1000)));
-        let usage_b = node_device_usage(&snap, "node-b", None, Some(&on_b));
+        let usage_b = node_device_usage(&snap, "node-b", None, &layers_with(&snap, Some(&on_b)));
         assert_eq!(usage_b.get(GPU), Some(&(500, 1000)));
         for (s, name) in strategies() {
             let (a, b) = (
@@ -507,7 +515,7 @@ mod tests {
         }
         // Without the pod's allocation only the committed share counts.
         assert_eq!(
-            node_device_usage(&snap, "node-a", None, None).get(GPU),
+            node_device_usage(&snap, "node-a", None, &layers_with(&snap, None)).get(GPU),
             Some(&(500, 1000))
         );
     }
@@ -534,11 +542,11 @@ mod tests {
         let on_b = result(alloc("node-b", "gpu-0-half-0", None, &[]));
         // Partitions are views of the counter, not devices of their own: one unit per counter.
         assert_eq!(
-            node_device_usage(&snap, "node-a", None, Some(&on_a)).get(GPU),
+            node_device_usage(&snap, "node-a", None, &layers_with(&snap, Some(&on_a))).get(GPU),
             Some(&(1000, 1000))
         );
         assert_eq!(
-            node_device_usage(&snap, "node-b", None, Some(&on_b)).get(GPU),
+            node_device_usage(&snap, "node-b", None, &layers_with(&snap, Some(&on_b))).get(GPU),
             Some(&(500, 1000))
         );
         let most = Strategy::MostAllocated;
@@ -559,13 +567,13 @@ mod tests {
         let snap = cache.snapshot();
         let mine = result(alloc("node-a", "gpu-1", None, &[]));
         assert_eq!(
-            node_device_usage(&snap, "node-a", None, Some(&mine)).get(GPU),
+            node_device_usage(&snap, "node-a", None, &layers_with(&snap, Some(&mine))).get(GPU),
             Some(&(2000, 4000))
         );
         assert_eq!(score_on(&snap, "node-a", &mine, &Strategy::MostAllocated), 50);
         assert_eq!(score_on(&snap, "node-a", &mine, &Strategy::LeastAllocated), 50);
         // Other nodes see nothing of node-a's devices.
-        assert!(node_device_usage(&snap, "node-b", None, None).is_empty());
+        assert!(node_device_usage(&snap, "node-b", None, &layers_with(&snap, None)).is_empty());
     }
 
     #[test]

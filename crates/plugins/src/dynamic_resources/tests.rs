@@ -1513,6 +1513,7 @@ fn dra_backed_extended_resource_scores_on_device_counts() {
 fn device_resources_scores_per_class_or_per_driver() {
     use crate::{DeviceResources, DeviceResourcesArgs, ResourceSpec, ScoringStrategy};
     use unisched_dra::testing::class_with;
+    use unisched_framework::PreScorePlugin;
 
     let e = env();
     for model in ["a100", "t4"] {
@@ -1574,5 +1575,13 @@ fn device_resources_scores_per_class_or_per_driver() {
         let p = scorer(name);
         let got: Vec<i64> = nodes.iter().map(|n| p.score(&st, &pod, n).unwrap()).collect();
         assert_eq!(got, want.to_vec(), "{name}");
+        // Through PreScore (classes compiled once per attempt), as the framework runs it.
+        let mut prescored = st.clone();
+        assert!(p.pre_score(&mut prescored, &pod, &[]).is_success());
+        let got: Vec<i64> = nodes
+            .iter()
+            .map(|n| p.score(&prescored, &pod, n).unwrap())
+            .collect();
+        assert_eq!(got, want.to_vec(), "{name} after PreScore");
     }
 }
