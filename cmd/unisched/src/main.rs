@@ -6,6 +6,7 @@
 
 mod bench;
 mod logging;
+mod remote;
 mod run;
 mod sim;
 

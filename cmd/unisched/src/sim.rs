@@ -1,7 +1,8 @@
-//! `unisched sim`: apply a scenario to the embedded control plane, let the real scheduler runtime
-//! place it over HTTP, and report.
+//! `unisched sim`: apply a scenario to the embedded control plane (or, with `--kubeconfig`, to any
+//! API server), let the real scheduler runtime place it over HTTP, and report.
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     io::Write,
     net::SocketAddr,
     path::PathBuf,
@@ -13,7 +14,13 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{ApiServer, DeleteOptions, RunningServer, Store, report, scenario};
+use unisched_sim::{
+    ApiServer, DeleteOptions, RunningServer, Store,
+    report::{self, ObjectSource},
+    scenario,
+};
+
+use crate::remote::{Inventory, RemoteCluster, fingerprint};
 
 /// Output format of the report.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -40,11 +47,19 @@ pub struct SimArgs {
     #[arg(long = "scheduler-config")]
     pub scheduler_config: Option<PathBuf>,
     /// Keep the control plane running after the scenario (Ctrl-C stops it).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "kubeconfig")]
     pub serve: bool,
-    /// Where to write a kubeconfig for kubectl and `unisched run` (with --serve).
-    #[arg(long = "kubeconfig-out")]
+    /// Where to write a kubeconfig for kubectl and `unisched run` (with --serve; default
+    /// `unisched-sim.kubeconfig` in the current directory).
+    #[arg(long = "kubeconfig-out", requires = "serve")]
     pub kubeconfig_out: Option<PathBuf>,
+    /// Apply the scenario to the API server of this kubeconfig instead of starting the embedded
+    /// one. Only objects this run creates are touched, and they are deleted at the end.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --kubeconfig: leave the objects this run created in the cluster.
+    #[arg(long, requires = "kubeconfig")]
+    pub keep: bool,
     /// Run only the control plane (start `unisched run --kubeconfig …` separately).
     #[arg(long = "no-scheduler")]
     pub no_scheduler: bool,
@@ -68,12 +83,12 @@ fn progress(msg: &str) {
     let _ = writeln!(e, "[sim] {msg}");
 }
 
-/// True when every pod is bound, rejected with a reason, or finished.
-fn all_decided(store: &Store) -> (bool, usize, usize) {
-    let pods = store.list_all("pods", None).unwrap_or_default();
+/// True when every pod is bound, rejected with a reason, finished, or one the in-process
+/// scheduler will never attempt (gated, or another `schedulerName` when `profiles` is given).
+fn all_decided(objects: &dyn ObjectSource, profiles: Option<&BTreeSet<String>>) -> (bool, usize, usize) {
+    let pods = objects.objects("pods");
     let mut undecided = 0;
-    for p in &pods {
-        let v = p.value();
+    for v in &pods {
         let bound = v["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
         let phase = v["status"]["phase"].as_str().unwrap_or("");
         let rejected = v["status"]["conditions"]
@@ -84,7 +99,9 @@ fn all_decided(store: &Store) -> (bool, usize, usize) {
         let gated = v["spec"]["schedulingGates"]
             .as_array()
             .is_some_and(|g| !g.is_empty());
-        if !(bound || rejected || gated || phase == "Succeeded" || phase == "Failed") {
+        let not_ours = profiles
+            .is_some_and(|p| !p.contains(v["spec"]["schedulerName"].as_str().unwrap_or("default-scheduler")));
+        if !(bound || rejected || gated || not_ours || phase == "Succeeded" || phase == "Failed") {
             undecided += 1;
         }
     }
@@ -94,7 +111,13 @@ fn all_decided(store: &Store) -> (bool, usize, usize) {
 /// Waits until nothing has been written for `quiet`, every pod is decided, and (with an in-process
 /// scheduler) no pod is waiting in activeQ/backoffQ or being bound: a pod in backoff will be retried
 /// and may still land, so the cluster has not settled.
-async fn settle(store: &Store, quiet: Duration, timeout: Duration, scheduler: Option<&Scheduler>) -> bool {
+async fn settle(
+    store: &Store,
+    quiet: Duration,
+    timeout: Duration,
+    scheduler: Option<&Scheduler>,
+    profiles: Option<&BTreeSet<String>>,
+) -> bool {
     let deadline = Instant::now() + timeout;
     let mut last_report = Instant::now();
     loop {
@@ -103,7 +126,7 @@ async fn settle(store: &Store, quiet: Duration, timeout: Duration, scheduler: Op
             return false;
         }
         let quiet_ok = store.wait_quiet(quiet, remaining).await;
-        let (decided, total, undecided) = all_decided(store);
+        let (decided, total, undecided) = all_decided(store, profiles);
         match scheduler {
             None if quiet_ok => return true,
             Some(s) if quiet_ok && decided && s.is_idle() => return true,
@@ -174,8 +197,8 @@ fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<()> {
     Ok(())
 }
 
-/// Waits until the scheduler has seen what the store holds: every node, slice and device class.
-async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration) {
+/// What the store holds: the inventory the in-process scheduler must have seen.
+fn store_inventory(store: &Store) -> Inventory {
     let names = |plural: &str| -> Vec<String> {
         store
             .list_all(plural, None)
@@ -186,18 +209,27 @@ async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration)
             })
             .unwrap_or_default()
     };
-    let nodes = names("nodes").len();
-    let slices = names("resourceslices").len();
-    let classes = names("deviceclasses");
-    // Namespace labels decide which pods a `namespaceSelector` affinity term sees.
-    let namespaces = names("namespaces");
+    Inventory {
+        nodes: names("nodes").len(),
+        slices: names("resourceslices").len(),
+        classes: names("deviceclasses"),
+        namespaces: names("namespaces"),
+    }
+}
+
+/// Waits until the scheduler has seen every node, slice, device class and namespace of the
+/// inventory (namespace labels decide which pods a `namespaceSelector` affinity term sees).
+async fn wait_for_cache(inventory: &Inventory, scheduler: &Scheduler, timeout: Duration) {
     let start = Instant::now();
     while start.elapsed() < timeout {
         let dra = scheduler.dra();
-        if scheduler.cache().node_count() == nodes
-            && dra.slice_count() == slices
-            && classes.iter().all(|c| dra.class(c).is_some())
-            && namespaces.iter().all(|n| scheduler.namespaces().contains(n))
+        if scheduler.cache().node_count() == inventory.nodes
+            && dra.slice_count() == inventory.slices
+            && inventory.classes.iter().all(|c| dra.class(c).is_some())
+            && inventory
+                .namespaces
+                .iter()
+                .all(|n| scheduler.namespaces().contains(n))
         {
             return;
         }
@@ -205,15 +237,86 @@ async fn wait_for_cache(store: &Store, scheduler: &Scheduler, timeout: Duration)
     }
 }
 
+/// The in-process scheduler and its task.
+type InProcess = (
+    Arc<Scheduler>,
+    tokio::task::JoinHandle<Result<(), unisched_runtime::RuntimeError>>,
+);
+
+/// Starts the in-process scheduler on `client` and waits for its informers' first list, so the
+/// first pods are not raced. Returns it with the scheduler names its profiles serve.
+async fn start_scheduler(client: kube::Client, args: &SimArgs) -> Result<(InProcess, BTreeSet<String>)> {
+    let mut config = crate::run::load_config(args.scheduler_config.as_ref())?;
+    config.leader_election.leader_elect = false;
+    config.client_connection.qps = -1.0;
+    let profiles = config
+        .profiles
+        .iter()
+        .map(|p| {
+            p.scheduler_name
+                .clone()
+                .unwrap_or_else(|| "default-scheduler".into())
+        })
+        .collect();
+    let options = SchedulerOptions {
+        config,
+        seed: args.seed,
+        identity: "unisched-sim".into(),
+        health_addr: None,
+        default_namespace: "default".into(),
+    };
+    let s = Arc::new(Scheduler::new(client, options).await?);
+    s.explanations().set_recording(args.explain);
+    let runner = s.clone();
+    let task = tokio::spawn(async move { runner.run().await });
+    let wait = Instant::now();
+    while !s.health().is_synced() && wait.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(((s, task), profiles))
+}
+
+async fn stop_scheduler(scheduler: Option<InProcess>) {
+    if let Some((s, task)) = scheduler {
+        s.stop();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+}
+
+fn print_report(args: &SimArgs, report: &report::Report) -> Result<()> {
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
+        Output::Table => print!("{}", report.to_table()),
+    }
+    Ok(())
+}
+
+fn step_banner(i: usize, n: usize, step: &scenario::Step) {
+    progress(&format!(
+        "step {}/{n} {:?}: {} to create, {} to delete",
+        i + 1,
+        step.name,
+        step.apply.len(),
+        step.delete.len()
+    ));
+}
+
 /// Runs the command; returns the exit code (0 settled, 3 did not settle in time).
 pub async fn sim(args: SimArgs) -> Result<u8> {
-    let started = Instant::now();
     // Read and validate everything first: nothing is applied if any file is bad.
     let scenario = if args.paths.is_empty() {
         scenario::Scenario::default()
     } else {
         scenario::load(&args.paths)?
     };
+    match args.kubeconfig.clone() {
+        Some(kc) => sim_remote(args, scenario, &kc).await,
+        None => sim_embedded(args, scenario).await,
+    }
+}
+
+async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8> {
+    let started = Instant::now();
     let server: RunningServer = ApiServer::builder()
         .build()
         .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
@@ -222,31 +325,13 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
     let store = server.store().clone();
     progress(&format!("control plane listening on {}", server.url()));
 
-    let scheduler = if args.no_scheduler {
-        None
+    let (scheduler, profiles) = if args.no_scheduler {
+        (None, None)
     } else {
-        let mut config = crate::run::load_config(args.scheduler_config.as_ref())?;
-        config.leader_election.leader_elect = false;
-        config.client_connection.qps = -1.0;
         let kconfig = kube::Config::new(server.url().parse().context("server URL")?);
         let client = kube::Client::try_from(kconfig).context("building the API client")?;
-        let options = SchedulerOptions {
-            config,
-            seed: args.seed,
-            identity: "unisched-sim".into(),
-            health_addr: None,
-            default_namespace: "default".into(),
-        };
-        let s = Arc::new(Scheduler::new(client, options).await?);
-        s.explanations().set_recording(args.explain);
-        let runner = s.clone();
-        let task = tokio::spawn(async move { runner.run().await });
-        // Wait for the informers' first list so the first pods are not raced.
-        let wait = Instant::now();
-        while !s.health().is_synced() && wait.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Some((s, task))
+        let (s, p) = start_scheduler(client, &args).await?;
+        (Some(s), Some(p))
     };
 
     for ns in scenario::missing_namespaces(&scenario) {
@@ -259,20 +344,13 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let mut settled = true;
     for (i, step) in scenario.steps.iter().enumerate() {
-        progress(&format!(
-            "step {}/{} {:?}: {} to create, {} to delete",
-            i + 1,
-            scenario.steps.len(),
-            step.name,
-            step.apply.len(),
-            step.delete.len()
-        ));
+        step_banner(i, scenario.steps.len(), step);
         apply_deletes(&store, step)?;
         apply_objects(&store, step, false)?;
         if let Some((s, _)) = &scheduler {
             // A barrier: the pods of a step see the cluster the step describes, whatever order the
             // watches deliver events in. Without it placement would depend on thread timing.
-            wait_for_cache(&store, s, Duration::from_secs(10)).await;
+            wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
         }
         apply_objects(&store, step, true)?;
         if !settle(
@@ -280,6 +358,7 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
             quiet,
             timeout,
             scheduler.as_ref().map(|(s, _)| s.as_ref()),
+            profiles.as_ref(),
         )
         .await
         {
@@ -294,10 +373,7 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
     if let Some((s, _)) = &scheduler {
         report.explanations = explanations(s, &report);
     }
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
-        Output::Table => print!("{}", report.to_table()),
-    }
+    print_report(&args, &report)?;
     if args.serve {
         let kubeconfig = server.kubeconfig();
         let path = args
@@ -305,19 +381,160 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
             .clone()
             .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
         std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+        let shown = std::path::absolute(&path).unwrap_or(path);
+        progress(&format!("wrote the kubeconfig to {}", shown.display()));
         progress(&format!(
             "serving on {} — try: kubectl --kubeconfig {} get pods -A   (Ctrl-C to stop)",
             server.url(),
-            path.display()
+            shown.display()
         ));
         let _ = tokio::signal::ctrl_c().await;
     }
-    if let Some((s, task)) = scheduler {
-        s.stop();
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-    }
+    stop_scheduler(scheduler).await;
     server.shutdown().await;
     Ok(if settled { 0 } else { 3 })
+}
+
+/// Waits until this run's objects have not changed for `quiet`, every pod is decided and (with
+/// an in-process scheduler) nothing is queued or binding. Observed through lists only.
+async fn settle_remote(
+    cluster: &mut RemoteCluster,
+    quiet: Duration,
+    timeout: Duration,
+    scheduler: Option<&Scheduler>,
+    profiles: Option<&BTreeSet<String>>,
+) -> Result<(bool, BTreeMap<String, Vec<Value>>)> {
+    let deadline = Instant::now() + timeout;
+    let mut last = None;
+    let mut changed = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let listing = cluster.listing().await?;
+        let fp = fingerprint(&listing);
+        if last.as_ref() != Some(&fp) {
+            last = Some(fp);
+            changed = Instant::now();
+        }
+        let (decided, total, undecided) = all_decided(&listing, profiles);
+        let idle = scheduler.is_none_or(Scheduler::is_idle);
+        if decided && idle && changed.elapsed() >= quiet {
+            return Ok((true, listing));
+        }
+        if Instant::now() >= deadline {
+            return Ok((false, listing));
+        }
+        if last_report.elapsed() > Duration::from_secs(2) {
+            progress(&format!("waiting: {}/{total} pods decided", total - undecided));
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn sim_remote(args: SimArgs, scenario: scenario::Scenario, kubeconfig: &std::path::Path) -> Result<u8> {
+    let started = Instant::now();
+    let mut cluster = RemoteCluster::connect(kubeconfig).await?;
+    let objects: Vec<&scenario::ScenarioObject> = scenario.steps.iter().flat_map(|s| &s.apply).collect();
+    let namespaces = scenario::missing_namespaces(&scenario);
+    progress(&cluster.plan(&objects, &namespaces));
+    if args.keep {
+        progress("--keep: the created objects stay in the cluster after the run");
+    } else {
+        progress("the created objects are deleted at the end (--keep leaves them)");
+    }
+    let (scheduler, profiles) = if args.no_scheduler {
+        (None, None)
+    } else {
+        let (s, p) = start_scheduler(cluster.client().clone(), &args).await?;
+        (Some(s), Some(p))
+    };
+    let outcome = run_remote_steps(
+        &mut cluster,
+        &scenario,
+        &args,
+        &namespaces,
+        &scheduler,
+        profiles.as_ref(),
+    )
+    .await;
+    let explained = match (&outcome, &scheduler) {
+        (Ok((_, listing)), Some((s, _))) => {
+            let report = report::build(listing, 0.0);
+            explanations(s, &report)
+        }
+        _ => Vec::new(),
+    };
+    stop_scheduler(scheduler).await;
+    if args.keep {
+        progress(&format!(
+            "kept the objects labelled {}={} on {}",
+            crate::remote::RUN_LABEL,
+            cluster.run_id(),
+            cluster.server()
+        ));
+    } else {
+        for failure in cluster.cleanup().await {
+            progress(&format!("cleanup: {failure}"));
+        }
+    }
+    let (settled, listing) = outcome?;
+    let mut report = report::build(&listing, started.elapsed().as_secs_f64());
+    report.explanations = explained;
+    print_report(&args, &report)?;
+    Ok(if settled { 0 } else { 3 })
+}
+
+async fn run_remote_steps(
+    cluster: &mut RemoteCluster,
+    scenario: &scenario::Scenario,
+    args: &SimArgs,
+    namespaces: &BTreeSet<String>,
+    scheduler: &Option<InProcess>,
+    profiles: Option<&BTreeSet<String>>,
+) -> Result<(bool, BTreeMap<String, Vec<Value>>)> {
+    for ns in namespaces {
+        cluster.ensure_namespace(ns).await?;
+    }
+    let quiet = Duration::from_millis(args.settle_ms);
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let mut settled = true;
+    let mut listing = BTreeMap::new();
+    for (i, step) in scenario.steps.iter().enumerate() {
+        step_banner(i, scenario.steps.len(), step);
+        for d in &step.delete {
+            cluster.delete(d).await?;
+        }
+        for o in step.apply.iter().filter(|o| o.kind != "Pod") {
+            cluster.create(o).await?;
+        }
+        if let Some((s, _)) = scheduler {
+            let inventory = cluster.cluster_inventory().await?;
+            wait_for_cache(&inventory, s, Duration::from_secs(10)).await;
+        }
+        for o in step.apply.iter().filter(|o| o.kind == "Pod") {
+            cluster.create(o).await?;
+        }
+        for pod in cluster.release_held_pods(Duration::from_secs(30)).await? {
+            progress(&format!("pod {pod}: its claims were not created within 30s"));
+        }
+        let (ok, l) = settle_remote(
+            cluster,
+            quiet,
+            timeout,
+            scheduler.as_ref().map(|(s, _)| s.as_ref()),
+            profiles,
+        )
+        .await?;
+        listing = l;
+        if !ok {
+            settled = false;
+            progress(&format!(
+                "step {:?} did not settle within {:.0}s",
+                step.name, args.timeout
+            ));
+        }
+    }
+    Ok((settled, listing))
 }
 
 /// The recorded explanations of the pods that ended on the node they were explained for (a pod

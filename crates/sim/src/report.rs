@@ -133,7 +133,7 @@ pub struct VolumeClaimReport {
     pub selected_node: Option<String>,
 }
 
-fn volume_claims(store: &Store) -> Vec<VolumeClaimReport> {
+fn volume_claims(store: &dyn ObjectSource) -> Vec<VolumeClaimReport> {
     let mut out: Vec<VolumeClaimReport> = list(store, "persistentvolumeclaims")
         .iter()
         .map(|c| {
@@ -183,11 +183,30 @@ pub struct ScoredNode {
     pub scores: BTreeMap<String, i64>,
 }
 
-fn list(store: &Store, resource: &str) -> Vec<Value> {
-    store
-        .list_all(resource, None)
-        .map(|v| v.iter().map(|o| o.value().clone()).collect())
-        .unwrap_or_default()
+/// Where a report reads its objects from: the embedded store, or a listing taken from another API
+/// server (`unisched sim --kubeconfig`), keyed by plural resource name. The report is the same
+/// either way, so a scenario's result on kube-apiserver compares line by line with the embedded one.
+pub trait ObjectSource {
+    /// Every object of the resource (`pods`, `resourceclaims`, …), as JSON.
+    fn objects(&self, resource: &str) -> Vec<Value>;
+}
+
+impl ObjectSource for Store {
+    fn objects(&self, resource: &str) -> Vec<Value> {
+        self.list_all(resource, None)
+            .map(|v| v.iter().map(|o| o.value().clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl ObjectSource for BTreeMap<String, Vec<Value>> {
+    fn objects(&self, resource: &str) -> Vec<Value> {
+        self.get(resource).cloned().unwrap_or_default()
+    }
+}
+
+fn list(store: &dyn ObjectSource, resource: &str) -> Vec<Value> {
+    store.objects(resource)
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -238,7 +257,7 @@ pub fn pod_claim_names(pod: &Value) -> Vec<String> {
 }
 
 /// Builds the report from the store.
-pub fn build(store: &Store, seconds: f64) -> Report {
+pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
     let claims: BTreeMap<(String, String), Value> = list(store, "resourceclaims")
         .into_iter()
         .map(|c| {
@@ -363,7 +382,7 @@ pub fn build(store: &Store, seconds: f64) -> Report {
     }
 }
 
-fn pool_usage(store: &Store, claims: &BTreeMap<(String, String), Value>) -> Vec<PoolReport> {
+fn pool_usage(store: &dyn ObjectSource, claims: &BTreeMap<(String, String), Value>) -> Vec<PoolReport> {
     // Newest generation per pool, devices counted over its slices.
     let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
     let slices = list(store, "resourceslices");

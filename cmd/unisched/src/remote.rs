@@ -1,0 +1,619 @@
+//! A scenario applied to an API server that `unisched sim` did not start (`--kubeconfig`), such as
+//! the real control plane of `e2e/upstream/control-plane` or a test cluster.
+//!
+//! The cluster is shared with whatever else runs there, so this module keeps to three rules:
+//! it says what it will write before the first write; it creates objects but never modifies or
+//! deletes one it did not create (an object that already exists is an error, not an update); and
+//! it deletes what it created at the end unless asked to keep it. Every object it creates carries
+//! the label [`RUN_LABEL`], which is also how it finds its pods again.
+//!
+//! Settling is observed only through the API (lists compared over time), never through anything
+//! the embedded server knows, so an external scheduler and a real apiserver settle the same way.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    core::GroupVersionKind,
+    discovery::{ApiCapabilities, ApiResource, Scope},
+};
+use serde_json::{Value, json};
+use unisched_sim::scenario::{DeleteRef, ScenarioObject};
+
+/// The label on every object a run creates; its value is the run's id.
+pub const RUN_LABEL: &str = "sim.unisched.dev/run";
+
+/// The scheduling gate pods are created with and released from once their claims exist.
+///
+/// The embedded claim controller creates a pod's claims from its templates at once, so all of a
+/// step's pods reach the scheduler together, in creation order. kube-controller-manager takes a
+/// moment per pod, and pods without template claims would overtake the others; the placement
+/// would then depend on that timing. Holding every pod of a step until all its claims exist and
+/// releasing them in creation order gives the scheduler the same sequence on both.
+pub const HOLD_GATE: &str = "sim.unisched.dev/hold";
+
+/// The resources a report and the settle check read, with their group/version and kind.
+const LISTED: &[(&str, &str, &str)] = &[
+    ("pods", "v1", "Pod"),
+    ("nodes", "v1", "Node"),
+    ("resourceclaims", "resource.k8s.io/v1", "ResourceClaim"),
+    ("resourceslices", "resource.k8s.io/v1", "ResourceSlice"),
+    ("deviceclasses", "resource.k8s.io/v1", "DeviceClass"),
+    ("persistentvolumeclaims", "v1", "PersistentVolumeClaim"),
+];
+
+/// One object this run created, in creation order.
+#[derive(Clone, Debug)]
+struct Created {
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+    resource: ApiResource,
+}
+
+/// A remote API server and what this run created on it.
+pub struct RemoteCluster {
+    client: Client,
+    server: String,
+    run_id: String,
+    kinds: HashMap<(String, String), (ApiResource, ApiCapabilities)>,
+    created: Vec<Created>,
+    /// Namespaces whose `default` ServiceAccount exists (pods cannot be created before it).
+    ready_namespaces: BTreeSet<String>,
+    /// Pods whose [`HOLD_GATE`] has been removed.
+    released: BTreeSet<(Option<String>, String)>,
+}
+
+impl RemoteCluster {
+    /// Connects with the kubeconfig (its current context).
+    pub async fn connect(kubeconfig: &Path) -> Result<Self> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+            .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading kubeconfig {}", kubeconfig.display()))?;
+        let server = config.cluster_url.to_string();
+        let client = Client::try_from(config).context("building the API client")?;
+        client
+            .apiserver_version()
+            .await
+            .with_context(|| format!("the API server at {server} does not answer"))?;
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Ok(RemoteCluster {
+            client,
+            server,
+            run_id: format!("sim-{millis}"),
+            kinds: HashMap::new(),
+            created: Vec::new(),
+            ready_namespaces: BTreeSet::new(),
+            released: BTreeSet::new(),
+        })
+    }
+
+    /// The client (for an in-process scheduler).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// This run's id (the value of [`RUN_LABEL`]).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// What the run is about to do, for the user to read before the first write.
+    pub fn plan(&self, objects: &[&ScenarioObject], namespaces: &BTreeSet<String>) -> String {
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for o in objects {
+            *kinds.entry(o.kind.as_str()).or_default() += 1;
+        }
+        let list = kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let ns = if namespaces.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " and the namespaces {}",
+                namespaces.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        format!(
+            "writing to the API server at {}: creating {list}{ns}, each labelled {RUN_LABEL}={}; \
+             existing objects are never changed",
+            self.server, self.run_id
+        )
+    }
+
+    async fn resolve(&mut self, api_version: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities)> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(r) = self.kinds.get(&key) {
+            return Ok(r.clone());
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let found = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .with_context(|| format!("the API server does not serve {api_version} {kind}"))?;
+        self.kinds.insert(key, found.clone());
+        Ok(found)
+    }
+
+    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// Creates a namespace the scenario uses, unless it exists (then it is only used, not owned).
+    pub async fn ensure_namespace(&mut self, name: &str) -> Result<()> {
+        let (ar, _) = self.resolve("v1", "Namespace").await?;
+        let api = self.api(&ar, None);
+        if api.get_opt(name).await?.is_some() {
+            return Ok(());
+        }
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {RUN_LABEL: self.run_id}},
+        }))?;
+        api.create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        self.created.push(Created {
+            kind: "Namespace".into(),
+            namespace: None,
+            name: name.into(),
+            resource: ar,
+        });
+        Ok(())
+    }
+
+    /// Waits until the namespace's `default` ServiceAccount exists: kube-apiserver's ServiceAccount
+    /// admission refuses pods before kube-controller-manager has created it.
+    async fn wait_for_service_account(&mut self, namespace: &str) -> Result<()> {
+        if self.ready_namespaces.contains(namespace) {
+            return Ok(());
+        }
+        let (ar, _) = self.resolve("v1", "ServiceAccount").await?;
+        let api = self.api(&ar, Some(namespace));
+        let start = Instant::now();
+        while api.get_opt("default").await?.is_none() {
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "namespace {namespace} has no default ServiceAccount after 60s \
+                     (is kube-controller-manager running?)"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.ready_namespaces.insert(namespace.to_string());
+        Ok(())
+    }
+
+    /// Creates one scenario object. A Node's `status` (capacity, allocatable, conditions) is
+    /// written through `/status` afterwards, with a Ready condition when the scenario gives none:
+    /// there is no kubelet to report one.
+    pub async fn create(&mut self, o: &ScenarioObject) -> Result<()> {
+        let (ar, caps) = self.resolve(&o.api_version, &o.kind).await?;
+        let namespace = match caps.scope {
+            Scope::Namespaced => Some(o.namespace.clone().unwrap_or_else(|| "default".into())),
+            Scope::Cluster => None,
+        };
+        if o.kind == "Pod"
+            && let Some(ns) = &namespace
+        {
+            self.wait_for_service_account(ns).await?;
+        }
+        let mut value = o.value.clone();
+        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("uid");
+            let labels = m.entry("labels").or_insert_with(|| json!({}));
+            if let Some(l) = labels.as_object_mut() {
+                l.insert(RUN_LABEL.into(), Value::String(self.run_id.clone()));
+            }
+        }
+        if o.kind == "Pod" {
+            hold(&mut value);
+        }
+        let status = (o.kind == "Node").then(|| node_status(&value)).flatten();
+        let obj: DynamicObject = serde_json::from_value(value)
+            .with_context(|| format!("{}: not a Kubernetes object", o.source))?;
+        let api = self.api(&ar, namespace.as_deref());
+        let made = create_with_admission_retry(&api, &obj)
+            .await
+            .map_err(|e| match &e {
+                kube::Error::Api(s) if s.code == 409 => anyhow::anyhow!(
+                    "{}: {} {} already exists on {}; unisched sim only creates objects, it never \
+                 changes or deletes one it did not create",
+                    o.source,
+                    o.kind,
+                    o.display_name(),
+                    self.server
+                ),
+                _ => anyhow::anyhow!("{}: creating {} {}: {e}", o.source, o.kind, o.display_name()),
+            })?;
+        let name = made.metadata.name.clone().unwrap_or_default();
+        self.created.push(Created {
+            kind: o.kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            resource: ar,
+        });
+        if let Some(status) = status {
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .with_context(|| format!("{}: writing the status of node {name}", o.source))?;
+        }
+        Ok(())
+    }
+
+    /// Waits (up to `timeout`) until the claim controller has created the template claims of every
+    /// held pod, then releases them in creation order. Returns the pods whose claims never
+    /// appeared (they are released too; the scheduler reports them).
+    pub async fn release_held_pods(&mut self, timeout: Duration) -> Result<Vec<String>> {
+        let held: Vec<Created> = self
+            .created
+            .iter()
+            .filter(|c| c.kind == "Pod" && !self.released.contains(&(c.namespace.clone(), c.name.clone())))
+            .cloned()
+            .collect();
+        let start = Instant::now();
+        let mut waiting: Vec<String> = Vec::new();
+        for c in &held {
+            let api = self.api(&c.resource, c.namespace.as_deref());
+            loop {
+                let pod = serde_json::to_value(api.get(&c.name).await?)?;
+                if claims_created(&pod) {
+                    break;
+                }
+                if start.elapsed() > timeout {
+                    waiting.push(format!(
+                        "{}/{}",
+                        c.namespace.as_deref().unwrap_or_default(),
+                        c.name
+                    ));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        for c in &held {
+            let api = self.api(&c.resource, c.namespace.as_deref());
+            let pod = serde_json::to_value(api.get(&c.name).await?)?;
+            let gates: Vec<Value> = pod["spec"]["schedulingGates"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|g| g["name"] != HOLD_GATE)
+                .cloned()
+                .collect();
+            // A JSON patch with a test of the resourceVersion would be stricter; the gate list is
+            // ours alone until the pod is released, so a merge patch of the whole list is enough.
+            api.patch(
+                &c.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"schedulingGates": gates}})),
+            )
+            .await
+            .with_context(|| format!("releasing pod {}", c.name))?;
+            self.released.insert((c.namespace.clone(), c.name.clone()));
+        }
+        Ok(waiting)
+    }
+
+    /// Deletes an object a step names; only objects this run created may be deleted.
+    pub async fn delete(&mut self, d: &DeleteRef) -> Result<()> {
+        let Some(pos) = self.created.iter().position(|c| {
+            c.kind == d.kind && c.name == d.name && (c.namespace.is_none() || c.namespace == d.namespace)
+        }) else {
+            bail!(
+                "{}: {} {} was not created by this run; unisched sim deletes only what it created",
+                d.source,
+                d.kind,
+                d.name
+            );
+        };
+        let c = self.created.remove(pos);
+        self.delete_created(&c).await
+    }
+
+    async fn delete_created(&self, c: &Created) -> Result<()> {
+        let api = self.api(&c.resource, c.namespace.as_deref());
+        // There are no kubelets to finish a graceful deletion of a bound pod.
+        let dp = if c.kind == "Pod" {
+            DeleteParams::default().grace_period(0)
+        } else {
+            DeleteParams::default()
+        };
+        match api.delete(&c.name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("deleting {} {}", c.kind, c.name)),
+        }
+    }
+
+    /// Lists what the report reads: this run's pods, nodes and slices, the claims in the
+    /// namespaces of its pods, and every DeviceClass (classes are cluster-wide inputs).
+    pub async fn listing(&mut self) -> Result<BTreeMap<String, Vec<Value>>> {
+        let mut out = BTreeMap::new();
+        let ours = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run_id));
+        let namespaces: BTreeSet<String> = self
+            .created
+            .iter()
+            .filter(|c| c.kind == "Pod")
+            .filter_map(|c| c.namespace.clone())
+            .collect();
+        for (plural, api_version, kind) in LISTED {
+            let (ar, caps) = match self.resolve(api_version, kind).await {
+                Ok(r) => r,
+                Err(_) if *plural != "pods" => continue, // a server without DRA, say
+                Err(e) => return Err(e),
+            };
+            let values: Vec<Value> = match *plural {
+                "resourceclaims" | "persistentvolumeclaims" => {
+                    let mut all = Vec::new();
+                    for ns in &namespaces {
+                        let list = self.api(&ar, Some(ns)).list(&ListParams::default()).await?;
+                        all.extend(
+                            list.items
+                                .into_iter()
+                                .filter_map(|o| serde_json::to_value(o).ok()),
+                        );
+                    }
+                    all
+                }
+                "deviceclasses" => {
+                    let list = self.api(&ar, None).list(&ListParams::default()).await?;
+                    list.items
+                        .into_iter()
+                        .filter_map(|o| serde_json::to_value(o).ok())
+                        .collect()
+                }
+                _ => {
+                    let api = match caps.scope {
+                        Scope::Cluster => self.api(&ar, None),
+                        Scope::Namespaced => Api::all_with(self.client.clone(), &ar),
+                    };
+                    let list = api.list(&ours).await?;
+                    list.items
+                        .into_iter()
+                        .filter_map(|o| serde_json::to_value(o).ok())
+                        .collect()
+                }
+            };
+            out.insert((*plural).to_string(), values);
+        }
+        Ok(out)
+    }
+
+    /// How many nodes, slices, classes and namespaces the whole cluster has: what an in-process
+    /// scheduler's cache must have seen before the step's pods are created.
+    pub async fn cluster_inventory(&mut self) -> Result<Inventory> {
+        let mut inv = Inventory::default();
+        let names = |list: kube::core::ObjectList<DynamicObject>| -> Vec<String> {
+            list.items.into_iter().filter_map(|o| o.metadata.name).collect()
+        };
+        let (ar, _) = self.resolve("v1", "Node").await?;
+        inv.nodes = self
+            .api(&ar, None)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .len();
+        if let Ok((ar, _)) = self.resolve("resource.k8s.io/v1", "ResourceSlice").await {
+            inv.slices = self
+                .api(&ar, None)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .len();
+        }
+        if let Ok((ar, _)) = self.resolve("resource.k8s.io/v1", "DeviceClass").await {
+            inv.classes = names(self.api(&ar, None).list(&ListParams::default()).await?);
+        }
+        let (ar, _) = self.resolve("v1", "Namespace").await?;
+        inv.namespaces = names(self.api(&ar, None).list(&ListParams::default()).await?);
+        Ok(inv)
+    }
+
+    /// Deletes everything this run created, newest first, pods before anything they use.
+    /// Returns what could not be deleted.
+    pub async fn cleanup(&mut self) -> Vec<String> {
+        let mut failed = Vec::new();
+        let created = std::mem::take(&mut self.created);
+        let (pods, rest): (Vec<_>, Vec<_>) = created.into_iter().partition(|c| c.kind == "Pod");
+        for c in pods.iter().rev().chain(rest.iter().rev()) {
+            if let Err(e) = self.delete_created(c).await {
+                failed.push(format!("{e:#}"));
+            }
+        }
+        failed
+    }
+}
+
+/// Creates, retrying for a few seconds while an admission plugin refuses because its informers
+/// have not yet seen an object written just before (kube-apiserver's NodeDeclaredFeatureValidator
+/// looks a ResourceSlice's node up in a cache: "node … not found for device …").
+async fn create_with_admission_retry(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+) -> Result<DynamicObject, kube::Error> {
+    let start = Instant::now();
+    loop {
+        match api.create(&PostParams::default(), obj).await {
+            Err(kube::Error::Api(s))
+                if s.code == 403
+                    && (s.message.contains("not found for device")
+                        || s.message.contains("not yet ready to handle request"))
+                    && start.elapsed() < Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Adds [`HOLD_GATE`] to a pod's scheduling gates.
+fn hold(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let gates = spec.entry("schedulingGates").or_insert_with(|| json!([]));
+    if let Some(list) = gates.as_array_mut() {
+        list.push(json!({"name": HOLD_GATE}));
+    }
+}
+
+/// True when every claim the pod creates from a template has been created (its name is in the
+/// pod's `status.resourceClaimStatuses`).
+fn claims_created(pod: &Value) -> bool {
+    let statuses = pod["status"]["resourceClaimStatuses"].as_array();
+    pod["spec"]["resourceClaims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rc| rc.get("resourceClaimTemplateName").is_some_and(|t| !t.is_null()))
+        .all(|rc| {
+            statuses.into_iter().flatten().any(|s| {
+                s["name"] == rc["name"] && s["resourceClaimName"].as_str().is_some_and(|n| !n.is_empty())
+            })
+        })
+}
+
+/// Totals of the whole cluster (see [`RemoteCluster::cluster_inventory`]).
+#[derive(Debug, Default)]
+pub struct Inventory {
+    /// Nodes.
+    pub nodes: usize,
+    /// ResourceSlices.
+    pub slices: usize,
+    /// DeviceClass names.
+    pub classes: Vec<String>,
+    /// Namespace names.
+    pub namespaces: Vec<String>,
+}
+
+/// The status to write for a scenario node: its own, plus a Ready condition if it has none.
+fn node_status(node: &Value) -> Option<Value> {
+    let mut status = node.get("status").cloned().unwrap_or_else(|| json!({}));
+    let obj = status.as_object_mut()?;
+    let conditions = obj.entry("conditions").or_insert_with(|| json!([]));
+    if let Some(list) = conditions.as_array_mut()
+        && !list.iter().any(|c| c["type"] == "Ready")
+    {
+        list.push(json!({
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "no kubelet: node created by unisched sim",
+        }));
+    }
+    Some(status)
+}
+
+/// A fingerprint of a listing: changes whenever any listed object changes.
+pub fn fingerprint(listing: &BTreeMap<String, Vec<Value>>) -> Vec<(String, String, String, String)> {
+    let mut out: Vec<_> = listing
+        .iter()
+        .flat_map(|(plural, items)| {
+            items.iter().map(move |o| {
+                let m = &o["metadata"];
+                (
+                    plural.clone(),
+                    m["namespace"].as_str().unwrap_or_default().to_string(),
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    m["resourceVersion"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_status_adds_ready_only_when_missing() {
+        let bare = json!({"status": {"allocatable": {"cpu": "4"}}});
+        let s = node_status(&bare).unwrap_or_default();
+        assert_eq!(s["allocatable"]["cpu"], "4");
+        assert_eq!(s["conditions"][0]["type"], "Ready");
+        assert_eq!(s["conditions"][0]["status"], "True");
+
+        let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        let s = node_status(&not_ready).unwrap_or_default();
+        assert_eq!(s["conditions"].as_array().map(Vec::len), Some(1));
+        assert_eq!(s["conditions"][0]["status"], "False");
+    }
+
+    #[test]
+    fn claims_created_needs_every_template_claim() {
+        let pod = |statuses: Value| {
+            json!({
+                "spec": {"resourceClaims": [
+                    {"name": "gpu", "resourceClaimTemplateName": "t"},
+                    {"name": "shared", "resourceClaimName": "c"},
+                ]},
+                "status": {"resourceClaimStatuses": statuses},
+            })
+        };
+        assert!(!claims_created(&pod(json!(null))));
+        assert!(!claims_created(&pod(json!([{"name": "gpu"}]))));
+        assert!(claims_created(&pod(
+            json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
+        )));
+        assert!(claims_created(&json!({"spec": {"containers": []}})));
+    }
+
+    #[test]
+    fn hold_keeps_the_pods_own_gates() {
+        let mut p = json!({"spec": {"schedulingGates": [{"name": "mine"}]}});
+        hold(&mut p);
+        assert_eq!(
+            p["spec"]["schedulingGates"],
+            json!([{"name": "mine"}, {"name": HOLD_GATE}])
+        );
+    }
+
+    #[test]
+    fn fingerprint_changes_with_resource_version() {
+        let mut l = BTreeMap::new();
+        l.insert(
+            "pods".to_string(),
+            vec![json!({"metadata": {"namespace": "a", "name": "p", "resourceVersion": "1"}})],
+        );
+        let before = fingerprint(&l);
+        l.insert(
+            "pods".to_string(),
+            vec![json!({"metadata": {"namespace": "a", "name": "p", "resourceVersion": "2"}})],
+        );
+        assert_ne!(before, fingerprint(&l));
+        assert_eq!(fingerprint(&l), fingerprint(&l.clone()));
+    }
+}
