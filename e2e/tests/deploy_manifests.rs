@@ -810,6 +810,13 @@ const CALLS: &[Call] = &[
     call(
         "resource.k8s.io",
         "resourceclaims",
+        "get",
+        "fresh read before the finalizer patch and after a conflict",
+        Use::Soon,
+    ),
+    call(
+        "resource.k8s.io",
+        "resourceclaims",
         "list",
         "claim cache and allocated-device index",
         Use::Soon,

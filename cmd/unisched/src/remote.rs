@@ -410,6 +410,34 @@ impl RemoteCluster {
         Ok(out)
     }
 
+    /// Finishes the graceful deletion of this run's pods, as the kubelet would once the containers
+    /// stopped: without kubelets a deleted pod that is bound to a node stays Terminating forever
+    /// (a preemption victim, for one, would never leave). Returns how many were finished.
+    pub async fn finish_terminating_pods(&self, listing: &BTreeMap<String, Vec<Value>>) -> Result<usize> {
+        let Some((ar, _)) = self.kinds.get(&("v1".to_string(), "Pod".to_string())) else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for pod in listing.get("pods").into_iter().flatten() {
+            let m = &pod["metadata"];
+            if m["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let (Some(ns), Some(name)) = (m["namespace"].as_str(), m["name"].as_str()) else {
+                continue;
+            };
+            let dp = DeleteParams::default().grace_period(0);
+            match self.api(ar, Some(ns)).delete(name, &dp).await {
+                Ok(_) => n += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("finishing the deletion of pod {ns}/{name}"));
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// How many nodes, slices, classes and namespaces the whole cluster has: what an in-process
     /// scheduler's cache must have seen before the step's pods are created.
     pub async fn cluster_inventory(&mut self) -> Result<Inventory> {
@@ -449,6 +477,19 @@ impl RemoteCluster {
         for c in pods.iter().rev().chain(rest.iter().rev()) {
             if let Err(e) = self.delete_created(c).await {
                 failed.push(format!("{e:#}"));
+            }
+        }
+        // A namespace lingers while kube-controller-manager empties it; wait, so that the next run
+        // on this cluster can create it again.
+        for c in rest.iter().filter(|c| c.kind == "Namespace") {
+            let api = self.api(&c.resource, None);
+            let start = Instant::now();
+            while matches!(api.get_opt(&c.name).await, Ok(Some(_))) {
+                if start.elapsed() > Duration::from_secs(60) {
+                    failed.push(format!("namespace {} still terminating after 60s", c.name));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
         failed

@@ -95,7 +95,11 @@ fn all_decided(objects: &dyn ObjectSource, profiles: Option<&BTreeSet<String>>) 
             .as_array()
             .into_iter()
             .flatten()
-            .any(|c| c["type"] == "PodScheduled" && c["status"] == "False");
+            // The kubelet-less API server reports a gated pod as SchedulingGated; once the gates
+            // are gone that condition is stale until a scheduler has looked at the pod.
+            .any(|c| {
+                c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] != "SchedulingGated"
+            });
         let gated = v["spec"]["schedulingGates"]
             .as_array()
             .is_some_and(|g| !g.is_empty());
@@ -410,6 +414,9 @@ async fn settle_remote(
     let mut last_report = Instant::now();
     loop {
         let listing = cluster.listing().await?;
+        if cluster.finish_terminating_pods(&listing).await? > 0 {
+            continue;
+        }
         let fp = fingerprint(&listing);
         if last.as_ref() != Some(&fp) {
             last = Some(fp);

@@ -1,0 +1,640 @@
+//! The real-control-plane tier: unisched against upstream etcd, kube-apiserver 1.37.2 and
+//! kube-controller-manager, started by `e2e/upstream/control-plane` (one per test).
+//!
+//! Built only with the `upstream-tier` feature (`e2e/upstream/tier` runs it after building the
+//! binaries); a missing binary fails the test, it never skips it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{ChildGuard, bin, wait_for};
+use serde_json::Value;
+
+/// The repository root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// One real control plane in a fresh directory, stopped when dropped.
+struct ControlPlane {
+    dir: PathBuf,
+}
+
+impl ControlPlane {
+    fn start(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("unisched-upstream-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(repo().join("e2e/upstream/control-plane"))
+            .arg("start")
+            .arg(&dir)
+            .output()
+            .expect("running e2e/upstream/control-plane");
+        let cp = ControlPlane { dir };
+        assert!(
+            out.status.success(),
+            "control plane did not start:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cp
+    }
+
+    fn admin(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    fn scheduler(&self) -> PathBuf {
+        self.dir.join("scheduler.kubeconfig")
+    }
+
+    /// `kubectl --kubeconfig admin.kubeconfig ARGS`; panics on failure.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let (ok, out, err) = common::kubectl(&self.admin(), args);
+        assert!(ok, "kubectl {args:?} failed: {err}");
+        out
+    }
+
+    fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&a)).unwrap()
+    }
+
+    /// The audit log's events (the API server writes it in batches: give it a moment).
+    fn audit_events(&self) -> Vec<Value> {
+        std::thread::sleep(Duration::from_secs(2));
+        let text = std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("e2e/upstream/control-plane"))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// Runs `unisched sim ARGS -o json`; asserts it settled (exit 0) and returns the report.
+fn sim_json(args: &[&str]) -> Value {
+    let out = Command::new(bin())
+        .arg("sim")
+        .args(args)
+        .args(["-o", "json", "--v", "0"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "unisched sim {args:?} exited {:?}:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// pod → (node, devices, reason and message): what must agree between two runs of a scenario.
+type Placements = BTreeMap<String, (Value, Vec<String>, Value)>;
+
+fn placements(report: &Value) -> Placements {
+    report["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let devices = p["claims"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["devices"].as_array().cloned().unwrap_or_default())
+                .map(|d| format!("{}/{}/{}", d["driver"], d["pool"], d["device"]))
+                .collect();
+            (
+                format!(
+                    "{}/{}",
+                    p["namespace"].as_str().unwrap(),
+                    p["name"].as_str().unwrap()
+                ),
+                (
+                    p["node"].clone(),
+                    devices,
+                    serde_json::json!([p["reason"], comparable(p)]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The pod's message with what legitimately differs between two runs taken out: the names of
+/// claims generated from templates (kube-controller-manager adds a random suffix) and the example
+/// device of an allocation failure (any of the equally full devices may be named).
+fn comparable(pod: &Value) -> Value {
+    let Some(mut m) = pod["message"].as_str().map(str::to_string) else {
+        return Value::Null;
+    };
+    for c in pod["claims"].as_array().into_iter().flatten() {
+        if let Some(name) = c["name"].as_str() {
+            m = m.replace(name, "<claim>");
+        }
+    }
+    while let (Some(a), Some(b)) = (m.find(" (e.g. device "), m.find(").")) {
+        if b < a {
+            break;
+        }
+        m.replace_range(a..b + 1, "");
+    }
+    Value::String(m)
+}
+
+fn scenario(rel: &str) -> String {
+    repo().join(rel).to_string_lossy().into_owned()
+}
+
+/// Runs a scenario on the embedded control plane and on the real one; returns both reports.
+fn both(cp: &ControlPlane, rel: &str) -> (Value, Value) {
+    let path = scenario(rel);
+    let embedded = sim_json(&[&path]);
+    let admin = cp.admin();
+    let real = sim_json(&[&path, "--kubeconfig", admin.to_str().unwrap(), "--timeout", "60"]);
+    (embedded, real)
+}
+
+#[test]
+fn quickstart_places_exactly_as_on_the_embedded_control_plane() {
+    let cp = ControlPlane::start("quickstart");
+    let (embedded, real) = both(&cp, "examples/quickstart");
+    assert_eq!(placements(&embedded), placements(&real));
+    assert_eq!(real["summary"]["scheduled"], 5, "{real:#}");
+    assert_eq!(real["summary"]["unschedulable"], 1, "{real:#}");
+    // The run deleted what it created: no demo pods are left.
+    let pods = cp.kubectl_json(&["get", "pods", "-A", "-l", "sim.unisched.dev/run"]);
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(0), "{pods:#}");
+}
+
+/// Scenarios whose placements, devices and reasons must be the same on kube-apiserver (with the
+/// real ResourceClaim controller) as on the embedded control plane. Excluded, with the reason in
+/// docs/sim-fidelity.md: volumes/provisioned (no provisioner runs beside the real control plane),
+/// preemption/minimal-victims (victims of equal priority are ordered by start time, which only a
+/// kubelet sets; checked separately below).
+const SAME_ON_BOTH: &[&str] = &[
+    "e2e/scenarios/dra/claim-templates",
+    "e2e/scenarios/dra/shared-claims",
+    "e2e/scenarios/dra/extended-resource",
+    "e2e/scenarios/dra/kep5517-fungible",
+    "e2e/scenarios/dra/kep5517-grouped",
+    "e2e/scenarios/dra/kep5517-individual",
+    "e2e/scenarios/dra/kep5517-overhead",
+    "e2e/scenarios/dra/kep5517-partitionable",
+    "e2e/scenarios/dra/overcommit-through-claim",
+    "e2e/scenarios/dra/release-on-delete",
+    "e2e/scenarios/preemption/claim-cpu",
+    "e2e/scenarios/preemption/claim-device",
+    "e2e/scenarios/preemption/pdb",
+    "e2e/scenarios/scoring/cpu-claims",
+    "e2e/scenarios/scoring/gpu-packing",
+    "e2e/scenarios/spread/anti-affinity",
+    "e2e/scenarios/spread/zone-spread",
+    "e2e/scenarios/volumes/local-pv",
+    "e2e/scenarios/volumes/missing-claim",
+];
+
+#[test]
+fn scenarios_place_exactly_as_on_the_embedded_control_plane() {
+    let cp = ControlPlane::start("scenarios");
+    let mut differences = Vec::new();
+    for rel in SAME_ON_BOTH {
+        let (embedded, real) = both(&cp, rel);
+        let (e, r) = (placements(&embedded), placements(&real));
+        if e != r {
+            differences.push(format!("{rel}:\n  embedded {e:?}\n  real     {r:?}"));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn kep5004_and_kep5517_statuses_are_accepted_by_kube_apiserver() {
+    let cp = ControlPlane::start("statuses");
+    let admin = cp.admin();
+    let kc = admin.to_str().unwrap();
+    let ext = sim_json(&[
+        &scenario("e2e/scenarios/dra/extended-resource"),
+        "--kubeconfig",
+        kc,
+    ]);
+    let with_status: Vec<&Value> = ext["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["extendedResourceClaimStatus"].is_null())
+        .collect();
+    assert!(
+        !with_status.is_empty(),
+        "no pod has extendedResourceClaimStatus: {ext:#}"
+    );
+    for p in &with_status {
+        let claim = p["extendedResourceClaimStatus"]["resourceClaimName"]
+            .as_str()
+            .unwrap();
+        assert!(
+            p["claims"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == claim && !c["devices"].as_array().unwrap().is_empty()),
+            "the special claim {claim} has no devices: {p:#}"
+        );
+    }
+    let cpu = sim_json(&[
+        &scenario("e2e/scenarios/dra/kep5517-individual"),
+        "--kubeconfig",
+        kc,
+    ]);
+    assert!(
+        cpu["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["nodeAllocatableResourceClaimStatuses"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty())),
+        "no pod has nodeAllocatableResourceClaimStatuses: {cpu:#}"
+    );
+}
+
+#[test]
+fn preemption_of_equal_priority_victims_evicts_as_many_as_on_the_embedded_plane() {
+    let cp = ControlPlane::start("victims");
+    let (embedded, real) = both(&cp, "e2e/scenarios/preemption/minimal-victims");
+    let (e, r) = (placements(&embedded), placements(&real));
+    let urgent = |m: &Placements| {
+        m.iter()
+            .find(|(k, _)| k.ends_with("/urgent"))
+            .map(|(_, v)| v.0.clone())
+    };
+    assert_eq!(urgent(&e), urgent(&r));
+    assert!(
+        urgent(&r).is_some_and(|n| n.is_string()),
+        "urgent not placed: {r:?}"
+    );
+    assert_eq!(
+        e.len(),
+        r.len(),
+        "a different number of victims left:\n{e:?}\n{r:?}"
+    );
+}
+
+#[test]
+fn an_unfit_pod_gets_the_upstream_reason_in_its_event_and_condition() {
+    let cp = ControlPlane::start("reason");
+    let admin = cp.admin();
+    let report = sim_json(&[
+        &scenario("examples/quickstart"),
+        "--kubeconfig",
+        admin.to_str().unwrap(),
+        "--keep",
+    ]);
+    assert!(
+        report["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "too-big")
+    );
+    let pod = cp.kubectl_json(&["get", "pod", "too-big", "-n", "demo"]);
+    let cond = pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+        .cloned()
+        .expect("PodScheduled condition");
+    assert_eq!(cond["status"], "False");
+    assert_eq!(cond["reason"], "Unschedulable");
+    let message = cond["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("0/3 nodes are available: 3 Insufficient cpu."),
+        "{message}"
+    );
+    let events = cp.kubectl_json(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        "demo",
+        "--field-selector",
+        "regarding.name=too-big",
+    ]);
+    let failed: Vec<&Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "FailedScheduling")
+        .collect();
+    assert!(!failed.is_empty(), "no FailedScheduling event: {events:#}");
+    assert!(
+        failed.iter().all(|e| e["note"].as_str() == Some(message)),
+        "event note differs from the condition: {failed:#?}"
+    );
+    assert_eq!(failed[0]["reportingController"], "unisched");
+}
+
+/// `(verb, apiGroup, resource[/subresource])` of an audit event.
+fn audit_key(e: &Value) -> (String, String, String) {
+    let o = &e["objectRef"];
+    let mut resource = o["resource"].as_str().unwrap_or_default().to_string();
+    if let Some(sub) = o["subresource"].as_str() {
+        resource = format!("{resource}/{sub}");
+    }
+    (
+        e["verb"].as_str().unwrap_or_default().to_string(),
+        o["apiGroup"].as_str().unwrap_or_default().to_string(),
+        resource,
+    )
+}
+
+/// What deploy/manifests/rbac.yaml grants: (verb, group, resource) triples.
+fn granted() -> BTreeSet<(String, String, String)> {
+    let text = std::fs::read_to_string(repo().join("deploy/manifests/rbac.yaml")).unwrap();
+    let mut out = BTreeSet::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        for rule in v["rules"].as_array().into_iter().flatten() {
+            for g in rule["apiGroups"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    for verb in rule["verbs"].as_array().unwrap() {
+                        out.insert((
+                            verb.as_str().unwrap().to_string(),
+                            g.as_str().unwrap().to_string(),
+                            r.as_str().unwrap().to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Starts `unisched run` with the ServiceAccount's kubeconfig and leader election.
+fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
+    let mut cmd = Command::new(bin());
+    cmd.arg("run").arg("--kubeconfig").arg(cp.scheduler()).args([
+        "--leader-elect=true",
+        "--leader-elect-resource-namespace",
+        "unisched-system",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+        "--v",
+        "0",
+    ]);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    ChildGuard(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
+}
+
+const SA: &str = "system:serviceaccount:unisched-system:unisched";
+
+#[test]
+fn the_deployed_identity_is_never_denied_and_uses_only_what_rbac_grants() {
+    let cp = ControlPlane::start("rbac");
+    let scheduler = run_scheduler(&cp, None);
+    let admin = cp.admin();
+    let kc = admin.to_str().unwrap();
+    for rel in [
+        "examples/quickstart",
+        "e2e/scenarios/dra/extended-resource",
+        "e2e/scenarios/preemption/claim-device",
+        "e2e/scenarios/volumes/local-pv",
+    ] {
+        let report = sim_json(&[
+            &scenario(rel),
+            "--kubeconfig",
+            kc,
+            "--no-scheduler",
+            "--timeout",
+            "60",
+        ]);
+        assert!(
+            report["summary"]["scheduled"].as_u64().unwrap() > 0,
+            "{rel}: {report:#}"
+        );
+    }
+    drop(scheduler);
+    let events = cp.audit_events();
+    let ours: Vec<&Value> = events.iter().filter(|e| e["user"]["username"] == SA).collect();
+    assert!(
+        ours.len() > 50,
+        "too few requests by {SA} in the audit log: {}",
+        ours.len()
+    );
+    let denied: BTreeSet<_> = ours
+        .iter()
+        .filter(|e| e["responseStatus"]["code"] == 403)
+        .map(|e| audit_key(e))
+        .collect();
+    assert!(denied.is_empty(), "requests denied to unisched: {denied:?}");
+    let grants = granted();
+    let ungranted: BTreeSet<_> = ours
+        .iter()
+        .map(|e| audit_key(e))
+        .filter(|k| !grants.contains(k))
+        .collect();
+    assert!(
+        ungranted.is_empty(),
+        "requests outside deploy/ RBAC: {ungranted:?}"
+    );
+    eprintln!("audit: {} requests by {SA}, 0 denied", ours.len());
+}
+
+/// A node with `n` GPUs and `n` pods that each want one through a claim template.
+fn gpu_batch(dir: &Path, n: usize) -> PathBuf {
+    let devices: Vec<String> = (0..n).map(|i| format!("    - name: gpu-{i}")).collect();
+    let mut yaml = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: gpu.example.com}}\nspec:\n  selectors:\n  - cel: {{expression: 'device.driver == \"gpu.example.com\"'}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata:\n  name: big\n  labels: {{kubernetes.io/hostname: big}}\nstatus:\n  capacity: {{cpu: '1000', memory: 1000Gi, pods: '500'}}\n  allocatable: {{cpu: '1000', memory: 1000Gi, pods: '500'}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: big-gpus}}\nspec:\n  driver: gpu.example.com\n  nodeName: big\n  pool: {{name: big, generation: 1, resourceSliceCount: 1}}\n  devices:\n{}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: one-gpu, namespace: batch}}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: gpu\n        exactly: {{deviceClassName: gpu.example.com}}\n",
+        devices.join("\n")
+    );
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: job-{i:03}, namespace: batch}}\nspec:\n  schedulerName: unisched\n  containers:\n  - name: c\n    image: registry.k8s.io/pause:3.10\n    resources:\n      requests: {{cpu: 100m}}\n      claims: [{{name: gpu}}]\n  resourceClaims:\n  - name: gpu\n    resourceClaimTemplateName: one-gpu\n"
+        ));
+    }
+    let path = dir.join("batch.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn lease_holder(cp: &ControlPlane) -> Option<String> {
+    let (ok, out, _) = common::kubectl(
+        &cp.admin(),
+        &[
+            "get",
+            "lease",
+            "unisched",
+            "-n",
+            "unisched-system",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    (ok && !out.is_empty()).then_some(out)
+}
+
+#[test]
+fn sigkill_of_the_leader_mid_batch_binds_every_pod_once_and_no_device_twice() {
+    let cp = ControlPlane::start("failover");
+    let dir = common::tempdir("upstream-failover");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+         leaderElection: {leaderElect: true, leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 1s, resourceNamespace: unisched-system}\n\
+         profiles: [{schedulerName: unisched}]\n",
+    )
+    .unwrap();
+    let mut first = run_scheduler(&cp, Some(&config));
+    let leader = wait_for(Duration::from_secs(30), || lease_holder(&cp)).expect("a leader");
+    let second = run_scheduler(&cp, Some(&config));
+    let n = 60;
+    let scenario = gpu_batch(&dir, n);
+    let admin = cp.admin();
+    let runner = Command::new(bin())
+        .arg("sim")
+        .arg(&scenario)
+        .arg("--kubeconfig")
+        .arg(&admin)
+        .args(["--no-scheduler", "--timeout", "90", "-o", "json", "--v", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill the leader once part of the batch is bound.
+    wait_for(Duration::from_secs(60), || {
+        let pods = cp.kubectl_json(&["get", "pods", "-n", "batch"]);
+        let bound = pods["items"]
+            .as_array()?
+            .iter()
+            .filter(|p| p["spec"]["nodeName"].is_string())
+            .count();
+        (bound >= 5).then_some(())
+    })
+    .expect("the first leader binds pods");
+    first.0.kill().unwrap();
+    let killed = Instant::now();
+    let _ = first.0.wait();
+    let new_leader = wait_for(Duration::from_secs(30), || {
+        lease_holder(&cp).filter(|h| *h != leader)
+    })
+    .expect("the standby takes the lease");
+    let takeover = killed.elapsed();
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "the batch did not settle");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    drop(second);
+    assert_eq!(report["summary"]["scheduled"], n, "{report:#}");
+    let mut devices = BTreeSet::new();
+    for p in report["pods"].as_array().unwrap() {
+        for c in p["claims"].as_array().unwrap() {
+            for d in c["devices"].as_array().unwrap() {
+                assert!(
+                    devices.insert(d["device"].as_str().unwrap().to_string()),
+                    "device {d} allocated twice"
+                );
+            }
+        }
+    }
+    assert_eq!(devices.len(), n, "every pod has its own GPU");
+    let mut bindings: BTreeMap<String, usize> = BTreeMap::new();
+    for e in cp.audit_events() {
+        if e["objectRef"]["subresource"] == "binding"
+            && e["verb"] == "create"
+            && e["stage"] == "ResponseComplete"
+            && e["responseStatus"]["code"] == 201
+        {
+            *bindings
+                .entry(e["objectRef"]["name"].as_str().unwrap_or_default().to_string())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(bindings.len(), n, "{bindings:?}");
+    assert!(
+        bindings.values().all(|&c| c == 1),
+        "a pod was bound twice: {bindings:?}"
+    );
+    eprintln!(
+        "failover: leader {leader} killed, {new_leader} leads after {:.1}s (leaseDuration 4s); \
+         {n} pods bound once each, {} distinct devices",
+        takeover.as_secs_f64(),
+        devices.len()
+    );
+}
+
+/// Writes `yaml` to a file and applies it with the admin kubeconfig; returns (ok, stderr).
+fn apply(cp: &ControlPlane, name: &str, yaml: &str) -> (bool, String) {
+    let path = cp.dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    let (ok, _, err) = common::kubectl(&cp.admin(), &["apply", "-f", path.to_str().unwrap()]);
+    (ok, err)
+}
+
+#[test]
+fn kube_apiserver_rejects_invalid_dra_objects_and_unisched_explains_the_rest() {
+    let cp = ControlPlane::start("badinput");
+    let (ok, err) = apply(
+        &cp,
+        "bad-cel.yaml",
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: bad}\nspec:\n  selectors:\n  - cel: {expression: 'device.driver =='}\n",
+    );
+    assert!(!ok && err.contains("compilation failed"), "{err}");
+    let (ok, err) = apply(
+        &cp,
+        "dup.yaml",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: dup}\nspec:\n  driver: gpu.example.com\n  allNodes: true\n  pool: {name: p, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}, {name: gpu-0}]\n",
+    );
+    assert!(!ok && err.contains("Duplicate value"), "{err}");
+
+    // Accepted by the API server, refused by the scheduler with a reason: a claim whose
+    // DeviceClass does not exist, and a selector that reads an attribute the devices lack.
+    let dir = common::tempdir("upstream-badinput");
+    let path = dir.join("scenario.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {kubernetes.io/hostname: n1}}\nstatus:\n  allocatable: {cpu: '8', memory: 8Gi, pods: '10'}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: n1-gpus}\nspec:\n  driver: gpu.example.com\n  nodeName: n1\n  pool: {name: n1, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}]\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: reads-missing}\nspec:\n  selectors:\n  - cel: {expression: 'device.attributes[\"gpu.example.com\"].model == \"x\"'}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: no-class, namespace: default}\nspec:\n  devices:\n    requests:\n    - name: r\n      exactly: {deviceClassName: does-not-exist}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: cel-error, namespace: default}\nspec:\n  devices:\n    requests:\n    - name: r\n      exactly: {deviceClassName: reads-missing}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: wants-missing-class, namespace: default}\nspec:\n  schedulerName: unisched\n  containers: [{name: c, image: x, resources: {claims: [{name: c}]}}]\n  resourceClaims: [{name: c, resourceClaimName: no-class}]\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: wants-cel-error, namespace: default}\nspec:\n  schedulerName: unisched\n  containers: [{name: c, image: x, resources: {claims: [{name: c}]}}]\n  resourceClaims: [{name: c, resourceClaimName: cel-error}]\n",
+    )
+    .unwrap();
+    let admin = cp.admin();
+    let report = sim_json(&[path.to_str().unwrap(), "--kubeconfig", admin.to_str().unwrap()]);
+    let reason = |name: &str| -> String {
+        let p = report["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap();
+        assert!(p["node"].is_null(), "{name} was bound: {p:#}");
+        p["message"].as_str().unwrap_or_default().to_string()
+    };
+    let missing = reason("wants-missing-class");
+    assert!(missing.contains("does-not-exist"), "{missing}");
+    let cel = reason("wants-cel-error");
+    assert!(cel.contains("model"), "{cel}");
+}
