@@ -282,7 +282,7 @@ fn shared_claim_with_mapped_device_is_refused_overhead_only_is_shared() {
     running_on(pod(&v, "cpu-1"), "n1");
     pending_with(
         pod(&v, "cpu-2"),
-        "node allocatable resource claim default/shared-cpus has a mapped device and cannot be shared across pods",
+        "node allocatable resource claim shared-cpus has a mapped device and cannot be shared across pods",
     );
     for name in ["gpu-1", "gpu-2"] {
         let p = pod(&v, name);

@@ -380,7 +380,8 @@ impl DynamicResources {
                 return Err((
                     Status::unresolvable(format!(
                         "node allocatable resource claim {} has a mapped device and cannot be shared across pods",
-                        c.key
+                        // Upstream names the claim without its namespace here.
+                        c.claim.metadata.name.as_deref().unwrap_or_default()
                     )),
                     Some(NodeFailure::MappedShared { claim: c.key.clone() }),
                 ));

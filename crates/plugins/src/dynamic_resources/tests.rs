@@ -1155,7 +1155,7 @@ fn node_allocatable_sharing_rules() {
         Case {
             claim: "mapped",
             want: Err(
-                "node allocatable resource claim default/mapped has a mapped device and cannot be shared across pods",
+                "node allocatable resource claim mapped has a mapped device and cannot be shared across pods",
             ),
         },
         Case {

@@ -28,8 +28,7 @@ pub const NAME: &str = "VolumeRestrictions";
 /// Filter: a disk the pod mounts is mounted by a pod on the node.
 pub const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
 /// Filter: a ReadWriteOncePod claim of the pod is in use.
-pub const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str =
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+pub const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
 
 const STATE_KEY: &str = "PreFilterVolumeRestrictions";
 const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
