@@ -466,6 +466,7 @@ impl Allocator {
                 .map(|c| vec![Diag::default(); c.requests().len()])
                 .collect(),
             all_mode_failure: None,
+            fatal: None,
             attr_cache: claims
                 .iter()
                 .map(|c| {
@@ -1149,6 +1150,8 @@ struct Search<'s, 'i> {
     deadline: Deadline<'s>,
     diag: Vec<Vec<Diag>>,
     all_mode_failure: Option<(usize, usize, UnschedulableReason)>,
+    /// Set when mode `All` meets a device that breaks a constraint: ends the search with an error.
+    fatal: Option<FatalError>,
     /// Per claim, per constraint, per gathered device: the device's attribute values.
     attr_cache: Vec<Vec<Vec<OnceCell<Option<AttrSet>>>>>,
 }
@@ -1225,7 +1228,10 @@ impl Search<'_, '_> {
         if all_mode {
             let cand = data.cands[d].clone();
             if !self.try_allocate(c, r, alt, &cand, true) {
-                return Ok(false);
+                return match self.fatal.take() {
+                    Some(e) => Err(Stop::Abort(AllocationError::Fatal(Box::new(e)))),
+                    None => Ok(false),
+                };
             }
             let outcome = self.allocate_one(c, r, alt, d + 1, in_alternative, 0);
             if !matches!(outcome, Ok(true)) {
@@ -1432,6 +1438,14 @@ impl Search<'_, '_> {
                 self.uncharge(gd);
             }
             self.diag[c][r].constraint.get_or_insert(k);
+            if must {
+                self.fatal = Some(FatalError::AllModeConstraint {
+                    claim: self.claims[c].key().to_string(),
+                    request: spec.full_name.clone(),
+                    device: dev.id.clone(),
+                });
+                return false;
+            }
             let con = &self.claims[c].constraints()[k];
             self.note_all_mode(
                 must,

@@ -307,6 +307,10 @@ proptest! {
                 check_invariants(&s, &f, results)?;
             }
             Err(AllocationError::Unschedulable(_)) => {}
+            // An `All` request whose constraint its own devices break is an error, as upstream.
+            Err(AllocationError::Fatal(e)) if matches!(**e, crate::FatalError::AllModeConstraint { .. }) => {
+                prop_assert!(s.claims.iter().any(|c| c.requests.iter().any(|r| r.all)));
+            }
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
         // Deterministic: a fresh index, engine and allocator give the same answer.
