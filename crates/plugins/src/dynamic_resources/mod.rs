@@ -28,7 +28,9 @@
 //! * **Events** ([`hints`]) — claim, slice, class, node and pod events with queueing hints.
 //!
 //! Bad input never panics: invalid CEL, a missing class, a malformed claim become
-//! UnschedulableAndUnresolvable statuses naming the claim.
+//! UnschedulableAndUnresolvable statuses in PreFilter; a fatal allocator error in Filter (a CEL
+//! runtime error, an `All` request its own constraint rules out) is an Error status that ends the
+//! scheduling attempt, as upstream.
 
 mod api;
 pub use device_scoring::{DEVICE_RESOURCES, DeviceResources, DeviceResourcesArgs};
@@ -344,10 +346,13 @@ impl DynamicResources {
                         Some(NodeFailure::Timeout),
                     ));
                 }
+                // Something is wrong with the claim or class itself (a CEL runtime error on some
+                // device, an `All` request contradicting its constraint): another node would only
+                // hide it, so the attempt ends with an error and the pod stays pending (upstream).
                 Err(AllocationError::Fatal(e)) => {
                     let message = fatal_message(&e);
                     return Err((
-                        Status::unresolvable(message.clone()),
+                        Status::error(message.clone()),
                         Some(NodeFailure::Invalid { message }),
                     ));
                 }
@@ -430,16 +435,12 @@ impl DynamicResources {
     }
 }
 
-/// A fatal allocator error as a user-facing message naming the claim (upstream wording for a
-/// missing class).
+/// A fatal allocator error as a user-facing message (upstream wording for a missing class, which
+/// names the request but not the claim).
 fn fatal_message(e: &FatalError) -> String {
     match e {
-        FatalError::ClassNotFound {
-            claim,
-            request,
-            class,
-        } => {
-            format!("claim {claim}: request {request}: device class {class} does not exist")
+        FatalError::ClassNotFound { request, class, .. } => {
+            format!("request {request}: device class {class} does not exist")
         }
         other => other.to_string(),
     }

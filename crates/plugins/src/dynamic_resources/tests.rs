@@ -323,7 +323,7 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
                 pod_with("p", &["c"])
             },
             pre_enqueue: Ok(()),
-            pre_filter: Err("claim default/c: request gpu: device class nope does not exist"),
+            pre_filter: Err("request gpu: device class nope does not exist"),
         },
         Case {
             name: "invalid CEL names the claim",
@@ -381,7 +381,91 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
     }
 }
 
+#[test]
+fn missing_class_message_has_no_claim_prefix() {
+    let e = env();
+    e.claim(claim("default", "c").request(req("gpu", "nope")).build());
+    let (_, s) = e.prefilter(&info(&pod_with("p", &["c"])));
+    assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+    assert_eq!(s.message(), "request gpu: device class nope does not exist");
+}
+
 // ----- Filter -----
+
+/// A fatal allocator error on one node is an Error status (the attempt ends), while a node
+/// that cannot serve the claim stays a per-node rejection (upstream's CEL runtime error and
+/// `All`-with-constraint cases).
+#[test]
+fn filter_fatal_errors_are_errors() {
+    struct Case {
+        name: &'static str,
+        claim: ResourceClaim,
+        /// (node, expected code, text the message contains).
+        want: Vec<(&'static str, Code, &'static str)>,
+    }
+    let healthy = format!(r#"device.attributes["{GPU}"].healthy"#);
+    let cases = [
+        Case {
+            name: "CEL runtime error on the node whose devices lack the attribute",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).selector(&healthy))
+                .build(),
+            want: vec![
+                ("n1", Code::Error, "CEL runtime error"),
+                ("n2", Code::Success, ""),
+            ],
+        },
+        Case {
+            name: "All request whose constraint the devices cannot meet",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).all())
+                .match_attribute(&format!("{GPU}/index"), &[])
+                .build(),
+            want: vec![(
+                "n2",
+                Code::Error,
+                "claim default/c, request gpu: cannot add device gpu.example.com/n2/gpu-1 \
+                 because a claim constraint would not be satisfied",
+            )],
+        },
+        Case {
+            name: "All request whose constraint holds",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).all())
+                .match_attribute(&format!("{GPU}/model"), &[])
+                .build(),
+            want: vec![("n2", Code::Success, "")],
+        },
+        Case {
+            name: "too few devices stays a node rejection",
+            claim: gpu_claim("c", 3),
+            want: vec![("n2", Code::UnschedulableAndUnresolvable, reason::CANNOT_ALLOCATE)],
+        },
+    ];
+    for c in cases {
+        let e = env();
+        e.slice(gpus("n1", 1, "a100"));
+        let mut s2 = slice("n2-gpu", GPU, "n2", "n2");
+        for i in 0..2 {
+            s2 = s2.device(
+                dev(&format!("gpu-{i}"))
+                    .string("model", "a100")
+                    .int("index", i)
+                    .boolean("healthy", true),
+            );
+        }
+        e.slice(s2.build());
+        e.claim(c.claim);
+        let pod = info(&pod_with("p", &["c"]));
+        let (st, s) = e.prefilter(&pod);
+        assert!(s.is_success(), "{}: {s:?}", c.name);
+        for (n, code, text) in c.want {
+            let s = e.filter(&st, &pod, &node(n));
+            assert_eq!(s.code(), code, "{} on {n}: {s:?}", c.name);
+            assert!(s.message().contains(text), "{} on {n}: {}", c.name, s.message());
+        }
+    }
+}
 
 #[test]
 fn filter_allocates_per_node() {

@@ -143,3 +143,42 @@ fn cpu_ledger_counts_claims() {
         "2"
     );
 }
+
+/// A CEL runtime error on one node's devices keeps the pod pending with that error, although
+/// the other node could serve the claim (upstream: the problem must not be hidden).
+#[test]
+fn cel_runtime_error_on_one_node_keeps_the_pod_pending() {
+    let e = env();
+    let cache = Cache::new();
+    for n in ["n1", "n2"] {
+        cache.add_node(Arc::new(
+            NodeBuilder::new(n)
+                .alloc("cpu", "8")
+                .alloc("memory", "16Gi")
+                .alloc("pods", "110")
+                .build(),
+        ));
+    }
+    e.slice(gpus("n1", 1, "a100"));
+    e.slice(
+        slice("n2-gpu", GPU, "n2", "n2")
+            .device(dev("gpu-0").boolean("healthy", true))
+            .build(),
+    );
+    e.claim(
+        claim("default", "c")
+            .request(req("gpu", GPU).selector(&format!(r#"device.attributes["{GPU}"].healthy"#)))
+            .build(),
+    );
+    let (fwk, binder) = framework(&e);
+    let mut algo = SchedulingAlgorithm::new(2, None, 7);
+    let err = schedule(&fwk, &mut algo, &cache, pod_with("p", &["c"])).unwrap_err();
+    assert!(err.contains("CEL runtime error"), "{err}");
+    assert!(binder.bindings().is_empty());
+    let c = e
+        .api
+        .claims()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("c"));
+    assert!(c.and_then(|c| c.status).and_then(|s| s.allocation).is_none());
+}
