@@ -1,6 +1,7 @@
 //! Table-driven allocator tests, one table per concern.
 
 mod drivers;
+mod fast_path;
 mod props;
 
 use std::sync::Arc;

@@ -10,7 +10,9 @@
 //!   compiles selectors once ([`unisched_dra::PreparedClaim`]), and builds the allocator against the
 //!   cache's [`DraSnapshot`] (committed + in-flight allocations). Nothing to do → Skip.
 //! * **Filter** (parallel) — allocated claims must be usable on the node; the others are allocated
-//!   with the filter timeout; then the KEP-5517 footprint is computed and checked against the node's
+//!   with the filter timeout (a pod with one simple claim is decided by the device summary,
+//!   [`unisched_dra::Allocator::fits_without_search`], and allocated only for the node Reserve
+//!   gets); then the KEP-5517 footprint is computed and checked against the node's
 //!   remaining allocatable (authoritative; NodeResourcesFit only checks spec requests). Per-node
 //!   results, footprints (for scoring, [`NodeFootprints`]) and typed failure reasons are recorded.
 //! * **PreFilter extensions** ([`preemption`]) — in preemption dry runs, a removed victim's
@@ -311,13 +313,27 @@ impl DynamicResources {
         if let Some(allocator) = allocator
             && (!data.to_allocate.is_empty() || variant.is_some())
         {
-            let mut list: Vec<&PreparedClaim> = data
-                .to_allocate
-                .iter()
-                .filter_map(|&i| data.claims[i].prepared.as_deref())
-                .collect();
+            let mut list = data.to_allocate_list();
             if let Some(v) = &variant {
                 list.push(&v.prepared);
+            }
+            // The device summary decides the simple claim without a search; the allocation
+            // itself is made for the chosen node only (`PodState::node_result`). Not in
+            // preemption dry runs (their allocator sees victims' devices as free), not with other
+            // claims of the pod whose node-allocatable statuses need the full path.
+            let own_allocator = data
+                .allocator
+                .as_ref()
+                .is_some_and(|a| std::ptr::eq(a, allocator));
+            if own_allocator
+                && variant.is_none()
+                && data.claims.len() == 1
+                && allocator.fits_without_search(node_obj, &list)
+            {
+                return Ok(NodeResult {
+                    deferred: Some(node_obj.clone()),
+                    ..NodeResult::default()
+                });
             }
             let deadline = match self.args.filter_timeout() {
                 Some(d) => Deadline::after(d),
@@ -431,6 +447,7 @@ impl DynamicResources {
             extended: variant.zip(ext_alloc),
             statuses,
             score,
+            deferred: None,
         })
     }
 }
@@ -692,7 +709,11 @@ impl ReservePlugin for DynamicResources {
         if data.to_allocate.is_empty() && data.extended.is_none() {
             return Status::success();
         }
-        let Some(result) = data.nodes.read().get(node).cloned() else {
+        let result = match data.node_result(node) {
+            Ok(r) => r,
+            Err(e) => return Status::error(e),
+        };
+        let Some(result) = result else {
             if data.to_allocate.is_empty() {
                 // Extended resources served by device plugins on this node.
                 return Status::success();

@@ -513,6 +513,51 @@ fn filter_allocates_per_node() {
     );
 }
 
+/// The device summary decides the simple claim in Filter without allocating; Reserve then makes
+/// exactly the allocation the full allocator makes for that node, and a node the summary cannot
+/// decide goes through the allocator in Filter.
+#[test]
+fn summary_in_filter_allocation_in_reserve() {
+    let e = env();
+    e.slice(gpus("n1", 3, "a100"));
+    e.slice(gpus("n2", 1, "a100"));
+    let c = e.claim(gpu_claim("c", 2));
+    let pod = info(&pod_with("p", &["c"]));
+    let (mut st, s) = e.prefilter(&pod);
+    assert!(s.is_success());
+    assert!(e.filter(&st, &pod, &node("n1")).is_success());
+    let n2 = e.filter(&st, &pod, &node("n2"));
+    assert_eq!(n2.message(), reason::CANNOT_ALLOCATE);
+    let data = DynamicResources::data(&st).unwrap();
+    let decided = data.nodes.read().get("n1").cloned().unwrap();
+    assert!(decided.deferred.is_some() && decided.allocations.is_empty());
+    // What the allocator alone chooses on n1.
+    let want = data
+        .allocator
+        .as_ref()
+        .unwrap()
+        .allocate(
+            &node("n1").node().unwrap().clone(),
+            unisched_dra::Deadline::none(),
+        )
+        .unwrap();
+    assert!(e.plugin.reserve(&mut st, &pod, "n1").is_success());
+    let uid = c.metadata.uid.clone().unwrap();
+    let got = e.dra.in_flight(&uid).unwrap();
+    assert_eq!(*got.allocation, want[0]);
+    assert_eq!(device_names_of(&got.allocation), vec!["gpu-0", "gpu-1"]);
+    let stored = data.nodes.read().get("n1").cloned().unwrap();
+    assert!(stored.deferred.is_none() && stored.allocations.len() == 1);
+}
+
+fn device_names_of(a: &AllocationResult) -> Vec<String> {
+    a.devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| r.device.clone())
+        .collect()
+}
+
 #[test]
 fn filter_allocated_claim_only_on_its_nodes() {
     let e = env();
