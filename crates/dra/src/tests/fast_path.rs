@@ -119,7 +119,7 @@ fn build(nodes: &[NodeSpec], c: &ClaimSpec) -> Fixture {
             if d.preallocated && !d.multi {
                 allocated_claims.push(allocated(
                     claim("ns", &format!("pre-{name}-{di}")).build(),
-                    alloc_on(DRIVER, &name, &format!("d{di}")),
+                    one_device_allocation(DRIVER, &name, &format!("d{di}")),
                 ));
             }
         }
@@ -155,25 +155,6 @@ fn build(nodes: &[NodeSpec], c: &ClaimSpec) -> Fixture {
         classes: vec![class("cls", DRIVER), class_with("any", &[])],
         claims: vec![cb.build()],
         allocated: allocated_claims,
-        ..Default::default()
-    }
-}
-
-fn alloc_on(driver: &str, pool: &str, device: &str) -> k8s_openapi::api::resource::v1::AllocationResult {
-    use k8s_openapi::api::resource::v1::{
-        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
-    };
-    AllocationResult {
-        devices: Some(DeviceAllocationResult {
-            results: Some(vec![DeviceRequestAllocationResult {
-                request: "r".into(),
-                driver: driver.into(),
-                pool: pool.into(),
-                device: device.into(),
-                ..Default::default()
-            }]),
-            config: None,
-        }),
         ..Default::default()
     }
 }

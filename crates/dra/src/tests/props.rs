@@ -185,20 +185,7 @@ fn alloc_of(c: &ResourceClaim) -> &AllocationResult {
 }
 
 fn result_of(device: &str) -> AllocationResult {
-    use k8s_openapi::api::resource::v1::{DeviceAllocationResult, DeviceRequestAllocationResult};
-    AllocationResult {
-        devices: Some(DeviceAllocationResult {
-            results: Some(vec![DeviceRequestAllocationResult {
-                request: "r".into(),
-                driver: DRIVER.into(),
-                pool: "p".into(),
-                device: device.into(),
-                ..Default::default()
-            }]),
-            config: None,
-        }),
-        ..Default::default()
-    }
+    one_device_allocation(DRIVER, "p", device)
 }
 
 fn check_invariants(s: &Scenario, f: &Fixture, results: &[AllocationResult]) -> Result<(), TestCaseError> {
