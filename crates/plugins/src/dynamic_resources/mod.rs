@@ -122,7 +122,14 @@ pub struct DynamicResources {
     features: Features,
     /// How often PreBind re-checks binding conditions (upstream: 5 s).
     poll_interval: Duration,
+    /// Filter may decide simple claims from the device summary (off with the environment
+    /// variable [`NO_SUMMARY_ENV`], to measure or rule out the fast path; decisions are the same).
+    summary: bool,
 }
+
+/// Set (to anything) in the scheduler's environment, Filter runs the full allocator on every
+/// node instead of deciding simple claims from the device summary.
+pub const NO_SUMMARY_ENV: &str = "UNISCHED_DRA_NO_SUMMARY";
 
 impl std::fmt::Debug for DynamicResources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,6 +157,7 @@ impl DynamicResources {
             engine: Arc::new(CelSelectorEngine::new()),
             features: Features::default(),
             poll_interval: Duration::from_secs(5),
+            summary: std::env::var_os(NO_SUMMARY_ENV).is_none(),
         }
     }
 
@@ -325,7 +333,8 @@ impl DynamicResources {
                 .allocator
                 .as_ref()
                 .is_some_and(|a| std::ptr::eq(a, allocator));
-            if own_allocator
+            if self.summary
+                && own_allocator
                 && variant.is_none()
                 && data.claims.len() == 1
                 && allocator.fits_without_search(node_obj, &list)

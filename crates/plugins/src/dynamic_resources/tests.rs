@@ -541,6 +541,19 @@ fn summary_in_filter_allocation_in_reserve() {
             unisched_dra::Deadline::none(),
         )
         .unwrap();
+    // With the summary off, Filter itself allocates, the same devices.
+    let mut full = DynamicResources::new(
+        &DynamicResourcesArgs::default(),
+        Some(e.dra.clone()),
+        Some(e.api.clone() as Arc<dyn DraApi>),
+    );
+    full.summary = false;
+    let mut st_full = CycleState::new();
+    assert!(full.pre_filter(&mut st_full, &pod, &[]).1.is_success());
+    assert!(full.filter(&st_full, &pod, &node("n1")).is_success());
+    let filtered = DynamicResources::data(&st_full).unwrap().nodes.read()["n1"].clone();
+    assert!(filtered.deferred.is_none());
+    assert_eq!(filtered.allocations, want);
     assert!(e.plugin.reserve(&mut st, &pod, "n1").is_success());
     let uid = c.metadata.uid.clone().unwrap();
     let got = e.dra.in_flight(&uid).unwrap();
