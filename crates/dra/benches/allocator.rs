@@ -93,7 +93,7 @@ fn bench_allocate(c: &mut Criterion) {
     // Take one device of NUMA 0 so the search has to move on to NUMA 1.
     f_state.allocated = vec![allocated(
         claim("default", "other").build(),
-        one_result(GPU, "node-0", "gpu-5"),
+        one_device_allocation(GPU, "node-0", "gpu-5"),
     )];
     let alloc = f_state.allocator().unwrap();
     let res = alloc.allocate(&n, Deadline::none()).unwrap();
@@ -140,7 +140,7 @@ fn bench_allocate(c: &mut Criterion) {
         .map(|gpu| {
             allocated(
                 claim("default", &format!("w{gpu}")).build(),
-                one_result(GPU, "node-0", &format!("gpu-{gpu}")),
+                one_device_allocation(GPU, "node-0", &format!("gpu-{gpu}")),
             )
         })
         .collect();
@@ -163,7 +163,7 @@ fn bench_allocate(c: &mut Criterion) {
     );
     f.allocated = (0..30)
         .map(|i| {
-            let mut r = one_result("dra.cpu", "node-0", &format!("cpudevnuma00{}", i % 4));
+            let mut r = one_device_allocation("dra.cpu", "node-0", &format!("cpudevnuma00{}", i % 4));
             let d = &mut r.devices.as_mut().unwrap().results.as_mut().unwrap()[0];
             d.share_id = Some(format!("00000000-0000-0000-0000-{i:012}"));
             d.consumed_capacity = Some([("dra.cpu/cpu".to_string(), q("8"))].into_iter().collect());
@@ -176,25 +176,6 @@ fn bench_allocate(c: &mut Criterion) {
         b.iter(|| black_box(alloc.allocate(black_box(&n), Deadline::none()).unwrap()))
     });
     g.finish();
-}
-
-fn one_result(driver: &str, pool: &str, device: &str) -> k8s_openapi::api::resource::v1::AllocationResult {
-    use k8s_openapi::api::resource::v1::{
-        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
-    };
-    AllocationResult {
-        devices: Some(DeviceAllocationResult {
-            results: Some(vec![DeviceRequestAllocationResult {
-                request: "r".into(),
-                driver: driver.into(),
-                pool: pool.into(),
-                device: device.into(),
-                ..Default::default()
-            }]),
-            config: None,
-        }),
-        ..Default::default()
-    }
 }
 
 fn bench_cel(c: &mut Criterion) {

@@ -26,9 +26,13 @@
 //!    enclosing `firstAvailable` to try a smaller alternative). The deadline is checked
 //!    periodically.
 //!
-//! Differences from upstream that are deliberate: `All` mode with an incomplete/invalid pool,
-//! or whose devices break a constraint, is "unschedulable on this node" rather than a fatal
-//! error; a constraint's list-attribute intersection is restored exactly when backtracking;
+//! [`Allocator::fits_without_search`] is the per-node summary in front of the three phases: for
+//! the simple claim on a node with only plain devices it counts free matching devices, so Filter
+//! can decide the node without gathering, searching or building results.
+//!
+//! Differences from upstream that are deliberate: `All` mode with an incomplete/invalid pool is
+//! "unschedulable on this node" rather than a fatal error (an `All` request whose devices break
+//! a constraint is fatal, as upstream); a constraint's list-attribute intersection is restored exactly when backtracking;
 //! counters charged by the first share of a multi-allocatable device are released when that
 //! share is undone; share ids are deterministic (derived from the claim, request, device and
 //! position) instead of random UUIDs.
@@ -466,6 +470,7 @@ impl Allocator {
                 .map(|c| vec![Diag::default(); c.requests().len()])
                 .collect(),
             all_mode_failure: None,
+            fatal: None,
             attr_cache: claims
                 .iter()
                 .map(|c| {
@@ -490,6 +495,100 @@ impl Allocator {
             out.push(self.build_result(claim, &picks[ci], &gathered, node)?);
         }
         Ok(out)
+    }
+
+    /// The per-node summary: whether `claims` certainly allocate on `node`, decided by counting
+    /// free matching devices instead of gathering, searching and building results.
+    ///
+    /// `true` only for the simple shape (one claim, one request, an exact count, no constraints,
+    /// subrequests, admin access or capacity) on a node whose relevant devices are all plain
+    /// (node-local slices; no shared counters, binding conditions, multi-allocation, taints or
+    /// node-allocatable resources). There the search takes the first free matching devices, so
+    /// it succeeds exactly when at least the requested number are free. Selectors are evaluated
+    /// for every device [`Allocator::allocate_claims`] would evaluate, in the same order, so a CEL
+    /// error anywhere makes this `false` and the full allocator reports it. `false` means
+    /// "undecided": run the full allocator.
+    pub fn fits_without_search(&self, node: &Node, claims: &[&PreparedClaim]) -> bool {
+        let [claim] = claims else { return false };
+        if !claim.constraints().is_empty() {
+            return false;
+        }
+        let [request] = claim.requests() else { return false };
+        let [alt] = request.alternatives.as_slice() else {
+            return false;
+        };
+        let AllocationMode::ExactCount(needed) = alt.mode else {
+            return false;
+        };
+        if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
+            return false;
+        }
+        let f = &self.features;
+        let index: &DraSnapshotIndex = &self.index;
+        let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        let mut free = 0usize;
+        for si in index.candidate_slices(node_name) {
+            let slice = index.slice_at(si);
+            if !matches!(slice.scope(), crate::pools::NodeScope::NodeName(_)) || slice.has_shared_counters() {
+                return false;
+            }
+            // Older generations, other nodes, incomplete and invalid pools: set aside by `gather`.
+            let Some((pool, pos)) = index.slice_position(si) else {
+                continue;
+            };
+            if !matches!(slice.targets(node), Ok(true)) {
+                continue;
+            }
+            let rec = index.pool_at(pool);
+            if !rec.complete || rec.invalid.is_some() {
+                continue;
+            }
+            for (di, dev) in slice.devices().iter().enumerate() {
+                let Some(api) = slice.api_device(di) else {
+                    return false;
+                };
+                let tainted = f.device_taints && api.taints.as_ref().is_some_and(|t| !t.is_empty());
+                let node_allocatable = api
+                    .node_allocatable_resources
+                    .as_ref()
+                    .is_some_and(|m| !m.is_empty());
+                if dev.has_binding_conditions
+                    || !dev.consumes.is_empty()
+                    || (f.consumable_capacity && dev.allow_multiple)
+                    || tainted
+                    || node_allocatable
+                {
+                    return false;
+                }
+                if alt
+                    .required_driver
+                    .as_deref()
+                    .is_some_and(|d| d != slice.driver())
+                {
+                    continue;
+                }
+                let d = GDev {
+                    slice,
+                    slice_pos: pos,
+                    dev: di as u32,
+                    gpool: 0,
+                };
+                match self.selectors_reject(claim, &alt.class_selectors, &d) {
+                    Err(_) => return false,
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {}
+                }
+                match self.selectors_reject(claim, &alt.selectors, &d) {
+                    Err(_) => return false,
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {}
+                }
+                if !self.state.is_exclusively_allocated(&dev.id) {
+                    free += 1;
+                }
+            }
+        }
+        free >= needed
     }
 
     fn unschedulable(
@@ -1149,6 +1248,8 @@ struct Search<'s, 'i> {
     deadline: Deadline<'s>,
     diag: Vec<Vec<Diag>>,
     all_mode_failure: Option<(usize, usize, UnschedulableReason)>,
+    /// Set when mode `All` meets a device that breaks a constraint: ends the search with an error.
+    fatal: Option<FatalError>,
     /// Per claim, per constraint, per gathered device: the device's attribute values.
     attr_cache: Vec<Vec<Vec<OnceCell<Option<AttrSet>>>>>,
 }
@@ -1225,7 +1326,10 @@ impl Search<'_, '_> {
         if all_mode {
             let cand = data.cands[d].clone();
             if !self.try_allocate(c, r, alt, &cand, true) {
-                return Ok(false);
+                return match self.fatal.take() {
+                    Some(e) => Err(Stop::Abort(AllocationError::Fatal(Box::new(e)))),
+                    None => Ok(false),
+                };
             }
             let outcome = self.allocate_one(c, r, alt, d + 1, in_alternative, 0);
             if !matches!(outcome, Ok(true)) {
@@ -1432,6 +1536,14 @@ impl Search<'_, '_> {
                 self.uncharge(gd);
             }
             self.diag[c][r].constraint.get_or_insert(k);
+            if must {
+                self.fatal = Some(FatalError::AllModeConstraint {
+                    claim: self.claims[c].key().to_string(),
+                    request: spec.full_name.clone(),
+                    device: dev.id.clone(),
+                });
+                return false;
+            }
             let con = &self.claims[c].constraints()[k];
             self.note_all_mode(
                 must,

@@ -102,6 +102,20 @@ pub enum FatalError {
         /// What is wrong.
         message: String,
     },
+    /// Mode `All` must take every matching device, but adding this one would break a claim
+    /// constraint: the claim contradicts itself on this node's devices (upstream treats it as an
+    /// error, not as the node being unsuitable).
+    #[error(
+        "claim {claim}, request {request}: cannot add device {device} because a claim constraint would not be satisfied"
+    )]
+    AllModeConstraint {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// Request or `request/subrequest`.
+        request: String,
+        /// The device that could not be added.
+        device: DeviceId,
+    },
     /// The claim asks for more devices than one allocation result may hold.
     #[error("claim {claim}: number of requested devices {requested} exceeds the claim limit of {limit}")]
     TooManyDevices {

@@ -597,6 +597,30 @@ impl Fixture {
     }
 }
 
+/// An allocation of one device (request `r`), e.g. for a claim in `Fixture::allocated`.
+pub fn one_device_allocation(
+    driver: &str,
+    pool: &str,
+    device: &str,
+) -> k8s_openapi::api::resource::v1::AllocationResult {
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+    };
+    AllocationResult {
+        devices: Some(DeviceAllocationResult {
+            results: Some(vec![DeviceRequestAllocationResult {
+                request: "r".into(),
+                driver: driver.into(),
+                pool: pool.into(),
+                device: device.into(),
+                ..Default::default()
+            }]),
+            config: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// Sets the allocation of a claim (to feed `Fixture::allocated`).
 pub fn allocated(mut c: ResourceClaim, a: k8s_openapi::api::resource::v1::AllocationResult) -> ResourceClaim {
     c.status.get_or_insert_with(Default::default).allocation = Some(a);

@@ -35,7 +35,9 @@ pub struct PodInfo {
     pub priority: i32,
     /// Requests (exact and non-zero variants), including overhead and DRA node-allocatable statuses.
     pub resources: PodResources,
-    /// Host ports of all containers (init containers included, as upstream).
+    /// Host ports of the regular containers and of the sidecars (init containers with
+    /// `restartPolicy: Always`), as upstream: a classic init container has exited before the
+    /// pod's containers start, so its ports are not held while the pod runs.
     pub host_ports: Vec<HostPort>,
     /// The pod has pod affinity or anti-affinity terms (required or preferred).
     pub has_affinity: bool,
@@ -62,12 +64,12 @@ impl PodInfo {
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         let mut host_ports = Vec::new();
         if let Some(spec) = spec {
-            for c in spec
+            let sidecars = spec
                 .init_containers
                 .iter()
                 .flatten()
-                .chain(spec.containers.iter())
-            {
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            for c in sidecars.chain(spec.containers.iter()) {
                 for p in c.ports.iter().flatten() {
                     if let Some(port) = p.host_port.filter(|p| *p > 0) {
                         host_ports.push(HostPort {

@@ -187,6 +187,36 @@ mod tests {
                 existing: vec![on("e").host_port_on("", "SCTP", 9000)],
                 code: Code::Unschedulable,
             },
+            Case {
+                name: "init container port of the incoming pod is not held",
+                pod: PodBuilder::new("p").init_host_port(80, false),
+                existing: vec![on("e").host_port(80)],
+                code: Code::Skip,
+            },
+            Case {
+                name: "init container port of an existing pod is not held",
+                pod: PodBuilder::new("p").host_port(80),
+                existing: vec![on("e").init_host_port(80, false)],
+                code: Code::Success,
+            },
+            Case {
+                name: "sidecar port of the incoming pod conflicts",
+                pod: PodBuilder::new("p").init_host_port(80, true),
+                existing: vec![on("e").host_port(80)],
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "sidecar port of an existing pod conflicts",
+                pod: PodBuilder::new("p").host_port(80),
+                existing: vec![on("e").init_host_port(80, true)],
+                code: Code::Unschedulable,
+            },
+            Case {
+                name: "sidecar ports on both sides conflict",
+                pod: PodBuilder::new("p").init_host_port(8080, true),
+                existing: vec![on("e").init_host_port(8080, true)],
+                code: Code::Unschedulable,
+            },
         ];
         for c in cases {
             let pod = c.pod.info();
@@ -232,6 +262,16 @@ mod tests {
                 name: "pod without ports deleted",
                 deleted: PodBuilder::new("d").node_name("n"),
                 want: QueueingHint::Skip,
+            },
+            Case {
+                name: "classic init container of the deleted pod held no port",
+                deleted: PodBuilder::new("d").node_name("n").init_host_port(80, false),
+                want: QueueingHint::Skip,
+            },
+            Case {
+                name: "sidecar holding the port deleted",
+                deleted: PodBuilder::new("d").node_name("n").init_host_port(80, true),
+                want: QueueingHint::Queue,
             },
             Case {
                 name: "unrelated port freed",

@@ -255,6 +255,26 @@ impl PodBuilder {
         self
     }
 
+    /// Adds an init container holding a TCP host port on all addresses; `sidecar` sets
+    /// `restartPolicy: Always`.
+    #[must_use]
+    pub fn init_host_port(mut self, port: i32, sidecar: bool) -> Self {
+        self.spec()
+            .init_containers
+            .get_or_insert_with(Vec::new)
+            .push(Container {
+                name: format!("init-{port}"),
+                restart_policy: sidecar.then(|| "Always".to_string()),
+                ports: Some(vec![ContainerPort {
+                    container_port: port,
+                    host_port: Some(port),
+                    ..ContainerPort::default()
+                }]),
+                ..Container::default()
+            });
+        self
+    }
+
     /// Sets `spec.priority`.
     #[must_use]
     pub fn priority(mut self, p: i32) -> Self {

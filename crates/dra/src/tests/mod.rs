@@ -1,6 +1,7 @@
 //! Table-driven allocator tests, one table per concern.
 
 mod drivers;
+mod fast_path;
 mod props;
 
 use std::sync::Arc;
@@ -918,7 +919,7 @@ fn constraints_table() {
             Expect::Devices(vec![vec!["a", "c"]]),
         ),
         case(
-            "all mode with a broken constraint is unschedulable here",
+            "all mode with a broken constraint is fatal",
             n,
             fx(
                 vec![numa(n)],
@@ -928,7 +929,26 @@ fn constraints_table() {
                         .match_attribute("gpu.example.com/numa", &[]),
                 ],
             ),
-            Expect::Unsched("constraint"),
+            Expect::Fatal(
+                "claim ns/c, request gpu: cannot add device gpu.example.com/n/gpu-2 because a claim constraint would not be satisfied",
+            ),
+        ),
+        case(
+            "all mode with a constraint every matching device meets",
+            n,
+            fx(
+                vec![numa(n)],
+                vec![
+                    claim("ns", "c")
+                        .request(
+                            req("gpu", "gpu")
+                                .selector(r#"device.attributes["gpu.example.com"].numa == 1"#)
+                                .all(),
+                        )
+                        .match_attribute("gpu.example.com/numa", &[]),
+                ],
+            ),
+            Expect::Devices(vec![vec!["gpu-2", "gpu-3", "nic-0"]]),
         ),
         case(
             "unknown constraint type is fatal",

@@ -185,20 +185,7 @@ fn alloc_of(c: &ResourceClaim) -> &AllocationResult {
 }
 
 fn result_of(device: &str) -> AllocationResult {
-    use k8s_openapi::api::resource::v1::{DeviceAllocationResult, DeviceRequestAllocationResult};
-    AllocationResult {
-        devices: Some(DeviceAllocationResult {
-            results: Some(vec![DeviceRequestAllocationResult {
-                request: "r".into(),
-                driver: DRIVER.into(),
-                pool: "p".into(),
-                device: device.into(),
-                ..Default::default()
-            }]),
-            config: None,
-        }),
-        ..Default::default()
-    }
+    one_device_allocation(DRIVER, "p", device)
 }
 
 fn check_invariants(s: &Scenario, f: &Fixture, results: &[AllocationResult]) -> Result<(), TestCaseError> {
@@ -307,6 +294,10 @@ proptest! {
                 check_invariants(&s, &f, results)?;
             }
             Err(AllocationError::Unschedulable(_)) => {}
+            // An `All` request whose constraint its own devices break is an error, as upstream.
+            Err(AllocationError::Fatal(e)) if matches!(**e, crate::FatalError::AllModeConstraint { .. }) => {
+                prop_assert!(s.claims.iter().any(|c| c.requests.iter().any(|r| r.all)));
+            }
             Err(e) => prop_assert!(false, "unexpected error {e}"),
         }
         // Deterministic: a fresh index, engine and allocator give the same answer.

@@ -10,7 +10,9 @@
 //!   compiles selectors once ([`unisched_dra::PreparedClaim`]), and builds the allocator against the
 //!   cache's [`DraSnapshot`] (committed + in-flight allocations). Nothing to do → Skip.
 //! * **Filter** (parallel) — allocated claims must be usable on the node; the others are allocated
-//!   with the filter timeout; then the KEP-5517 footprint is computed and checked against the node's
+//!   with the filter timeout (a pod with one simple claim is decided by the device summary,
+//!   [`unisched_dra::Allocator::fits_without_search`], and allocated only for the node Reserve
+//!   gets); then the KEP-5517 footprint is computed and checked against the node's
 //!   remaining allocatable (authoritative; NodeResourcesFit only checks spec requests). Per-node
 //!   results, footprints (for scoring, [`NodeFootprints`]) and typed failure reasons are recorded.
 //! * **PreFilter extensions** ([`preemption`]) — in preemption dry runs, a removed victim's
@@ -28,7 +30,9 @@
 //! * **Events** ([`hints`]) — claim, slice, class, node and pod events with queueing hints.
 //!
 //! Bad input never panics: invalid CEL, a missing class, a malformed claim become
-//! UnschedulableAndUnresolvable statuses naming the claim.
+//! UnschedulableAndUnresolvable statuses in PreFilter; a fatal allocator error in Filter (a CEL
+//! runtime error, an `All` request its own constraint rules out) is an Error status that ends the
+//! scheduling attempt, as upstream.
 
 mod api;
 pub use device_scoring::{DEVICE_RESOURCES, DeviceResources, DeviceResourcesArgs};
@@ -118,7 +122,14 @@ pub struct DynamicResources {
     features: Features,
     /// How often PreBind re-checks binding conditions (upstream: 5 s).
     poll_interval: Duration,
+    /// Filter may decide simple claims from the device summary (off with the environment
+    /// variable [`NO_SUMMARY_ENV`], to measure or rule out the fast path; decisions are the same).
+    summary: bool,
 }
+
+/// Set (to anything) in the scheduler's environment, Filter runs the full allocator on every
+/// node instead of deciding simple claims from the device summary.
+pub const NO_SUMMARY_ENV: &str = "UNISCHED_DRA_NO_SUMMARY";
 
 impl std::fmt::Debug for DynamicResources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,6 +157,7 @@ impl DynamicResources {
             engine: Arc::new(CelSelectorEngine::new()),
             features: Features::default(),
             poll_interval: Duration::from_secs(5),
+            summary: std::env::var_os(NO_SUMMARY_ENV).is_none(),
         }
     }
 
@@ -309,13 +321,28 @@ impl DynamicResources {
         if let Some(allocator) = allocator
             && (!data.to_allocate.is_empty() || variant.is_some())
         {
-            let mut list: Vec<&PreparedClaim> = data
-                .to_allocate
-                .iter()
-                .filter_map(|&i| data.claims[i].prepared.as_deref())
-                .collect();
+            let mut list = data.to_allocate_list();
             if let Some(v) = &variant {
                 list.push(&v.prepared);
+            }
+            // The device summary decides the simple claim without a search; the allocation
+            // itself is made for the chosen node only (`PodState::node_result`). Not in
+            // preemption dry runs (their allocator sees victims' devices as free), not with other
+            // claims of the pod whose node-allocatable statuses need the full path.
+            let own_allocator = data
+                .allocator
+                .as_ref()
+                .is_some_and(|a| std::ptr::eq(a, allocator));
+            if self.summary
+                && own_allocator
+                && variant.is_none()
+                && data.claims.len() == 1
+                && allocator.fits_without_search(node_obj, &list)
+            {
+                return Ok(NodeResult {
+                    deferred: Some(node_obj.clone()),
+                    ..NodeResult::default()
+                });
             }
             let deadline = match self.args.filter_timeout() {
                 Some(d) => Deadline::after(d),
@@ -344,10 +371,13 @@ impl DynamicResources {
                         Some(NodeFailure::Timeout),
                     ));
                 }
+                // Something is wrong with the claim or class itself (a CEL runtime error on some
+                // device, an `All` request contradicting its constraint): another node would only
+                // hide it, so the attempt ends with an error and the pod stays pending (upstream).
                 Err(AllocationError::Fatal(e)) => {
                     let message = fatal_message(&e);
                     return Err((
-                        Status::unresolvable(message.clone()),
+                        Status::error(message.clone()),
                         Some(NodeFailure::Invalid { message }),
                     ));
                 }
@@ -427,20 +457,17 @@ impl DynamicResources {
             extended: variant.zip(ext_alloc),
             statuses,
             score,
+            deferred: None,
         })
     }
 }
 
-/// A fatal allocator error as a user-facing message naming the claim (upstream wording for a
-/// missing class).
+/// A fatal allocator error as a user-facing message (upstream wording for a missing class, which
+/// names the request but not the claim).
 fn fatal_message(e: &FatalError) -> String {
     match e {
-        FatalError::ClassNotFound {
-            claim,
-            request,
-            class,
-        } => {
-            format!("claim {claim}: request {request}: device class {class} does not exist")
+        FatalError::ClassNotFound { request, class, .. } => {
+            format!("request {request}: device class {class} does not exist")
         }
         other => other.to_string(),
     }
@@ -692,7 +719,11 @@ impl ReservePlugin for DynamicResources {
         if data.to_allocate.is_empty() && data.extended.is_none() {
             return Status::success();
         }
-        let Some(result) = data.nodes.read().get(node).cloned() else {
+        let result = match data.node_result(node) {
+            Ok(r) => r,
+            Err(e) => return Status::error(e),
+        };
+        let Some(result) = result else {
             if data.to_allocate.is_empty() {
                 // Extended resources served by device plugins on this node.
                 return Status::success();

@@ -189,7 +189,10 @@ pub(crate) fn pre_bind(
     pod: &PodInfo,
     node: &str,
 ) -> Status {
-    let result = data.nodes.read().get(node).cloned();
+    let result = match data.node_result(node) {
+        Ok(r) => r,
+        Err(e) => return Status::error(e),
+    };
     let mut progress = data.binding.lock();
     let mut to_wait: Vec<(String, String)> = Vec::new();
 

@@ -11,12 +11,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    ContainerExtendedResourceRequest, NodeAllocatableResourceClaimStatus, NodeSelector,
+    ContainerExtendedResourceRequest, Node, NodeAllocatableResourceClaimStatus, NodeSelector,
 };
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraSnapshot;
-use unisched_dra::{Allocator, CelSelectorEngine, PreparedClaim};
+use unisched_dra::{Allocator, CelSelectorEngine, Deadline, PreparedClaim};
 use unisched_framework::NodeFootprints;
 
 use super::extended::{ExtendedPlan, Variant};
@@ -67,6 +67,10 @@ pub(crate) struct NodeResult {
     pub statuses: Vec<NodeAllocatableResourceClaimStatus>,
     /// Raw Score (`firstAvailable` preference).
     pub score: i64,
+    /// Filter decided this node from the device summary
+    /// ([`unisched_dra::Allocator::fits_without_search`]) without allocating: `allocations` is
+    /// empty until [`PodState::node_result`] runs the allocator for this node.
+    pub deferred: Option<Arc<Node>>,
 }
 
 /// A claim whose status PreBind wrote.
@@ -110,6 +114,38 @@ pub(crate) struct PodState {
     /// Claims (indices) found unavailable on some node (PostFilter candidates).
     pub unavailable: Mutex<BTreeSet<usize>>,
     pub binding: Mutex<BindingProgress>,
+}
+
+impl PodState {
+    /// The claims to allocate, in allocator order.
+    pub fn to_allocate_list(&self) -> Vec<&PreparedClaim> {
+        self.to_allocate
+            .iter()
+            .filter_map(|&i| self.claims[i].prepared.as_deref())
+            .collect()
+    }
+
+    /// Filter's result for `node`, with a deferred allocation (decided by the device summary)
+    /// completed now by the allocator and stored: the same allocator and allocated state as
+    /// Filter, so the devices are the ones a full Filter run would have chosen. `Err` when the
+    /// allocator disagrees with the summary (a bug, reported instead of binding).
+    pub fn node_result(&self, node: &str) -> Result<Option<Arc<NodeResult>>, String> {
+        let Some(result) = self.nodes.read().get(node).cloned() else {
+            return Ok(None);
+        };
+        let (Some(node_obj), Some(allocator)) = (&result.deferred, &self.allocator) else {
+            return Ok(Some(result));
+        };
+        let allocations = allocator
+            .allocate_claims(node_obj, &self.to_allocate_list(), Deadline::none())
+            .map_err(|e| format!("allocating on node {node} after the device summary said it fits: {e}"))?;
+        let full = Arc::new(NodeResult {
+            allocations,
+            ..NodeResult::default()
+        });
+        self.nodes.write().insert(node.to_string(), full.clone());
+        Ok(Some(full))
+    }
 }
 
 /// The cycle-state value: a shared handle.

@@ -323,7 +323,7 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
                 pod_with("p", &["c"])
             },
             pre_enqueue: Ok(()),
-            pre_filter: Err("claim default/c: request gpu: device class nope does not exist"),
+            pre_filter: Err("request gpu: device class nope does not exist"),
         },
         Case {
             name: "invalid CEL names the claim",
@@ -381,7 +381,91 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
     }
 }
 
+#[test]
+fn missing_class_message_has_no_claim_prefix() {
+    let e = env();
+    e.claim(claim("default", "c").request(req("gpu", "nope")).build());
+    let (_, s) = e.prefilter(&info(&pod_with("p", &["c"])));
+    assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
+    assert_eq!(s.message(), "request gpu: device class nope does not exist");
+}
+
 // ----- Filter -----
+
+/// A fatal allocator error on one node is an Error status (the attempt ends), while a node
+/// that cannot serve the claim stays a per-node rejection (upstream's CEL runtime error and
+/// `All`-with-constraint cases).
+#[test]
+fn filter_fatal_errors_are_errors() {
+    struct Case {
+        name: &'static str,
+        claim: ResourceClaim,
+        /// (node, expected code, text the message contains).
+        want: Vec<(&'static str, Code, &'static str)>,
+    }
+    let healthy = format!(r#"device.attributes["{GPU}"].healthy"#);
+    let cases = [
+        Case {
+            name: "CEL runtime error on the node whose devices lack the attribute",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).selector(&healthy))
+                .build(),
+            want: vec![
+                ("n1", Code::Error, "CEL runtime error"),
+                ("n2", Code::Success, ""),
+            ],
+        },
+        Case {
+            name: "All request whose constraint the devices cannot meet",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).all())
+                .match_attribute(&format!("{GPU}/index"), &[])
+                .build(),
+            want: vec![(
+                "n2",
+                Code::Error,
+                "claim default/c, request gpu: cannot add device gpu.example.com/n2/gpu-1 \
+                 because a claim constraint would not be satisfied",
+            )],
+        },
+        Case {
+            name: "All request whose constraint holds",
+            claim: claim("default", "c")
+                .request(req("gpu", GPU).all())
+                .match_attribute(&format!("{GPU}/model"), &[])
+                .build(),
+            want: vec![("n2", Code::Success, "")],
+        },
+        Case {
+            name: "too few devices stays a node rejection",
+            claim: gpu_claim("c", 3),
+            want: vec![("n2", Code::UnschedulableAndUnresolvable, reason::CANNOT_ALLOCATE)],
+        },
+    ];
+    for c in cases {
+        let e = env();
+        e.slice(gpus("n1", 1, "a100"));
+        let mut s2 = slice("n2-gpu", GPU, "n2", "n2");
+        for i in 0..2 {
+            s2 = s2.device(
+                dev(&format!("gpu-{i}"))
+                    .string("model", "a100")
+                    .int("index", i)
+                    .boolean("healthy", true),
+            );
+        }
+        e.slice(s2.build());
+        e.claim(c.claim);
+        let pod = info(&pod_with("p", &["c"]));
+        let (st, s) = e.prefilter(&pod);
+        assert!(s.is_success(), "{}: {s:?}", c.name);
+        for (n, code, text) in c.want {
+            let s = e.filter(&st, &pod, &node(n));
+            assert_eq!(s.code(), code, "{} on {n}: {s:?}", c.name);
+            assert!(s.message().contains(text), "{} on {n}: {}", c.name, s.message());
+        }
+    }
+}
 
 #[test]
 fn filter_allocates_per_node() {
@@ -427,6 +511,64 @@ fn filter_allocates_per_node() {
         "claim default/c request gpu: on 1 node no devices; \
          claim default/c request gpu: on 1 node fewer than 2 usable devices (at most 1)."
     );
+}
+
+/// The device summary decides the simple claim in Filter without allocating; Reserve then makes
+/// exactly the allocation the full allocator makes for that node, and a node the summary cannot
+/// decide goes through the allocator in Filter.
+#[test]
+fn summary_in_filter_allocation_in_reserve() {
+    let e = env();
+    e.slice(gpus("n1", 3, "a100"));
+    e.slice(gpus("n2", 1, "a100"));
+    let c = e.claim(gpu_claim("c", 2));
+    let pod = info(&pod_with("p", &["c"]));
+    let (mut st, s) = e.prefilter(&pod);
+    assert!(s.is_success());
+    assert!(e.filter(&st, &pod, &node("n1")).is_success());
+    let n2 = e.filter(&st, &pod, &node("n2"));
+    assert_eq!(n2.message(), reason::CANNOT_ALLOCATE);
+    let data = DynamicResources::data(&st).unwrap();
+    let decided = data.nodes.read().get("n1").cloned().unwrap();
+    assert!(decided.deferred.is_some() && decided.allocations.is_empty());
+    // What the allocator alone chooses on n1.
+    let want = data
+        .allocator
+        .as_ref()
+        .unwrap()
+        .allocate(
+            &node("n1").node().unwrap().clone(),
+            unisched_dra::Deadline::none(),
+        )
+        .unwrap();
+    // With the summary off, Filter itself allocates, the same devices.
+    let mut full = DynamicResources::new(
+        &DynamicResourcesArgs::default(),
+        Some(e.dra.clone()),
+        Some(e.api.clone() as Arc<dyn DraApi>),
+    );
+    full.summary = false;
+    let mut st_full = CycleState::new();
+    assert!(full.pre_filter(&mut st_full, &pod, &[]).1.is_success());
+    assert!(full.filter(&st_full, &pod, &node("n1")).is_success());
+    let filtered = DynamicResources::data(&st_full).unwrap().nodes.read()["n1"].clone();
+    assert!(filtered.deferred.is_none());
+    assert_eq!(filtered.allocations, want);
+    assert!(e.plugin.reserve(&mut st, &pod, "n1").is_success());
+    let uid = c.metadata.uid.clone().unwrap();
+    let got = e.dra.in_flight(&uid).unwrap();
+    assert_eq!(*got.allocation, want[0]);
+    assert_eq!(device_names_of(&got.allocation), vec!["gpu-0", "gpu-1"]);
+    let stored = data.nodes.read().get("n1").cloned().unwrap();
+    assert!(stored.deferred.is_none() && stored.allocations.len() == 1);
+}
+
+fn device_names_of(a: &AllocationResult) -> Vec<String> {
+    a.devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| r.device.clone())
+        .collect()
 }
 
 #[test]

@@ -22,6 +22,17 @@ fn framework(e: &Env) -> (Framework, Arc<RecordingBinder>) {
     )
 }
 
+/// A node with `cpu` CPUs, 16Gi memory and 110 pods in the node cache.
+fn add_node(cache: &Cache, name: &str, cpu: &str) {
+    cache.add_node(Arc::new(
+        NodeBuilder::new(name)
+            .alloc("cpu", cpu)
+            .alloc("memory", "16Gi")
+            .alloc("pods", "110")
+            .build(),
+    ));
+}
+
 /// Runs one pod through both cycles; `Ok(node)` or `Err(message)`.
 fn schedule(
     fwk: &Framework,
@@ -50,13 +61,7 @@ fn gpu_pods_never_share_devices() {
     let e = env();
     let cache = Cache::new();
     for n in ["n1", "n2", "n3"] {
-        cache.add_node(Arc::new(
-            NodeBuilder::new(n)
-                .alloc("cpu", "8")
-                .alloc("memory", "16Gi")
-                .alloc("pods", "110")
-                .build(),
-        ));
+        add_node(&cache, n, "8");
         e.slice(gpus(n, 2, "a100"));
     }
     let (fwk, binder) = framework(&e);
@@ -100,13 +105,7 @@ fn cpu_ledger_counts_claims() {
     cpu_class(&e);
     let cache = Cache::new();
     for n in ["n1", "n2"] {
-        cache.add_node(Arc::new(
-            NodeBuilder::new(n)
-                .alloc("cpu", "4")
-                .alloc("memory", "16Gi")
-                .alloc("pods", "110")
-                .build(),
-        ));
+        add_node(&cache, n, "4");
         // The device could serve 16 CPUs; the node's allocatable is what limits.
         e.slice(grouped_cpu_slice(n, "16"));
     }
@@ -142,4 +141,36 @@ fn cpu_ledger_counts_claims() {
         status["nodeAllocatableResourceClaimStatuses"][0]["mapping"][0]["quantity"],
         "2"
     );
+}
+
+/// A CEL runtime error on one node's devices keeps the pod pending with that error, although
+/// the other node could serve the claim (upstream: the problem must not be hidden).
+#[test]
+fn cel_runtime_error_on_one_node_keeps_the_pod_pending() {
+    let e = env();
+    let cache = Cache::new();
+    add_node(&cache, "n1", "8");
+    add_node(&cache, "n2", "8");
+    e.slice(gpus("n1", 1, "a100"));
+    e.slice(
+        slice("n2-gpu", GPU, "n2", "n2")
+            .device(dev("gpu-0").boolean("healthy", true))
+            .build(),
+    );
+    e.claim(
+        claim("default", "c")
+            .request(req("gpu", GPU).selector(&format!(r#"device.attributes["{GPU}"].healthy"#)))
+            .build(),
+    );
+    let (fwk, binder) = framework(&e);
+    let mut algo = SchedulingAlgorithm::new(2, None, 7);
+    let err = schedule(&fwk, &mut algo, &cache, pod_with("p", &["c"])).unwrap_err();
+    assert!(err.contains("CEL runtime error"), "{err}");
+    assert!(binder.bindings().is_empty());
+    let c = e
+        .api
+        .claims()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("c"));
+    assert!(c.and_then(|c| c.status).and_then(|s| s.allocation).is_none());
 }
