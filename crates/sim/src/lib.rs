@@ -57,6 +57,7 @@
 //!   `kube-node-lease` exist); deleting a namespace deletes its contents.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod controllers;
 pub mod error;
 pub mod patch;

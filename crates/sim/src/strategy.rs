@@ -13,6 +13,7 @@
 use serde_json::{Map, Value, json};
 use unisched_resource::Quantity;
 
+use crate::admission;
 use crate::error::{Cause, StoreError};
 use crate::registry::ResourceType;
 use crate::store::ObjectRef;
@@ -160,6 +161,15 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
     let mut causes = Vec::new();
     if is_pod(rt) {
         validate_pod(obj, &mut causes);
+        admission::check_pod_ports(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceClaim") {
+        admission::check_resource_claim(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceClaimTemplate") {
+        admission::check_resource_claim_template(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "DeviceClass") {
+        admission::check_device_class(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceSlice") {
+        admission::check_resource_slice(obj, &mut causes);
     } else if rt.is("", "Node") {
         for list in ["capacity", "allocatable"] {
             check_quantities(obj, &["status", list], &format!("status.{list}"), &mut causes);

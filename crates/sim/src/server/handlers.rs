@@ -303,22 +303,65 @@ fn get(
     Ok(object_response(StatusCode::OK, &o))
 }
 
-/// `fieldValidation=Strict`: fields the kind does not declare are an error (as kubectl asks by default).
-fn strict_check(t: &Target<'_>, q: &Query, obj: &Value) -> Result<(), StoreError> {
-    if q.get("fieldValidation").map(String::as_str) != Some("Strict") {
-        return Ok(());
+/// How a write treats fields its kind does not declare (`fieldValidation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the server default).
+    Warn,
+    /// Refuse the write (400), as kubectl asks by default.
+    Strict,
+}
+
+impl FieldValidation {
+    fn parse(q: &Query) -> Result<Self, StoreError> {
+        match q.get("fieldValidation").map(String::as_str) {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(StoreError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
     }
-    let unknown = (t.rt.unknown_fields)(obj);
-    if unknown.is_empty() {
-        return Ok(());
+}
+
+/// Applies `fieldValidation` to a written object: `Ok` carries the warnings to send.
+fn check_fields(t: &Target<'_>, mode: FieldValidation, obj: &Value) -> Result<Vec<String>, StoreError> {
+    if mode == FieldValidation::Ignore {
+        return Ok(Vec::new());
     }
+    judge_unknown(t, mode, &(t.rt.unknown_fields)(obj))
+}
+
+/// Strict: an error naming every unknown field; otherwise the warnings to send.
+fn judge_unknown(
+    t: &Target<'_>,
+    mode: FieldValidation,
+    unknown: &[String],
+) -> Result<Vec<String>, StoreError> {
     let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
-    Err(StoreError::BadRequest(format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-        list.join(", "),
-        kind = t.rt.kind,
-        version = t.rt.version,
-    )))
+    if mode == FieldValidation::Strict && !list.is_empty() {
+        return Err(StoreError::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            list.join(", "),
+            kind = t.rt.kind,
+            version = t.rt.version,
+        )));
+    }
+    Ok(list)
+}
+
+/// Adds one RFC 7234 `Warning` header (code 299, as kube-apiserver sends) per warning.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = header::HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 fn create(
@@ -329,11 +372,11 @@ fn create(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    strict_check(t, q, &obj)?;
+    let warnings = check_fields(t, FieldValidation::parse(q)?, &obj)?;
     let o = app
         .store
         .create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
-    Ok(object_response(StatusCode::CREATED, &o))
+    Ok(with_warnings(object_response(StatusCode::CREATED, &o), &warnings))
 }
 
 fn update(
@@ -346,11 +389,11 @@ fn update(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    strict_check(t, q, &obj)?;
+    let warnings = check_fields(t, FieldValidation::parse(q)?, &obj)?;
     let o = app
         .store
         .update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
-    Ok(object_response(StatusCode::OK, &o))
+    Ok(with_warnings(object_response(StatusCode::OK, &o), &warnings))
 }
 
 fn patch(
@@ -367,17 +410,33 @@ fn patch(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let p = Patch::from_body(ct, body)?;
+    let mode = FieldValidation::parse(q)?;
+    // A patch is judged by the fields it adds: those unknown in the result but not in the stored
+    // object. That costs a dry run, so it happens only when the client asks for a mode.
+    let warnings = if q.contains_key("fieldValidation") && mode != FieldValidation::Ignore {
+        let before = match app.store.get_in(t.kind, ns_of(t), name) {
+            Ok(o) => (t.rt.unknown_fields)(&o.to_value()),
+            Err(e) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let (preview, _) = app.store.patch_in(t.kind, ns_of(t), name, &p, status, true)?;
+        let added: Vec<String> = (t.rt.unknown_fields)(&preview.to_value())
+            .into_iter()
+            .filter(|u| !before.contains(u))
+            .collect();
+        judge_unknown(t, mode, &added)?
+    } else {
+        Vec::new()
+    };
     let (o, created) = app
         .store
         .patch_in(t.kind, ns_of(t), name, &p, status, dry_run(q))?;
-    Ok(object_response(
-        if created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        },
-        &o,
-    ))
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_warnings(object_response(code, &o), &warnings))
 }
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
