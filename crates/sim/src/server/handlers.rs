@@ -169,7 +169,10 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    if ct.contains("protobuf") || ct.contains("cbor") {
+    if ct.contains("protobuf") {
+        return super::protobuf::decode(body);
+    }
+    if ct.contains("cbor") {
         return Err(StoreError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, \
              application/yaml (got {ct})"
@@ -215,7 +218,8 @@ async fn resource(
         (Some(n), sub @ (None | Some("status")), Method::PATCH) => {
             patch(app, &t, n, sub.is_some(), q, headers, &body)
         }
-        (Some(n), None, Method::DELETE) => delete(app, &t, n, q, &body),
+        (Some(n), None, Method::DELETE) => delete(app, &t, n, q, headers, &body),
+        (Some(n), Some("eviction"), Method::POST) => evict(app, &t, n, q, headers, &body),
         (Some(n), Some("binding"), Method::POST) => bind(app, &t, n, headers, &body),
         _ => Err(StoreError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({method})"
@@ -439,13 +443,20 @@ fn patch(
     Ok(with_warnings(object_response(code, &o), &warnings))
 }
 
-fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
+fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, StoreError> {
     let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
+    } else if body.starts_with(super::protobuf::MAGIC) {
+        super::protobuf::decode(body)?
     } else {
-        serde_json::from_slice(body)
+        parse_body(headers, body)
             .map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
     };
+    delete_options_from(q, &b)
+}
+
+fn delete_options_from(q: &Query, b: &Value) -> Result<DeleteOptions, StoreError> {
+    let b = b.clone();
     let policy = q
         .get("propagationPolicy")
         .cloned()
@@ -481,9 +492,10 @@ fn delete(
     t: &Target<'_>,
     name: &str,
     q: &Query,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, StoreError> {
-    let opts = delete_options(q, body)?;
+    let opts = delete_options(q, headers, body)?;
     Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
         Deletion::Removed(o) => object_response(StatusCode::OK, &o),
         Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o),
@@ -494,7 +506,7 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
     let mut opts = list_options(q)?;
     opts.limit = None;
     opts.continue_token = None;
-    let dopts = delete_options(q, b"")?;
+    let dopts = delete_options_from(q, &json!({}))?;
     let list = app.store.list_in(t.kind, t.namespace.as_deref(), &opts)?;
     let mut items = Vec::new();
     for o in &list.items {
@@ -509,6 +521,29 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
         StatusCode::OK,
         &json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
     ))
+}
+
+/// `pods/{name}/eviction`: deletes the pod with the eviction's `deleteOptions` (as `kubectl drain`
+/// asks). PodDisruptionBudgets are not consulted.
+fn evict(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
+    let eviction = parse_body(headers, body)?;
+    if let Some(n) = get_str(&eviction, &["metadata", "name"])
+        && n != name
+    {
+        return Err(StoreError::BadRequest(format!(
+            "name in URL does not match name in Eviction object: {name} != {n}"
+        )));
+    }
+    let opts = delete_options_from(q, eviction.get("deleteOptions").unwrap_or(&json!({})))?;
+    app.store.delete_in(t.kind, ns_of(t), name, &opts)?;
+    Ok(json_value(StatusCode::CREATED, &success_status(201)))
 }
 
 fn bind(
