@@ -246,6 +246,13 @@ async fn kubectl_generators_and_drain_send_protobuf() {
             )
             .unwrap();
     }
+    // A node written without conditions is defaulted to Ready, as a live kubelet would report.
+    let out = k.ok(&["get", "nodes"]).await;
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("n1 ") && l.split_whitespace().nth(1) == Some("Ready")),
+        "{out}"
+    );
     let (ok, out, err) = k
         .run(&["drain", "n1", "--force", "--ignore-daemonsets", "--timeout=20s"])
         .await;
