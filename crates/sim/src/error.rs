@@ -224,6 +224,10 @@ fn cause_reason(message: &str) -> &'static str {
         "FieldValueNotSupported"
     } else if message.starts_with("Duplicate value") {
         "FieldValueDuplicate"
+    } else if message.starts_with("Too many") {
+        "FieldValueTooMany"
+    } else if message.starts_with("Too long") {
+        "FieldValueTooLong"
     } else {
         "FieldValueInvalid"
     }

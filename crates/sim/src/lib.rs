@@ -22,25 +22,25 @@
 //! # What is served
 //!
 //! The resources of [`Registry::default`] (one line each): namespaces, nodes, pods (`/status`,
-//! `/binding`), core and `events.k8s.io` events, configmaps, PVs, PVCs, leases, priority classes,
+//! `/binding`, `/eviction`), core and `events.k8s.io` events, configmaps, secrets, service accounts, PVs, PVCs, leases, priority classes,
 //! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds; `/version`, legacy
 //! discovery (`/api`, `/apis`, per group/version), `/healthz`/`/livez`/`/readyz`, and skeleton
 //! `/openapi/v3` documents. Verbs: get, list (label and field selectors, `limit`/`continue`,
 //! `resourceVersionMatch=Exact`), watch (resume from a resourceVersion, bookmarks, `timeoutSeconds`,
 //! `sendInitialEvents`, 410 as an ERROR event), create (`generateName`, `dryRun`), update, patch
 //! (merge, JSON, strategic merge, and an approximated server-side apply), delete (finalizers,
-//! preconditions, propagation policies) and deletecollection. Answers are JSON; `kubectl get` gets
-//! `Table`s.
+//! preconditions, propagation policies) and deletecollection. Bodies are JSON, YAML, or protobuf for
+//! the kinds kubectl's generators and `drain` send; answers are JSON; `kubectl get` gets `Table`s.
+//! `docs/sim-fidelity.md` compares all of this with kube-apiserver.
 //!
 //! # kubectl
 //!
 //! `kubectl --kubeconfig <file from kubeconfig_yaml>` works for `get` (tables, `-o yaml/json/wide`,
 //! `-w`), `describe`, `create -f`, `apply -f`, `delete`, `label`, `annotate`, `cordon`, `get --raw`.
 //! No flag is needed: the OpenAPI v3 skeleton tells kubectl that the server validates fields, and
-//! the server does (`fieldValidation=Strict` rejects unknown fields on create and update). kubectl
-//! subcommands that build objects themselves and send protobuf (`create namespace`,
-//! `create configmap`, `run` is fine) are refused with 415: use `create -f`/`apply -f`.
-//! `kubectl explain` has no schemas to show.
+//! the server does (`fieldValidation=Strict` rejects unknown fields, `Warn` answers with `Warning`
+//! headers). `create namespace|configmap|secret|serviceaccount` and `drain` send protobuf, which is
+//! read for those kinds. `kubectl explain` has no schemas to show.
 //!
 //! # Semantics worth knowing
 //!
@@ -57,6 +57,7 @@
 //!   `kube-node-lease` exist); deleting a namespace deletes its contents.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod controllers;
 pub mod error;
 pub mod patch;

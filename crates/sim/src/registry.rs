@@ -14,7 +14,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event as CoreEvent, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    ConfigMap, Event as CoreEvent, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -249,11 +250,13 @@ impl Default for Registry {
             ResourceType::of::<Node>().status(KeepOnCreate).short(&["no"]),
             ResourceType::of::<Pod>()
                 .status(ClearOnCreate)
-                .subresources(&["binding"])
+                .subresources(&["binding", "eviction"])
                 .short(&["po"])
                 .categories(&["all"]),
             ResourceType::of::<CoreEvent>().short(&["ev"]),
             ResourceType::of::<ConfigMap>().short(&["cm"]),
+            ResourceType::of::<Secret>(),
+            ResourceType::of::<ServiceAccount>().short(&["sa"]),
             ResourceType::of::<PersistentVolume>()
                 .status(KeepOnCreate)
                 .short(&["pv"]),

@@ -18,6 +18,9 @@ use std::{
 
 use serde_json::Value;
 
+use crate::registry::Registry;
+use crate::strategy;
+
 /// The kinds a scenario may contain, in the order they are applied.
 pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("v1", "Namespace"),
@@ -164,6 +167,7 @@ fn order_of(kind: &str) -> usize {
 
 /// Loads and validates a scenario from one or more paths (their steps are concatenated).
 pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
+    let registry = Registry::default();
     let mut scenario = Scenario::default();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|error| ScenarioError::Io {
@@ -174,17 +178,19 @@ pub fn load(paths: &[PathBuf]) -> Result<Scenario, ScenarioError> {
             let entries = sorted_entries(path)?;
             let dirs: Vec<&PathBuf> = entries.iter().filter(|p| p.is_dir()).collect();
             if dirs.is_empty() {
-                scenario.steps.push(load_step(step_name(path), &entries)?);
+                scenario
+                    .steps
+                    .push(load_step(&registry, step_name(path), &entries)?);
             } else {
                 for d in dirs {
                     let files = sorted_entries(d)?;
-                    scenario.steps.push(load_step(step_name(d), &files)?);
+                    scenario.steps.push(load_step(&registry, step_name(d), &files)?);
                 }
             }
         } else {
             scenario
                 .steps
-                .push(load_step(step_name(path), std::slice::from_ref(path))?);
+                .push(load_step(&registry, step_name(path), std::slice::from_ref(path))?);
         }
     }
     if scenario
@@ -267,7 +273,7 @@ fn documents(file: &Path) -> Result<Vec<(Source, Value)>, ScenarioError> {
     Ok(out)
 }
 
-fn load_step(name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
+fn load_step(registry: &Registry, name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
     let mut step = Step {
         name,
         ..Default::default()
@@ -278,7 +284,7 @@ fn load_step(name: String, files: &[PathBuf]) -> Result<Step, ScenarioError> {
             if delete {
                 step.delete.push(parse_delete(source, &v)?);
             } else {
-                step.apply.push(parse_object(source, v)?);
+                step.apply.push(parse_object(registry, source, v)?);
             }
         }
     }
@@ -294,6 +300,19 @@ fn invalid(source: &Source, message: impl Into<String>) -> ScenarioError {
 }
 
 fn parse_delete(source: Source, v: &Value) -> Result<DeleteRef, ScenarioError> {
+    if v.is_array() {
+        return Err(invalid(
+            &source,
+            "a delete file holds one object reference per YAML document ({kind, name, namespace} \
+             separated by `---`), not a YAML list",
+        ));
+    }
+    if !v.is_object() {
+        return Err(invalid(
+            &source,
+            "expected an object reference {kind, name, namespace}",
+        ));
+    }
     let kind = v["kind"]
         .as_str()
         .ok_or_else(|| invalid(&source, "kind: Required value"))?
@@ -321,7 +340,7 @@ fn parse_delete(source: Source, v: &Value) -> Result<DeleteRef, ScenarioError> {
     })
 }
 
-fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, ScenarioError> {
+fn parse_object(registry: &Registry, source: Source, mut v: Value) -> Result<ScenarioObject, ScenarioError> {
     if !v.is_object() {
         return Err(invalid(&source, "expected an object"));
     }
@@ -358,7 +377,7 @@ fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, Scenario
             "metadata.name: Required value: name or generateName is required",
         ));
     }
-    validate_typed(&source, &kind, &v)?;
+    validate_typed(&source, registry, &kind, &v)?;
     let namespace = if is_namespaced(&kind) {
         let ns = meta["namespace"].as_str().unwrap_or("default").to_string();
         v["metadata"]["namespace"] = Value::String(ns.clone());
@@ -375,33 +394,42 @@ fn parse_object(source: Source, mut v: Value) -> Result<ScenarioObject, Scenario
     })
 }
 
-/// Decodes into the k8s-openapi 1.37 type to catch wrong field types early.
-fn validate_typed(source: &Source, kind: &str, v: &Value) -> Result<(), ScenarioError> {
-    use k8s_openapi::api::{
-        core::v1 as core, policy::v1 as policy, resource::v1 as res, scheduling::v1 as sched,
+/// Validates an object as kube-apiserver would on create with `fieldValidation=Strict` (what
+/// kubectl asks for): it must decode into its k8s-openapi type, have no fields the type does not
+/// declare, and pass the admission checks of the store. All problems are reported at once.
+fn validate_typed(source: &Source, registry: &Registry, kind: &str, v: &Value) -> Result<(), ScenarioError> {
+    let api_version = v["apiVersion"].as_str().unwrap_or_default();
+    let Some(id) = registry.by_api_version_kind(api_version, kind) else {
+        return Ok(());
     };
-    fn check<T: serde::de::DeserializeOwned>(source: &Source, v: &Value) -> Result<(), ScenarioError> {
-        serde_json::from_value::<T>(v.clone())
-            .map(|_| ())
-            .map_err(|e| invalid(source, e.to_string()))
+    let rt = registry.get(id);
+    if let Err((field, message)) = (rt.validate)(v) {
+        let at = if field.is_empty() {
+            String::new()
+        } else {
+            format!("{field}: ")
+        };
+        return Err(invalid(source, format!("{at}{message}")));
     }
-    match kind {
-        "Namespace" => check::<core::Namespace>(source, v),
-        "Node" => check::<core::Node>(source, v),
-        "Pod" => check::<core::Pod>(source, v),
-        "PriorityClass" => check::<sched::PriorityClass>(source, v),
-        "PodDisruptionBudget" => check::<policy::PodDisruptionBudget>(source, v),
-        "DeviceClass" => check::<res::DeviceClass>(source, v),
-        "ResourceSlice" => check::<res::ResourceSlice>(source, v),
-        "ResourceClaim" => check::<res::ResourceClaim>(source, v),
-        "ResourceClaimTemplate" => check::<res::ResourceClaimTemplate>(source, v),
-        "DeviceTaintRule" => check::<res::DeviceTaintRule>(source, v),
-        "StorageClass" => check::<k8s_openapi::api::storage::v1::StorageClass>(source, v),
-        "CSINode" => check::<k8s_openapi::api::storage::v1::CSINode>(source, v),
-        "PersistentVolume" => check::<core::PersistentVolume>(source, v),
-        "PersistentVolumeClaim" => check::<core::PersistentVolumeClaim>(source, v),
-        _ => Ok(()),
+    let unknown = (rt.unknown_fields)(v);
+    if !unknown.is_empty() {
+        let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
+        return Err(invalid(
+            source,
+            format!("strict decoding error: {}", list.join(", ")),
+        ));
     }
+    // generateName objects get their name on create; check the rest with a stand-in name.
+    let mut probe;
+    let checked = if v["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        probe = v.clone();
+        let base = v["metadata"]["generateName"].as_str().unwrap_or_default();
+        probe["metadata"]["name"] = Value::String(format!("{base}x"));
+        &probe
+    } else {
+        v
+    };
+    strategy::validate(rt, checked).map_err(|e| invalid(source, e.to_string()))
 }
 
 /// Namespaces referenced by objects of a scenario but not created by it (the runner creates them,
@@ -532,6 +560,86 @@ mod tests {
                 "{file}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn unknown_fields_and_admission_are_rejected_with_file_document_and_path() {
+        let d = tmpdir("strict");
+        let cases = [
+            (
+                "typo.yaml",
+                "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: x\n    resource: {requests: {cpu: 1}}\n",
+                "document 1",
+                "strict decoding error: unknown field \"spec.containers[0].resource\"",
+            ),
+            (
+                "top.yaml",
+                "apiVersion: v1\nkind: Node\nmetadata: {name: n, lables: {a: b}}\n",
+                "document 0",
+                "unknown field \"metadata.lables\"",
+            ),
+            (
+                "claim.yaml",
+                "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: c}\nspec:\n  devices:\n    requests:\n    - {name: g, exactly: {deviceClassName: gpu, allocationMode: All, count: 2}}\n",
+                "document 0",
+                "spec.devices.requests[0].exactly.count: Invalid value: 2: must not be specified when allocationMode is 'All'",
+            ),
+            (
+                "class.yaml",
+                "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {generateName: gpu-}\nspec:\n  selectors:\n  - cel: {expression: 'device.driver =='}\n",
+                "document 0",
+                "spec.selectors[0].cel.expression: Invalid value",
+            ),
+            (
+                "ports.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: x, ports: [{containerPort: 0}]}]}\n",
+                "document 0",
+                "spec.containers[0].ports[0].containerPort: Required value",
+            ),
+        ];
+        for (file, text, doc, want) in cases {
+            let p = write(&d, file, text);
+            let err = load(&[p]).unwrap_err().to_string();
+            assert!(
+                err.contains(file) && err.contains(doc) && err.contains(want),
+                "{file}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_later_step_is_validated_before_anything_is_returned() {
+        let d = tmpdir("later");
+        write(
+            &d,
+            "01-ok/n.yaml",
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n",
+        );
+        write(
+            &d,
+            "02-bad/p.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n",
+        );
+        let err = load(&[d]).unwrap_err().to_string();
+        assert!(
+            err.contains("02-bad") && err.contains("spec.containers: Required value"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn delete_file_as_a_yaml_list_is_a_clear_error() {
+        let d = tmpdir("dellist");
+        let p = write(
+            &d,
+            "x.delete.yaml",
+            "- {kind: Pod, name: p}\n- {kind: Node, name: n}\n",
+        );
+        let err = load(&[p]).unwrap_err().to_string();
+        assert!(
+            err.contains("x.delete.yaml (document 0)") && err.contains("not a YAML list"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 use serde_json::{Map, Value, json};
 use unisched_resource::Quantity;
 
+use crate::admission;
 use crate::error::{Cause, StoreError};
 use crate::registry::ResourceType;
 use crate::store::ObjectRef;
@@ -72,10 +73,38 @@ pub(crate) fn prepare_create(
             let status = crate::util::object_at(obj, &["status"]);
             status.insert("phase".into(), json!("Active"));
         }
-        ("", "Node") => default_node(obj),
+        ("", "Node") => {
+            default_node(obj);
+            default_node_readiness(obj);
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// A node created without a `Ready` condition or addresses gets what a healthy kubelet would
+/// report (`Ready=True`, a `Hostname` address), so `kubectl get nodes` shows it `Ready`. A
+/// condition or address list given by the writer is kept as is.
+fn default_node_readiness(node: &mut Value) {
+    let name = name_of(node).to_string();
+    let now = crate::util::now_rfc3339();
+    let status = crate::util::object_at(node, &["status"]);
+    let conditions = status.entry("conditions").or_insert_with(|| json!([]));
+    if let Value::Array(cs) = conditions
+        && !cs.iter().any(|c| get_str(c, &["type"]) == Some("Ready"))
+    {
+        cs.push(
+            json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                       "message": "kubelet is posting ready status",
+                       "lastHeartbeatTime": now, "lastTransitionTime": now}),
+        );
+    }
+    let addresses = status.entry("addresses").or_insert_with(|| json!([]));
+    if let Value::Array(a) = addresses
+        && a.is_empty()
+    {
+        a.push(json!({"type": "Hostname", "address": name}));
+    }
 }
 
 /// Kind-specific defaulting and immutability checks for an update. `new` already carries the
@@ -160,6 +189,15 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
     let mut causes = Vec::new();
     if is_pod(rt) {
         validate_pod(obj, &mut causes);
+        admission::check_pod_ports(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceClaim") {
+        admission::check_resource_claim(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceClaimTemplate") {
+        admission::check_resource_claim_template(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "DeviceClass") {
+        admission::check_device_class(obj, &mut causes);
+    } else if rt.is("resource.k8s.io", "ResourceSlice") {
+        admission::check_resource_slice(obj, &mut causes);
     } else if rt.is("", "Node") {
         for list in ["capacity", "allocatable"] {
             check_quantities(obj, &["status", list], &format!("status.{list}"), &mut causes);
@@ -571,6 +609,24 @@ mod tests {
         let ungated = json!({"containers": []});
         assert!(check_pod_spec_update("p", Some(&gated), Some(&ungated)).is_ok());
         assert!(check_pod_spec_update("p", Some(&ungated), Some(&gated)).is_err());
+    }
+
+    #[test]
+    fn nodes_default_to_ready_with_an_address() {
+        let mut node = json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "1"}}});
+        default_node_readiness(&mut node);
+        assert_eq!(node["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(node["status"]["conditions"][0]["status"], "True");
+        assert_eq!(
+            node["status"]["addresses"],
+            json!([{"type": "Hostname", "address": "n1"}])
+        );
+        let mut given = json!({"metadata": {"name": "n2"}, "status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}});
+        let before = given.clone();
+        default_node_readiness(&mut given);
+        assert_eq!(given, before);
     }
 
     #[test]

@@ -168,3 +168,120 @@ async fn kubectl_create_get_apply_delete() {
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// kubectl's generators and `drain` send protobuf bodies (objects, `Eviction`, `DeleteOptions`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_generators_and_drain_send_protobuf() {
+    if !kubectl_present() {
+        println!("NOTE: kubectl is not on PATH; skipping the kubectl test");
+        return;
+    }
+    let running = ApiServer::builder()
+        .controllers(false)
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "unisched-sim-kubectl-pb-{}-{}",
+        std::process::id(),
+        running.addr.port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let k = Kubectl {
+        kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())),
+        cache: dir.join("cache"),
+    };
+    let store = running.store();
+
+    let out = k.ok(&["create", "namespace", "team"]).await;
+    assert!(out.contains("namespace/team created"), "{out}");
+    assert_eq!(
+        store.get("namespaces", None, "team").unwrap()["status"]["phase"],
+        "Active"
+    );
+    k.ok(&[
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        "team",
+        "--from-literal=a=1",
+        "--from-literal=b=2",
+    ])
+    .await;
+    let cm = store.get("configmaps", Some("team"), "cfg").unwrap();
+    assert_eq!(cm["data"], serde_json::json!({"a": "1", "b": "2"}));
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "pw",
+        "-n",
+        "team",
+        "--from-literal=p=hi",
+    ])
+    .await;
+    assert_eq!(
+        store.get("secrets", Some("team"), "pw").unwrap()["data"]["p"],
+        "aGk="
+    );
+    let out = k.ok(&["create", "serviceaccount", "bot", "-n", "team"]).await;
+    assert!(out.contains("serviceaccount/bot created"), "{out}");
+
+    store
+        .create(
+            "nodes",
+            None,
+            serde_json::json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "10"}}}),
+        )
+        .unwrap();
+    for name in ["a", "b"] {
+        store
+            .create(
+                "pods",
+                Some("team"),
+                serde_json::json!({"metadata": {"name": name},
+                    "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}}),
+            )
+            .unwrap();
+    }
+    // A node written without conditions is defaulted to Ready, as a live kubelet would report.
+    let out = k.ok(&["get", "nodes"]).await;
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("n1 ") && l.split_whitespace().nth(1) == Some("Ready")),
+        "{out}"
+    );
+    let (ok, out, err) = k
+        .run(&["drain", "n1", "--force", "--ignore-daemonsets", "--timeout=20s"])
+        .await;
+    assert!(ok, "drain failed:\nstdout: {out}\nstderr: {err}");
+    assert!(
+        out.contains("pod/a evicted") && out.contains("pod/b evicted"),
+        "{out}\n{err}"
+    );
+    assert!(store.try_get("pods", Some("team"), "a").is_none());
+    assert!(store.try_get("pods", Some("team"), "b").is_none());
+    assert_eq!(
+        store.get("nodes", None, "n1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+
+    // Plain delete of a pod also carries protobuf DeleteOptions.
+    store
+        .create(
+            "pods",
+            Some("team"),
+            serde_json::json!({"metadata": {"name": "c"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap();
+    let out = k
+        .ok(&["delete", "pod", "c", "-n", "team", "--grace-period=0", "--force"])
+        .await;
+    assert!(out.contains("pod \"c\" force deleted"), "{out}");
+
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -104,12 +104,19 @@ pub(crate) fn resource_list(registry: &Registry, group: &str, version: &str) -> 
         for sub in &t.subresources {
             let (kind, verbs) = match *sub {
                 "binding" => ("Binding", vec!["create"]),
+                "eviction" => ("Eviction", vec!["create"]),
                 _ => (t.kind, vec!["get", "patch", "update"]),
             };
-            resources.push(json!({
+            let mut r = json!({
                 "name": format!("{}/{sub}", t.plural), "singularName": "", "namespaced": t.namespaced,
                 "kind": kind, "verbs": verbs,
-            }));
+            });
+            if *sub == "eviction" {
+                // kubectl drain looks for the policy group here to pick the Eviction version.
+                r["group"] = json!("policy");
+                r["version"] = json!("v1");
+            }
+            resources.push(r);
         }
     }
     if resources.is_empty() {

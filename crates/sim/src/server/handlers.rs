@@ -169,7 +169,10 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    if ct.contains("protobuf") || ct.contains("cbor") {
+    if ct.contains("protobuf") {
+        return super::protobuf::decode(body);
+    }
+    if ct.contains("cbor") {
         return Err(StoreError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, \
              application/yaml (got {ct})"
@@ -215,7 +218,8 @@ async fn resource(
         (Some(n), sub @ (None | Some("status")), Method::PATCH) => {
             patch(app, &t, n, sub.is_some(), q, headers, &body)
         }
-        (Some(n), None, Method::DELETE) => delete(app, &t, n, q, &body),
+        (Some(n), None, Method::DELETE) => delete(app, &t, n, q, headers, &body),
+        (Some(n), Some("eviction"), Method::POST) => evict(app, &t, n, q, headers, &body),
         (Some(n), Some("binding"), Method::POST) => bind(app, &t, n, headers, &body),
         _ => Err(StoreError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({method})"
@@ -303,22 +307,65 @@ fn get(
     Ok(object_response(StatusCode::OK, &o))
 }
 
-/// `fieldValidation=Strict`: fields the kind does not declare are an error (as kubectl asks by default).
-fn strict_check(t: &Target<'_>, q: &Query, obj: &Value) -> Result<(), StoreError> {
-    if q.get("fieldValidation").map(String::as_str) != Some("Strict") {
-        return Ok(());
+/// How a write treats fields its kind does not declare (`fieldValidation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the server default).
+    Warn,
+    /// Refuse the write (400), as kubectl asks by default.
+    Strict,
+}
+
+impl FieldValidation {
+    fn parse(q: &Query) -> Result<Self, StoreError> {
+        match q.get("fieldValidation").map(String::as_str) {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(StoreError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+            ))),
+        }
     }
-    let unknown = (t.rt.unknown_fields)(obj);
-    if unknown.is_empty() {
-        return Ok(());
+}
+
+/// Applies `fieldValidation` to a written object: `Ok` carries the warnings to send.
+fn check_fields(t: &Target<'_>, mode: FieldValidation, obj: &Value) -> Result<Vec<String>, StoreError> {
+    if mode == FieldValidation::Ignore {
+        return Ok(Vec::new());
     }
+    judge_unknown(t, mode, &(t.rt.unknown_fields)(obj))
+}
+
+/// Strict: an error naming every unknown field; otherwise the warnings to send.
+fn judge_unknown(
+    t: &Target<'_>,
+    mode: FieldValidation,
+    unknown: &[String],
+) -> Result<Vec<String>, StoreError> {
     let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
-    Err(StoreError::BadRequest(format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-        list.join(", "),
-        kind = t.rt.kind,
-        version = t.rt.version,
-    )))
+    if mode == FieldValidation::Strict && !list.is_empty() {
+        return Err(StoreError::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            list.join(", "),
+            kind = t.rt.kind,
+            version = t.rt.version,
+        )));
+    }
+    Ok(list)
+}
+
+/// Adds one RFC 7234 `Warning` header (code 299, as kube-apiserver sends) per warning.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = header::HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 fn create(
@@ -329,11 +376,11 @@ fn create(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    strict_check(t, q, &obj)?;
+    let warnings = check_fields(t, FieldValidation::parse(q)?, &obj)?;
     let o = app
         .store
         .create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
-    Ok(object_response(StatusCode::CREATED, &o))
+    Ok(with_warnings(object_response(StatusCode::CREATED, &o), &warnings))
 }
 
 fn update(
@@ -346,11 +393,11 @@ fn update(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let obj = parse_body(headers, body)?;
-    strict_check(t, q, &obj)?;
+    let warnings = check_fields(t, FieldValidation::parse(q)?, &obj)?;
     let o = app
         .store
         .update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
-    Ok(object_response(StatusCode::OK, &o))
+    Ok(with_warnings(object_response(StatusCode::OK, &o), &warnings))
 }
 
 fn patch(
@@ -367,26 +414,49 @@ fn patch(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let p = Patch::from_body(ct, body)?;
+    let mode = FieldValidation::parse(q)?;
+    // A patch is judged by the fields it adds: those unknown in the result but not in the stored
+    // object. That costs a dry run, so it happens only when the client asks for a mode.
+    let warnings = if q.contains_key("fieldValidation") && mode != FieldValidation::Ignore {
+        let before = match app.store.get_in(t.kind, ns_of(t), name) {
+            Ok(o) => (t.rt.unknown_fields)(&o.to_value()),
+            Err(e) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let (preview, _) = app.store.patch_in(t.kind, ns_of(t), name, &p, status, true)?;
+        let added: Vec<String> = (t.rt.unknown_fields)(&preview.to_value())
+            .into_iter()
+            .filter(|u| !before.contains(u))
+            .collect();
+        judge_unknown(t, mode, &added)?
+    } else {
+        Vec::new()
+    };
     let (o, created) = app
         .store
         .patch_in(t.kind, ns_of(t), name, &p, status, dry_run(q))?;
-    Ok(object_response(
-        if created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        },
-        &o,
-    ))
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_warnings(object_response(code, &o), &warnings))
 }
 
-fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
+fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, StoreError> {
     let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
+    } else if body.starts_with(super::protobuf::MAGIC) {
+        super::protobuf::decode(body)?
     } else {
-        serde_json::from_slice(body)
+        parse_body(headers, body)
             .map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
     };
+    delete_options_from(q, &b)
+}
+
+fn delete_options_from(q: &Query, b: &Value) -> Result<DeleteOptions, StoreError> {
+    let b = b.clone();
     let policy = q
         .get("propagationPolicy")
         .cloned()
@@ -422,9 +492,10 @@ fn delete(
     t: &Target<'_>,
     name: &str,
     q: &Query,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, StoreError> {
-    let opts = delete_options(q, body)?;
+    let opts = delete_options(q, headers, body)?;
     Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
         Deletion::Removed(o) => object_response(StatusCode::OK, &o),
         Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o),
@@ -435,7 +506,7 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
     let mut opts = list_options(q)?;
     opts.limit = None;
     opts.continue_token = None;
-    let dopts = delete_options(q, b"")?;
+    let dopts = delete_options_from(q, &json!({}))?;
     let list = app.store.list_in(t.kind, t.namespace.as_deref(), &opts)?;
     let mut items = Vec::new();
     for o in &list.items {
@@ -450,6 +521,29 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
         StatusCode::OK,
         &json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
     ))
+}
+
+/// `pods/{name}/eviction`: deletes the pod with the eviction's `deleteOptions` (as `kubectl drain`
+/// asks). PodDisruptionBudgets are not consulted.
+fn evict(
+    app: &AppState,
+    t: &Target<'_>,
+    name: &str,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, StoreError> {
+    let eviction = parse_body(headers, body)?;
+    if let Some(n) = get_str(&eviction, &["metadata", "name"])
+        && n != name
+    {
+        return Err(StoreError::BadRequest(format!(
+            "name in URL does not match name in Eviction object: {name} != {n}"
+        )));
+    }
+    let opts = delete_options_from(q, eviction.get("deleteOptions").unwrap_or(&json!({})))?;
+    app.store.delete_in(t.kind, ns_of(t), name, &opts)?;
+    Ok(json_value(StatusCode::CREATED, &success_status(201)))
 }
 
 fn bind(

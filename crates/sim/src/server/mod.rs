@@ -3,6 +3,7 @@
 mod discovery;
 mod faults;
 mod handlers;
+mod protobuf;
 mod table;
 
 use std::net::SocketAddr;

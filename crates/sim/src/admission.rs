@@ -1,0 +1,857 @@
+//! Field-level validation of the DRA kinds and of the pod fields kube-apiserver checks beyond the
+//! shape of the object: the rules of `resource.k8s.io/v1` (names, list limits, allocation modes,
+//! selectors that compile, counters) and container ports.
+//!
+//! Each check appends [`Cause`]s with upstream's field paths and message wording
+//! (`Required value`, `Duplicate value: "x"`, `Too many: 33: must have at most 32 items`, …), so a
+//! bad object is answered with one 422 `Invalid` listing every problem, as kube-apiserver does.
+//!
+//! Known differences: device names are checked for uniqueness within one slice (as the API server
+//! does); duplicates across the slices of a pool are the allocator's concern. CEL expressions are
+//! compiled with the scheduler's own CEL environment (`unisched-dra`), so what it accepts is what
+//! the scheduler can evaluate; it has no compile-time type check.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+use unisched_dra::cel::{CelSelectorEngine, MAX_EXPRESSION_LEN};
+use unisched_resource::Quantity;
+
+use crate::error::Cause;
+use crate::util::{check_dns_label, check_dns_subdomain};
+
+/// At most this many requests per claim (and constraints, and config entries).
+pub const DEVICE_REQUESTS_MAX: usize = 32;
+/// At most this many subrequests in `firstAvailable`.
+pub const FIRST_AVAILABLE_MAX: usize = 8;
+/// At most this many selectors per request, subrequest or class.
+pub const SELECTORS_MAX: usize = 32;
+/// At most this many devices allocated for one claim, so `count` is bounded by it.
+pub const ALLOCATION_RESULTS_MAX: i64 = 32;
+/// At most this many devices per slice.
+pub const SLICE_DEVICES_MAX: usize = 128;
+/// At most this many devices per slice when devices use taints or counters.
+pub const SLICE_DEVICES_MAX_ADVANCED: usize = 64;
+/// At most this many attributes and capacities together per device.
+pub const ATTRIBUTES_AND_CAPACITIES_MAX: usize = 32;
+/// At most this many counter sets per slice.
+pub const COUNTER_SETS_MAX: usize = 8;
+/// At most this many counters per counter set.
+pub const COUNTERS_PER_SET_MAX: usize = 32;
+/// At most this many counter consumptions per device.
+pub const COUNTER_CONSUMPTIONS_MAX: usize = 2;
+/// At most this many taints per device.
+pub const DEVICE_TAINTS_MAX: usize = 16;
+/// Longest string or version attribute value, in bytes.
+pub const ATTRIBUTE_VALUE_MAX_LEN: usize = 64;
+/// Longest attribute or capacity id (the part after the domain).
+pub const ATTRIBUTE_ID_MAX_LEN: usize = 32;
+/// Longest driver name.
+pub const DRIVER_NAME_MAX_LEN: usize = 63;
+
+/// One engine for the process: compiled expressions are cached by text.
+fn cel_engine() -> &'static CelSelectorEngine {
+    static ENGINE: OnceLock<CelSelectorEngine> = OnceLock::new();
+    ENGINE.get_or_init(CelSelectorEngine::new)
+}
+
+fn push(causes: &mut Vec<Cause>, field: impl Into<String>, message: impl Into<String>) {
+    causes.push(Cause {
+        field: field.into(),
+        message: message.into(),
+    });
+}
+
+fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn obj<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
+    v.get(key).and_then(Value::as_object)
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn too_many(causes: &mut Vec<Cause>, field: &str, len: usize, max: usize) {
+    if len > max {
+        push(
+            causes,
+            field,
+            format!("Too many: {len}: must have at most {max} items"),
+        );
+    }
+}
+
+fn required_label(causes: &mut Vec<Cause>, field: &str, value: &str) {
+    if value.is_empty() {
+        push(causes, field, "Required value");
+    } else if let Err(msg) = check_dns_label(value) {
+        push(causes, field, format!("Invalid value: {value:?}: {msg}"));
+    }
+}
+
+fn required_subdomain(causes: &mut Vec<Cause>, field: &str, value: &str) {
+    if value.is_empty() {
+        push(causes, field, "Required value");
+    } else if let Err(msg) = check_dns_subdomain(value) {
+        push(causes, field, format!("Invalid value: {value:?}: {msg}"));
+    }
+}
+
+/// Adds a `Duplicate value` cause when `name` was seen before in the same list.
+fn unique<'a>(causes: &mut Vec<Cause>, seen: &mut HashSet<&'a str>, field: &str, name: &'a str) {
+    if !name.is_empty() && !seen.insert(name) {
+        push(causes, field, format!("Duplicate value: {name:?}"));
+    }
+}
+
+/// Checks the selectors of a request, subrequest or class: at most 32, and each CEL expression
+/// within the length limit and compilable.
+fn check_selectors(causes: &mut Vec<Cause>, base: &str, holder: &Value) {
+    let selectors = arr(holder, "selectors");
+    too_many(
+        causes,
+        &format!("{base}.selectors"),
+        selectors.len(),
+        SELECTORS_MAX,
+    );
+    for (i, s) in selectors.iter().enumerate() {
+        let field = format!("{base}.selectors[{i}].cel.expression");
+        let Some(cel) = s.get("cel") else {
+            push(causes, format!("{base}.selectors[{i}].cel"), "Required value");
+            continue;
+        };
+        let expression = str_of(cel, "expression");
+        if expression.trim().is_empty() {
+            push(causes, field, "Required value");
+        } else if expression.len() > MAX_EXPRESSION_LEN {
+            push(
+                causes,
+                field,
+                format!("Too long: may not be more than {MAX_EXPRESSION_LEN} bytes"),
+            );
+        } else if let Err(e) = cel_engine().compile_cel(expression) {
+            push(
+                causes,
+                field,
+                format!("Invalid value: {expression:?}: compilation failed: {}", e.message),
+            );
+        }
+    }
+}
+
+/// `allocationMode` and `count` of an exact request or a subrequest.
+fn check_allocation_mode(causes: &mut Vec<Cause>, base: &str, request: &Value) {
+    let mode = request.get("allocationMode").and_then(Value::as_str);
+    let count = request.get("count").and_then(Value::as_i64);
+    match mode {
+        None | Some("") | Some("ExactCount") => {
+            if let Some(c) = count {
+                if c <= 0 {
+                    push(
+                        causes,
+                        format!("{base}.count"),
+                        format!("Invalid value: {c}: must be greater than zero"),
+                    );
+                } else if c > ALLOCATION_RESULTS_MAX {
+                    push(
+                        causes,
+                        format!("{base}.count"),
+                        format!("Invalid value: {c}: must not be greater than {ALLOCATION_RESULTS_MAX}"),
+                    );
+                }
+            }
+        }
+        Some("All") => {
+            if let Some(c) = count {
+                push(
+                    causes,
+                    format!("{base}.count"),
+                    format!("Invalid value: {c}: must not be specified when allocationMode is 'All'"),
+                );
+            }
+        }
+        Some(other) => push(
+            causes,
+            format!("{base}.allocationMode"),
+            format!("Unsupported value: {other:?}: supported values: \"All\", \"ExactCount\""),
+        ),
+    }
+}
+
+/// The `devices` of a claim spec at `base` (e.g. `spec.devices`).
+fn check_device_claim(causes: &mut Vec<Cause>, base: &str, devices: &Value) {
+    let requests = arr(devices, "requests");
+    too_many(
+        causes,
+        &format!("{base}.requests"),
+        requests.len(),
+        DEVICE_REQUESTS_MAX,
+    );
+    let mut names = HashSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        let rbase = format!("{base}.requests[{i}]");
+        let name = str_of(r, "name");
+        required_label(causes, &format!("{rbase}.name"), name);
+        unique(causes, &mut names, &format!("{rbase}.name"), name);
+        let exactly = r.get("exactly").filter(|v| !v.is_null());
+        let first = r.get("firstAvailable").and_then(Value::as_array);
+        match (exactly, first) {
+            (Some(_), Some(_)) => push(
+                causes,
+                rbase.clone(),
+                "Invalid value: exactly one of `exactly` or `firstAvailable` is required, not both",
+            ),
+            (None, None) => push(
+                causes,
+                rbase.clone(),
+                "Required value: exactly one of `exactly` or `firstAvailable` is required",
+            ),
+            (Some(e), None) => {
+                let ebase = format!("{rbase}.exactly");
+                required_subdomain(
+                    causes,
+                    &format!("{ebase}.deviceClassName"),
+                    str_of(e, "deviceClassName"),
+                );
+                check_allocation_mode(causes, &ebase, e);
+                check_selectors(causes, &ebase, e);
+            }
+            (None, Some(subs)) => {
+                let fbase = format!("{rbase}.firstAvailable");
+                if subs.is_empty() {
+                    push(causes, fbase.clone(), "Required value");
+                }
+                too_many(causes, &fbase, subs.len(), FIRST_AVAILABLE_MAX);
+                let mut sub_names = HashSet::new();
+                for (j, s) in subs.iter().enumerate() {
+                    let sbase = format!("{fbase}[{j}]");
+                    let sname = str_of(s, "name");
+                    required_label(causes, &format!("{sbase}.name"), sname);
+                    unique(causes, &mut sub_names, &format!("{sbase}.name"), sname);
+                    required_subdomain(
+                        causes,
+                        &format!("{sbase}.deviceClassName"),
+                        str_of(s, "deviceClassName"),
+                    );
+                    check_allocation_mode(causes, &sbase, s);
+                    check_selectors(causes, &sbase, s);
+                }
+            }
+        }
+    }
+    too_many(
+        causes,
+        &format!("{base}.constraints"),
+        arr(devices, "constraints").len(),
+        DEVICE_REQUESTS_MAX,
+    );
+    too_many(
+        causes,
+        &format!("{base}.config"),
+        arr(devices, "config").len(),
+        DEVICE_REQUESTS_MAX,
+    );
+}
+
+/// A ResourceClaim.
+pub fn check_resource_claim(claim: &Value, causes: &mut Vec<Cause>) {
+    if let Some(devices) = claim.get("spec").and_then(|s| s.get("devices")) {
+        check_device_claim(causes, "spec.devices", devices);
+    }
+}
+
+/// A ResourceClaimTemplate (the claim spec is at `spec.spec`).
+pub fn check_resource_claim_template(template: &Value, causes: &mut Vec<Cause>) {
+    if let Some(devices) = template
+        .get("spec")
+        .and_then(|s| s.get("spec"))
+        .and_then(|s| s.get("devices"))
+    {
+        check_device_claim(causes, "spec.spec.devices", devices);
+    }
+}
+
+/// A DeviceClass.
+pub fn check_device_class(class: &Value, causes: &mut Vec<Cause>) {
+    if let Some(spec) = class.get("spec") {
+        check_selectors(causes, "spec", spec);
+        too_many(
+            causes,
+            "spec.config",
+            arr(spec, "config").len(),
+            DEVICE_REQUESTS_MAX,
+        );
+    }
+}
+
+/// `qualified` is `[domain/]id`: the domain a DNS subdomain of at most 63 characters, the id a C
+/// identifier of at most 32.
+fn check_qualified_name(causes: &mut Vec<Cause>, field: &str, qualified: &str) {
+    let (domain, id) = match qualified.split_once('/') {
+        Some((d, i)) => (Some(d), i),
+        None => (None, qualified),
+    };
+    if let Some(d) = domain {
+        if d.len() > DRIVER_NAME_MAX_LEN {
+            push(
+                causes,
+                field,
+                format!("Too long: may not be more than {DRIVER_NAME_MAX_LEN} bytes"),
+            );
+        } else if let Err(msg) = check_dns_subdomain(d) {
+            push(causes, field, format!("Invalid value: {d:?}: {msg}"));
+        }
+    }
+    let c_ident = id
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    if id.is_empty() {
+        push(causes, field, "Required value");
+    } else if id.len() > ATTRIBUTE_ID_MAX_LEN {
+        push(
+            causes,
+            field,
+            format!("Too long: may not be more than {ATTRIBUTE_ID_MAX_LEN} bytes"),
+        );
+    } else if !c_ident {
+        push(
+            causes,
+            field,
+            format!(
+                "Invalid value: {id:?}: a valid C identifier must start with alphabetic character or '_', \
+                 followed by a string of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or \
+                 'MyName', regex used for validation is '[A-Za-z_][A-Za-z0-9_]*')"
+            ),
+        );
+    }
+}
+
+fn check_attribute(causes: &mut Vec<Cause>, field: &str, attr: &Value) {
+    let kinds = ["bool", "int", "string", "version"];
+    let set: Vec<&str> = kinds
+        .iter()
+        .copied()
+        .filter(|k| attr.get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    if set.is_empty() {
+        push(
+            causes,
+            field,
+            "Required value: exactly one value must be specified",
+        );
+    } else if set.len() > 1 {
+        push(
+            causes,
+            field,
+            format!(
+                "Invalid value: {}: exactly one value must be specified",
+                set.join(", ")
+            ),
+        );
+    }
+    for k in ["string", "version"] {
+        if let Some(s) = attr.get(k).and_then(Value::as_str)
+            && s.len() > ATTRIBUTE_VALUE_MAX_LEN
+        {
+            push(
+                causes,
+                format!("{field}.{k}"),
+                format!("Too long: may not be more than {ATTRIBUTE_VALUE_MAX_LEN} bytes"),
+            );
+        }
+    }
+}
+
+fn quantity_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A map of counter name → `{value: quantity}` at `field`: DNS-label names, non-negative values.
+fn check_counters(causes: &mut Vec<Cause>, field: &str, counters: Option<&Map<String, Value>>) {
+    for (name, c) in counters.into_iter().flatten() {
+        if let Err(msg) = check_dns_label(name) {
+            push(
+                causes,
+                format!("{field}[{name}]"),
+                format!("Invalid value: {name:?}: {msg}"),
+            );
+        }
+        let vfield = format!("{field}[{name}].value");
+        let Some(text) = c.get("value").and_then(quantity_text) else {
+            push(causes, vfield, "Required value");
+            continue;
+        };
+        match Quantity::parse(&text) {
+            Ok(q) if q.is_negative() => push(
+                causes,
+                vfield,
+                format!("Invalid value: {text:?}: must be greater than or equal to 0"),
+            ),
+            Ok(_) => {}
+            Err(_) => push(
+                causes,
+                vfield,
+                format!("Invalid value: {text:?}: must be a quantity"),
+            ),
+        }
+    }
+}
+
+/// A ResourceSlice.
+pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
+    let Some(spec) = slice.get("spec") else {
+        push(causes, "spec", "Required value");
+        return;
+    };
+    let driver = str_of(spec, "driver");
+    if driver.len() > DRIVER_NAME_MAX_LEN {
+        push(
+            causes,
+            "spec.driver",
+            format!("Too long: may not be more than {DRIVER_NAME_MAX_LEN} bytes"),
+        );
+    } else {
+        required_subdomain(causes, "spec.driver", driver);
+    }
+    let pool = spec.get("pool").unwrap_or(&Value::Null);
+    let pool_name = str_of(pool, "name");
+    if pool_name.is_empty() {
+        push(causes, "spec.pool.name", "Required value");
+    } else if pool_name.len() > 253 {
+        push(
+            causes,
+            "spec.pool.name",
+            "Too long: may not be more than 253 bytes",
+        );
+    } else {
+        for part in pool_name.split('/') {
+            if let Err(msg) = check_dns_subdomain(part) {
+                push(
+                    causes,
+                    "spec.pool.name",
+                    format!("Invalid value: {pool_name:?}: {msg}"),
+                );
+                break;
+            }
+        }
+    }
+    if let Some(g) = pool.get("generation").and_then(Value::as_i64)
+        && g < 0
+    {
+        push(
+            causes,
+            "spec.pool.generation",
+            format!("Invalid value: {g}: must be greater than or equal to 0"),
+        );
+    }
+    match pool.get("resourceSliceCount").and_then(Value::as_i64) {
+        Some(c) if c > 0 => {}
+        Some(c) => push(
+            causes,
+            "spec.pool.resourceSliceCount",
+            format!("Invalid value: {c}: must be greater than zero"),
+        ),
+        None => push(causes, "spec.pool.resourceSliceCount", "Required value"),
+    }
+    let devices = arr(spec, "devices");
+    let advanced = devices
+        .iter()
+        .any(|d| !arr(d, "taints").is_empty() || !arr(d, "consumesCounters").is_empty());
+    let max = if advanced {
+        SLICE_DEVICES_MAX_ADVANCED
+    } else {
+        SLICE_DEVICES_MAX
+    };
+    too_many(causes, "spec.devices", devices.len(), max);
+    let mut names = HashSet::new();
+    for (i, d) in devices.iter().enumerate() {
+        let base = format!("spec.devices[{i}]");
+        let name = str_of(d, "name");
+        required_label(causes, &format!("{base}.name"), name);
+        unique(causes, &mut names, &format!("{base}.name"), name);
+        let attrs = obj(d, "attributes");
+        let caps = obj(d, "capacity");
+        let n = attrs.map_or(0, Map::len) + caps.map_or(0, Map::len);
+        if n > ATTRIBUTES_AND_CAPACITIES_MAX {
+            push(
+                causes,
+                base.clone(),
+                format!(
+                    "Too many: {n}: must have at most {ATTRIBUTES_AND_CAPACITIES_MAX} attributes and capacities"
+                ),
+            );
+        }
+        for (k, a) in attrs.into_iter().flatten() {
+            let field = format!("{base}.attributes[{k}]");
+            check_qualified_name(causes, &field, k);
+            check_attribute(causes, &field, a);
+        }
+        for (k, c) in caps.into_iter().flatten() {
+            let field = format!("{base}.capacity[{k}]");
+            check_qualified_name(causes, &field, k);
+            if let Some(text) = c.get("value").and_then(quantity_text)
+                && Quantity::parse(&text).is_ok_and(|q| q.is_negative())
+            {
+                push(
+                    causes,
+                    format!("{field}.value"),
+                    format!("Invalid value: {text:?}: must be greater than or equal to 0"),
+                );
+            }
+        }
+        let consumes = arr(d, "consumesCounters");
+        too_many(
+            causes,
+            &format!("{base}.consumesCounters"),
+            consumes.len(),
+            COUNTER_CONSUMPTIONS_MAX,
+        );
+        for (j, c) in consumes.iter().enumerate() {
+            let cbase = format!("{base}.consumesCounters[{j}]");
+            required_label(causes, &format!("{cbase}.counterSet"), str_of(c, "counterSet"));
+            check_counters(causes, &format!("{cbase}.counters"), obj(c, "counters"));
+        }
+        too_many(
+            causes,
+            &format!("{base}.taints"),
+            arr(d, "taints").len(),
+            DEVICE_TAINTS_MAX,
+        );
+    }
+    let sets = arr(spec, "sharedCounters");
+    too_many(causes, "spec.sharedCounters", sets.len(), COUNTER_SETS_MAX);
+    let mut set_names = HashSet::new();
+    for (i, s) in sets.iter().enumerate() {
+        let base = format!("spec.sharedCounters[{i}]");
+        let name = str_of(s, "name");
+        required_label(causes, &format!("{base}.name"), name);
+        unique(causes, &mut set_names, &format!("{base}.name"), name);
+        let counters = obj(s, "counters");
+        let n = counters.map_or(0, Map::len);
+        if n > COUNTERS_PER_SET_MAX {
+            push(
+                causes,
+                format!("{base}.counters"),
+                format!("Too many: {n}: must have at most {COUNTERS_PER_SET_MAX} items"),
+            );
+        }
+        check_counters(causes, &format!("{base}.counters"), counters);
+    }
+}
+
+/// Container ports of a pod: `containerPort` and `hostPort` in range, a known protocol, names that
+/// are IANA service names and unique within the pod.
+pub fn check_pod_ports(pod: &Value, causes: &mut Vec<Cause>) {
+    let Some(spec) = pod.get("spec") else { return };
+    let mut port_names = HashSet::new();
+    for list in ["containers", "initContainers"] {
+        for (i, c) in arr(spec, list).iter().enumerate() {
+            for (j, p) in arr(c, "ports").iter().enumerate() {
+                let base = format!("spec.{list}[{i}].ports[{j}]");
+                match p.get("containerPort").and_then(Value::as_i64) {
+                    None | Some(0) => push(causes, format!("{base}.containerPort"), "Required value"),
+                    Some(n) if !(1..=65535).contains(&n) => push(
+                        causes,
+                        format!("{base}.containerPort"),
+                        format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
+                    ),
+                    Some(_) => {}
+                }
+                if let Some(n) = p.get("hostPort").and_then(Value::as_i64)
+                    && n != 0
+                    && !(1..=65535).contains(&n)
+                {
+                    push(
+                        causes,
+                        format!("{base}.hostPort"),
+                        format!("Invalid value: {n}: must be between 1 and 65535, inclusive"),
+                    );
+                }
+                if let Some(proto) = p.get("protocol").and_then(Value::as_str)
+                    && !matches!(proto, "TCP" | "UDP" | "SCTP")
+                {
+                    push(
+                        causes,
+                        format!("{base}.protocol"),
+                        format!("Unsupported value: {proto:?}: supported values: \"SCTP\", \"TCP\", \"UDP\""),
+                    );
+                }
+                let name = str_of(p, "name");
+                if !name.is_empty() {
+                    if let Err(msg) = check_port_name(name) {
+                        push(
+                            causes,
+                            format!("{base}.name"),
+                            format!("Invalid value: {name:?}: {msg}"),
+                        );
+                    }
+                    unique(causes, &mut port_names, &format!("{base}.name"), name);
+                }
+            }
+        }
+    }
+}
+
+/// An IANA service name: at most 15 lowercase alphanumerics or '-', at least one letter, no '--',
+/// not starting or ending with '-'.
+fn check_port_name(name: &str) -> Result<(), &'static str> {
+    if name.len() > 15 {
+        return Err("must be no more than 15 characters");
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        return Err("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if name.contains("--") {
+        return Err("must not contain consecutive hyphens");
+    }
+    if !name.bytes().any(|c| c.is_ascii_lowercase()) {
+        return Err("must contain at least one letter (a-z)");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Err("must not begin or end with a hyphen");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn causes(f: fn(&Value, &mut Vec<Cause>), v: Value) -> Vec<String> {
+        let mut out = Vec::new();
+        f(&v, &mut out);
+        out.into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    fn claim(requests: Value) -> Value {
+        json!({"spec": {"devices": {"requests": requests}}})
+    }
+
+    #[test]
+    fn claim_rules() {
+        let exact = |extra: Value| {
+            let mut e = json!({"deviceClassName": "gpu"});
+            if let (Value::Object(m), Value::Object(x)) = (&mut e, extra) {
+                m.extend(x);
+            }
+            e
+        };
+        let table: Vec<(Value, Option<&str>)> = vec![
+            (claim(json!([{"name": "a", "exactly": exact(json!({}))}])), None),
+            (
+                claim(json!([{"name": "a", "exactly": exact(json!({"allocationMode": "All", "count": 2}))}])),
+                Some(
+                    "spec.devices.requests[0].exactly.count: Invalid value: 2: must not be specified when allocationMode is 'All'",
+                ),
+            ),
+            (
+                claim(json!([{"name": "a", "exactly": exact(json!({"count": 0}))}])),
+                Some("spec.devices.requests[0].exactly.count: Invalid value: 0: must be greater than zero"),
+            ),
+            (
+                claim(json!([{"name": "a", "exactly": exact(json!({"count": 33}))}])),
+                Some(
+                    "spec.devices.requests[0].exactly.count: Invalid value: 33: must not be greater than 32",
+                ),
+            ),
+            (
+                claim(
+                    json!([{"name": "a", "exactly": exact(json!({}))}, {"name": "a", "exactly": exact(json!({}))}]),
+                ),
+                Some("spec.devices.requests[1].name: Duplicate value: \"a\""),
+            ),
+            (
+                claim(json!([{"name": "A_b", "exactly": exact(json!({}))}])),
+                Some("spec.devices.requests[0].name: Invalid value: \"A_b\""),
+            ),
+            (
+                claim(json!([{"name": "a", "firstAvailable": [
+                    {"name": "x", "deviceClassName": "gpu"}, {"name": "x", "deviceClassName": "gpu"}]}])),
+                Some("spec.devices.requests[0].firstAvailable[1].name: Duplicate value: \"x\""),
+            ),
+            (
+                claim(json!([{"name": "a"}])),
+                Some("spec.devices.requests[0]: Required value: exactly one of"),
+            ),
+            (
+                claim(
+                    json!([{"name": "a", "exactly": exact(json!({"selectors": [{"cel": {"expression": "device.driver == "}}]}))}]),
+                ),
+                Some(
+                    "spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: \"device.driver == \": compilation failed",
+                ),
+            ),
+            (
+                claim(
+                    json!([{"name": "a", "exactly": exact(json!({"selectors": [{"cel": {"expression": "device.driver == \"x\""}}]}))}]),
+                ),
+                None,
+            ),
+            (
+                claim(Value::Array(
+                    (0..33)
+                        .map(|i| json!({"name": format!("r{i}"), "exactly": exact(json!({}))}))
+                        .collect(),
+                )),
+                Some("spec.devices.requests: Too many: 33: must have at most 32 items"),
+            ),
+        ];
+        for (v, want) in table {
+            let got = causes(check_resource_claim, v.clone());
+            match want {
+                None => assert!(got.is_empty(), "{v}: {got:?}"),
+                Some(w) => assert!(got.iter().any(|g| g.starts_with(w)), "{v}: want {w}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn template_and_class_paths() {
+        let t = json!({"spec": {"spec": {"devices": {"requests": [{"name": "a", "exactly": {"deviceClassName": "", "allocationMode": "Some"}}]}}}});
+        let got = causes(check_resource_claim_template, t);
+        assert!(
+            got.contains(
+                &"spec.spec.devices.requests[0].exactly.deviceClassName: Required value".to_string()
+            ),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().any(|g| g.starts_with(
+                "spec.spec.devices.requests[0].exactly.allocationMode: Unsupported value: \"Some\""
+            )),
+            "{got:?}"
+        );
+        let c = json!({"spec": {"selectors": [{"cel": {"expression": "device.attributes["}}]}});
+        let got = causes(check_device_class, c);
+        assert_eq!(got.len(), 1);
+        assert!(
+            got[0].starts_with("spec.selectors[0].cel.expression: Invalid value"),
+            "{got:?}"
+        );
+    }
+
+    fn slice(devices: Value, shared: Value) -> Value {
+        json!({"spec": {"driver": "gpu.example.com", "pool": {"name": "n1", "generation": 0, "resourceSliceCount": 1},
+                        "nodeName": "n1", "devices": devices, "sharedCounters": shared}})
+    }
+
+    #[test]
+    fn slice_rules() {
+        let ok = slice(
+            json!([{"name": "d0", "attributes": {"model": {"string": "x"}, "gpu.example.com/index": {"int": 0}},
+                    "capacity": {"memory": {"value": "8Gi"}},
+                    "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "1Gi"}}}]}]),
+            json!([{"name": "s", "counters": {"mem": {"value": "8Gi"}}}]),
+        );
+        assert_eq!(causes(check_resource_slice, ok), Vec::<String>::new());
+        let table: Vec<(Value, &str)> = vec![
+            (slice(json!([{"name": "d0"}, {"name": "d0"}]), json!([])), "spec.devices[1].name: Duplicate value: \"d0\""),
+            (slice(json!([{"name": "D0"}]), json!([])), "spec.devices[0].name: Invalid value: \"D0\""),
+            (
+                slice(json!([{"name": "d", "attributes": {"a": {"string": "x", "int": 1}}}]), json!([])),
+                "spec.devices[0].attributes[a]: Invalid value: int, string: exactly one value must be specified",
+            ),
+            (
+                slice(json!([{"name": "d", "attributes": {"a": {"string": "x".repeat(65)}}}]), json!([])),
+                "spec.devices[0].attributes[a].string: Too long: may not be more than 64 bytes",
+            ),
+            (
+                slice(json!([{"name": "d", "attributes": {"9bad": {"int": 1}}}]), json!([])),
+                "spec.devices[0].attributes[9bad]: Invalid value: \"9bad\": a valid C identifier",
+            ),
+            (
+                slice(json!([]), json!([{"name": "s", "counters": {"mem": {"value": "-1"}}}])),
+                "spec.sharedCounters[0].counters[mem].value: Invalid value: \"-1\": must be greater than or equal to 0",
+            ),
+            (
+                slice(json!([{"name": "d", "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "-2"}}}]}]), json!([])),
+                "spec.devices[0].consumesCounters[0].counters[mem].value: Invalid value: \"-2\"",
+            ),
+            (
+                slice(Value::Array((0..129).map(|i| json!({"name": format!("d{i}")})).collect()), json!([])),
+                "spec.devices: Too many: 129: must have at most 128 items",
+            ),
+            (
+                slice(
+                    Value::Array((0..65).map(|i| json!({"name": format!("d{i}"), "taints": [{"key": "k", "effect": "NoSchedule"}]})).collect()),
+                    json!([]),
+                ),
+                "spec.devices: Too many: 65: must have at most 64 items",
+            ),
+            (
+                slice(
+                    json!([{"name": "d", "attributes": (0..33).map(|i| (format!("a{i}"), json!({"int": i}))).collect::<Map<String, Value>>()}]),
+                    json!([]),
+                ),
+                "spec.devices[0]: Too many: 33: must have at most 32 attributes and capacities",
+            ),
+        ];
+        for (v, want) in table {
+            let got = causes(check_resource_slice, v.clone());
+            assert!(
+                got.iter().any(|g| g.starts_with(want)),
+                "want {want}, got {got:?}"
+            );
+        }
+        let bad_pool =
+            json!({"spec": {"driver": "Bad_Driver", "pool": {"name": "", "resourceSliceCount": 0}}});
+        let got = causes(check_resource_slice, bad_pool);
+        assert!(
+            got.iter().any(|g| g.starts_with("spec.driver: Invalid value")),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&"spec.pool.name: Required value".to_string()),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|g| g.starts_with("spec.pool.resourceSliceCount: Invalid value: 0")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn pod_ports() {
+        let pod = json!({"spec": {"containers": [{"name": "c", "ports": [
+            {"containerPort": 80, "name": "http"},
+            {"containerPort": 70000},
+            {"containerPort": 81, "protocol": "ICMP"},
+            {"containerPort": 82, "name": "http"},
+            {"name": "x"},
+        ]}]}});
+        let got = causes(check_pod_ports, pod);
+        assert_eq!(
+            got,
+            [
+                "spec.containers[0].ports[1].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.containers[0].ports[2].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+                "spec.containers[0].ports[3].name: Duplicate value: \"http\"",
+                "spec.containers[0].ports[4].containerPort: Required value",
+            ]
+        );
+        assert!(check_port_name("a-very-long-port-name").is_err());
+        assert!(check_port_name("123").is_err());
+        assert!(check_port_name("metrics").is_ok());
+    }
+}

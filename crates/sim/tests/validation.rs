@@ -1,0 +1,189 @@
+//! `fieldValidation` modes and admission errors over HTTP, as kube-apiserver answers them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failure is a panic.
+
+mod common;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One HTTP/1.1 exchange: status code, `Warning` header values, JSON body.
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    ct: &str,
+    body: &str,
+) -> (u16, Vec<String>, Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let code: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let warnings = head
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("warning: ")
+                .or_else(|| l.strip_prefix("Warning: "))
+        })
+        .map(str::to_string)
+        .collect();
+    // Bodies may be chunked; the JSON object is between the first '{' and the last '}'.
+    let json = match (rest.find('{'), rest.rfind('}')) {
+        (Some(a), Some(b)) => serde_json::from_str(&rest[a..=b]).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    (code, warnings, json)
+}
+
+fn typo_pod(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+           "spec": {"containers": [{"name": "c", "image": "x", "resource": {"requests": {"cpu": "1"}}}]}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn field_validation_modes_on_create_update_and_patch() {
+    let (server, _client) = common::start().await;
+    let addr = server.addr;
+    let pods = "/api/v1/namespaces/default/pods";
+    let j = "application/json";
+
+    let (code, _, status) = http(
+        addr,
+        "POST",
+        &format!("{pods}?fieldValidation=Strict"),
+        j,
+        &typo_pod("s"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(status["reason"], "BadRequest");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("strict decoding error: unknown field \"spec.containers[0].resource\""),
+        "{status}"
+    );
+
+    let (code, warnings, _) = http(addr, "POST", pods, j, &typo_pod("w")).await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        warnings,
+        ["299 - \"unknown field \\\"spec.containers[0].resource\\\"\""]
+    );
+
+    let (code, warnings, _) = http(
+        addr,
+        "POST",
+        &format!("{pods}?fieldValidation=Ignore"),
+        j,
+        &typo_pod("i"),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    let (code, _, status) = http(
+        addr,
+        "POST",
+        &format!("{pods}?fieldValidation=Loose"),
+        j,
+        &typo_pod("l"),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unsupported value: \"Loose\""),
+        "{status}"
+    );
+
+    // A patch is judged by the unknown fields it adds, not by those already stored.
+    let merge = "application/merge-patch+json";
+    let (code, warnings, _) = http(
+        addr,
+        "PATCH",
+        &format!("{pods}/w?fieldValidation=Warn"),
+        merge,
+        r#"{"metadata":{"labels":{"a":"b"}}}"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (code, _, status) = http(
+        addr,
+        "PATCH",
+        &format!("{pods}/w?fieldValidation=Strict"),
+        merge,
+        r#"{"metadata":{"bogus":1}}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field \"metadata.bogus\""),
+        "{status}"
+    );
+    let stored = server.store().get("pods", Some("default"), "w").unwrap();
+    assert!(
+        stored.value().get("metadata").unwrap().get("bogus").is_none(),
+        "strict patch must not be stored"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn dra_admission_answers_422_with_every_cause() {
+    let (server, _client) = common::start().await;
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+    "spec": {"devices": {"requests": [
+        {"name": "g", "exactly": {"deviceClassName": "gpu", "allocationMode": "All", "count": 1}},
+        {"name": "g", "exactly": {"deviceClassName": "gpu", "selectors": [{"cel": {"expression": "device.driver =="}}]}},
+    ]}}});
+    let (code, _, status) = http(
+        server.addr,
+        "POST",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        "application/json",
+        &claim.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["reason"], "Invalid");
+    let fields: Vec<(&str, &str)> = status["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["field"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("spec.devices.requests[0].exactly.count", "FieldValueInvalid"),
+            ("spec.devices.requests[1].name", "FieldValueDuplicate"),
+            (
+                "spec.devices.requests[1].exactly.selectors[0].cel.expression",
+                "FieldValueInvalid"
+            ),
+        ]
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("ResourceClaim \"c\" is invalid: ["),
+        "{status}"
+    );
+    server.shutdown().await;
+}
