@@ -12,7 +12,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -31,21 +31,69 @@ use serde_json::Value;
 use crate::Metrics;
 
 /// Whether this replica may write. Cleared the moment the lease is lost.
-#[derive(Clone, Debug, Default)]
-pub struct LeaderFlag(Arc<AtomicBool>);
+///
+/// Besides the flag it holds a **fencing deadline**: the instant (by this process's monotonic
+/// clock) after which the last successful lease renewal no longer covers a write. A leader that was
+/// paused (SIGSTOP, a stalled VM, a starved runtime) wakes up with the flag still set, but the
+/// deadline has passed, so [`LeaderFlag::is_leader`] is false before the renew loop even runs
+/// again. Without leader election there is no deadline.
+#[derive(Clone, Debug)]
+pub struct LeaderFlag(Arc<LeaderState>);
+
+#[derive(Debug)]
+struct LeaderState {
+    leading: AtomicBool,
+    /// Origin of `fence_nanos`.
+    base: Instant,
+    /// Nanoseconds after `base` until which writes are covered; `u64::MAX` = no fence.
+    fence_nanos: AtomicU64,
+}
+
+impl Default for LeaderFlag {
+    fn default() -> Self {
+        LeaderFlag::new(false)
+    }
+}
 
 impl LeaderFlag {
-    /// A flag that starts as `leading`.
+    /// A flag that starts as `leading`, with no fencing deadline.
     pub fn new(leading: bool) -> Self {
-        LeaderFlag(Arc::new(AtomicBool::new(leading)))
+        LeaderFlag(Arc::new(LeaderState {
+            leading: AtomicBool::new(leading),
+            base: Instant::now(),
+            fence_nanos: AtomicU64::new(u64::MAX),
+        }))
     }
-    /// True while leading.
+    /// True while leading and, when fenced, before the fencing deadline.
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        if !self.0.leading.load(Ordering::SeqCst) {
+            return false;
+        }
+        let fence = self.0.fence_nanos.load(Ordering::SeqCst);
+        fence == u64::MAX || self.nanos_since_base(Instant::now()) < fence
     }
     /// Sets the state.
     pub fn set(&self, leading: bool) {
-        self.0.store(leading, Ordering::SeqCst);
+        self.0.leading.store(leading, Ordering::SeqCst);
+    }
+    /// Records a successful renewal whose request left at `sent`: writes are covered until
+    /// `sent + valid_for`. Use the instant the request was *sent* (the server may have committed
+    /// it any time after), never when the answer arrived.
+    pub fn renewed(&self, sent: Instant, valid_for: Duration) {
+        let until = self
+            .nanos_since_base(sent)
+            .saturating_add(u64::try_from(valid_for.as_nanos()).unwrap_or(u64::MAX - 1))
+            .min(u64::MAX - 1);
+        self.0.fence_nanos.store(until, Ordering::SeqCst);
+        self.set(true);
+    }
+    /// The fencing deadline, if there is one.
+    pub fn fenced_until(&self) -> Option<Instant> {
+        let fence = self.0.fence_nanos.load(Ordering::SeqCst);
+        (fence != u64::MAX).then(|| self.0.base + Duration::from_nanos(fence))
+    }
+    fn nanos_since_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.0.base).as_nanos()).unwrap_or(u64::MAX - 1)
     }
 }
 
@@ -69,6 +117,11 @@ pub enum WriteError {
         /// Server message.
         message: String,
     },
+    /// An earlier attempt failed in a way that leaves its outcome unknown (a 5xx or a dropped
+    /// connection: the server may have committed it), and a later attempt was refused with 409 or
+    /// 404, possibly *because* the earlier one was applied. Resolve by reading, never by undoing.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
     /// Retries ran out on a retryable error.
     #[error("giving up after {attempts} attempts: {last}")]
     Exhausted {
@@ -83,6 +136,11 @@ impl WriteError {
     /// True for 409.
     pub fn is_conflict(&self) -> bool {
         matches!(self, WriteError::Conflict(_))
+    }
+
+    /// True when the write may or may not have been applied: the caller must read to find out.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, WriteError::Unknown(_) | WriteError::Exhausted { .. })
     }
 }
 
@@ -226,11 +284,17 @@ impl ApiWriter {
         let start = Instant::now();
         let mut backoff = self.retry.initial;
         let mut last = String::new();
+        // Set once an attempt failed after the request may have reached the server.
+        let mut ambiguous = false;
         for attempt in 1..=self.retry.attempts.max(1) {
             if !self.leader.is_leader() {
                 return Err(WriteError::NotLeader);
             }
             self.limiter.acquire().await;
+            // The wait for a token may have outlived the lease: check again right before sending.
+            if !self.leader.is_leader() {
+                return Err(WriteError::NotLeader);
+            }
             let result = op().await;
             let code = match &result {
                 Ok(_) => "2xx".to_string(),
@@ -250,6 +314,8 @@ impl ApiWriter {
                 }
                 Err(e) => {
                     let retryable = match classify(&e) {
+                        Ok(409) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
+                        Ok(404) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
                         Ok(409) => return Err(WriteError::Conflict(api_message(&e))),
                         Ok(404) => return Err(WriteError::NotFound(api_message(&e))),
                         Ok(c) => c == 429 || c >= 500,
@@ -262,9 +328,14 @@ impl ApiWriter {
                             message: api_message(&e),
                         });
                     }
+                    // 429 means "not applied"; a 5xx or a transport error may follow a commit.
+                    ambiguous |= classify(&e).map_or(true, |c| c >= 500);
                     last = e.to_string();
                     tracing::debug!(verb, resource, attempt, error = %last, "retrying API write");
                     if attempt < self.retry.attempts {
+                        if !self.leader.is_leader() {
+                            return Err(WriteError::NotLeader);
+                        }
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(self.retry.max);
                     }
@@ -294,16 +365,72 @@ impl ApiWriter {
                 ..Default::default()
             },
         };
-        self.write("create", "pods/binding", || {
-            let api = api.clone();
-            let binding = binding.clone();
-            async move {
-                api.create_subresource::<Binding, Value>("binding", name, &PostParams::default(), &binding)
-                    .await
+        let result = self
+            .write("create", "pods/binding", || {
+                let api = api.clone();
+                let binding = binding.clone();
+                async move {
+                    api.create_subresource::<Binding, Value>("binding", name, &PostParams::default(), &binding)
+                        .await
+                }
+            })
+            .await
+            .map(|_| ());
+        match result {
+            Err(e) if e.outcome_unknown() || e.is_conflict() => {
+                self.resolve_binding(&api, name, uid, node, e).await
             }
-        })
-        .await
-        .map(|_| ())
+            other => other,
+        }
+    }
+
+    /// After a binding whose answer was lost (or a 409 that may be our own earlier attempt), reads
+    /// the pod: bound to `node` is success; bound elsewhere is a conflict; unbound means the binding
+    /// was not applied, so `err` stands. When even the reads fail the outcome stays unknown.
+    async fn resolve_binding(
+        &self,
+        api: &Api<Pod>,
+        name: &str,
+        uid: &str,
+        node: &str,
+        err: WriteError,
+    ) -> Result<(), WriteError> {
+        let mut backoff = self.retry.initial;
+        let mut last = err.to_string();
+        for attempt in 1..=self.retry.attempts.max(1) {
+            match api.get_opt(name).await {
+                Ok(None) => return Err(WriteError::NotFound(format!("pod {name} is gone"))),
+                Ok(Some(pod)) => {
+                    if !uid.is_empty() && pod.metadata.uid.as_deref() != Some(uid) {
+                        return Err(WriteError::NotFound(format!("pod {name} was recreated")));
+                    }
+                    let bound_to = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+                    return if bound_to == node {
+                        tracing::debug!(pod = name, node, "binding outcome resolved by reading: bound");
+                        Ok(())
+                    } else if !bound_to.is_empty() {
+                        Err(WriteError::Conflict(format!(
+                            "pod {name} is already bound to node {bound_to:?}, not {node:?}"
+                        )))
+                    } else if matches!(err, WriteError::Unknown(_)) {
+                        // The earlier attempt was not applied after all; the 409/404 was real.
+                        Err(WriteError::Conflict(last))
+                    } else {
+                        Err(err)
+                    };
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    if attempt < self.retry.attempts {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(self.retry.max);
+                    }
+                }
+            }
+        }
+        Err(WriteError::Unknown(format!(
+            "binding of {name} to {node}: cannot read the pod back: {last}"
+        )))
     }
 
     /// Strategic-merge-patches a pod's status (conditions merge by `type`).
