@@ -512,13 +512,18 @@ impl Scheduler {
             // Whatever they still try is refused: the new leader starts from the API's state.
             self.leader.set(false);
         }
-        // 3. Give up the lease (client-go's ReleaseOnCancel): the standby leads at its next retry.
+        // 3. Write the queued events (the last `Scheduled` ones) while we still lead.
+        let unwritten = sh.events.flush(Duration::from_secs(3)).await;
+        if unwritten > 0 {
+            tracing::warn!(events = unwritten, "events not written before shutdown");
+        }
+        // 4. Give up the lease (client-go's ReleaseOnCancel): the standby leads at its next retry.
         let _ = election_stop.send(true);
         if let Some(e) = election {
             let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
         }
         self.leader.set(false);
-        // 4. Binding threads that outlived the grace now fail fast; wait briefly so none of them
+        // 5. Binding threads that outlived the grace now fail fast; wait briefly so none of them
         //    is still inside the runtime when it shuts down.
         let deadline = Instant::now() + Duration::from_secs(2);
         while sh.bindings_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {

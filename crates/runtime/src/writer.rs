@@ -12,7 +12,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -43,10 +43,8 @@ pub struct LeaderFlag(Arc<LeaderState>);
 #[derive(Debug)]
 struct LeaderState {
     leading: AtomicBool,
-    /// Origin of `fence_nanos`.
-    base: Instant,
-    /// Nanoseconds after `base` until which writes are covered; `u64::MAX` = no fence.
-    fence_nanos: AtomicU64,
+    /// Until when the last renewal covers writes; `None` = no fence (no leader election).
+    fence: Mutex<Option<Instant>>,
 }
 
 impl Default for LeaderFlag {
@@ -60,17 +58,12 @@ impl LeaderFlag {
     pub fn new(leading: bool) -> Self {
         LeaderFlag(Arc::new(LeaderState {
             leading: AtomicBool::new(leading),
-            base: Instant::now(),
-            fence_nanos: AtomicU64::new(u64::MAX),
+            fence: Mutex::new(None),
         }))
     }
     /// True while leading and, when fenced, before the fencing deadline.
     pub fn is_leader(&self) -> bool {
-        if !self.0.leading.load(Ordering::SeqCst) {
-            return false;
-        }
-        let fence = self.0.fence_nanos.load(Ordering::SeqCst);
-        fence == u64::MAX || self.nanos_since_base(Instant::now()) < fence
+        self.0.leading.load(Ordering::SeqCst) && self.0.fence.lock().is_none_or(|f| Instant::now() < f)
     }
     /// Sets the state.
     pub fn set(&self, leading: bool) {
@@ -80,20 +73,12 @@ impl LeaderFlag {
     /// `sent + valid_for`. Use the instant the request was *sent* (the server may have committed
     /// it any time after), never when the answer arrived.
     pub fn renewed(&self, sent: Instant, valid_for: Duration) {
-        let until = self
-            .nanos_since_base(sent)
-            .saturating_add(u64::try_from(valid_for.as_nanos()).unwrap_or(u64::MAX - 1))
-            .min(u64::MAX - 1);
-        self.0.fence_nanos.store(until, Ordering::SeqCst);
+        *self.0.fence.lock() = Some(sent.checked_add(valid_for).unwrap_or(sent));
         self.set(true);
     }
     /// The fencing deadline, if there is one.
     pub fn fenced_until(&self) -> Option<Instant> {
-        let fence = self.0.fence_nanos.load(Ordering::SeqCst);
-        (fence != u64::MAX).then(|| self.0.base + Duration::from_nanos(fence))
-    }
-    fn nanos_since_base(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.0.base).as_nanos()).unwrap_or(u64::MAX - 1)
+        *self.0.fence.lock()
     }
 }
 
@@ -489,7 +474,74 @@ impl ApiWriter {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicU32;
+
     use super::*;
+
+    fn writer(qps: f32, burst: i32, leader: LeaderFlag) -> ApiWriter {
+        // Nothing is sent: the operations below only count how often they are called.
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        ApiWriter::new(client, qps, burst, Metrics::new().unwrap(), leader)
+    }
+
+    async fn counted_write(w: &ApiWriter, calls: &Arc<AtomicU32>) -> Result<(), WriteError> {
+        w.write("patch", "pods/status", || {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), kube::Error>(())
+            }
+        })
+        .await
+    }
+
+    #[test]
+    fn fencing_deadline_ends_leadership_without_the_renew_loop() {
+        let flag = LeaderFlag::new(false);
+        assert!(!flag.is_leader());
+        flag.renewed(Instant::now(), Duration::from_millis(40));
+        assert!(flag.is_leader());
+        // The renew loop stalls (a paused process): nobody clears the flag, the deadline does.
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!flag.is_leader(), "leadership must lapse at the fencing deadline");
+        flag.renewed(Instant::now(), Duration::from_secs(5));
+        assert!(flag.is_leader());
+        flag.set(false);
+        assert!(!flag.is_leader());
+        // Without leader election there is no deadline.
+        let unfenced = LeaderFlag::new(true);
+        assert!(unfenced.is_leader() && unfenced.fenced_until().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stalled_leader_sends_no_write() {
+        // Last renewal sent 2 s ago, covering 1 s: the process was paused in between.
+        let flag = LeaderFlag::new(false);
+        flag.renewed(Instant::now() - Duration::from_secs(2), Duration::from_secs(1));
+        let w = writer(-1.0, 0, flag.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        for _ in 0..50 {
+            assert!(matches!(counted_write(&w, &calls).await, Err(WriteError::NotLeader)));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "no request may leave a fenced leader");
+        // Renewed again: writes flow.
+        flag.renewed(Instant::now(), Duration::from_secs(10));
+        counted_write(&w, &calls).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_fence_is_checked_again_after_waiting_for_a_token() {
+        // One token per second; the lease covers 300 ms. The second write waits ~1 s for its token
+        // and must find the deadline passed when it is about to send.
+        let flag = LeaderFlag::new(false);
+        flag.renewed(Instant::now(), Duration::from_millis(300));
+        let w = writer(1.0, 1, flag);
+        let calls = Arc::new(AtomicU32::new(0));
+        counted_write(&w, &calls).await.unwrap();
+        assert!(matches!(counted_write(&w, &calls).await, Err(WriteError::NotLeader)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn token_bucket_burst_then_rate() {
