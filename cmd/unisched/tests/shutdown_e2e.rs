@@ -28,7 +28,11 @@ fn free_port() -> u16 {
 fn metric(port: u16, name: &str) -> Option<f64> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut body = String::new();
     s.read_to_string(&mut body).ok()?;
     Some(
@@ -136,7 +140,13 @@ fn sigterm_releases_the_lease_and_the_standby_leads_within_two_seconds() {
     .expect("the leader started binding");
     let pid = replicas[leader].0.id().to_string();
     let sent = Instant::now();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
 
     // The standby leads within 2 s of the SIGTERM (the lease duration is 20 s).
     let took_over = wait_for(Duration::from_secs(10), || {
@@ -156,13 +166,18 @@ fn sigterm_releases_the_lease_and_the_standby_leads_within_two_seconds() {
     assert!(!log.contains("panicked"), "no panic during shutdown; log:\n{log}");
     let after = lease(&kc);
     let new_holder = after["spec"]["holderIdentity"].as_str().unwrap_or_default();
-    assert!(!new_holder.is_empty() && new_holder != holder, "new holder {new_holder:?}");
+    assert!(
+        !new_holder.is_empty() && new_holder != holder,
+        "new holder {new_holder:?}"
+    );
 
     // No pod lost: the standby binds the rest. None bound twice: one Scheduled event each.
     wait_for(Duration::from_secs(60), || {
         let p = pods(&kc);
-        (p.len() == n && p.iter().all(|p| p["spec"]["nodeName"].as_str().is_some_and(|s| !s.is_empty())))
-            .then_some(())
+        (p.len() == n
+            && p.iter()
+                .all(|p| p["spec"]["nodeName"].as_str().is_some_and(|s| !s.is_empty())))
+        .then_some(())
     })
     .expect("every pod bound");
     let counts = wait_for(Duration::from_secs(15), || {
@@ -173,4 +188,70 @@ fn sigterm_releases_the_lease_and_the_standby_leads_within_two_seconds() {
     for (pod, c) in counts {
         assert_eq!(c, 1, "{pod} scheduled {c} times");
     }
+}
+
+#[test]
+fn losing_the_lease_mid_binding_exits_1_without_a_panic() {
+    let dir = tempdir("leaselost");
+    let nodes: Vec<String> = (0..2)
+        .map(|i| node_yaml(&format!("node-{i}"), "64", "64Gi"))
+        .collect();
+    std::fs::write(dir.join("nodes.yaml"), nodes.join("---\n")).unwrap();
+    let (_cp, kc) = serve(&dir, &dir.join("nodes.yaml"), &["--no-scheduler"]);
+    let cfg = dir.join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: true\n  leaseDuration: 10s\n  renewDeadline: 8s\n  retryPeriod: 200ms\n  resourceNamespace: default\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut replica = ChildGuard(
+        Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("replica.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(Duration::from_secs(30), || {
+        (metric(port, "unisched_leader") == Some(1.0)).then_some(())
+    })
+    .expect("leads");
+    let docs: Vec<String> = (0..150).map(|i| pod_yaml(&format!("q-{i:03}"), "10m")).collect();
+    std::fs::write(dir.join("pods.yaml"), docs.join("---\n")).unwrap();
+    let (ok, out, err) = kubectl(&kc, &["create", "-f", dir.join("pods.yaml").to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    wait_for(Duration::from_secs(30), || {
+        (pods(&kc).iter().any(|p| p["spec"]["nodeName"].is_string())).then_some(())
+    })
+    .expect("binding started");
+    // Another replica takes the lease while bindings are in flight.
+    let (ok, out, err) = kubectl(
+        &kc,
+        &[
+            "patch",
+            "lease",
+            "unisched",
+            "-n",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"holderIdentity":"someone-else"}}"#,
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let status = wait_for(Duration::from_secs(20), || replica.0.try_wait().unwrap())
+        .expect("exits after losing the lease");
+    let log = std::fs::read_to_string(dir.join("replica.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "log:\n{log}");
+    assert!(log.contains("leaderelection lost"), "log:\n{log}");
+    assert!(
+        !log.contains("panicked") && !log.contains("being shutdown"),
+        "no panic during shutdown; log:\n{log}"
+    );
 }

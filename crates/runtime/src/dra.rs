@@ -596,9 +596,12 @@ impl DraApi for RuntimeDraApi {
 
     fn patch_pod_status(&self, namespace: &str, name: &str, patch: Value) -> Result<(), DraApiError> {
         // Clearing a pod's DRA status is an undo: refused while the pod is bound.
-        let clears = ["nodeAllocatableResourceClaimStatuses", "extendedResourceClaimStatus"]
-            .iter()
-            .any(|k| patch["status"].get(*k).is_some_and(Value::is_null));
+        let clears = [
+            "nodeAllocatableResourceClaimStatuses",
+            "extendedResourceClaimStatus",
+        ]
+        .iter()
+        .any(|k| patch["status"].get(*k).is_some_and(Value::is_null));
         if clears && let Some(node) = self.bound_node(namespace, name, "")? {
             return Err(DraApiError::Other(format!(
                 "pod {namespace}/{name} is bound to node {node:?}: its DRA status is kept"

@@ -173,7 +173,16 @@ impl Scheduler {
         ));
         // Namespace labels for InterPodAffinity's namespaceSelector; `run` feeds it from a watch.
         let namespaces = Arc::new(crate::NamespaceStore::new());
-        let events = spawn_event_writer(writer.clone(), metrics.clone(), options.identity.clone(), 1000);
+        // Events get a client of their own (own token bucket, same leader fence), as upstream's
+        // event broadcaster does: a burst of FailedScheduling events never delays a binding.
+        let event_writer = ApiWriter::new(
+            client.clone(),
+            cfg.client_connection.qps,
+            cfg.client_connection.burst,
+            metrics.clone(),
+            leader.clone(),
+        );
+        let events = spawn_event_writer(event_writer, metrics.clone(), options.identity.clone(), 1000);
         // DefaultPreemption: PDBs from a watch (`run`), evictions written asynchronously.
         let pdbs = Arc::new(crate::PdbStore::new());
         let preemptor = Arc::new(crate::RuntimePreemptor::new(
@@ -508,7 +517,10 @@ impl Scheduler {
         }
         let left = sh.bindings_in_flight.load(Ordering::SeqCst);
         if left > 0 {
-            tracing::warn!(bindings = left, "shutdown grace period over with binding cycles in flight");
+            tracing::warn!(
+                bindings = left,
+                "shutdown grace period over with binding cycles in flight"
+            );
             // Whatever they still try is refused: the new leader starts from the API's state.
             self.leader.set(false);
         }

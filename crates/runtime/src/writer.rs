@@ -355,8 +355,13 @@ impl ApiWriter {
                 let api = api.clone();
                 let binding = binding.clone();
                 async move {
-                    api.create_subresource::<Binding, Value>("binding", name, &PostParams::default(), &binding)
-                        .await
+                    api.create_subresource::<Binding, Value>(
+                        "binding",
+                        name,
+                        &PostParams::default(),
+                        &binding,
+                    )
+                    .await
                 }
             })
             .await
@@ -521,9 +526,16 @@ mod tests {
         let w = writer(-1.0, 0, flag.clone());
         let calls = Arc::new(AtomicU32::new(0));
         for _ in 0..50 {
-            assert!(matches!(counted_write(&w, &calls).await, Err(WriteError::NotLeader)));
+            assert!(matches!(
+                counted_write(&w, &calls).await,
+                Err(WriteError::NotLeader)
+            ));
         }
-        assert_eq!(calls.load(Ordering::SeqCst), 0, "no request may leave a fenced leader");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "no request may leave a fenced leader"
+        );
         // Renewed again: writes flow.
         flag.renewed(Instant::now(), Duration::from_secs(10));
         counted_write(&w, &calls).await.unwrap();
@@ -539,7 +551,10 @@ mod tests {
         let w = writer(1.0, 1, flag);
         let calls = Arc::new(AtomicU32::new(0));
         counted_write(&w, &calls).await.unwrap();
-        assert!(matches!(counted_write(&w, &calls).await, Err(WriteError::NotLeader)));
+        assert!(matches!(
+            counted_write(&w, &calls).await,
+            Err(WriteError::NotLeader)
+        ));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 

@@ -21,7 +21,11 @@ async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) 
     }
 }
 
-async fn start() -> (RunningServer, std::sync::Arc<Scheduler>, tokio::task::JoinHandle<()>) {
+async fn start() -> (
+    RunningServer,
+    std::sync::Arc<Scheduler>,
+    tokio::task::JoinHandle<()>,
+) {
     let server = ApiServer::builder()
         .build()
         .serve("127.0.0.1:0".parse().unwrap())
@@ -120,7 +124,13 @@ fn allocations(store: &Store) -> Vec<(String, Vec<String>)> {
                 c["metadata"]["name"].as_str()?.to_string(),
                 results
                     .iter()
-                    .map(|r| format!("{}/{}", r["pool"].as_str().unwrap_or(""), r["device"].as_str().unwrap_or("")))
+                    .map(|r| {
+                        format!(
+                            "{}/{}",
+                            r["pool"].as_str().unwrap_or(""),
+                            r["device"].as_str().unwrap_or("")
+                        )
+                    })
                     .collect(),
             ))
         })
@@ -194,7 +204,11 @@ async fn lost_write_responses_never_free_the_devices_of_a_bound_pod() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(check_invariants(&store), 1, "exactly one pod holds the GPU");
-    assert!(faults.injected() >= 2, "lost answers were injected: {}", faults.injected());
+    assert!(
+        faults.injected() >= 2,
+        "lost answers were injected: {}",
+        faults.injected()
+    );
     // The binding answer was lost, yet the pod counts as scheduled (resolved by reading).
     let scheduled: f64 = sched
         .metrics()

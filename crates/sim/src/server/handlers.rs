@@ -83,7 +83,13 @@ fn injected_fault(code: u16) -> Response {
     )
 }
 
-async fn handle(app: &Arc<AppState>, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    app: &Arc<AppState>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     let query: Query = parse_query(uri.query().unwrap_or_default()).into_iter().collect();
     let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let registry = app.store.registry();
