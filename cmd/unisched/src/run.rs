@@ -93,7 +93,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
     Client::try_from(config).context("building the API client")
 }
 
-/// Runs until the lease is lost (exit 1) or the process is interrupted (exit 0).
+/// Runs until the lease is lost (exit 1) or SIGTERM/SIGINT (graceful stop, exit 0).
 pub async fn run(args: RunArgs) -> Result<u8> {
     let mut config = load_config(args.config.as_ref())?;
     if let Some(v) = args.leader_elect {
@@ -131,19 +131,51 @@ pub async fn run(args: RunArgs) -> Result<u8> {
     if let Some(addr) = scheduler.health_addr {
         tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /configz");
     }
-    tokio::select! {
-        r = scheduler.run() => match r {
-            Ok(()) => Ok(0),
-            Err(RuntimeError::LeaseLost) => {
-                tracing::error!("leaderelection lost");
-                Ok(1)
-            }
-            Err(e) => Err(e.into()),
-        },
-        _ = tokio::signal::ctrl_c() => {
-            tracing::info!("interrupted; stopping");
+    // SIGTERM (what the kubelet sends on every rollout) and SIGINT stop the scheduler in order:
+    // no new pod, in-flight bindings finish within the grace period, the lease is released.
+    let run = scheduler.run();
+    tokio::pin!(run);
+    let result = tokio::select! {
+        r = &mut run => r,
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "received signal; shutting down gracefully");
             scheduler.stop();
+            run.await
+        }
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!("scheduler stopped");
             Ok(0)
         }
+        Err(RuntimeError::LeaseLost) => {
+            tracing::error!("leaderelection lost");
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolves with the name of the first of SIGTERM or SIGINT to arrive.
+async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops gracefully");
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
     }
 }

@@ -4,9 +4,17 @@
 //!
 //! Each watch event is also offered to the queue as a cluster event, so a pod waiting for a device
 //! is retried when a slice, class or claim changes, and only then (the plugin's hints decide).
+//!
+//! Two rules protect the devices of running pods when the API misbehaves:
+//! - a write whose answer was lost ([`WriteError::outcome_unknown`]) is resolved by reading the
+//!   object back: if it already holds what we wrote, the write succeeded;
+//! - an undo (taking a pod out of `reservedFor`, deleting its extended-resource claim, clearing its
+//!   DRA pod status) is refused while that pod is bound to a node, or when we cannot tell: the
+//!   devices of a bound pod are never released by the scheduler.
 
 use std::{collections::HashMap, sync::Arc};
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::{
     Api,
@@ -298,20 +306,98 @@ impl RuntimeDraApi {
         let patch = json!({"metadata": {"resourceVersion": rv, "finalizers": list}});
         let api = self.claims(ns);
         let writer = self.writer.clone();
+        let owned_name = name.to_string();
+        let result = self.handle.block_on(async move {
+            writer
+                .write("patch", "resourceclaims", || {
+                    let (api, patch, name) = (api.clone(), patch.clone(), owned_name.clone());
+                    async move {
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                    }
+                })
+                .await
+        });
+        match result {
+            Ok(c) => Ok(c),
+            Err(e) if e.outcome_unknown() => {
+                let want = json!({ "finalizers": list });
+                self.resolve(ns, name, e, |c| {
+                    let have = json!({ "finalizers": c.metadata.finalizers.clone().unwrap_or_default() });
+                    have == want
+                })
+            }
+            Err(e) => Err(to_dra(e)),
+        }
+    }
+
+    /// Resolves a claim write whose outcome is unknown by reading the claim: `applied` decides
+    /// whether it already holds what was written. Not applied: a conflict (the caller re-reads
+    /// and recomputes); unreadable: still unknown, reported as such.
+    fn resolve(
+        &self,
+        ns: &str,
+        name: &str,
+        err: WriteError,
+        applied: impl Fn(&ResourceClaim) -> bool,
+    ) -> Result<ResourceClaim, DraApiError> {
+        match self.get_claim(ns, name) {
+            Ok(Some(c)) if applied(&c) => {
+                tracing::debug!(claim = %format!("{ns}/{name}"), "write outcome resolved by reading: applied");
+                Ok(c)
+            }
+            Ok(Some(_)) => Err(DraApiError::Conflict(format!("{err}; not applied"))),
+            Ok(None) => Err(DraApiError::NotFound(format!("{ns}/{name}"))),
+            Err(read) => Err(DraApiError::Other(format!("{err}; reading back: {read}"))),
+        }
+    }
+
+    /// The node a pod is bound to (`None`: unbound or gone, or recreated with another UID).
+    fn bound_node(&self, ns: &str, name: &str, uid: &str) -> Result<Option<String>, DraApiError> {
+        let api: Api<Pod> = Api::namespaced(self.writer.client().clone(), ns);
         let name = name.to_string();
-        self.handle
-            .block_on(async move {
-                writer
-                    .write("patch", "resourceclaims", || {
-                        let (api, patch, name) = (api.clone(), patch.clone(), name.clone());
-                        async move {
-                            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                                .await
-                        }
-                    })
-                    .await
-            })
-            .map_err(to_dra)
+        let pod = self
+            .handle
+            .block_on(async move { api.get_opt(&name).await })
+            .map_err(|e| DraApiError::Other(format!("reading pod {ns}: {e}")))?;
+        Ok(pod
+            .filter(|p| uid.is_empty() || p.metadata.uid.as_deref() == Some(uid))
+            .and_then(|p| p.spec?.node_name)
+            .filter(|n| !n.is_empty()))
+    }
+
+    /// Refuses an undo that would release what a bound pod holds: `consumers` are the pods the
+    /// write takes away from a claim. A pod we cannot read counts as bound.
+    fn refuse_undo_for_bound(
+        &self,
+        ns: &str,
+        claim: &str,
+        consumers: &[(String, String)],
+    ) -> Result<(), DraApiError> {
+        for (pod, uid) in consumers {
+            let bound = self
+                .bound_node(ns, pod, uid)
+                .map_err(|e| DraApiError::Other(format!("claim {ns}/{claim} kept: {e}")))?;
+            if let Some(node) = bound {
+                return Err(DraApiError::Other(format!(
+                    "claim {ns}/{claim} kept: pod {ns}/{pod} is bound to node {node:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pods in a claim's `reservedFor`, as (name, uid).
+    fn pod_consumers(claim: &ResourceClaim) -> Vec<(String, String)> {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|r| r.resource == "pods")
+            .map(|r| (r.name.clone(), r.uid.clone()))
+            .collect()
     }
 
     fn count_allocations(&self, claim: &ResourceClaim) {
@@ -355,6 +441,21 @@ impl RuntimeDraApi {
     }
 }
 
+/// True when `have` already holds every field of the merge patch `patch` (`null` = absent).
+fn merge_applied(have: &Value, patch: &Value) -> bool {
+    match patch {
+        Value::Object(fields) => fields.iter().all(|(k, v)| {
+            let h = have.get(k).unwrap_or(&Value::Null);
+            if v.is_null() {
+                h.is_null()
+            } else {
+                merge_applied(h, v)
+            }
+        }),
+        other => have == other,
+    }
+}
+
 fn to_dra(e: WriteError) -> DraApiError {
     match e {
         WriteError::Conflict(m) => DraApiError::Conflict(m),
@@ -379,24 +480,45 @@ impl DraApi for RuntimeDraApi {
         resource_version: &str,
         status: Value,
     ) -> Result<ResourceClaim, DraApiError> {
+        // An undo: pods leave `reservedFor`. Refused while any of them is bound.
+        if let Some(reserved) = status.get("reservedFor")
+            && let Some(current) = self.get_claim(namespace, name)?
+        {
+            let kept: Vec<&str> = reserved
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.get("uid")?.as_str())
+                .collect();
+            let leaving: Vec<(String, String)> = Self::pod_consumers(&current)
+                .into_iter()
+                .filter(|(_, uid)| !kept.contains(&uid.as_str()))
+                .collect();
+            self.refuse_undo_for_bound(namespace, name, &leaving)?;
+        }
         let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
         let api = self.claims(namespace);
         let writer = self.writer.clone();
-        let name = name.to_string();
-        let claim = self
-            .handle
-            .block_on(async move {
-                writer
-                    .write("patch", "resourceclaims/status", || {
-                        let (api, patch, name) = (api.clone(), patch.clone(), name.clone());
-                        async move {
-                            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                                .await
-                        }
-                    })
-                    .await
-            })
-            .map_err(to_dra)?;
+        let owned_name = name.to_string();
+        let result = self.handle.block_on(async move {
+            writer
+                .write("patch", "resourceclaims/status", || {
+                    let (api, patch, name) = (api.clone(), patch.clone(), owned_name.clone());
+                    async move {
+                        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                    }
+                })
+                .await
+        });
+        let claim = match result {
+            Ok(c) => c,
+            Err(e) if e.outcome_unknown() => self.resolve(namespace, name, e, |c| {
+                let have = serde_json::to_value(&c.status).unwrap_or(Value::Null);
+                merge_applied(&have, &status)
+            })?,
+            Err(e) => return Err(to_dra(e)),
+        };
         self.count_allocations(&claim);
         Ok(claim)
     }
@@ -439,6 +561,11 @@ impl DraApi for RuntimeDraApi {
     }
 
     fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), DraApiError> {
+        if let Some(current) = self.get_claim(namespace, name)?
+            && current.metadata.uid.as_deref() == Some(uid)
+        {
+            self.refuse_undo_for_bound(namespace, name, &Self::pod_consumers(&current))?;
+        }
         let api = self.claims(namespace);
         let writer = self.writer.clone();
         let name = name.to_string();
@@ -468,6 +595,18 @@ impl DraApi for RuntimeDraApi {
     }
 
     fn patch_pod_status(&self, namespace: &str, name: &str, patch: Value) -> Result<(), DraApiError> {
+        // Clearing a pod's DRA status is an undo: refused while the pod is bound.
+        let clears = [
+            "nodeAllocatableResourceClaimStatuses",
+            "extendedResourceClaimStatus",
+        ]
+        .iter()
+        .any(|k| patch["status"].get(*k).is_some_and(Value::is_null));
+        if clears && let Some(node) = self.bound_node(namespace, name, "")? {
+            return Err(DraApiError::Other(format!(
+                "pod {namespace}/{name} is bound to node {node:?}: its DRA status is kept"
+            )));
+        }
         let writer = self.writer.clone();
         let (ns, name) = (namespace.to_string(), name.to_string());
         self.handle

@@ -8,6 +8,10 @@
 
 use std::{
     collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -63,14 +67,34 @@ pub struct PodEvent {
 pub struct EventRecorder {
     tx: mpsc::Sender<PodEvent>,
     metrics: Metrics,
+    /// Events queued or being written.
+    pending: Arc<AtomicUsize>,
 }
 
 impl EventRecorder {
     /// Queues an event; drops it (and counts the drop) when the queue is full.
     pub fn record(&self, event: PodEvent) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
         if self.tx.try_send(event).is_err() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
             self.metrics.events_dropped.inc();
         }
+    }
+
+    /// Events queued or being written now.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    /// Waits (at most `timeout`) until every queued event was written or given up on. Shutdown
+    /// calls it while this replica still leads, so the last `Scheduled` events are not lost.
+    /// Returns how many were still pending.
+    pub async fn flush(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        while self.pending() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.pending()
     }
 }
 
@@ -82,8 +106,9 @@ pub fn spawn_event_writer(
     capacity: usize,
 ) -> EventRecorder {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    tokio::spawn(run(writer, instance, rx));
-    EventRecorder { tx, metrics }
+    let pending = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(run(writer, instance, rx, pending.clone()));
+    EventRecorder { tx, metrics, pending }
 }
 
 struct Seen {
@@ -93,9 +118,26 @@ struct Seen {
     first: Instant,
 }
 
-async fn run(writer: ApiWriter, instance: String, mut rx: mpsc::Receiver<PodEvent>) {
+async fn run(
+    writer: ApiWriter,
+    instance: String,
+    mut rx: mpsc::Receiver<PodEvent>,
+    pending: Arc<AtomicUsize>,
+) {
     let mut seen: HashMap<(String, String, String), Seen> = HashMap::new();
     while let Some(ev) = rx.recv().await {
+        write_one(&writer, &instance, &mut seen, ev).await;
+        pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn write_one(
+    writer: &ApiWriter,
+    instance: &str,
+    seen: &mut HashMap<(String, String, String), Seen>,
+    ev: PodEvent,
+) {
+    {
         let now = Instant::now();
         seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
         let key = (ev.uid.clone(), ev.reason.clone(), ev.note.clone());
@@ -119,9 +161,9 @@ async fn run(writer: ApiWriter, instance: String, mut rx: mpsc::Receiver<PodEven
             if let Err(e) = result {
                 tracing::debug!(error = %e, "event series patch failed");
             }
-            continue;
+            return;
         }
-        let event = build_event(&ev, &instance);
+        let event = build_event(&ev, instance);
         let name = event.metadata.name.clone().unwrap_or_default();
         let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &ev.namespace);
         let result = writer

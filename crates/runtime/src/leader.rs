@@ -46,22 +46,49 @@ enum Round {
     Following,
 }
 
-/// Runs the election until leadership is lost. Returns when the lease was lost (the caller must
-/// exit) — never while leading.
-pub async fn run_leader_election(client: Client, cfg: LeaseConfig, flag: LeaderFlag, metrics: Metrics) {
+/// How an election ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectionEnd {
+    /// Leadership was lost (taken by another replica, or not renewed within `renewDeadline`):
+    /// the process must exit.
+    Lost,
+    /// Asked to stop; the lease was released if this replica held it.
+    Stopped,
+}
+
+/// Runs the election until leadership is lost or `stop` turns true. Never returns while leading
+/// unless asked to stop, and then only after the flag was cleared and the lease released (an
+/// empty `holderIdentity`, as client-go's `ReleaseOnCancel`), so a standby takes over at its next
+/// retry instead of waiting a whole `leaseDuration`.
+///
+/// Every successful renewal moves the writer's fencing deadline to *send time + renewDeadline*:
+/// other candidates wait `leaseDuration` from when they first saw our record, which is after we
+/// sent it, so a write checked against that deadline cannot overlap a new leader's term, even if
+/// this process was paused and its renew loop has not noticed yet.
+pub async fn run_leader_election(
+    client: Client,
+    cfg: LeaseConfig,
+    flag: LeaderFlag,
+    metrics: Metrics,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> ElectionEnd {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed: Option<(String, Instant)> = None; // (resourceVersion, when first seen)
     let mut leading = false;
     let mut last_renew = Instant::now();
     loop {
+        if *stop.borrow() {
+            return stop_leading(&api, &cfg, &flag, &metrics, leading).await;
+        }
+        let sent = Instant::now();
         match try_acquire_or_renew(&api, &cfg, &mut observed).await {
             Ok(Round::Leading) => {
                 if !leading {
                     tracing::info!(lease = %cfg.name, identity = %cfg.identity, "acquired leader lease");
                 }
                 leading = true;
-                last_renew = Instant::now();
-                flag.set(true);
+                last_renew = sent;
+                flag.renewed(sent, cfg.renew_deadline);
                 metrics.leader.set(1);
             }
             Ok(Round::Following) => {
@@ -69,7 +96,7 @@ pub async fn run_leader_election(client: Client, cfg: LeaseConfig, flag: LeaderF
                     flag.set(false);
                     metrics.leader.set(0);
                     tracing::error!(lease = %cfg.name, "leader lease taken by another replica");
-                    return;
+                    return ElectionEnd::Lost;
                 }
             }
             Err(e) => {
@@ -78,11 +105,59 @@ pub async fn run_leader_election(client: Client, cfg: LeaseConfig, flag: LeaderF
                     flag.set(false);
                     metrics.leader.set(0);
                     tracing::error!(lease = %cfg.name, "failed to renew the leader lease within renewDeadline");
-                    return;
+                    return ElectionEnd::Lost;
                 }
             }
         }
-        tokio::time::sleep(cfg.retry_period).await;
+        tokio::select! {
+            () = tokio::time::sleep(cfg.retry_period) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// Stops writing, then gives the lease up if we hold it.
+async fn stop_leading(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    flag: &LeaderFlag,
+    metrics: &Metrics,
+    leading: bool,
+) -> ElectionEnd {
+    flag.set(false);
+    metrics.leader.set(0);
+    if leading {
+        match release(api, cfg).await {
+            Ok(true) => tracing::info!(lease = %cfg.name, "released the leader lease"),
+            Ok(false) => tracing::info!(lease = %cfg.name, "lease already held by another replica"),
+            Err(e) => tracing::warn!(lease = %cfg.name, error = %e, "could not release the leader lease"),
+        }
+    }
+    ElectionEnd::Stopped
+}
+
+/// Empties `holderIdentity` if the lease is still ours (with a `resourceVersion` precondition, so
+/// a lease a standby just took is left alone). `Ok(false)` when it was not ours.
+pub async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::Error> {
+    let Some(lease) = api.get_opt(&cfg.name).await? else {
+        return Ok(false);
+    };
+    let spec = lease.spec.unwrap_or_default();
+    if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+        return Ok(false);
+    }
+    let now = MicroTime(Timestamp::now());
+    let patch = json!({
+        "metadata": {"resourceVersion": lease.metadata.resource_version},
+        "spec": {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now},
+    });
+    match api
+        .patch(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

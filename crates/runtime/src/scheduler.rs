@@ -130,7 +130,13 @@ pub struct Scheduler {
     client: Client,
     /// Where the health endpoints listen, when served.
     pub health_addr: Option<SocketAddr>,
+    /// How long a stop waits for in-flight binding cycles before giving up the lease anyway.
+    shutdown_grace: Duration,
 }
+
+/// The default for [`Scheduler::with_shutdown_grace`]: well inside the kubelet's 30 s
+/// `terminationGracePeriodSeconds`.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -167,7 +173,16 @@ impl Scheduler {
         ));
         // Namespace labels for InterPodAffinity's namespaceSelector; `run` feeds it from a watch.
         let namespaces = Arc::new(crate::NamespaceStore::new());
-        let events = spawn_event_writer(writer.clone(), metrics.clone(), options.identity.clone(), 1000);
+        // Events get a client of their own (own token bucket, same leader fence), as upstream's
+        // event broadcaster does: a burst of FailedScheduling events never delays a binding.
+        let event_writer = ApiWriter::new(
+            client.clone(),
+            cfg.client_connection.qps,
+            cfg.client_connection.burst,
+            metrics.clone(),
+            leader.clone(),
+        );
+        let events = spawn_event_writer(event_writer, metrics.clone(), options.identity.clone(), 1000);
         // DefaultPreemption: PDBs from a watch (`run`), evictions written asynchronously.
         let pdbs = Arc::new(crate::PdbStore::new());
         let preemptor = Arc::new(crate::RuntimePreemptor::new(
@@ -241,7 +256,15 @@ impl Scheduler {
             options,
             client,
             health_addr,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         })
+    }
+
+    /// Overrides how long [`Scheduler::run`] waits, once stopped, for in-flight binding cycles.
+    #[must_use]
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
     }
 
     /// The metrics (for tests and the benchmark).
@@ -296,7 +319,9 @@ impl Scheduler {
         &self.health
     }
 
-    /// Asks the loop to stop (in-process use: the simulator and tests).
+    /// Asks the scheduler to stop: no new pod is taken; [`Scheduler::run`] then lets in-flight
+    /// binding cycles finish (within the shutdown grace), releases the lease and returns `Ok`.
+    /// Safe to call from a signal handler's task or another thread.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.queue.close();
@@ -304,6 +329,11 @@ impl Scheduler {
 
     /// Watches, elects, schedules. Returns `Err(LeaseLost)` when leadership is lost, `Ok` after
     /// [`Scheduler::stop`].
+    ///
+    /// Either way it shuts down in order, so nothing runs on a runtime that is going away: the
+    /// scheduling thread is joined, in-flight binding cycles finish (they fail fast with
+    /// `NotLeader` once the lease is gone), queued events are written while we still lead, and
+    /// only then is the lease released and the watches ended.
     pub async fn run(&self) -> Result<(), RuntimeError> {
         let sh = self.shared.clone();
         // Watches.
@@ -407,6 +437,7 @@ impl Scheduler {
         all_spawned();
         // Leader election.
         let cfg = &self.options.config;
+        let (election_stop, election_stop_rx) = tokio::sync::watch::channel(false);
         let election = if cfg.leader_election.leader_elect {
             let le = &cfg.leader_election;
             let lease = LeaseConfig {
@@ -426,6 +457,7 @@ impl Scheduler {
                 lease,
                 self.leader.clone(),
                 sh.metrics.clone(),
+                election_stop_rx,
             )))
         } else {
             sh.metrics.leader.set(1);
@@ -444,33 +476,73 @@ impl Scheduler {
         if let Err(e) = &loop_thread {
             tracing::error!(error = %e, "cannot start the scheduling thread");
         }
-        let result = match election {
-            Some(mut election) => loop {
-                tokio::select! {
-                    _ = &mut election => break Err(RuntimeError::LeaseLost),
-                    () = tokio::time::sleep(Duration::from_millis(200)) => {
-                        if sh.stop.load(Ordering::SeqCst) { election.abort(); break Ok(()); }
+        let mut election = election;
+        let result = loop {
+            let lost = async {
+                match election.as_mut() {
+                    Some(e) => e.await.unwrap_or(crate::ElectionEnd::Lost),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                end = lost => {
+                    election = None;
+                    if end == crate::ElectionEnd::Lost {
+                        break Err(RuntimeError::LeaseLost);
                     }
+                    break Ok(());
                 }
-            },
-            None => {
-                while !sh.stop.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                () = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if sh.stop.load(Ordering::SeqCst) { break Ok(()); }
                 }
-                Ok(())
             }
         };
         if result.is_err() {
             self.health.set_dying();
             self.leader.set(false);
+            tracing::error!("leader lease lost: stopping");
+        } else {
+            tracing::info!("stopping: no new pods are taken");
         }
+        // 1. Take no new pod; let the current scheduling cycle end.
         sh.stop.store(true, Ordering::SeqCst);
         sh.queue.close();
-        for t in tasks {
-            t.abort();
-        }
         if let Ok(t) = loop_thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        // 2. Let in-flight binding cycles finish (or undo) while we may still write.
+        let deadline = Instant::now() + self.shutdown_grace;
+        while sh.bindings_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = sh.bindings_in_flight.load(Ordering::SeqCst);
+        if left > 0 {
+            tracing::warn!(
+                bindings = left,
+                "shutdown grace period over with binding cycles in flight"
+            );
+            // Whatever they still try is refused: the new leader starts from the API's state.
+            self.leader.set(false);
+        }
+        // 3. Write the queued events (the last `Scheduled` ones) while we still lead.
+        let unwritten = sh.events.flush(Duration::from_secs(3)).await;
+        if unwritten > 0 {
+            tracing::warn!(events = unwritten, "events not written before shutdown");
+        }
+        // 4. Give up the lease (client-go's ReleaseOnCancel): the standby leads at its next retry.
+        let _ = election_stop.send(true);
+        if let Some(e) = election {
+            let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
+        }
+        self.leader.set(false);
+        // 5. Binding threads that outlived the grace now fail fast; wait briefly so none of them
+        //    is still inside the runtime when it shuts down.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sh.bindings_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for t in tasks {
+            t.abort();
         }
         result
     }

@@ -31,21 +31,54 @@ use serde_json::Value;
 use crate::Metrics;
 
 /// Whether this replica may write. Cleared the moment the lease is lost.
-#[derive(Clone, Debug, Default)]
-pub struct LeaderFlag(Arc<AtomicBool>);
+///
+/// Besides the flag it holds a **fencing deadline**: the instant (by this process's monotonic
+/// clock) after which the last successful lease renewal no longer covers a write. A leader that was
+/// paused (SIGSTOP, a stalled VM, a starved runtime) wakes up with the flag still set, but the
+/// deadline has passed, so [`LeaderFlag::is_leader`] is false before the renew loop even runs
+/// again. Without leader election there is no deadline.
+#[derive(Clone, Debug)]
+pub struct LeaderFlag(Arc<LeaderState>);
+
+#[derive(Debug)]
+struct LeaderState {
+    leading: AtomicBool,
+    /// Until when the last renewal covers writes; `None` = no fence (no leader election).
+    fence: Mutex<Option<Instant>>,
+}
+
+impl Default for LeaderFlag {
+    fn default() -> Self {
+        LeaderFlag::new(false)
+    }
+}
 
 impl LeaderFlag {
-    /// A flag that starts as `leading`.
+    /// A flag that starts as `leading`, with no fencing deadline.
     pub fn new(leading: bool) -> Self {
-        LeaderFlag(Arc::new(AtomicBool::new(leading)))
+        LeaderFlag(Arc::new(LeaderState {
+            leading: AtomicBool::new(leading),
+            fence: Mutex::new(None),
+        }))
     }
-    /// True while leading.
+    /// True while leading and, when fenced, before the fencing deadline.
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.leading.load(Ordering::SeqCst) && self.0.fence.lock().is_none_or(|f| Instant::now() < f)
     }
     /// Sets the state.
     pub fn set(&self, leading: bool) {
-        self.0.store(leading, Ordering::SeqCst);
+        self.0.leading.store(leading, Ordering::SeqCst);
+    }
+    /// Records a successful renewal whose request left at `sent`: writes are covered until
+    /// `sent + valid_for`. Use the instant the request was *sent* (the server may have committed
+    /// it any time after), never when the answer arrived.
+    pub fn renewed(&self, sent: Instant, valid_for: Duration) {
+        *self.0.fence.lock() = Some(sent.checked_add(valid_for).unwrap_or(sent));
+        self.set(true);
+    }
+    /// The fencing deadline, if there is one.
+    pub fn fenced_until(&self) -> Option<Instant> {
+        *self.0.fence.lock()
     }
 }
 
@@ -69,6 +102,11 @@ pub enum WriteError {
         /// Server message.
         message: String,
     },
+    /// An earlier attempt failed in a way that leaves its outcome unknown (a 5xx or a dropped
+    /// connection: the server may have committed it), and a later attempt was refused with 409 or
+    /// 404, possibly *because* the earlier one was applied. Resolve by reading, never by undoing.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
     /// Retries ran out on a retryable error.
     #[error("giving up after {attempts} attempts: {last}")]
     Exhausted {
@@ -83,6 +121,11 @@ impl WriteError {
     /// True for 409.
     pub fn is_conflict(&self) -> bool {
         matches!(self, WriteError::Conflict(_))
+    }
+
+    /// True when the write may or may not have been applied: the caller must read to find out.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, WriteError::Unknown(_) | WriteError::Exhausted { .. })
     }
 }
 
@@ -226,11 +269,17 @@ impl ApiWriter {
         let start = Instant::now();
         let mut backoff = self.retry.initial;
         let mut last = String::new();
+        // Set once an attempt failed after the request may have reached the server.
+        let mut ambiguous = false;
         for attempt in 1..=self.retry.attempts.max(1) {
             if !self.leader.is_leader() {
                 return Err(WriteError::NotLeader);
             }
             self.limiter.acquire().await;
+            // The wait for a token may have outlived the lease: check again right before sending.
+            if !self.leader.is_leader() {
+                return Err(WriteError::NotLeader);
+            }
             let result = op().await;
             let code = match &result {
                 Ok(_) => "2xx".to_string(),
@@ -250,6 +299,8 @@ impl ApiWriter {
                 }
                 Err(e) => {
                     let retryable = match classify(&e) {
+                        Ok(409) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
+                        Ok(404) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
                         Ok(409) => return Err(WriteError::Conflict(api_message(&e))),
                         Ok(404) => return Err(WriteError::NotFound(api_message(&e))),
                         Ok(c) => c == 429 || c >= 500,
@@ -262,9 +313,14 @@ impl ApiWriter {
                             message: api_message(&e),
                         });
                     }
+                    // 429 means "not applied"; a 5xx or a transport error may follow a commit.
+                    ambiguous |= classify(&e).map_or(true, |c| c >= 500);
                     last = e.to_string();
                     tracing::debug!(verb, resource, attempt, error = %last, "retrying API write");
                     if attempt < self.retry.attempts {
+                        if !self.leader.is_leader() {
+                            return Err(WriteError::NotLeader);
+                        }
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(self.retry.max);
                     }
@@ -294,16 +350,77 @@ impl ApiWriter {
                 ..Default::default()
             },
         };
-        self.write("create", "pods/binding", || {
-            let api = api.clone();
-            let binding = binding.clone();
-            async move {
-                api.create_subresource::<Binding, Value>("binding", name, &PostParams::default(), &binding)
+        let result = self
+            .write("create", "pods/binding", || {
+                let api = api.clone();
+                let binding = binding.clone();
+                async move {
+                    api.create_subresource::<Binding, Value>(
+                        "binding",
+                        name,
+                        &PostParams::default(),
+                        &binding,
+                    )
                     .await
+                }
+            })
+            .await
+            .map(|_| ());
+        match result {
+            Err(e) if e.outcome_unknown() || e.is_conflict() => {
+                self.resolve_binding(&api, name, uid, node, e).await
             }
-        })
-        .await
-        .map(|_| ())
+            other => other,
+        }
+    }
+
+    /// After a binding whose answer was lost (or a 409 that may be our own earlier attempt), reads
+    /// the pod: bound to `node` is success; bound elsewhere is a conflict; unbound means the binding
+    /// was not applied, so `err` stands. When even the reads fail the outcome stays unknown.
+    async fn resolve_binding(
+        &self,
+        api: &Api<Pod>,
+        name: &str,
+        uid: &str,
+        node: &str,
+        err: WriteError,
+    ) -> Result<(), WriteError> {
+        let mut backoff = self.retry.initial;
+        let mut last = err.to_string();
+        for attempt in 1..=self.retry.attempts.max(1) {
+            match api.get_opt(name).await {
+                Ok(None) => return Err(WriteError::NotFound(format!("pod {name} is gone"))),
+                Ok(Some(pod)) => {
+                    if !uid.is_empty() && pod.metadata.uid.as_deref() != Some(uid) {
+                        return Err(WriteError::NotFound(format!("pod {name} was recreated")));
+                    }
+                    let bound_to = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+                    return if bound_to == node {
+                        tracing::debug!(pod = name, node, "binding outcome resolved by reading: bound");
+                        Ok(())
+                    } else if !bound_to.is_empty() {
+                        Err(WriteError::Conflict(format!(
+                            "pod {name} is already bound to node {bound_to:?}, not {node:?}"
+                        )))
+                    } else if matches!(err, WriteError::Unknown(_)) {
+                        // The earlier attempt was not applied after all; the 409/404 was real.
+                        Err(WriteError::Conflict(last))
+                    } else {
+                        Err(err)
+                    };
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    if attempt < self.retry.attempts {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(self.retry.max);
+                    }
+                }
+            }
+        }
+        Err(WriteError::Unknown(format!(
+            "binding of {name} to {node}: cannot read the pod back: {last}"
+        )))
     }
 
     /// Strategic-merge-patches a pod's status (conditions merge by `type`).
@@ -362,7 +479,84 @@ impl ApiWriter {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicU32;
+
     use super::*;
+
+    fn writer(qps: f32, burst: i32, leader: LeaderFlag) -> ApiWriter {
+        // Nothing is sent: the operations below only count how often they are called.
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        ApiWriter::new(client, qps, burst, Metrics::new().unwrap(), leader)
+    }
+
+    async fn counted_write(w: &ApiWriter, calls: &Arc<AtomicU32>) -> Result<(), WriteError> {
+        w.write("patch", "pods/status", || {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), kube::Error>(())
+            }
+        })
+        .await
+    }
+
+    #[test]
+    fn fencing_deadline_ends_leadership_without_the_renew_loop() {
+        let flag = LeaderFlag::new(false);
+        assert!(!flag.is_leader());
+        flag.renewed(Instant::now(), Duration::from_millis(40));
+        assert!(flag.is_leader());
+        // The renew loop stalls (a paused process): nobody clears the flag, the deadline does.
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!flag.is_leader(), "leadership must lapse at the fencing deadline");
+        flag.renewed(Instant::now(), Duration::from_secs(5));
+        assert!(flag.is_leader());
+        flag.set(false);
+        assert!(!flag.is_leader());
+        // Without leader election there is no deadline.
+        let unfenced = LeaderFlag::new(true);
+        assert!(unfenced.is_leader() && unfenced.fenced_until().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stalled_leader_sends_no_write() {
+        // Last renewal sent 2 s ago, covering 1 s: the process was paused in between.
+        let flag = LeaderFlag::new(false);
+        flag.renewed(Instant::now() - Duration::from_secs(2), Duration::from_secs(1));
+        let w = writer(-1.0, 0, flag.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        for _ in 0..50 {
+            assert!(matches!(
+                counted_write(&w, &calls).await,
+                Err(WriteError::NotLeader)
+            ));
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "no request may leave a fenced leader"
+        );
+        // Renewed again: writes flow.
+        flag.renewed(Instant::now(), Duration::from_secs(10));
+        counted_write(&w, &calls).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_fence_is_checked_again_after_waiting_for_a_token() {
+        // One token per second; the lease covers 300 ms. The second write waits ~1 s for its token
+        // and must find the deadline passed when it is about to send.
+        let flag = LeaderFlag::new(false);
+        flag.renewed(Instant::now(), Duration::from_millis(300));
+        let w = writer(1.0, 1, flag);
+        let calls = Arc::new(AtomicU32::new(0));
+        counted_write(&w, &calls).await.unwrap();
+        assert!(matches!(
+            counted_write(&w, &calls).await,
+            Err(WriteError::NotLeader)
+        ));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn token_bucket_burst_then_rate() {

@@ -1,7 +1,9 @@
-//! Fault injection for tests: fail the next requests that match, or drop every open watch.
+//! Fault injection for tests: fail the next requests that match, lose the answer to requests that
+//! were applied, or drop every open watch.
 //!
-//! The runtime's promises (retries on 409/429/5xx, relisting after a dropped watch) can only be
-//! tested against a server that misbehaves on demand. Faults are off unless a test asks for them.
+//! The runtime's promises (retries on 409/429/5xx, relisting after a dropped watch, resolving a
+//! write whose answer was lost by reading instead of undoing) can only be tested against a server
+//! that misbehaves on demand. Faults are off unless a test asks for them.
 
 use std::sync::{
     Arc,
@@ -11,11 +13,25 @@ use std::sync::{
 use axum::http::Method;
 use parking_lot::Mutex;
 
+/// When a rule's fault is injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Instead of handling the request (nothing is applied).
+    Before,
+    /// After the request was applied: the client sees the fault, the store keeps the change (a
+    /// response lost after commit).
+    AfterCommit,
+}
+
 #[derive(Debug)]
 struct Rule {
     method: Option<Method>,
     path_contains: String,
     code: u16,
+    stage: Stage,
+    /// Inject on the `every`-th matching request (1 = each one).
+    every: u32,
+    seen: u32,
     remaining: u32,
 }
 
@@ -42,6 +58,17 @@ impl Faults {
     /// Answers the next `times` requests whose method is `method` (any method when empty) and whose
     /// path contains `path_contains` with HTTP `code` and a Kubernetes `Status` body.
     pub fn fail_next(&self, method: &str, path_contains: &str, code: u16, times: u32) {
+        self.push(method, path_contains, code, Stage::Before, 1, times);
+    }
+
+    /// Like [`Faults::fail_next`], but the request is applied first: the change is committed and
+    /// the client still sees `code`, as when a response is lost after the server committed.
+    /// Only every `every`-th matching request is hit (1 = each), up to `times` of them.
+    pub fn fail_after_commit(&self, method: &str, path_contains: &str, code: u16, every: u32, times: u32) {
+        self.push(method, path_contains, code, Stage::AfterCommit, every, times);
+    }
+
+    fn push(&self, method: &str, path_contains: &str, code: u16, stage: Stage, every: u32, times: u32) {
         let method = if method.is_empty() {
             None
         } else {
@@ -51,8 +78,16 @@ impl Faults {
             method,
             path_contains: path_contains.to_string(),
             code,
+            stage,
+            every: every.max(1),
+            seen: 0,
             remaining: times,
         });
+    }
+
+    /// Removes every rule that has not fired yet.
+    pub fn clear(&self) {
+        self.rules.lock().clear();
     }
 
     /// Ends every watch that is open now (clients see the stream close and must re-watch).
@@ -65,16 +100,21 @@ impl Faults {
         self.injected.load(Ordering::SeqCst)
     }
 
-    /// The injected status code for this request, if a rule matches (consumes one use).
-    pub(crate) fn take(&self, method: &Method, path: &str) -> Option<u16> {
+    /// The status code to inject at `stage` for this request, if a rule matches (consumes one use).
+    pub(crate) fn take(&self, stage: Stage, method: &Method, path: &str) -> Option<u16> {
         let mut rules = self.rules.lock();
-        let idx = rules.iter().position(|r| {
+        let rule = rules.iter_mut().find(|r| {
             r.remaining > 0
+                && r.stage == stage
                 && r.method.as_ref().is_none_or(|m| m == method)
                 && path.contains(&r.path_contains)
         })?;
-        rules[idx].remaining -= 1;
-        let code = rules[idx].code;
+        rule.seen += 1;
+        if !rule.seen.is_multiple_of(rule.every) {
+            return None;
+        }
+        rule.remaining -= 1;
+        let code = rule.code;
         rules.retain(|r| r.remaining > 0);
         self.injected.fetch_add(1, Ordering::SeqCst);
         Some(code)

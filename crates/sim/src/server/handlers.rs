@@ -57,16 +57,39 @@ pub(crate) async fn dispatch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(code) = app.faults.take(&method, uri.path()) {
-        let status = serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("injected fault: {code}"), "reason": super::faults::reason_for(code), "code": code,
-        });
-        return json_value(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            &status,
-        );
+    if let Some(code) = app.faults.take(super::faults::Stage::Before, &method, uri.path()) {
+        return injected_fault(code);
     }
+    let response = handle(&app, &method, &uri, &headers, body).await;
+    // A response lost after commit: only for requests that succeeded (a failed one changed nothing).
+    if response.status().is_success()
+        && let Some(code) = app
+            .faults
+            .take(super::faults::Stage::AfterCommit, &method, uri.path())
+    {
+        return injected_fault(code);
+    }
+    response
+}
+
+fn injected_fault(code: u16) -> Response {
+    let status = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("injected fault: {code}"), "reason": super::faults::reason_for(code), "code": code,
+    });
+    json_value(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &status,
+    )
+}
+
+async fn handle(
+    app: &Arc<AppState>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     let query: Query = parse_query(uri.query().unwrap_or_default()).into_iter().collect();
     let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let registry = app.store.registry();
@@ -98,9 +121,9 @@ pub(crate) async fn dispatch(
             Some(v) => json_value(StatusCode::OK, &v),
             None => not_found(),
         },
-        ["api", "v1", rest @ ..] => resource(&app, "", "v1", rest, &method, &query, &headers, body).await,
+        ["api", "v1", rest @ ..] => resource(app, "", "v1", rest, method, &query, headers, body).await,
         ["apis", group, version, rest @ ..] => {
-            resource(&app, group, version, rest, &method, &query, &headers, body).await
+            resource(app, group, version, rest, method, &query, headers, body).await
         }
         _ => not_found(),
     }
