@@ -213,6 +213,7 @@ fn bench_cel(c: &mut Criterion) {
                     driver: GPU,
                     device: &device,
                     slot: &slot,
+                    deadline: None,
                 })
                 .unwrap(),
             )
@@ -226,6 +227,7 @@ fn bench_cel(c: &mut Criterion) {
                     driver: GPU,
                     device: &device,
                     slot: &slot,
+                    deadline: None,
                 })
                 .unwrap(),
             )
