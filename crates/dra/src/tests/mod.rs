@@ -1712,3 +1712,58 @@ fn over_budget_selector_fails_fast_and_other_claims_still_allocate() {
     let got = f.allocate(&node).unwrap();
     assert_eq!(device_names(&got[0]), vec!["gpu-0"]);
 }
+
+/// Issue 15.8: negative shared counters (a negative total, or a device consuming a negative
+/// amount) must never make room for other devices; the pool is invalid instead.
+#[test]
+fn negative_counters_never_create_room() {
+    let n = "n";
+    let with_negative_consumer = || {
+        vec![
+            slice("p-counters", GPU, n, n)
+                .count(2)
+                .counter_set("cs", &[("memory", "80Gi")]),
+            slice("p-devices", GPU, n, n)
+                .count(2)
+                .device(dev("full").consumes("cs", &[("memory", "80Gi")]))
+                .device(dev("half").consumes("cs", &[("memory", "40Gi")]))
+                .device(dev("neg").consumes("cs", &[("memory", "-40Gi")])),
+        ]
+    };
+    run(vec![
+        case(
+            // Without the check, half + neg leave 80Gi "free" and the full device is handed out
+            // on top of the half that is in use.
+            "negative consumption of an allocated device",
+            n,
+            {
+                let mut f = fx(with_negative_consumer(), vec![one(req("r", "gpu"))]);
+                f.allocated = vec![allocated(
+                    claim("ns", "o").build(),
+                    alloc_of(&[("r", GPU, n, "half"), ("r", GPU, n, "neg")]),
+                )];
+                f
+            },
+            Expect::UnschedMsg("consumes negative amount -40Gi of counter memory"),
+        ),
+        case(
+            "negative consumption, nothing allocated yet",
+            n,
+            fx(with_negative_consumer(), vec![one(req("r", "gpu").count(2))]),
+            Expect::UnschedMsg("consumes negative amount"),
+        ),
+        case(
+            "negative counter total",
+            n,
+            fx(
+                vec![
+                    slice("s", GPU, n, n)
+                        .counter_set("cs", &[("memory", "-80Gi")])
+                        .device(dev("d").consumes("cs", &[("memory", "0")])),
+                ],
+                vec![one(req("r", "gpu"))],
+            ),
+            Expect::UnschedMsg("counter set cs counter memory: negative value -80Gi is not allowed"),
+        ),
+    ]);
+}
