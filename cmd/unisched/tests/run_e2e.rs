@@ -28,14 +28,28 @@ fn invalid_config_is_rejected_at_startup_naming_the_field() {
             "leaderElection: {leaseDuration: 1s, renewDeadline: 2s}\n",
             "LeaseDuration must be greater than RenewDeadline",
         ),
+        (
+            "profiles:\n- schedulerName: \"\"\n",
+            "profiles[0].schedulerName: Required value",
+        ),
+        (
+            "leaderElection: {leaseDuration: 15s, renewDeadline: 2s, retryPeriod: 5s}\n",
+            "renewDeadline must be greater than retryPeriod*JitterFactor",
+        ),
     ];
-    for (i, (yaml, want)) in cases.iter().enumerate() {
+    // Written as is (no apiVersion/kind header): an empty file and one with only a comment.
+    let raw = [
+        ("", "the configuration is empty"),
+        ("# nothing\n", "the configuration is empty"),
+    ];
+    let header = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+    let files = cases
+        .iter()
+        .map(|(yaml, want)| (format!("{header}{yaml}"), *want))
+        .chain(raw.iter().map(|(text, want)| (text.to_string(), *want)));
+    for (i, (text, want)) in files.enumerate() {
         let cfg = dir.join(format!("c{i}.yaml"));
-        std::fs::write(
-            &cfg,
-            format!("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{yaml}"),
-        )
-        .unwrap();
+        std::fs::write(&cfg, text).unwrap();
         // A kubeconfig pointing nowhere: validation must fail before any connection is tried,
         // except for the plugin check, which needs the profile to be built (no API calls either).
         let kc = dir.join("kc");

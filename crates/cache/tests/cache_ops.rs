@@ -859,3 +859,75 @@ fn concurrent_use() {
         assert_consistent(n);
     }
 }
+
+/// Issue 15.7: two 9e15-CPU pods bound (by nodeName) to a 9e15-CPU node overflow the `i64`
+/// milli-CPU total. After one is deleted, the node must be exactly as full as the survivor makes
+/// it, so an 8e15-CPU pod does not fit beside it.
+#[test]
+fn huge_requests_leave_the_ledger_exact() {
+    use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use unisched_framework::PodInfo;
+
+    let huge_pod = |uid: &str, cpu: &str| {
+        Arc::new(PodInfo::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("p-{uid}")),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("big".into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(common::list(&[("cpu", cpu)])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }))
+    };
+    let cache = Cache::new();
+    cache.add_node(Arc::new(Node {
+        metadata: ObjectMeta {
+            name: Some("big".into()),
+            ..Default::default()
+        },
+        status: Some(NodeStatus {
+            allocatable: Some(common::list(&[("cpu", "9e15"), ("pods", "110")])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
+    let (a, b) = (huge_pod("a", "9e15"), huge_pod("b", "9e15"));
+    cache.add_pod(a.clone()).unwrap();
+    cache.add_pod(b).unwrap();
+    let info = cache.node_info("big").unwrap();
+    assert_eq!(info.requested_sum().get("cpu"), 18_000_000_000_000_000_000);
+    // The i64 view is at the bound: nothing more fits.
+    assert_eq!(info.requested.milli_cpu, i64::MAX);
+    assert_consistent(&info);
+
+    cache.remove_pod(&huge_pod("b", "9e15")).unwrap();
+    let info = cache.node_info("big").unwrap();
+    assert_eq!(info.requested.milli_cpu, 9_000_000_000_000_000_000);
+    assert_eq!(info.requested_sum().get("cpu"), 9_000_000_000_000_000_000);
+    assert_consistent(&info);
+    let newcomer = huge_pod("c", "8e15");
+    let free = info
+        .allocatable
+        .milli_cpu
+        .saturating_sub(info.requested.milli_cpu);
+    assert!(
+        newcomer.requests().milli_cpu > free,
+        "8e15 CPU must not fit, free {free}"
+    );
+
+    cache.remove_pod(&a).unwrap();
+    assert_eq!(cache.node_info("big").unwrap().requested, Resource::default());
+}

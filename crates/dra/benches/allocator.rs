@@ -194,6 +194,7 @@ fn bench_cel(c: &mut Criterion) {
                     driver: GPU,
                     device: &device,
                     slot: &slot,
+                    deadline: None,
                 })
                 .unwrap(),
             )
@@ -207,6 +208,7 @@ fn bench_cel(c: &mut Criterion) {
                     driver: GPU,
                     device: &device,
                     slot: &slot,
+                    deadline: None,
                 })
                 .unwrap(),
             )

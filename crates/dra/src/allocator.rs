@@ -38,8 +38,8 @@
 //! position) instead of random UUIDs.
 
 use std::cell::OnceCell;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
@@ -51,7 +51,7 @@ use parking_lot::RwLock;
 use unisched_resource::Quantity;
 
 use crate::capacity::{consumed_capacity, fits};
-use crate::cel::SelectorInput;
+use crate::cel::{EvalErrorKind, SelectorInput};
 use crate::claims::{
     ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, Features, PreparedAlternative, PreparedClaim,
     PreparedSelector,
@@ -140,6 +140,10 @@ pub struct Allocator {
     available_counters: RwLock<crate::fast_hash::FastHashMap<u32, Arc<Vec<Quantity>>>>,
     search_steps: AtomicU64,
     selector_evaluations: AtomicU64,
+    /// The first selector evaluation that ran out of its cost budget. Upstream ends the whole
+    /// scheduling attempt at that point; here every later call (other nodes, evaluated in
+    /// parallel) fails with the same error at once instead of spending the budget again.
+    over_budget: OnceLock<FatalError>,
 }
 
 impl std::fmt::Debug for Allocator {
@@ -377,6 +381,7 @@ impl Allocator {
             available_counters: RwLock::new(crate::fast_hash::FastHashMap::default()),
             search_steps: AtomicU64::new(0),
             selector_evaluations: AtomicU64::new(0),
+            over_budget: OnceLock::new(),
         }
     }
 
@@ -412,6 +417,9 @@ impl Allocator {
         claims: &[&PreparedClaim],
         deadline: Deadline<'_>,
     ) -> Result<Vec<AllocationResult>, AllocationError> {
+        if let Some(e) = self.over_budget.get() {
+            return Err(e.clone().into());
+        }
         let gathered = self.gather(node)?;
         let mut alts = Vec::with_capacity(claims.len());
         for claim in claims {
@@ -419,7 +427,7 @@ impl Allocator {
             for request in claim.requests() {
                 let mut per_alt = Vec::with_capacity(request.alternatives.len());
                 for alt in &request.alternatives {
-                    per_alt.push(self.candidates(claim, alt, node, &gathered)?);
+                    per_alt.push(self.candidates(claim, alt, node, &gathered, deadline.at)?);
                 }
                 per_request.push(per_alt);
             }
@@ -678,11 +686,14 @@ impl Allocator {
     }
 
     /// Evaluates a list of selectors for a device; `Ok(Some(i))`: selector `i` rejected it.
+    /// A passed `deadline` stops an evaluation midway ([`AllocationError::Aborted`]); a spent
+    /// cost budget is a fatal CEL runtime error naming the class or request.
     fn selectors_reject(
         &self,
         claim: &PreparedClaim,
         selectors: &[PreparedSelector],
         d: &GDev<'_>,
+        deadline: Option<Instant>,
     ) -> Result<Option<usize>, AllocationError> {
         let dev = d.prepared();
         for (i, s) in selectors.iter().enumerate() {
@@ -703,16 +714,27 @@ impl Allocator {
                         driver: d.slice.driver(),
                         device: api_device,
                         slot: &dev.slot,
+                        deadline,
                     };
                     let m = s.selector.matches(input).map_err(|e| {
-                        AllocationError::from(FatalError::CelRuntime {
+                        if e.kind == EvalErrorKind::Deadline {
+                            return AllocationError::Aborted(format!(
+                                "{}: selector #{}: {}",
+                                s.source, s.index, e.message
+                            ));
+                        }
+                        let fatal = FatalError::CelRuntime {
                             claim: claim.key().to_string(),
                             origin: s.source.clone(),
                             index: s.index,
                             expression: s.selector.expression().to_string(),
                             device: dev.id.clone(),
                             message: e.message,
-                        })
+                        };
+                        if e.kind == EvalErrorKind::CostBudget {
+                            let _ = self.over_budget.set(fatal.clone());
+                        }
+                        AllocationError::from(fatal)
                     })?;
                     d.slice.store_match(id, d.dev, m);
                     m
@@ -766,6 +788,7 @@ impl Allocator {
         alt: &PreparedAlternative,
         node: &Node,
         g: &Gathered<'_>,
+        deadline: Option<Instant>,
     ) -> Result<AltData, AllocationError> {
         let all_mode = alt.mode == AllocationMode::All;
         if all_mode {
@@ -826,12 +849,12 @@ impl Allocator {
                 }
                 continue;
             }
-            if let Some(i) = self.selectors_reject(claim, &alt.class_selectors, d)? {
+            if let Some(i) = self.selectors_reject(claim, &alt.class_selectors, d, deadline)? {
                 class_rejects[i] += 1;
                 continue;
             }
             after_class += 1;
-            if let Some(i) = self.selectors_reject(claim, &alt.selectors, d)? {
+            if let Some(i) = self.selectors_reject(claim, &alt.selectors, d, deadline)? {
                 request_rejects[i] += 1;
                 continue;
             }

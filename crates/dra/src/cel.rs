@@ -29,8 +29,15 @@
 //! Known differences from cel-go (the interpreter is dynamically typed): there is no compile-time
 //! type check, so a type error shows up at evaluation time; selecting a field of a non-map value
 //! yields `false` in cel-rust instead of an error; two-variable comprehensions and the `.?` optional
-//! syntax are not supported by cel 0.13 and fail to compile; there is no cost limit (the API
-//! server's admission check bounds the cost of stored expressions).
+//! syntax are not supported by cel 0.13 and fail to compile.
+//!
+//! Cost limits (see [`crate::cost`]): an engine rejects at compile time an expression whose
+//! estimated worst-case cost exceeds its [`CostLimits::estimated`] limit, and meters every
+//! evaluation against [`CostLimits::runtime`] and the caller's deadline (DynamicResources
+//! `filterTimeout`), checked inside comprehension loops. Both limits default to upstream's
+//! `CELSelectorExpressionMaxCost`. An exhausted budget is a [`SelectorEvalError`] of kind
+//! [`EvalErrorKind::CostBudget`] ("cost budget exceeded"), a passed deadline one of kind
+//! [`EvalErrorKind::Deadline`].
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -38,6 +45,7 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 use kube_cel::KubeCelExt;
@@ -51,6 +59,8 @@ use kube_cel::cel::objects::{Key, Map};
 use kube_cel::cel::parser::Parser;
 use kube_cel::cel::{Context, ExecutionError, Value};
 use parking_lot::RwLock;
+
+use crate::cost::{self, CostLimits, MeterReport, MeterStop};
 
 /// Maximum number of entries that `includes()` accepts in a list (ResourceSliceMaxAttributeValuesPerDevice).
 pub const MAX_INCLUDES_LIST_LEN: usize = 48;
@@ -88,6 +98,29 @@ pub struct SelectorCompileError {
 pub struct SelectorEvalError {
     /// What went wrong.
     pub message: String,
+    /// Which kind of failure it was.
+    pub kind: EvalErrorKind,
+}
+
+/// The kinds of [`SelectorEvalError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvalErrorKind {
+    /// The expression failed or did not return a boolean for this device.
+    Runtime,
+    /// The evaluation spent its runtime cost budget and was stopped.
+    CostBudget,
+    /// The caller's deadline passed during the evaluation.
+    Deadline,
+}
+
+impl SelectorEvalError {
+    /// A plain runtime error.
+    pub fn runtime(message: impl Into<String>) -> Self {
+        SelectorEvalError {
+            message: message.into(),
+            kind: EvalErrorKind::Runtime,
+        }
+    }
 }
 
 /// Per-device storage an engine may use for its own representation of the device (for CEL, the
@@ -124,6 +157,8 @@ pub struct SelectorInput<'a> {
     pub device: &'a Device,
     /// Engine-owned per-device storage.
     pub slot: &'a DeviceValueSlot,
+    /// Stop evaluating at this instant (DynamicResources `filterTimeout`); `None`: no deadline.
+    pub deadline: Option<Instant>,
 }
 
 /// One compiled device selector.
@@ -152,6 +187,7 @@ type CompileResult = Result<Arc<CelSelector>, SelectorCompileError>;
 /// The CEL implementation of [`SelectorEngine`].
 pub struct CelSelectorEngine {
     shared: Arc<CelShared>,
+    limits: CostLimits,
     cache: RwLock<HashMap<Arc<str>, CompileResult>>,
 }
 
@@ -178,10 +214,16 @@ impl Default for CelSelectorEngine {
 }
 
 impl CelSelectorEngine {
-    /// A new engine with an empty compile cache.
+    /// A new engine with an empty compile cache and upstream's cost limits.
     pub fn new() -> Self {
+        Self::with_limits(CostLimits::default())
+    }
+
+    /// A new engine with an empty compile cache and the given cost limits.
+    pub fn with_limits(limits: CostLimits) -> Self {
         let mut root = Context::default().with_all();
         root.add_function("includes", includes);
+        root.add_function(cost::METER_FUNCTION, cost::meter_call);
         // The constructor programs are constants; parsing them cannot fail.
         let quantity_ctor = Parser::new().parse("quantity(s)").unwrap_or_default();
         let semver_ctor = Parser::new().parse("semver(s)").unwrap_or_default();
@@ -191,8 +233,14 @@ impl CelSelectorEngine {
                 quantity_ctor,
                 semver_ctor,
             }),
+            limits,
             cache: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// The cost limits of this engine.
+    pub fn limits(&self) -> CostLimits {
+        self.limits
     }
 
     /// Compiles an expression and returns the concrete CEL selector.
@@ -200,12 +248,14 @@ impl CelSelectorEngine {
         if let Some(hit) = self.cache.read().get(expression) {
             return hit.clone();
         }
-        let compiled = compile_expression(expression).map(|(expr, required_driver)| {
+        let compiled = compile_expression(expression, self.limits.estimated).map(|c| {
             Arc::new(CelSelector {
                 id: SelectorId::fresh(),
                 source: Arc::from(expression),
-                expr,
-                required_driver,
+                expr: c.expr,
+                required_driver: c.required_driver,
+                static_cost: c.static_cost,
+                runtime_limit: self.limits.runtime,
                 shared: Arc::clone(&self.shared),
             })
         });
@@ -238,6 +288,10 @@ pub struct CelSelector {
     source: Arc<str>,
     expr: IdedExpr,
     required_driver: Option<String>,
+    /// Units charged once per evaluation (see [`cost::static_cost`]).
+    static_cost: u64,
+    /// The runtime cost budget of one evaluation.
+    runtime_limit: u64,
     shared: Arc<CelShared>,
 }
 
@@ -267,41 +321,63 @@ impl DeviceSelector for CelSelector {
     }
 
     fn matches(&self, input: SelectorInput<'_>) -> Result<bool, SelectorEvalError> {
+        self.evaluate(input).0
+    }
+}
+
+impl CelSelector {
+    /// Evaluates the selector for one device and reports the cost units it spent (upstream's
+    /// "actual cost"). The evaluation is stopped once the runtime budget is spent or the input's
+    /// deadline has passed.
+    pub fn evaluate(&self, input: SelectorInput<'_>) -> (Result<bool, SelectorEvalError>, MeterReport) {
+        let idle = MeterReport {
+            spent: 0,
+            stopped: None,
+        };
         let slot = input.slot.get_or_init(|| {
             let value: DeviceValue = build_device_value(&self.shared, input.driver, input.device);
             Arc::new(value)
         });
         let value = match slot.downcast_ref::<DeviceValue>() {
             Some(Ok(value)) => value.clone(),
-            Some(Err(message)) => {
-                return Err(SelectorEvalError {
-                    message: message.clone(),
-                });
-            }
+            Some(Err(message)) => return (Err(SelectorEvalError::runtime(message.clone())), idle),
             // Another engine filled the slot; build a private copy.
-            None => build_device_value(&self.shared, input.driver, input.device)
-                .map_err(|message| SelectorEvalError { message })?,
+            None => match build_device_value(&self.shared, input.driver, input.device) {
+                Ok(v) => v,
+                Err(message) => return (Err(SelectorEvalError::runtime(message)), idle),
+            },
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let mut ctx = self.shared.root.new_inner_scope();
-            ctx.add_variable_from_value("device", value);
-            Value::resolve(&self.expr, &ctx)
-        }));
-        match outcome {
-            Ok(Ok(Value::Bool(b))) => Ok(b),
-            Ok(Ok(other)) => Err(SelectorEvalError {
+        let (outcome, report) = cost::metered(self.runtime_limit, self.static_cost, input.deadline, || {
+            catch_unwind(AssertUnwindSafe(|| {
+                let mut ctx = self.shared.root.new_inner_scope();
+                ctx.add_variable_from_value("device", value);
+                Value::resolve(&self.expr, &ctx)
+            }))
+        });
+        // A stopped evaluation is reported as such even if CEL's error absorption produced a value.
+        let result = match (report.stopped, outcome) {
+            (Some(MeterStop::Budget), _) => Err(SelectorEvalError {
                 message: format!(
-                    "result of type {} could not be converted to bool",
-                    other.type_of()
+                    "cost budget exceeded: evaluation stopped after {} cost units, the limit is {}",
+                    report.spent, self.runtime_limit
                 ),
+                kind: EvalErrorKind::CostBudget,
             }),
-            Ok(Err(err)) => Err(SelectorEvalError {
-                message: describe_execution_error(&err),
+            (Some(MeterStop::Deadline), _) => Err(SelectorEvalError {
+                message: format!("deadline exceeded after {} cost units", report.spent),
+                kind: EvalErrorKind::Deadline,
             }),
-            Err(_) => Err(SelectorEvalError {
-                message: "internal error in the CEL interpreter".to_string(),
-            }),
-        }
+            (None, Ok(Ok(Value::Bool(b)))) => Ok(b),
+            (None, Ok(Ok(other))) => Err(SelectorEvalError::runtime(format!(
+                "result of type {} could not be converted to bool",
+                other.type_of()
+            ))),
+            (None, Ok(Err(err))) => Err(SelectorEvalError::runtime(describe_execution_error(&err))),
+            (None, Err(_)) => Err(SelectorEvalError::runtime(
+                "internal error in the CEL interpreter",
+            )),
+        };
+        (result, report)
     }
 }
 
@@ -448,8 +524,17 @@ fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> Devi
 // Compilation: parse, validate, rewrite
 // ------------------------------------------------------------------------------------------------
 
-/// Parses and rewrites an expression; also returns the driver prefilter, if any.
-fn compile_expression(source: &str) -> Result<(IdedExpr, Option<String>), SelectorCompileError> {
+/// A parsed, rewritten and instrumented expression.
+struct Compiled {
+    expr: IdedExpr,
+    /// The driver prefilter, if any.
+    required_driver: Option<String>,
+    static_cost: u64,
+}
+
+/// Parses, checks the estimated cost of (against `estimated_limit`), rewrites and instruments
+/// an expression.
+fn compile_expression(source: &str, estimated_limit: Option<u64>) -> Result<Compiled, SelectorCompileError> {
     if source.trim().is_empty() {
         return Err(SelectorCompileError {
             message: "empty expression".to_string(),
@@ -470,6 +555,16 @@ fn compile_expression(source: &str) -> Result<(IdedExpr, Option<String>), Select
         .map_err(|errs| SelectorCompileError {
             message: errs.to_string().trim().to_string(),
         })?;
+    if let Some(limit) = estimated_limit {
+        let estimated = cost::estimate(&parsed);
+        if estimated > limit {
+            return Err(SelectorCompileError {
+                message: format!(
+                    "too complex, exceeds cost limit: cost budget exceeded: estimated cost {estimated} is above the limit of {limit}"
+                ),
+            });
+        }
+    }
     let mut next_id = max_id(&parsed) + 1;
     let mut rewriter = Rewriter {
         next_id: &mut next_id,
@@ -477,7 +572,13 @@ fn compile_expression(source: &str) -> Result<(IdedExpr, Option<String>), Select
     let mut scope = Vec::new();
     let rewritten = rewriter.rewrite(parsed, &mut scope)?;
     let required_driver = required_driver(&rewritten);
-    Ok((rewritten, required_driver))
+    let expr = cost::instrument(rewritten, &mut next_id);
+    let static_cost = cost::static_cost(&expr);
+    Ok(Compiled {
+        expr,
+        required_driver,
+        static_cost,
+    })
 }
 
 fn max_id(expr: &IdedExpr) -> u64 {
@@ -856,6 +957,7 @@ mod tests {
             driver: "gpu.example.com",
             device: &device,
             slot: &slot,
+            deadline: None,
         })
         .map_err(|e| e.to_string())
     }
@@ -999,8 +1101,112 @@ mod tests {
                 driver: "d",
                 device: &device,
                 slot: &slot,
+                deadline: None,
             })
             .unwrap_err();
         assert!(err.message.contains("attribute bad"), "{err}");
+    }
+
+    /// About 1.2 KB: three nested `.all()` over a literal list of 100 numbers, a million
+    /// iterations in the worst case.
+    fn nested_all_selector() -> String {
+        let list = format!(
+            "[{}]",
+            (100..200).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+        );
+        let expr = format!("{list}.all(a, {list}.all(b, {list}.all(c, a + b + c > 0 && a != 7)))");
+        assert!((1100..1300).contains(&expr.len()), "{}", expr.len());
+        expr
+    }
+
+    fn evaluate(
+        sel: &CelSelector,
+        deadline: Option<Instant>,
+    ) -> (Result<bool, SelectorEvalError>, MeterReport) {
+        let device = gpu();
+        let slot = DeviceValueSlot::default();
+        sel.evaluate(SelectorInput {
+            driver: "gpu.example.com",
+            device: &device,
+            slot: &slot,
+            deadline,
+        })
+    }
+
+    #[test]
+    fn over_budget_selector_is_rejected_at_compile_time() {
+        let engine = CelSelectorEngine::new();
+        let err = engine.compile(&nested_all_selector()).unwrap_err();
+        assert!(err.message.contains("cost budget exceeded"), "{err}");
+        assert!(err.message.contains("too complex, exceeds cost limit"), "{err}");
+        // Ordinary selectors stay well below the estimate limit.
+        assert!(
+            engine
+                .compile(r#"device.attributes["gpu.example.com"].models.all(m, m != "z")"#)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn runtime_budget_stops_evaluation_at_the_limit() {
+        // Without the compile-time estimate (as upstream's allocator compiles), the runtime
+        // budget is what stops the selector.
+        let limit = cost::CEL_SELECTOR_EXPRESSION_MAX_COST;
+        let engine = CelSelectorEngine::with_limits(CostLimits {
+            estimated: None,
+            runtime: limit,
+        });
+        let sel = engine.compile_cel(&nested_all_selector()).unwrap();
+        let (result, report) = evaluate(&sel, None);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, EvalErrorKind::CostBudget);
+        assert!(err.message.contains("cost budget exceeded"), "{err}");
+        assert_eq!(report.stopped, Some(MeterStop::Budget));
+        // Stopped by the budget: just past the limit (one loop body's units), far from the
+        // roughly ten million units the whole evaluation would cost.
+        assert!(
+            report.spent > limit && report.spent < limit + 100,
+            "{}",
+            report.spent
+        );
+
+        // Error absorption (`error || true`) does not hide the stop.
+        let absorbed = engine
+            .compile_cel(&format!("{} || true", nested_all_selector()))
+            .unwrap();
+        let (result, _) = evaluate(&absorbed, None);
+        assert_eq!(result.unwrap_err().kind, EvalErrorKind::CostBudget);
+
+        // A cheap selector spends a few units and is not stopped.
+        let cheap = engine
+            .compile_cel(r#"device.driver == "gpu.example.com""#)
+            .unwrap();
+        let (result, report) = evaluate(&cheap, None);
+        assert_eq!(result, Ok(true));
+        assert_eq!(report.stopped, None);
+        assert!((1..10).contains(&report.spent), "{}", report.spent);
+
+        // A loop that fits the budget is charged per iteration and completes.
+        let small = engine
+            .compile_cel("[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(x, x > 0)")
+            .unwrap();
+        let (result, report) = evaluate(&small, None);
+        assert_eq!(result, Ok(true));
+        assert!((10..200).contains(&report.spent), "{}", report.spent);
+    }
+
+    #[test]
+    fn deadline_stops_evaluation_inside_loops() {
+        let engine = CelSelectorEngine::with_limits(CostLimits {
+            estimated: None,
+            runtime: u64::MAX,
+        });
+        let sel = engine.compile_cel(&nested_all_selector()).unwrap();
+        let (result, report) = evaluate(&sel, Some(Instant::now()));
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, EvalErrorKind::Deadline);
+        assert_eq!(report.stopped, Some(MeterStop::Deadline));
+        // Stopped within the first deadline check, not after the million iterations.
+        assert!(report.spent < 1_000, "{}", report.spent);
     }
 }

@@ -63,6 +63,7 @@ impl ClassSelector {
                         driver: slice.driver(),
                         device: api_device,
                         slot: &prepared.slot,
+                        deadline: None,
                     })?;
                     slice.store_match(s.id(), index, m);
                     m

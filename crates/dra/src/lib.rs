@@ -8,6 +8,7 @@
 //!
 //! Modules:
 //! * [`cel`]: the [`SelectorEngine`]/[`DeviceSelector`] traits and the CEL implementation;
+//! * [`cost`]: CEL cost limits (compile-time estimate, metered runtime budget, deadline);
 //! * [`pools`]: [`PreparedSlice`] (a slice parsed once, owning per-device caches) and
 //!   [`DraSnapshotIndex`] (slices by node, node-independent slices, pools by newest generation);
 //! * [`state`]: [`AllocatedState`], maintained incrementally from allocation results, and
@@ -40,6 +41,7 @@ pub mod capacity;
 pub mod cel;
 pub mod claims;
 pub mod class_selector;
+pub mod cost;
 pub mod error;
 pub mod fast_hash;
 pub mod ids;
@@ -55,9 +57,10 @@ pub mod testing;
 mod tests;
 
 pub use allocator::{Allocator, Deadline, Stats};
-pub use cel::{CelSelectorEngine, DeviceSelector, SelectorEngine, SelectorId};
+pub use cel::{CelSelectorEngine, DeviceSelector, EvalErrorKind, SelectorEngine, SelectorId};
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;
+pub use cost::{CEL_SELECTOR_EXPRESSION_MAX_COST, CostLimits};
 pub use error::{AllocationError, FatalError, SelectorSource, Unschedulable, UnschedulableReason};
 pub use ids::{DeviceId, PoolKey};
 pub use pools::{DraSnapshotIndex, PreparedSlice};

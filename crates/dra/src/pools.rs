@@ -445,6 +445,14 @@ impl DraSnapshotIndex {
                     return;
                 }
                 for (name, total) in counters {
+                    // A negative total (or consumption, below) would let allocating one device
+                    // add room for others: the pool is invalid instead.
+                    if total.is_negative() {
+                        rec.invalid = Some(format!(
+                            "counter set {set} counter {name}: negative value {total} is not allowed"
+                        ));
+                        return;
+                    }
                     rec.counters.push(CounterDef {
                         set: set.clone(),
                         name: name.clone(),
@@ -468,6 +476,13 @@ impl DraSnapshotIndex {
                             rec.invalid = Some(format!("counter {name} not found in counter set {set}"));
                             return;
                         };
+                        if amount.is_negative() {
+                            rec.invalid = Some(format!(
+                                "device {}: consumes negative amount {amount} of counter {name} in counter set {set}",
+                                d.id.device
+                            ));
+                            return;
+                        }
                         consumption.push((ci as u32, amount.clone()));
                     }
                 }

@@ -328,9 +328,22 @@ pub enum ConfigError {
     Invalid(Vec<String>),
 }
 
+/// client-go's `leaderelection.JitterFactor`: retries wait up to this many retry periods.
+pub const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
+
 impl KubeSchedulerConfiguration {
     /// Parses YAML or JSON, applies defaults and validates.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        // An empty document (nothing, or only comments) would decode as "all defaults"; a
+        // configuration file that says nothing is almost certainly a mistake (a failed template,
+        // a wrong path in a ConfigMap), so it is rejected as upstream's decoder does.
+        let document: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Decode(e.to_string()))?;
+        if document.is_null() {
+            return Err(ConfigError::Decode(
+                "the configuration is empty: Object 'Kind' is missing".to_string(),
+            ));
+        }
         let mut cfg: KubeSchedulerConfiguration =
             serde_yaml::from_str(text).map_err(|e| ConfigError::Decode(e.to_string()))?;
         cfg.complete();
@@ -345,15 +358,18 @@ impl KubeSchedulerConfiguration {
         cfg
     }
 
-    /// Fills defaults that depend on other fields (one default profile when none is given).
+    /// Fills defaults that depend on other fields: one default profile when none is given, and
+    /// the default scheduler name for a single profile that does not name one. As upstream, an
+    /// explicit `schedulerName: ""` is kept (and rejected by [`Self::validate`]), and with several
+    /// profiles every one must be named.
     pub fn complete(&mut self) {
         if self.profiles.is_empty() {
             self.profiles.push(KubeSchedulerProfile::default());
         }
-        for p in &mut self.profiles {
-            if p.scheduler_name.as_deref().is_none_or(str::is_empty) {
-                p.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
-            }
+        if let [only] = self.profiles.as_mut_slice()
+            && only.scheduler_name.is_none()
+        {
+            only.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
         }
     }
 
@@ -419,6 +435,17 @@ impl KubeSchedulerConfiguration {
                 errs.push(format!(
                     "leaderElection.leaseDuration: Invalid value: {:?}: LeaseDuration must be greater than RenewDeadline",
                     format_go_duration(le.lease_duration.0)
+                ));
+            }
+            // client-go's leader elector refuses to start otherwise (its retries are jittered by
+            // up to 1.2 × retryPeriod, which must fit in the renew deadline).
+            if !le.retry_period.0.is_zero()
+                && le.renew_deadline.0 <= le.retry_period.0.mul_f64(LEADER_ELECTION_JITTER_FACTOR)
+            {
+                errs.push(format!(
+                    "leaderElection.renewDeadline: Invalid value: {:?}: renewDeadline must be greater than retryPeriod*JitterFactor (retryPeriod {:?}, JitterFactor {LEADER_ELECTION_JITTER_FACTOR})",
+                    format_go_duration(le.renew_deadline.0),
+                    format_go_duration(le.retry_period.0)
                 ));
             }
             if le.resource_lock != "leases" {
@@ -637,6 +664,25 @@ profiles:
                 "queueSort must be the same for all profiles",
             ),
             ("extenders: [{urlPrefix: x}]", "extenders: Forbidden"),
+            (
+                "profiles: [{schedulerName: \"\"}]",
+                "profiles[0].schedulerName: Required value",
+            ),
+            (
+                "profiles: [{schedulerName: a}, {}]",
+                "profiles[1].schedulerName: Required value",
+            ),
+            (
+                "leaderElection: {leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 12s}",
+                "leaderElection.renewDeadline: Invalid value: \"10s\": renewDeadline must be greater than retryPeriod*JitterFactor",
+            ),
+            // 1.2 × 9s = 10.8s: still too long for a 10s renew deadline.
+            (
+                "leaderElection: {retryPeriod: 9s}",
+                "renewDeadline must be greater than retryPeriod*JitterFactor",
+            ),
+            ("", "the configuration is empty"),
+            ("# only a comment\n", "the configuration is empty"),
         ];
         for (yaml, want) in cases {
             let err = KubeSchedulerConfiguration::from_yaml(yaml)
@@ -644,6 +690,23 @@ profiles:
                 .to_string();
             assert!(err.contains(want), "{yaml}: got {err}");
         }
+    }
+
+    #[test]
+    fn single_unnamed_profile_gets_the_default_name() {
+        let c = KubeSchedulerConfiguration::from_yaml("profiles: [{}]").unwrap();
+        assert_eq!(
+            c.profiles[0].scheduler_name.as_deref(),
+            Some(DEFAULT_SCHEDULER_NAME)
+        );
+        // A retry period just under renewDeadline / 1.2 is accepted.
+        let c = KubeSchedulerConfiguration::from_yaml("leaderElection: {retryPeriod: 8s}").unwrap();
+        assert_eq!(c.leader_election.retry_period.0, Duration::from_secs(8));
+        // Leader election off: its timings are not checked.
+        assert!(
+            KubeSchedulerConfiguration::from_yaml("leaderElection: {leaderElect: false, retryPeriod: 30s}")
+                .is_ok()
+        );
     }
 
     #[test]

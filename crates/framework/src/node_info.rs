@@ -6,6 +6,9 @@
 //! being deleted and re-added.
 //!
 //! Invariant (tested): `requested` and `non_zero_requested` always equal the sum over `pods`.
+//! The sums are kept exactly ([`ResourceSum`], `i128`) so that removing a pod undoes adding it
+//! even when the total leaves the `i64` range; the public `i64` fields are views of them, clamped
+//! at the bounds (a clamped requested total refuses every further request).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,7 +19,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Node;
-use unisched_resource::Resource;
+use unisched_resource::{Resource, ResourceSum};
 
 use crate::{HostPort, PodInfo};
 
@@ -96,10 +99,14 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
     /// Host ports in use.
     pub used_ports: HostPortInfo,
-    /// Sum of the pods' exact requests (DRA node-allocatable footprints included).
+    /// Sum of the pods' exact requests (DRA node-allocatable footprints included), as an `i64`
+    /// view of `requested_sum`. Maintained by [`NodeInfo::add_pod`] / [`NodeInfo::remove_pod`].
     pub requested: Resource,
-    /// Sum of the pods' requests with non-zero cpu/memory defaults (for scoring).
+    /// Sum of the pods' requests with non-zero cpu/memory defaults (for scoring), as an `i64`
+    /// view of `non_zero_requested_sum`.
     pub non_zero_requested: Resource,
+    requested_sum: ResourceSum,
+    non_zero_requested_sum: ResourceSum,
     /// The node's allocatable.
     pub allocatable: Resource,
     /// Images on the node.
@@ -156,8 +163,9 @@ impl NodeInfo {
 
     /// Adds a pod and its requests.
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
-        self.requested.add(pod.requests());
-        self.non_zero_requested.add(pod.non_zero_requests());
+        self.requested_sum.add(pod.requests());
+        self.non_zero_requested_sum.add(pod.non_zero_requests());
+        self.refresh_requested();
         for p in &pod.host_ports {
             self.used_ports.add(p);
         }
@@ -177,8 +185,9 @@ impl NodeInfo {
         let pod = self.pods.swap_remove(idx);
         self.pods_with_affinity.retain(|p| p.uid != uid);
         self.pods_with_required_anti_affinity.retain(|p| p.uid != uid);
-        self.requested.sub(pod.requests());
-        self.non_zero_requested.sub(pod.non_zero_requests());
+        self.requested_sum.sub(pod.requests());
+        self.non_zero_requested_sum.sub(pod.non_zero_requests());
+        self.refresh_requested();
         for p in &pod.host_ports {
             self.used_ports.remove(p);
         }
@@ -201,14 +210,24 @@ impl NodeInfo {
         self.pods.iter().find(|p| p.uid == uid)
     }
 
+    fn refresh_requested(&mut self) {
+        self.requested = self.requested_sum.to_resource();
+        self.non_zero_requested = self.non_zero_requested_sum.to_resource();
+    }
+
+    /// The exact sum of the pods' requests (`requested` is its `i64` view).
+    pub fn requested_sum(&self) -> &ResourceSum {
+        &self.requested_sum
+    }
+
     /// Recomputes the aggregates from the pods (used by tests and consistency checks).
     pub fn recomputed_requested(&self) -> (Resource, Resource) {
-        let mut req = Resource::default();
-        let mut nz = Resource::default();
+        let mut req = ResourceSum::default();
+        let mut nz = ResourceSum::default();
         for p in &self.pods {
             req.add(p.requests());
             nz.add(p.non_zero_requests());
         }
-        (req, nz)
+        (req.to_resource(), nz.to_resource())
     }
 }

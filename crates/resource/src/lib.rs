@@ -8,6 +8,7 @@
 mod quantity;
 mod requests;
 mod resource;
+mod sum;
 
 pub use quantity::{Format, Quantity, QuantityError};
 pub use requests::*;
@@ -15,3 +16,4 @@ pub use resource::{
     CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, InvalidQuantity, MEMORY, PODS, Resource,
     is_extended_resource_name, is_hugepages, is_node_allocatable_resource,
 };
+pub use sum::ResourceSum;

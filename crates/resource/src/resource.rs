@@ -7,7 +7,9 @@
 //! parsing and for DRA capacities; once a quantity is in a `Resource` it is an `i64`.
 //!
 //! Arithmetic saturates instead of overflowing: a malformed object with an absurd request must make a
-//! pod unschedulable, never crash the scheduler.
+//! pod unschedulable, never crash the scheduler. Saturation is not invertible, so running totals
+//! that pods are added to and removed from (a node's requested resources) are kept in a
+//! [`ResourceSum`](crate::ResourceSum) instead.
 
 use std::collections::BTreeMap;
 

@@ -116,6 +116,49 @@ async fn kubelet_runs_bound_pods_and_rejects_overcommit() {
     server.shutdown().await;
 }
 
+/// Issue 15.7: the kubelet's admission sum must stay exact. Two 9e15-CPU pods on a 9e15-CPU node
+/// overflow an `i64` milli-CPU total; a wrapping sum admitted the second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_admission_is_exact_for_huge_requests() {
+    let (server, client) = start_with(ApiServer::builder()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(node_json("big", "9e15", "10")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.create(&PostParams::default(), &pod_with_cpu("a", "9e15"))
+        .await
+        .unwrap();
+    bind(&pods, "a", "big").await;
+    wait_phase(&pods, "a", "Running").await;
+    for (name, cpu, requested) in [
+        ("b", "9e15", "9000000000000000000"),
+        ("c", "8e15", "8000000000000000000"),
+    ] {
+        pods.create(&PostParams::default(), &pod_with_cpu(name, cpu))
+            .await
+            .unwrap();
+        bind(&pods, name, "big").await;
+        let failed = wait_phase(&pods, name, "Failed").await.status.unwrap();
+        assert_eq!(failed.reason.as_deref(), Some("OutOfcpu"), "{name}");
+        assert_eq!(
+            failed.message.as_deref(),
+            Some(
+                format!(
+                    "Pod was rejected: Node didn't have enough resource: cpu, requested: {requested}, used: 9000000000000000000, capacity: 9000000000000000000"
+                )
+                .as_str()
+            ),
+            "{name}"
+        );
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_controller_creates_claims_from_templates_and_cleans_up() {
     let (server, client) = start_with(ApiServer::builder().kubelet(None)).await;

@@ -1687,3 +1687,103 @@ fn match_attribute_over_many_devices_is_not_exponential() {
     assert!(err.is_unschedulable(), "{err:?}");
     assert!(alloc.stats().search_steps < 100_000, "{:?}", alloc.stats());
 }
+
+#[test]
+fn over_budget_selector_fails_fast_and_other_claims_still_allocate() {
+    use crate::cost::CostLimits;
+    let n = "n";
+    let list = format!(
+        "[{}]",
+        (0..100).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+    );
+    let heavy = format!("{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0)))");
+    let mut f = fx(vec![gpus(n, 3)], vec![one(req("r", "heavy"))]);
+    f.classes.push(class_with("heavy", &[&heavy]));
+    let node = crate::testing::node(n);
+
+    // Default limits: the estimate rejects the class selector before any evaluation.
+    let err = f.allocate(&node).unwrap_err();
+    let msg = err.to_string();
+    assert!(err.is_fatal(), "{msg}");
+    assert!(
+        msg.contains("class heavy: selector #0") && msg.contains("cost budget exceeded"),
+        "{msg}"
+    );
+
+    // Without the estimate, the runtime budget stops the first evaluation; the allocator
+    // remembers it, so the next node fails at once without evaluating again.
+    f.engine = Arc::new(crate::CelSelectorEngine::with_limits(CostLimits {
+        estimated: None,
+        runtime: crate::CEL_SELECTOR_EXPRESSION_MAX_COST,
+    }));
+    let allocator = f.allocator().unwrap();
+    let err = allocator.allocate(&node, Deadline::none()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("class heavy: selector #0") && msg.contains("CEL runtime error: cost budget exceeded"),
+        "{msg}"
+    );
+    assert_eq!(allocator.stats().selector_evaluations, 1);
+    assert_eq!(allocator.allocate(&node, Deadline::none()).unwrap_err(), err);
+    assert_eq!(allocator.stats().selector_evaluations, 1);
+
+    // An unrelated claim on the same slices and engine still allocates.
+    f.claims = vec![one(req("r", "gpu")).build()];
+    let got = f.allocate(&node).unwrap();
+    assert_eq!(device_names(&got[0]), vec!["gpu-0"]);
+}
+
+/// Issue 15.8: negative shared counters (a negative total, or a device consuming a negative
+/// amount) must never make room for other devices; the pool is invalid instead.
+#[test]
+fn negative_counters_never_create_room() {
+    let n = "n";
+    let with_negative_consumer = || {
+        vec![
+            slice("p-counters", GPU, n, n)
+                .count(2)
+                .counter_set("cs", &[("memory", "80Gi")]),
+            slice("p-devices", GPU, n, n)
+                .count(2)
+                .device(dev("full").consumes("cs", &[("memory", "80Gi")]))
+                .device(dev("half").consumes("cs", &[("memory", "40Gi")]))
+                .device(dev("neg").consumes("cs", &[("memory", "-40Gi")])),
+        ]
+    };
+    run(vec![
+        case(
+            // Without the check, half + neg leave 80Gi "free" and the full device is handed out
+            // on top of the half that is in use.
+            "negative consumption of an allocated device",
+            n,
+            {
+                let mut f = fx(with_negative_consumer(), vec![one(req("r", "gpu"))]);
+                f.allocated = vec![allocated(
+                    claim("ns", "o").build(),
+                    alloc_of(&[("r", GPU, n, "half"), ("r", GPU, n, "neg")]),
+                )];
+                f
+            },
+            Expect::UnschedMsg("consumes negative amount -40Gi of counter memory"),
+        ),
+        case(
+            "negative consumption, nothing allocated yet",
+            n,
+            fx(with_negative_consumer(), vec![one(req("r", "gpu").count(2))]),
+            Expect::UnschedMsg("consumes negative amount"),
+        ),
+        case(
+            "negative counter total",
+            n,
+            fx(
+                vec![
+                    slice("s", GPU, n, n)
+                        .counter_set("cs", &[("memory", "-80Gi")])
+                        .device(dev("d").consumes("cs", &[("memory", "0")])),
+                ],
+                vec![one(req("r", "gpu"))],
+            ),
+            Expect::UnschedMsg("counter set cs counter memory: negative value -80Gi is not allowed"),
+        ),
+    ]);
+}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
-use unisched_resource::{PodRequestOptions, Resource, pod_requests};
+use unisched_resource::{PodRequestOptions, Resource, ResourceSum, pod_requests};
 
 use super::{Next, is_terminal, next_event, record_event};
 use crate::patch::Patch;
@@ -192,8 +192,10 @@ impl Kubelet {
         self.start(pod, node_obj.value());
     }
 
-    fn used_on(&self, node: &str) -> (Resource, i64) {
-        let mut used = Resource::default();
+    /// What the admitted pods of `node` use, summed exactly (a saturating or wrapping `i64` sum
+    /// would make a node with huge requests look emptier than it is), and how many there are.
+    fn used_on(&self, node: &str) -> (ResourceSum, i64) {
+        let mut used = ResourceSum::default();
         let mut count = 0;
         if let Some(set) = self.by_node.get(node) {
             for uid in set {
@@ -220,7 +222,7 @@ impl Kubelet {
                 .unwrap_or_default();
         let (alloc, _) = Resource::from_list(&alloc_list);
         let (used, count) = self.used_on(node);
-        let reject = |name: &str, requested: i64, used: i64, capacity: i64| {
+        let reject = |name: &str, requested: i64, used: i128, capacity: i64| {
             (
                 format!("OutOf{name}"),
                 format!(
@@ -228,24 +230,21 @@ impl Kubelet {
                 ),
             )
         };
-        if alloc_list.contains_key("pods") && count + 1 > alloc.allowed_pod_number {
-            return Some(reject("pods", 1, count, alloc.allowed_pod_number));
+        if alloc_list.contains_key("pods") && count.saturating_add(1) > alloc.allowed_pod_number {
+            return Some(reject("pods", 1, i128::from(count), alloc.allowed_pod_number));
         }
-        if req.milli_cpu > 0 && used.milli_cpu + req.milli_cpu > alloc.milli_cpu {
-            return Some(reject("cpu", req.milli_cpu, used.milli_cpu, alloc.milli_cpu));
-        }
-        if req.memory > 0 && used.memory + req.memory > alloc.memory {
-            return Some(reject("memory", req.memory, used.memory, alloc.memory));
-        }
-        if req.ephemeral_storage > 0
-            && used.ephemeral_storage + req.ephemeral_storage > alloc.ephemeral_storage
-        {
-            return Some(reject(
+        for (name, requested, capacity) in [
+            ("cpu", req.milli_cpu, alloc.milli_cpu),
+            ("memory", req.memory, alloc.memory),
+            (
                 "ephemeral-storage",
                 req.ephemeral_storage,
-                used.ephemeral_storage,
                 alloc.ephemeral_storage,
-            ));
+            ),
+        ] {
+            if requested > 0 && !used.fits(name, requested, capacity) {
+                return Some(reject(name, requested, used.get(name), capacity));
+            }
         }
         let dra_backed: Vec<String> =
             get_path(pod, &["status", "extendedResourceClaimStatus", "requestMappings"])
@@ -261,9 +260,8 @@ impl Kubelet {
                 continue;
             }
             let have = alloc.scalar_resources.get(name).copied().unwrap_or(0);
-            let u = used.scalar_resources.get(name).copied().unwrap_or(0);
-            if u + amount > have {
-                return Some(reject(name, *amount, u, have));
+            if !used.fits(name, *amount, have) {
+                return Some(reject(name, *amount, used.get(name), have));
             }
         }
         None
