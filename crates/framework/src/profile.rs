@@ -1081,7 +1081,7 @@ impl Framework {
 
     /// Blocks until every plugin that asked the pod to wait allows it, one rejects it, or a timeout.
     pub fn wait_on_permit(&self, pod: &PodInfo) -> Status {
-        if !self.waiting_pods.uids().iter().any(|u| *u == pod.uid) {
+        if !self.waiting_pods.uids().contains(&pod.uid) {
             return self.waiting_pods.wait(&pod.uid);
         }
         let start = Instant::now();

@@ -17,11 +17,6 @@ use std::{
 use kube::{Client, Config};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
-/// The REST client collectors could not be created (a programming error in names or labels).
-#[derive(Debug, thiserror::Error)]
-#[error("rest client metrics: {0}")]
-pub struct RestClientError(String);
-
 struct RestMetrics {
     requests: IntCounterVec,
     duration: HistogramVec,
