@@ -12,17 +12,8 @@ for tool in docker kind kubectl; do
     command -v "$tool" >/dev/null || { echo "error: $tool not found" >&2; exit 2; }
 done
 
-echo "== build $image"
-cargo build --release -p unisched --manifest-path "$root/Cargo.toml"
-ctx="$(mktemp -d)"
-trap 'rm -rf "$ctx"' EXIT
-cp "$root/target/release/unisched" "$ctx/"
-cat > "$ctx/Dockerfile" <<'DOCKER'
-FROM gcr.io/distroless/cc-debian12:nonroot
-COPY unisched /usr/local/bin/unisched
-ENTRYPOINT ["/usr/local/bin/unisched"]
-DOCKER
-docker build -q -t "$image" "$ctx"
+echo "== build $image (the repository's Dockerfile)"
+docker build -q -t "$image" --build-arg VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)" "$root"
 
 echo "== cluster $cluster"
 kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --config "$here/kind-config.yaml"

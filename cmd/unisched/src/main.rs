@@ -72,7 +72,12 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // In JSON mode stderr must stay one object per line.
+            if logging::json_enabled() {
+                tracing::error!(error = format!("{e:#}"), "exiting");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::ExitCode::from(1)
         }
     }

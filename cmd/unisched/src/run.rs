@@ -90,7 +90,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
             .await
             .context("no kubeconfig given and none could be inferred")?,
     };
-    Client::try_from(config).context("building the API client")
+    unisched_runtime::instrumented_client(config).context("building the API client")
 }
 
 /// Runs until the lease is lost (exit 1) or SIGTERM/SIGINT (graceful stop, exit 0).

@@ -661,6 +661,27 @@ fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
         empty_allowed.join("\n  ")
     );
 
+    // 6b. The upstream metrics this scenario exercises have series (whether or not a panel
+    // shows them): set by the queue, the framework, the leader elector and the API client.
+    let required = [
+        "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"UnscheduledPodAdd\"}",
+        "scheduler_plugin_evaluation_total{extension_point=\"Filter\"}",
+        "scheduler_plugin_evaluation_total{extension_point=\"Score\"}",
+        "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"Score\"}",
+        "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PostBind\"}",
+        "scheduler_event_handling_duration_seconds_count",
+        "leader_election_master_status == 1",
+        "rest_client_requests_total{method=\"GET\"}",
+        "rest_client_request_duration_seconds_count",
+        "process_cpu_seconds_total > 0",
+    ];
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|e| values(&query(prom, e)).is_empty())
+        .collect();
+    assert!(missing.is_empty(), "no series for:\n  {}", missing.join("\n  "));
+
     // 7. Every alert rule evaluates without error, and none is pending or firing.
     let rule_doc = yaml("deploy/prometheus/unisched-alerts.yaml");
     let exprs: Vec<(String, String)> = rule_doc["groups"]

@@ -9,6 +9,7 @@
 use std::{
     collections::{BTreeSet, HashMap},
     sync::Arc,
+    time::Instant,
 };
 
 use rayon::prelude::*;
@@ -247,6 +248,7 @@ impl SchedulingAlgorithm {
                 n,
             )
         };
+        fwk.count_filter_evaluations(state);
         let start = self.next_start_node_index % n;
         let nominations = nominator.nominations();
         let state_ref: &CycleState = state;
@@ -304,28 +306,46 @@ impl SchedulingAlgorithm {
         }
         let plugins = fwk.active_score_plugins(state);
         let state_ref: &CycleState = state;
+        let record = state.record_plugin_metrics;
         let score_node = |node: &Arc<NodeInfo>| -> Result<Vec<i64>, Status> {
             plugins
                 .iter()
                 .map(|ws| {
-                    ws.plugin.score(state_ref, pod, node).map_err(|s| {
+                    let start = record.then(Instant::now);
+                    let r = ws.plugin.score(state_ref, pod, node);
+                    if let Some(start) = start {
+                        let code = r.as_ref().map_or_else(Status::code, |_| Code::Success);
+                        fwk.observe_plugin(true, "Score", ws.plugin.name(), code, start.elapsed());
+                    }
+                    r.map_err(|s| {
                         s.with_plugin(ws.plugin.name())
                             .wrap_error(format!("running Score plugin {:?}", ws.plugin.name()))
                     })
                 })
                 .collect()
         };
-        let per_node: Vec<Result<Vec<i64>, Status>> = match &self.pool {
-            Some(pool) if nodes.len() > 2 => pool.install(|| nodes.par_iter().map(score_node).collect()),
-            _ => nodes.iter().map(score_node).collect(),
-        };
-        let mut raw = vec![Vec::with_capacity(nodes.len()); plugins.len()];
-        for r in per_node {
-            for (pi, s) in r?.into_iter().enumerate() {
-                raw[pi].push(s);
+        let pool = &self.pool;
+        fwk.timed_score(&plugins, || {
+            let per_node: Vec<Result<Vec<i64>, Status>> = match pool {
+                Some(pool) if nodes.len() > 2 => pool.install(|| nodes.par_iter().map(score_node).collect()),
+                _ => nodes.iter().map(score_node).collect(),
+            };
+            let mut raw = vec![Vec::with_capacity(nodes.len()); plugins.len()];
+            for r in per_node {
+                match r {
+                    Ok(scores) => {
+                        for (pi, s) in scores.into_iter().enumerate() {
+                            raw[pi].push(s);
+                        }
+                    }
+                    Err(s) => return (Err(s), Code::Error),
+                }
             }
-        }
-        fwk.finish_scores(state, pod, &plugins, nodes, raw)
+            match fwk.finish_scores(state_ref, pod, &plugins, nodes, raw) {
+                Ok(t) => (Ok(t), Code::Success),
+                Err(s) => (Err(s), Code::Error),
+            }
+        })
     }
 
     /// The highest total wins; equal totals are broken uniformly at random (seeded). Returns the

@@ -581,6 +581,52 @@ pub fn merge_plugin_set(defaults: &[PluginRef], custom: &PluginSet) -> Vec<Plugi
     out
 }
 
+/// The plugins one profile runs, by extension point, as [`crate::Framework::plugin_names`] lists them
+/// (score entries as `Name=weight`).
+pub type ResolvedPlugins = std::collections::BTreeMap<&'static str, Vec<String>>;
+
+impl KubeSchedulerConfiguration {
+    /// The configuration as `/configz` serves it: `apiVersion`/`kind` set and every default that
+    /// is not already in the struct applied (upstream's v1 defaults for the compatibility fields).
+    pub fn effective(&self) -> KubeSchedulerConfiguration {
+        let mut cfg = self.clone();
+        cfg.complete();
+        cfg.api_version = Some(API_VERSION.into());
+        cfg.kind = Some("KubeSchedulerConfiguration".into());
+        cfg.enable_profiling.get_or_insert(true);
+        cfg.enable_contention_profiling.get_or_insert(true);
+        cfg.percentage_of_nodes_to_score.get_or_insert(0);
+        cfg.delay_cache_until_active.get_or_insert(false);
+        cfg
+    }
+
+    /// [`Self::effective`] as JSON, with each profile's `plugins` replaced by what the profile
+    /// actually runs (`resolved`, in profile order): the defaults merged with the file's enabled and
+    /// disabled lists, one `enabled` list per extension point, score weights included.
+    pub fn effective_json(&self, resolved: &[ResolvedPlugins]) -> serde_json::Value {
+        let cfg = self.effective();
+        let mut v = serde_json::to_value(&cfg).unwrap_or_default();
+        let Some(profiles) = v.get_mut("profiles").and_then(serde_json::Value::as_array_mut) else {
+            return v;
+        };
+        for (p, points) in profiles.iter_mut().zip(resolved) {
+            let mut plugins = serde_json::Map::new();
+            for (point, names) in points {
+                let enabled: Vec<serde_json::Value> = names
+                    .iter()
+                    .map(|n| match n.split_once('=').map(|(n, w)| (n, w.parse::<i32>())) {
+                        Some((name, Ok(weight))) => serde_json::json!({"name": name, "weight": weight}),
+                        _ => serde_json::json!({"name": n}),
+                    })
+                    .collect();
+                plugins.insert((*point).to_string(), serde_json::json!({ "enabled": enabled }));
+            }
+            p["plugins"] = serde_json::Value::Object(plugins);
+        }
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -779,5 +825,36 @@ profiles:
         for (custom, want) in cases {
             assert_eq!(merge_plugin_set(&defaults, &custom), want, "{custom:?}");
         }
+    }
+
+    #[test]
+    fn effective_sets_type_meta_and_defaults_and_resolved_plugins() {
+        let cfg = KubeSchedulerConfiguration::from_yaml("profiles: [{schedulerName: a}]").unwrap();
+        let mut resolved = ResolvedPlugins::new();
+        resolved.insert("filter", vec!["NodeName".into(), "NodeResourcesFit".into()]);
+        resolved.insert(
+            "score",
+            vec!["NodeResourcesFit=1".into(), "ImageLocality=2".into()],
+        );
+        let v = cfg.effective_json(&[resolved]);
+        assert_eq!(v["apiVersion"], API_VERSION);
+        assert_eq!(v["kind"], "KubeSchedulerConfiguration");
+        assert_eq!(v["parallelism"], 16);
+        assert_eq!(v["percentageOfNodesToScore"], 0);
+        assert_eq!(v["enableProfiling"], true);
+        assert_eq!(v["delayCacheUntilActive"], false);
+        assert_eq!(v["podMaxBackoffSeconds"], 10);
+        assert_eq!(v["leaderElection"]["leaseDuration"], "15s");
+        assert_eq!(v["clientConnection"]["qps"], 50.0);
+        let p = &v["profiles"][0];
+        assert_eq!(p["schedulerName"], "a");
+        assert_eq!(p["plugins"]["filter"]["enabled"][1]["name"], "NodeResourcesFit");
+        assert_eq!(
+            p["plugins"]["score"]["enabled"][1],
+            serde_json::json!({"name": "ImageLocality", "weight": 2})
+        );
+        // Round trip: what /configz serves is itself a valid configuration file.
+        let back = KubeSchedulerConfiguration::from_yaml(&v.to_string()).unwrap();
+        assert_eq!(back.api_version.as_deref(), Some(API_VERSION));
     }
 }

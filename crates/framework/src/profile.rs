@@ -34,6 +34,10 @@ pub trait FrameworkObserver: Send + Sync {
     fn extension_point(&self, _profile: &str, _point: &'static str, _status: Code, _elapsed: Duration) {}
     /// One plugin finished at one extension point (only for sampled attempts).
     fn plugin(&self, _point: &'static str, _plugin: &str, _status: Code, _elapsed: Duration) {}
+    /// A plugin was run for a pod at PreFilter, Filter, PreScore or Score (once per attempt).
+    fn plugin_evaluated(&self, _profile: &str, _point: &'static str, _plugin: &str) {}
+    /// A pod that waited at Permit was allowed or rejected after `elapsed`.
+    fn permit_wait(&self, _status: Code, _elapsed: Duration) {}
 }
 
 struct NoObserver;
@@ -602,6 +606,46 @@ impl Framework {
         out
     }
 
+    /// Counts one evaluation of each plugin that will run at `point` for this attempt.
+    fn evaluated<'a>(&self, point: &'static str, plugins: impl IntoIterator<Item = &'a str>) {
+        for p in plugins {
+            self.observer.plugin_evaluated(&self.profile_name, point, p);
+        }
+    }
+
+    /// Counts the Filter plugins that run for this attempt (those PreFilter did not skip).
+    pub fn count_filter_evaluations(&self, state: &CycleState) {
+        self.evaluated(
+            "Filter",
+            self.filter
+                .iter()
+                .map(|p| p.name())
+                .filter(|n| !state.skip_filter_plugins.contains(*n)),
+        );
+    }
+
+    /// Times the Score extension point (the caller runs the plugins, possibly in parallel) and
+    /// counts one evaluation per active Score plugin.
+    pub fn timed_score<T>(&self, plugins: &[&WeightedScore], f: impl FnOnce() -> (T, Code)) -> T {
+        self.evaluated("Score", plugins.iter().map(|ws| ws.plugin.name()));
+        self.timed("Score", f)
+    }
+
+    /// Reports one plugin's timing at `point` (sampled attempts only), for callers that run plugins
+    /// outside the framework (Score).
+    pub fn observe_plugin(
+        &self,
+        record: bool,
+        point: &'static str,
+        plugin: &str,
+        code: Code,
+        elapsed: Duration,
+    ) {
+        if record {
+            self.observer.plugin(point, plugin, code, elapsed);
+        }
+    }
+
     /// PreEnqueue: the first rejecting plugin gates the pod.
     pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
         for p in &self.pre_enqueue {
@@ -641,6 +685,8 @@ impl Framework {
             let mut rejectors = BTreeSet::new();
             let mut narrowed_by = Vec::new();
             for p in &self.pre_filter {
+                self.observer
+                    .plugin_evaluated(&self.profile_name, "PreFilter", p.name());
                 let (r, s) = self.plugin_timed(
                     record,
                     "PreFilter",
@@ -802,12 +848,19 @@ impl Framework {
         nominator: &dyn PodNominator,
     ) -> (Option<PostFilterResult>, Status) {
         let handle = NominatingHandle { fwk: self, nominator };
+        let record = state.record_plugin_metrics;
         self.timed("PostFilter", || {
             let mut reasons = Vec::new();
             let mut first_rejector: Option<String> = None;
             let mut result = None;
             for p in &self.post_filter {
-                let (r, s) = p.post_filter(&handle, state, pod, statuses);
+                let (r, s) = self.plugin_timed(
+                    record,
+                    "PostFilter",
+                    p.name(),
+                    || p.post_filter(&handle, state, pod, statuses),
+                    |(_, s)| s.code(),
+                );
                 if s.is_success() {
                     return ((r, s.with_plugin(p.name())), Code::Success);
                 }
@@ -834,9 +887,18 @@ impl Framework {
 
     /// PreScore.
     pub fn run_pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status {
+        let record = state.record_plugin_metrics;
         self.timed("PreScore", || {
             for p in &self.pre_score {
-                let s = p.pre_score(state, pod, nodes);
+                self.observer
+                    .plugin_evaluated(&self.profile_name, "PreScore", p.name());
+                let s = self.plugin_timed(
+                    record,
+                    "PreScore",
+                    p.name(),
+                    || p.pre_score(state, pod, nodes),
+                    Status::code,
+                );
                 if s.is_skip() {
                     state.skip_score_plugins.insert(p.name().to_string());
                     continue;
@@ -934,9 +996,16 @@ impl Framework {
 
     /// Reserve; on failure the caller runs Unreserve.
     pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let record = state.record_plugin_metrics;
         self.timed("Reserve", || {
             for p in &self.reserve {
-                let s = p.reserve(state, pod, node);
+                let s = self.plugin_timed(
+                    record,
+                    "Reserve",
+                    p.name(),
+                    || p.reserve(state, pod, node),
+                    Status::code,
+                );
                 if !s.is_success() {
                     let s = s.with_plugin(p.name());
                     let code = s.code();
@@ -956,8 +1025,15 @@ impl Framework {
     /// Unreserve, in reverse order of Reserve.
     pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
         self.timed("Unreserve", || {
+            let record = state.record_plugin_metrics;
             for p in self.reserve.iter().rev() {
-                p.unreserve(state, pod, node);
+                self.plugin_timed(
+                    record,
+                    "Unreserve",
+                    p.name(),
+                    || p.unreserve(state, pod, node),
+                    |()| Code::Success,
+                );
             }
             ((), Code::Success)
         });
@@ -965,10 +1041,17 @@ impl Framework {
 
     /// Permit. Wait registers the pod as waiting (see [`Framework::wait_on_permit`]).
     pub fn run_permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let record = state.record_plugin_metrics;
         self.timed("Permit", || {
             let mut waits: BTreeMap<String, Duration> = BTreeMap::new();
             for p in &self.permit {
-                let (s, timeout) = p.permit(state, pod, node);
+                let (s, timeout) = self.plugin_timed(
+                    record,
+                    "Permit",
+                    p.name(),
+                    || p.permit(state, pod, node),
+                    |(s, _)| s.code(),
+                );
                 match s.code() {
                     Code::Success => {}
                     Code::Wait => {
@@ -998,17 +1081,30 @@ impl Framework {
 
     /// Blocks until every plugin that asked the pod to wait allows it, one rejects it, or a timeout.
     pub fn wait_on_permit(&self, pod: &PodInfo) -> Status {
-        self.waiting_pods.wait(&pod.uid)
+        if !self.waiting_pods.uids().contains(&pod.uid) {
+            return self.waiting_pods.wait(&pod.uid);
+        }
+        let start = Instant::now();
+        let s = self.waiting_pods.wait(&pod.uid);
+        self.observer.permit_wait(s.code(), start.elapsed());
+        s
     }
 
     /// PreBind.
     pub fn run_pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        let record = state.record_plugin_metrics;
         self.timed("PreBind", || {
             for p in &self.pre_bind {
                 if p.pre_bind_pre_flight(state, pod, node).is_skip() {
                     continue;
                 }
-                let s = p.pre_bind(state, pod, node);
+                let s = self.plugin_timed(
+                    record,
+                    "PreBind",
+                    p.name(),
+                    || p.pre_bind(state, pod, node),
+                    Status::code,
+                );
                 if !s.is_success() {
                     let s = s.with_plugin(p.name());
                     let code = s.code();
@@ -1036,7 +1132,13 @@ impl Framework {
     pub fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
         self.timed("Bind", || {
             for p in &self.bind {
-                let s = p.bind(state, pod, node);
+                let s = self.plugin_timed(
+                    state.record_plugin_metrics,
+                    "Bind",
+                    p.name(),
+                    || p.bind(state, pod, node),
+                    Status::code,
+                );
                 if s.is_skip() {
                     continue;
                 }
@@ -1059,8 +1161,17 @@ impl Framework {
 
     /// PostBind.
     pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
-        for p in &self.post_bind {
-            p.post_bind(state, pod, node);
-        }
+        self.timed("PostBind", || {
+            for p in &self.post_bind {
+                self.plugin_timed(
+                    state.record_plugin_metrics,
+                    "PostBind",
+                    p.name(),
+                    || p.post_bind(state, pod, node),
+                    |()| Code::Success,
+                );
+            }
+            ((), Code::Success)
+        });
     }
 }

@@ -4,7 +4,7 @@
 //! in the unschedulable pool). A builder, because the runtime sets the backoffs from
 //! `KubeSchedulerConfiguration` while tests mostly only swap the clock.
 
-use std::{sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use crate::clock::{Clock, RealClock};
 
@@ -34,7 +34,27 @@ pub struct QueueConfig {
     pub pop_from_backoff: bool,
     /// Where "now" comes from.
     pub clock: Arc<dyn Clock>,
+    /// Receives the queue's metric events (the runtime turns them into Prometheus metrics).
+    pub observer: Arc<dyn QueueObserver>,
 }
+
+/// What the queue reports for upstream's queue metrics.
+pub trait QueueObserver: Send + Sync + fmt::Debug {
+    /// A pod entered `queue` (`active`, `backoff`, `unschedulable`) because of `event`
+    /// (`scheduler_queue_incoming_pods_total`).
+    fn incoming(&self, _queue: &'static str, _event: &str) {}
+    /// `delta` pods of `profile` were rejected by `plugin` and wait for a retry (+1 when a rejected
+    /// pod is requeued, -1 when it is popped or deleted; `scheduler_unschedulable_pods`).
+    fn unschedulable(&self, _plugin: &str, _profile: &str, _delta: i64) {}
+    /// A cluster event the queue is interested in was handled in `elapsed`
+    /// (`scheduler_event_handling_duration_seconds`).
+    fn event_handled(&self, _event: &str, _elapsed: Duration) {}
+}
+
+/// The observer that ignores everything (the default).
+#[derive(Debug)]
+pub struct NoQueueObserver;
+impl QueueObserver for NoQueueObserver {}
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -44,6 +64,7 @@ impl Default for QueueConfig {
             max_in_unschedulable: DEFAULT_MAX_IN_UNSCHEDULABLE,
             pop_from_backoff: true,
             clock: Arc::new(RealClock),
+            observer: Arc::new(NoQueueObserver),
         }
     }
 }
@@ -107,6 +128,13 @@ impl QueueConfigBuilder {
     }
 
     /// The configuration.
+    /// Where the queue reports its metric events.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<dyn QueueObserver>) -> Self {
+        self.config.observer = observer;
+        self
+    }
+
     pub fn build(self) -> QueueConfig {
         self.config
     }

@@ -31,7 +31,7 @@ mod tests;
 pub use clock::{Clock, RealClock, testing};
 pub use config::{
     BACKOFF_WINDOW, DEFAULT_MAX_IN_UNSCHEDULABLE, DEFAULT_POD_INITIAL_BACKOFF, DEFAULT_POD_MAX_BACKOFF,
-    QueueConfig, QueueConfigBuilder, UNSCHEDULABLE_FLUSH_INTERVAL,
+    NoQueueObserver, QueueConfig, QueueConfigBuilder, QueueObserver, UNSCHEDULABLE_FLUSH_INTERVAL,
 };
 pub use events::{
     BACKOFF_COMPLETE, FORCE_ACTIVATE, POP_FROM_BACKOFF_Q, SCHEDULE_ATTEMPT_FAILURE, UNSCHEDULED_POD_ADD,

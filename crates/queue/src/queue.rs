@@ -509,7 +509,7 @@ impl SchedulingQueue {
                 return false;
             }
             tracing::trace!(pod = %qpi.pod_info.key(), event, "pod moved to the unschedulable pool (gated)");
-            st.unsched_put(qpi);
+            self.pool_put(st, qpi, event);
             return false;
         }
         if qpi.initial_attempt_timestamp.is_none() {
@@ -523,6 +523,7 @@ impl SchedulingQueue {
         }
         tracing::trace!(pod = %qpi.pod_info.key(), event, "pod moved to activeQ");
         st.active.push(qpi, &*self.active_less());
+        self.config.observer.incoming("active", event);
         true
     }
 
@@ -531,7 +532,7 @@ impl SchedulingQueue {
         if self.config.pop_from_backoff {
             self.run_pre_enqueue(&mut qpi);
             if qpi.gating_plugin.is_some() {
-                st.unsched_put(qpi);
+                self.pool_put(st, qpi, event);
                 return false;
             }
         }
@@ -545,14 +546,31 @@ impl SchedulingQueue {
             st.error_backoff.remove(&uid, &*self.error_less());
             st.backoff.push(qpi, &*self.backoff_less());
         }
+        self.config.observer.incoming("backoff", event);
         true
+    }
+
+    /// Puts a pod into the unschedulable pool, counting it as incoming when it was not there yet.
+    fn pool_put(&self, st: &mut State, qpi: QueuedPodInfo, event: &str) {
+        if !st.unschedulable.contains_key(&qpi.pod_info.uid) {
+            self.config.observer.incoming("unschedulable", event);
+        }
+        st.unsched_put(qpi);
+    }
+
+    /// Reports `delta` for every plugin that rejected the pod in its last attempt.
+    fn count_rejectors(&self, qpi: &QueuedPodInfo, delta: i64) {
+        let profile = qpi.pod_info.scheduler_name();
+        for plugin in qpi.unschedulable_plugins.union(&qpi.pending_plugins) {
+            self.config.observer.unschedulable(plugin, profile, delta);
+        }
     }
 
     /// Upstream `requeuePodWithQueueingStrategy`. Returns where the pod ended up.
     fn requeue(&self, st: &mut State, qpi: QueuedPodInfo, strategy: Strategy, event: &str) -> PodLocation {
         let uid = qpi.pod_info.uid.clone();
         match strategy {
-            Strategy::Skip => st.unsched_put(qpi),
+            Strategy::Skip => self.pool_put(st, qpi, event),
             Strategy::AfterBackoff if self.backing_off(&qpi, self.now()) => {
                 self.move_to_backoff(st, qpi, event);
             }
@@ -725,6 +743,9 @@ impl SchedulingQueue {
         let mut st = self.state.lock();
         let uid = &pod.uid;
         self.nominator.write().delete(uid);
+        if let Some(q) = st.queued(uid) {
+            self.count_rejectors(q, -1);
+        }
         st.active.remove(uid, &*self.active_less());
         st.backoff.remove(uid, &*self.backoff_less());
         st.error_backoff.remove(uid, &*self.error_less());
@@ -784,12 +805,16 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) -> usize {
+        let start = Instant::now();
         let mut st = self.state.lock();
         if !self.interested(&event) {
             return 0;
         }
         let candidates = st.unschedulable.keys().cloned().collect();
-        self.move_pods(&mut st, candidates, &event, old.as_ref(), new.as_ref())
+        let moved = self.move_pods(&mut st, candidates, &event, old.as_ref(), new.as_ref());
+        drop(st);
+        self.config.observer.event_handled(event.label, start.elapsed());
+        moved
     }
 
     /// Moves pods (by `namespace/name`) from the pool or backoffQ straight to activeQ. A pod in
@@ -848,6 +873,7 @@ impl SchedulingQueue {
                 continue;
             }
             qpi.attempts += 1;
+            self.count_rejectors(&qpi, -1);
             qpi.unschedulable_plugins.clear();
             qpi.pending_plugins.clear();
             qpi.gating_plugin = None;
@@ -961,6 +987,7 @@ impl SchedulingQueue {
         }
         qpi.timestamp = self.now();
         qpi.gating_plugin = None;
+        self.count_rejectors(&qpi, 1);
 
         let strategy = match since {
             Some(seq) if rejected => {

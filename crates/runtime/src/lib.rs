@@ -12,6 +12,9 @@ mod leader;
 mod metrics;
 mod namespaces;
 mod preemption;
+#[cfg(target_os = "linux")]
+mod process;
+mod rest_client;
 mod scheduler;
 mod volume;
 mod writer;
@@ -25,6 +28,9 @@ pub use leader::*;
 pub use metrics::*;
 pub use namespaces::*;
 pub use preemption::*;
+#[cfg(target_os = "linux")]
+pub use process::cpu_seconds;
+pub use rest_client::*;
 pub use scheduler::*;
 pub use volume::*;
 pub use writer::*;

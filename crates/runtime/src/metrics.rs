@@ -5,13 +5,15 @@
 //! surface: change them only to follow upstream. The registry is per process (not the global
 //! default) so tests can create several schedulers side by side.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
+use parking_lot::Mutex;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder, exponential_buckets,
 };
-use unisched_framework::{Code, FrameworkObserver};
+use unisched_framework::{Code, FitError, FrameworkObserver};
+use unisched_queue::QueueObserver;
 
 /// A metric could not be created or registered (a programming error: duplicate names).
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +66,16 @@ pub struct Metrics {
     pub node_allocatable_rejections: IntCounterVec,
     /// `unisched_events_dropped_total` (events dropped because the writer queue was full).
     pub events_dropped: IntCounter,
+    /// `scheduler_plugin_evaluation_total{plugin,extension_point,profile}`.
+    pub plugin_evaluation: IntCounterVec,
+    /// `scheduler_permit_wait_duration_seconds{result}`.
+    pub permit_wait: HistogramVec,
+    /// `scheduler_event_handling_duration_seconds{event}`.
+    pub event_handling: HistogramVec,
+    /// `leader_election_master_status{name}` (client-go's; mirrors [`Self::leader`] under the lease
+    /// name, see [`Self::set_lease_name`]).
+    pub leader_election_master_status: IntGaugeVec,
+    lease_name: Arc<Mutex<Option<String>>>,
 }
 
 fn hist(
@@ -207,6 +219,33 @@ impl Metrics {
                 "unisched_events_dropped_total",
                 "Events dropped because the event queue was full.",
             )?,
+            plugin_evaluation: IntCounterVec::new(
+                Opts::new(
+                    "scheduler_plugin_evaluation_total",
+                    "Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
+                ),
+                &["plugin", "extension_point", "profile"],
+            )?,
+            permit_wait: hist(
+                "scheduler_permit_wait_duration_seconds",
+                "Duration of waiting on permit.",
+                exponential_buckets(0.001, 2.0, 15)?,
+                &["result"],
+            )?,
+            event_handling: hist(
+                "scheduler_event_handling_duration_seconds",
+                "Event handling latency in seconds.",
+                exponential_buckets(0.0001, 2.0, 12)?,
+                &["event"],
+            )?,
+            leader_election_master_status: IntGaugeVec::new(
+                Opts::new(
+                    "leader_election_master_status",
+                    "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+                ),
+                &["name"],
+            )?,
+            lease_name: Arc::new(Mutex::new(None)),
             registry,
         };
         let r = &m.registry;
@@ -231,10 +270,13 @@ impl Metrics {
         r.register(Box::new(m.special_claims.clone()))?;
         r.register(Box::new(m.node_allocatable_rejections.clone()))?;
         r.register(Box::new(m.events_dropped.clone()))?;
+        r.register(Box::new(m.plugin_evaluation.clone()))?;
+        r.register(Box::new(m.permit_wait.clone()))?;
+        r.register(Box::new(m.event_handling.clone()))?;
+        r.register(Box::new(m.leader_election_master_status.clone()))?;
+        crate::rest_client::register(r)?;
         #[cfg(target_os = "linux")]
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))?;
+        r.register(Box::new(crate::process::ProcessMetrics::new()))?;
         // Pre-create the label sets dashboards expect to see even before the first event.
         for q in ["active", "backoff", "unschedulable", "gated"] {
             m.pending_pods.with_label_values(&[q]).set(0);
@@ -246,8 +288,37 @@ impl Metrics {
         Ok(m)
     }
 
+    /// Names the lease for `leader_election_master_status{name}` (set when leader election is on;
+    /// without it the gauge has no series, as upstream without leader election).
+    pub fn set_lease_name(&self, name: &str) {
+        *self.lease_name.lock() = Some(name.to_string());
+    }
+
+    /// Counts the nodes a failed attempt lost to the KEP-5517 node-allocatable check: the
+    /// DynamicResources plugin's `Insufficient <resource>` reasons (its device-allocation failures
+    /// use other wording), one count per node and resource.
+    pub fn observe_fit_error(&self, fit: &FitError) {
+        for (_, status) in fit.diagnosis.node_to_status.iter() {
+            if status.plugin() != Some(DYNAMIC_RESOURCES) {
+                continue;
+            }
+            for reason in status.reasons() {
+                if let Some(resource) = reason.strip_prefix("Insufficient ") {
+                    self.node_allocatable_rejections
+                        .with_label_values(&[resource])
+                        .inc();
+                }
+            }
+        }
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        if let Some(name) = self.lease_name.lock().as_deref() {
+            self.leader_election_master_status
+                .with_label_values(&[name])
+                .set(self.leader.get());
+        }
         let mut buf = Vec::new();
         let families = self.registry.gather();
         if TextEncoder::new().encode(&families, &mut buf).is_err() {
@@ -269,6 +340,27 @@ impl Metrics {
     }
 }
 
+/// The plugin whose `Insufficient` reasons are KEP-5517 node-allocatable rejections.
+const DYNAMIC_RESOURCES: &str = "DynamicResources";
+
+impl QueueObserver for Metrics {
+    fn incoming(&self, queue: &'static str, event: &str) {
+        self.queue_incoming.with_label_values(&[queue, event]).inc();
+    }
+
+    fn unschedulable(&self, plugin: &str, profile: &str, delta: i64) {
+        self.unschedulable_pods
+            .with_label_values(&[plugin, profile])
+            .add(delta);
+    }
+
+    fn event_handled(&self, event: &str, elapsed: Duration) {
+        self.event_handling
+            .with_label_values(&[event])
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
 impl FrameworkObserver for Metrics {
     fn extension_point(&self, profile: &str, point: &'static str, status: Code, elapsed: Duration) {
         self.extension_point_duration
@@ -279,6 +371,18 @@ impl FrameworkObserver for Metrics {
     fn plugin(&self, point: &'static str, plugin: &str, status: Code, elapsed: Duration) {
         self.plugin_duration
             .with_label_values(&[plugin, point, status.as_str()])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    fn plugin_evaluated(&self, profile: &str, point: &'static str, plugin: &str) {
+        self.plugin_evaluation
+            .with_label_values(&[plugin, point, profile])
+            .inc();
+    }
+
+    fn permit_wait(&self, status: Code, elapsed: Duration) {
+        self.permit_wait
+            .with_label_values(&[status.as_str()])
             .observe(elapsed.as_secs_f64());
     }
 }

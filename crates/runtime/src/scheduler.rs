@@ -216,8 +216,10 @@ impl Scheduler {
             frameworks.push(fwk.clone());
             profiles.insert(name, fwk);
         }
+        let configz = configz(cfg, &frameworks, &options.default_namespace);
         let qcfg = QueueConfig::builder()
             .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
+            .observer(Arc::new(metrics.clone()))
             .build();
         let queue =
             Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
@@ -226,7 +228,6 @@ impl Scheduler {
         let health = Health::default();
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
-            let configz = serde_json::to_string_pretty(&json!({"componentconfig": cfg})).unwrap_or_default();
             let (bound, _task) = crate::serve(addr, metrics.clone(), health.clone(), configz)
                 .await
                 .map_err(|error| RuntimeError::Serve { addr, error })?;
@@ -452,6 +453,7 @@ impl Scheduler {
                 renew_deadline: le.renew_deadline.0,
                 retry_period: le.retry_period.0,
             };
+            sh.metrics.set_lease_name(&lease.name);
             Some(tokio::spawn(run_leader_election(
                 self.client.clone(),
                 lease,
@@ -546,6 +548,18 @@ impl Scheduler {
         }
         result
     }
+}
+
+/// The `/configz` body: the effective configuration (defaults applied, the plugins each profile
+/// runs, the lease namespace actually used) under `componentconfig`, as upstream serves it.
+fn configz(cfg: &KubeSchedulerConfiguration, frameworks: &[Arc<Framework>], own_namespace: &str) -> String {
+    let mut effective = cfg.clone();
+    if effective.leader_election.resource_namespace.is_empty() {
+        effective.leader_election.resource_namespace = own_namespace.to_string();
+    }
+    let resolved: Vec<_> = frameworks.iter().map(|f| f.plugin_names()).collect();
+    serde_json::to_string_pretty(&json!({"componentconfig": effective.effective_json(&resolved)}))
+        .unwrap_or_default()
 }
 
 async fn periodic(sh: Arc<Shared>) {
@@ -701,6 +715,9 @@ fn handle_failure(
     start: Instant,
 ) {
     let profile = fwk.profile_name();
+    if let Some(fit) = &f.fit_error {
+        sh.metrics.observe_fit_error(fit);
+    }
     let result = if f.status.is_rejected() || f.fit_error.is_some() {
         "unschedulable"
     } else {

@@ -348,3 +348,81 @@ fn blocking_pop_and_close() {
     q.close();
     assert!(waiter.join().unwrap_or(false), "close wakes and ends pop");
 }
+
+/// Records what the queue reports for `scheduler_queue_incoming_pods_total` and
+/// `scheduler_unschedulable_pods`.
+#[derive(Debug, Default)]
+struct Recorder {
+    incoming: parking_lot::Mutex<Vec<(String, String)>>,
+    unschedulable: parking_lot::Mutex<std::collections::BTreeMap<(String, String), i64>>,
+}
+
+impl crate::QueueObserver for Recorder {
+    fn incoming(&self, queue: &'static str, event: &str) {
+        self.incoming.lock().push((queue.to_string(), event.to_string()));
+    }
+    fn unschedulable(&self, plugin: &str, profile: &str, delta: i64) {
+        *self
+            .unschedulable
+            .lock()
+            .entry((plugin.to_string(), profile.to_string()))
+            .or_default() += delta;
+    }
+}
+
+#[test]
+fn observer_sees_incoming_pods_and_rejector_counts() {
+    let rec = Arc::new(Recorder::default());
+    let obs: Arc<dyn crate::QueueObserver> = rec.clone();
+    let (q, _clock) = queue_with(vec![node_fit()], |b| b.observer(obs));
+    q.add(pod("a", 0));
+    q.add(pod("b", 0));
+    let a = pop_named(&q, "a");
+    assert_eq!(
+        fail(&q, a, &["NodeFit"], &[]),
+        Requeued::To(PodLocation::Unschedulable)
+    );
+    let b = pop_named(&q, "b");
+    assert_eq!(fail(&q, b, &[], &[]), Requeued::To(PodLocation::Backoff));
+    let profile = pod("a", 0).scheduler_name().to_string();
+    let key = ("NodeFit".to_string(), profile.clone());
+    assert_eq!(
+        rec.unschedulable.lock().get(&key),
+        Some(&1),
+        "one pod rejected by NodeFit"
+    );
+    let pair = |q: &str, e: &str| (q.to_string(), e.to_string());
+    assert_eq!(
+        *rec.incoming.lock(),
+        vec![
+            pair("active", crate::UNSCHEDULED_POD_ADD),
+            pair("active", crate::UNSCHEDULED_POD_ADD),
+            pair("unschedulable", crate::SCHEDULE_ATTEMPT_FAILURE),
+            pair("backoff", crate::SCHEDULE_ATTEMPT_FAILURE),
+        ]
+    );
+    // A node event wakes the rejected pod; popping it ends its count.
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n1", true));
+    let seen = rec.incoming.lock().clone();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(
+        seen[4].1,
+        well_known::NODE_ADD.label,
+        "woken by NodeAdd: {seen:?}"
+    );
+    assert!(q.location(&uid("a")).is_some());
+    let _ = q.try_pop();
+    let _ = q.try_pop();
+    assert_eq!(
+        rec.unschedulable.lock().get(&key),
+        Some(&0),
+        "popped: no longer counted"
+    );
+    // Deleting a rejected pod that waits in the pool also ends its count.
+    q.add(pod("c", 0));
+    let c = pop_named(&q, "c");
+    fail(&q, c, &["NodeFit"], &[]);
+    assert_eq!(rec.unschedulable.lock().get(&key), Some(&1));
+    q.delete(&pod("c", 0));
+    assert_eq!(rec.unschedulable.lock().get(&key), Some(&0));
+}
