@@ -808,7 +808,7 @@ const CALLS: &[Call] = &[
         "resourceclaims",
         "get",
         "fresh read before the finalizer patch and after a conflict",
-        Use::Soon,
+        Use::Now,
     ),
     call(
         "resource.k8s.io",

@@ -21,10 +21,7 @@ use std::{
     fmt::{self as stdfmt, Write as _},
     hash::{DefaultHasher, Hash, Hasher},
     io::IsTerminal,
-    sync::{
-        Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
@@ -213,15 +210,13 @@ impl Visit for Fingerprint {
 /// Suppresses repeats of the same record within [`REPEAT_WINDOW`] (INFO and above).
 #[derive(Default)]
 struct RepeatLimiter {
-    seen: Mutex<HashMap<u64, (Instant, u64)>>,
+    seen: parking_lot::Mutex<HashMap<u64, (Instant, u64)>>,
 }
 
 impl RepeatLimiter {
     /// Whether to write a record with this fingerprint now.
     fn admit(&self, key: u64, now: Instant) -> bool {
-        let Ok(mut seen) = self.seen.lock() else {
-            return true;
-        };
+        let mut seen = self.seen.lock();
         if seen.len() > 4096 {
             seen.retain(|_, (at, _)| now.duration_since(*at) < REPEAT_WINDOW);
         }
@@ -257,13 +252,14 @@ impl<S: Subscriber> Layer<S> for RepeatLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex as StdMutex};
+    use parking_lot::Mutex as StdMutex;
+    use std::sync::Arc;
 
     #[derive(Clone, Default)]
     struct Buf(Arc<StdMutex<Vec<u8>>>);
     impl std::io::Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            self.0.lock().extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -278,7 +274,7 @@ mod tests {
             .with(RepeatLimiter::default())
             .with(fmt::layer().with_writer(move || w.clone()).event_format(JsonLine));
         tracing::subscriber::with_default(subscriber, f);
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let text = String::from_utf8(buf.0.lock().clone()).unwrap();
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect()

@@ -145,8 +145,8 @@ fn read_write_once_pod_claim_has_one_user() {
     let message = second["message"].as_str().unwrap();
     assert!(
         message.starts_with(
-            "0/3 nodes are available: 3 node has pod using PersistentVolumeClaim with the same name \
-             and ReadWriteOncePod access mode. preemption:"
+            "0/3 nodes are available: 3 node(s) unavailable due to PersistentVolumeClaim with \
+             ReadWriteOncePod access mode already in-use by another pod. preemption:"
         ),
         "{message}"
     );

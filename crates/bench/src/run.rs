@@ -55,7 +55,7 @@ fn history_for(w: &Workload) -> usize {
 
 enum Under {
     Full(Arc<Scheduler>, tokio::task::JoinHandle<()>),
-    Limit(LimitScheduler),
+    Limit(Box<LimitScheduler>),
 }
 
 impl Under {
@@ -137,10 +137,10 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
         let client =
             kube::Client::try_from(kconfig).map_err(|e| BenchError::Setup(format!("API client: {e}")))?;
         match mode {
-            Mode::Limit => Ok(Under::Limit(LimitScheduler::start(
+            Mode::Limit => Ok(Under::Limit(Box::new(LimitScheduler::start(
                 client,
                 DEFAULT_SCHEDULER_NAME,
-            )?)),
+            )?))),
             _ => {
                 let options = SchedulerOptions {
                     config,

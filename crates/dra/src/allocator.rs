@@ -581,12 +581,12 @@ impl Allocator {
                     dev: di as u32,
                     gpool: 0,
                 };
-                match self.selectors_reject(claim, &alt.class_selectors, &d) {
+                match self.selectors_reject(claim, &alt.class_selectors, &d, None) {
                     Err(_) => return false,
                     Ok(Some(_)) => continue,
                     Ok(None) => {}
                 }
-                match self.selectors_reject(claim, &alt.selectors, &d) {
+                match self.selectors_reject(claim, &alt.selectors, &d, None) {
                     Err(_) => return false,
                     Ok(Some(_)) => continue,
                     Ok(None) => {}
