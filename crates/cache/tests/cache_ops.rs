@@ -865,32 +865,23 @@ fn concurrent_use() {
 /// it, so an 8e15-CPU pod does not fit beside it.
 #[test]
 fn huge_requests_leave_the_ledger_exact() {
-    use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod, PodSpec, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use unisched_framework::PodInfo;
 
     let huge_pod = |uid: &str, cpu: &str| {
-        Arc::new(PodInfo::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(format!("p-{uid}")),
-                namespace: Some("default".into()),
-                uid: Some(uid.into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some("big".into()),
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(common::list(&[("cpu", cpu)])),
-                        ..Default::default()
-                    }),
+        let spec = PodSpec {
+            node_name: Some("big".into()),
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(common::list(&[("cpu", cpu)])),
                     ..Default::default()
-                }],
+                }),
                 ..Default::default()
-            }),
-            status: None,
-        }))
+            }],
+            ..Default::default()
+        };
+        common::pod_from(uid, spec, None)
     };
     let cache = Cache::new();
     cache.add_node(Arc::new(Node {

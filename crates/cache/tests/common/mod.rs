@@ -200,6 +200,11 @@ fn shape(shape: usize) -> (PodSpec, Option<PodStatus>) {
 pub fn pod(uid: &str, node: Option<&str>, shape_idx: usize) -> Arc<PodInfo> {
     let (mut spec, status) = shape(shape_idx);
     spec.node_name = node.map(str::to_string);
+    pod_from(uid, spec, status)
+}
+
+/// Pod `uid` (named `p-<uid>` in `default`) with the given spec and status.
+pub fn pod_from(uid: &str, spec: PodSpec, status: Option<PodStatus>) -> Arc<PodInfo> {
     Arc::new(PodInfo::new(Pod {
         metadata: ObjectMeta {
             name: Some(format!("p-{uid}")),
