@@ -694,7 +694,8 @@ const fn lease(verb: &'static str, name: Option<&'static str>, why: &'static str
 }
 
 /// Every call the runtime makes (crates/runtime: informers.rs, writer.rs, events.rs, leader.rs)
-/// or is about to make. Keep in step with deploy/README.md's permission table.
+/// or is about to make. `readme_permission_table_is_the_call_table` keeps deploy/README.md's
+/// permission table equal to it; the upstream tier checks the calls a real API server sees.
 const CALLS: &[Call] = &[
     call("", "pods", "list", "pod informer (queue and cache)", Use::Now),
     call("", "pods", "watch", "pod informer", Use::Now),
@@ -1070,6 +1071,79 @@ fn rbac_allows_every_api_call_the_runtime_makes() {
     );
 }
 
+/// The permission table of deploy/README.md: `(group, resource, verb)` → the row's "used" column.
+///
+/// A row names one group, one or more resources (`pods, nodes`; `leases \`unisched\` only`) and a
+/// list of verbs; every combination is one entry.
+fn readme_permission_table() -> BTreeMap<(String, String, String), String> {
+    let text = read("deploy/README.md");
+    let mut rows = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| API group | resource | verbs |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .peekable();
+    assert!(rows.peek().is_some(), "deploy/README.md has no permission table");
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 6, "permission row with {} cells: {row}", cells.len());
+        let group = cells[0].trim_matches('`').trim_matches('"').to_string();
+        // Resource names are the lower-case words before any qualifier in backticks.
+        let resources: Vec<String> = cells[1]
+            .split(',')
+            .filter_map(|r| r.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        for resource in &resources {
+            for verb in cells[2].split(',').map(str::trim) {
+                let key = (group.clone(), resource.clone(), verb.to_string());
+                let used = cells[5].to_string();
+                assert!(
+                    out.insert(key, used).is_none(),
+                    "listed twice in deploy/README.md: {row}"
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn readme_permission_table_is_the_call_table() {
+    let table = readme_permission_table();
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for c in CALLS {
+        let key = (c.group.to_string(), c.resource.to_string(), c.verb.to_string());
+        seen.insert(key.clone());
+        match table.get(&key) {
+            None => problems.push(format!(
+                "{} {}/{} is made by the runtime but not in deploy/README.md",
+                c.verb, c.group, c.resource
+            )),
+            // A row may group a reserved verb with ones in use (lease `update`); a row that says
+            // it is not called must hold only reserved calls.
+            Some(used) if used.starts_with("granted, not called") && c.use_ == Use::Now => {
+                problems.push(format!(
+                    "{} {}/{} is called, but deploy/README.md says it is not",
+                    c.verb, c.group, c.resource
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    for (key, used) in &table {
+        if !seen.contains(key) {
+            problems.push(format!(
+                "deploy/README.md lists {} {}/{} ({used}), which no call needs",
+                key.2, key.0, key.1
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 #[test]
 fn rbac_grants_nothing_beyond_the_calls() {
     let m = manifests();
@@ -1250,11 +1324,28 @@ const SCHEMA_KEYWORDS: &[&str] = &[
     "minimum",
     "maximum",
     "minLength",
+    "maxLength",
+    "minItems",
+    "pattern",
+    "const",
+    "allOf",
+    "if",
+    "then",
+    "$ref",
+    "definitions",
 ];
 
 /// A JSON Schema (draft-07) validator for the keywords in SCHEMA_KEYWORDS; any other keyword in
-/// the schema fails the test, so the chart's schema cannot silently outgrow it.
+/// the schema fails the test, so the chart's schema cannot silently outgrow it. `$ref` resolves
+/// `#/definitions/<name>` in the chart's schema.
 fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
+    validate_at(schema, schema, v, path, errs);
+}
+
+fn validate_at(root: &Value, schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
+    let validate = |schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>| {
+        validate_at(root, schema, v, path, errs)
+    };
     let Some(s) = schema.as_object() else {
         errs.push(format!("{path}: schema is not an object"));
         return;
@@ -1265,6 +1356,46 @@ fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
                 "{path}: schema keyword {k} is not supported by this test's validator"
             ));
         }
+    }
+    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+        match r
+            .strip_prefix("#/definitions/")
+            .and_then(|d| root["definitions"].get(d))
+        {
+            Some(target) => validate(target, v, path, errs),
+            None => errs.push(format!("{path}: unresolved $ref {r}")),
+        }
+    }
+    for sub in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+        validate(sub, v, path, errs);
+    }
+    if let (Some(cond), Some(then)) = (s.get("if"), s.get("then")) {
+        let mut probe = Vec::new();
+        validate(cond, v, path, &mut probe);
+        if probe.is_empty() {
+            validate(then, v, path, errs);
+        }
+    }
+    if let Some(c) = s.get("const")
+        && c != v
+    {
+        errs.push(format!("{path}: {v} is not {c}"));
+    }
+    if let (Some(text), Some(p)) = (v.as_str(), s.get("pattern").and_then(Value::as_str)) {
+        let re = regex::Regex::new(p).unwrap_or_else(|e| panic!("{path}: pattern {p:?}: {e}"));
+        if !re.is_match(text) {
+            errs.push(format!("{path}: {text:?} does not match {p:?}"));
+        }
+    }
+    if let (Some(text), Some(max)) = (v.as_str(), s.get("maxLength").and_then(Value::as_u64))
+        && text.chars().count() as u64 > max
+    {
+        errs.push(format!("{path}: {text:?} is longer than {max}"));
+    }
+    if let (Some(arr), Some(min)) = (v.as_array(), s.get("minItems").and_then(Value::as_u64))
+        && (arr.len() as u64) < min
+    {
+        errs.push(format!("{path}: fewer than {min} items"));
     }
     if let Some(t) = s.get("type") {
         let types: Vec<&str> = match t {
@@ -1440,6 +1571,335 @@ fn actions(text: &str) -> Vec<String> {
 
 fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |v, k| v.get(k))
+}
+
+/// Errors of the chart's schema for `values.yaml` with `edit` applied.
+fn schema_errors(edit: impl FnOnce(&mut Value)) -> Vec<String> {
+    let mut values = helm_values();
+    edit(&mut values);
+    let mut errs = Vec::new();
+    validate(&helm_schema(), &values, "values", &mut errs);
+    errs
+}
+
+#[test]
+fn helm_schema_refuses_names_that_are_not_dns_1123() {
+    struct Case {
+        field: &'static str,
+        value: &'static str,
+        ok: bool,
+    }
+    let cases = [
+        Case {
+            field: "schedulerName",
+            value: "unisched",
+            ok: true,
+        },
+        Case {
+            field: "schedulerName",
+            value: "gpu.unisched-2",
+            ok: true,
+        },
+        Case {
+            field: "schedulerName",
+            value: "Bad_Name",
+            ok: false,
+        },
+        Case {
+            field: "schedulerName",
+            value: "-leading-dash",
+            ok: false,
+        },
+        Case {
+            field: "schedulerName",
+            value: "trailing.",
+            ok: false,
+        },
+        Case {
+            field: "schedulerName",
+            value: "",
+            ok: false,
+        },
+        Case {
+            field: "nameOverride",
+            value: "",
+            ok: true,
+        },
+        Case {
+            field: "nameOverride",
+            value: "sched",
+            ok: true,
+        },
+        Case {
+            field: "nameOverride",
+            value: "has.dot",
+            ok: false,
+        },
+        Case {
+            field: "fullnameOverride",
+            value: "UPPER",
+            ok: false,
+        },
+        Case {
+            field: "priorityClassName",
+            value: "",
+            ok: true,
+        },
+        Case {
+            field: "priorityClassName",
+            value: "Not Valid",
+            ok: false,
+        },
+    ];
+    for c in cases {
+        let errs = schema_errors(|v| v[c.field] = Value::from(c.value));
+        assert_eq!(errs.is_empty(), c.ok, "{} = {:?}: {errs:?}", c.field, c.value);
+    }
+    let long = "a".repeat(254);
+    assert!(!schema_errors(|v| v["schedulerName"] = Value::from(long)).is_empty());
+    let errs = schema_errors(|v| v["serviceAccount"]["name"] = Value::from("Bad_SA"));
+    assert!(!errs.is_empty(), "serviceAccount.name Bad_SA accepted");
+}
+
+/// Whether the scheduler accepts a profile that enables `name` with these args (plugins outside
+/// the default set, such as DeviceResources, decode their args only when enabled).
+fn scheduler_accepts(name: &str, args: &Value) -> Result<(), String> {
+    let yaml = serde_json::json!({"profiles": [{
+        "plugins": {"multiPoint": {"enabled": [{"name": name}]}},
+        "pluginConfig": [{"name": name, "args": args}],
+    }]});
+    let cfg = KubeSchedulerConfiguration::from_yaml(&yaml.to_string()).map_err(|e| e.to_string())?;
+    let (registry, _) = unisched_plugins::testing::in_tree_registry();
+    unisched_framework::Framework::new(&cfg.profiles[0], &registry)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn helm_schema_knows_the_shipped_plugins_and_which_take_args() {
+    let schema = helm_schema();
+    let (registry, _) = unisched_plugins::testing::in_tree_registry();
+    let shipped: BTreeSet<String> = registry.names().map(str::to_string).collect();
+    let listed: BTreeSet<String> = schema["definitions"]["pluginName"]["enum"]
+        .as_array()
+        .expect("pluginName enum")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, shipped, "definitions.pluginName vs the in-tree registry");
+    // A plugin with an args type rejects an unknown field while decoding it; the others say they
+    // take no args.
+    let with_args: BTreeSet<String> = shipped
+        .iter()
+        .filter(|n| {
+            let err = scheduler_accepts(n, &serde_json::json!({"noSuchField": 1}))
+                .expect_err(&format!("{n} accepts an unknown args field"));
+            err.contains("unknown field")
+        })
+        .cloned()
+        .collect();
+    let in_schema: BTreeSet<String> =
+        schema["properties"]["pluginConfig"]["items"]["properties"]["name"]["enum"]
+            .as_array()
+            .expect("pluginConfig name enum")
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+    assert_eq!(in_schema, with_args, "pluginConfig names vs plugins with args");
+    for n in &with_args {
+        assert!(
+            schema["definitions"].get(format!("{n}Args")).is_some(),
+            "no schema for {n}Args"
+        );
+    }
+}
+
+#[test]
+fn helm_schema_and_scheduler_agree_on_plugin_args() {
+    use serde_json::json;
+    struct Case {
+        plugin: &'static str,
+        args: Value,
+        /// The schema's verdict. The schema is structural: where it accepts, the scheduler may
+        /// still refuse a cross-field rule (sorted shapes), which `scheduler` states.
+        schema: bool,
+        scheduler: bool,
+    }
+    let case = |plugin, args, schema, scheduler| Case {
+        plugin,
+        args,
+        schema,
+        scheduler,
+    };
+    let cases = [
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 3}]}}),
+            true,
+            true,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"type": "Fancy"}}),
+            false,
+            false,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"resources": [{"name": "cpu", "weight": 101}]}}),
+            false,
+            false,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"ignoredResource": ["a"]}),
+            false,
+            false,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"kind": "NodeResourcesFitArgs", "apiVersion": "kubescheduler.config.k8s.io/v1", "includeDRAFootprint": false}),
+            true,
+            true,
+        ),
+        case("NodeResourcesFit", json!({"kind": "OtherArgs"}), false, false),
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]}}}),
+            true,
+            true,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 11}]}}}),
+            false,
+            false,
+        ),
+        case(
+            "NodeResourcesFit",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 2}]}}}),
+            true,
+            false,
+        ),
+        case(
+            "NodeResourcesBalancedAllocation",
+            json!({"resources": [{"name": "cpu", "weight": 1}]}),
+            true,
+            true,
+        ),
+        case(
+            "NodeResourcesBalancedAllocation",
+            json!({"resources": [{"name": "cpu", "weight": 2}]}),
+            false,
+            false,
+        ),
+        case(
+            "NodeResourcesBalancedAllocation",
+            json!({"resources": "cpu"}),
+            false,
+            false,
+        ),
+        case(
+            "DynamicResources",
+            json!({"filterTimeout": "5s", "bindingTimeout": "1m30s"}),
+            true,
+            true,
+        ),
+        case("DynamicResources", json!({"filterTimeout": "0s"}), true, true),
+        case(
+            "DynamicResources",
+            json!({"filterTimeout": "five seconds"}),
+            false,
+            false,
+        ),
+        case("DynamicResources", json!({"timeout": "5s"}), false, false),
+        case(
+            "DefaultPreemption",
+            json!({"minCandidateNodesPercentage": 10, "minCandidateNodesAbsolute": 100}),
+            true,
+            true,
+        ),
+        case(
+            "DefaultPreemption",
+            json!({"minCandidateNodesPercentage": 101}),
+            false,
+            false,
+        ),
+        case(
+            "DefaultPreemption",
+            json!({"minCandidateNodesAbsolute": -1}),
+            false,
+            false,
+        ),
+        case(
+            "InterPodAffinity",
+            json!({"hardPodAffinityWeight": 5, "ignorePreferredTermsOfExistingPods": true}),
+            true,
+            true,
+        ),
+        case(
+            "InterPodAffinity",
+            json!({"hardPodAffinityWeight": 101}),
+            false,
+            false,
+        ),
+        case(
+            "PodTopologySpread",
+            json!({"defaultingType": "List", "defaultConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]}),
+            true,
+            true,
+        ),
+        case(
+            "PodTopologySpread",
+            json!({"defaultingType": "Sometimes"}),
+            false,
+            false,
+        ),
+        case(
+            "PodTopologySpread",
+            json!({"defaultingType": "List", "defaultConstraints": [{"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}),
+            false,
+            false,
+        ),
+        case("VolumeBinding", json!({"bindTimeoutSeconds": 30}), true, true),
+        case("VolumeBinding", json!({"bindTimeoutSeconds": -1}), false, false),
+        case("NodeAffinity", json!({"addedAffinity": {}}), true, true),
+        case("NodeAffinity", json!({"added": {}}), false, false),
+        case(
+            "DeviceResources",
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "gpu.example.com", "weight": 2}]}}),
+            true,
+            true,
+        ),
+        case(
+            "DeviceResources",
+            json!({"scoringStrategy": {"type": "Fancy"}}),
+            false,
+            false,
+        ),
+        case("DeviceResources", json!({"shape": []}), false, false),
+        case("NodePorts", json!({}), false, true),
+    ];
+    for c in cases {
+        let errs = schema_errors(|v| {
+            v["pluginConfig"] = json!([{"name": c.plugin, "args": c.args.clone()}]);
+        });
+        assert_eq!(
+            errs.is_empty(),
+            c.schema,
+            "schema on {} {}: {errs:?}",
+            c.plugin,
+            c.args
+        );
+        let sched = scheduler_accepts(c.plugin, &c.args);
+        assert_eq!(
+            sched.is_ok(),
+            c.scheduler,
+            "scheduler on {} {}: {sched:?}",
+            c.plugin,
+            c.args
+        );
+    }
 }
 
 #[test]

@@ -390,6 +390,28 @@ fn granted() -> BTreeSet<(String, String, String)> {
     out
 }
 
+/// What deploy/README.md's permission table documents: (verb, group, resource) triples.
+fn documented() -> BTreeSet<(String, String, String)> {
+    let text = std::fs::read_to_string(repo().join("deploy/README.md")).unwrap();
+    let mut out = BTreeSet::new();
+    let rows = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| API group | resource | verbs |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'));
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let group = cells[0].trim_matches('`').trim_matches('"');
+        for resource in cells[1].split(',').filter_map(|r| r.split_whitespace().next()) {
+            for verb in cells[2].split(',').map(str::trim) {
+                out.insert((verb.to_string(), group.to_string(), resource.to_string()));
+            }
+        }
+    }
+    assert!(!out.is_empty(), "deploy/README.md has no permission table");
+    out
+}
+
 /// Starts `unisched run` with the ServiceAccount's kubeconfig and leader election.
 fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
     let mut cmd = Command::new(bin());
@@ -458,6 +480,17 @@ fn the_deployed_identity_is_never_denied_and_uses_only_what_rbac_grants() {
     assert!(
         ungranted.is_empty(),
         "requests outside deploy/ RBAC: {ungranted:?}"
+    );
+    // The calls a real server saw are the code's own table; the operator's table must hold them.
+    let docs = documented();
+    let undocumented: BTreeSet<_> = ours
+        .iter()
+        .map(|e| audit_key(e))
+        .filter(|k| !docs.contains(k))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "requests missing from deploy/README.md's permission table: {undocumented:?}"
     );
     eprintln!("audit: {} requests by {SA}, 0 denied", ours.len());
 }
