@@ -55,7 +55,9 @@ pub fn json_enabled() -> bool {
 pub fn default_filter(verbosity: u8) -> &'static str {
     match verbosity {
         // klog v0: only what it prints unconditionally.
-        0 | 1 => "warn,unisched::run=info,unisched_runtime::leader=info,kube=error,hyper=error,tower=error",
+        0 | 1 => {
+            "warn,unisched::run=info,unisched::sim=info,unisched_runtime::leader=info,kube=error,hyper=error,tower=error"
+        }
         2 | 3 => "info,kube=warn,hyper=warn,tower=warn",
         4 => {
             "info,unisched=debug,unisched_runtime=debug,unisched_framework=debug,unisched_sim=debug,kube=warn"

@@ -78,7 +78,14 @@ pub struct SimArgs {
     pub explain: bool,
 }
 
+/// A progress line for the user: plain `[sim] …` text, or under `--logging-format json` one
+/// record of the log stream (target `unisched::sim`, shown at every verbosity) so that stderr
+/// stays one JSON object per line.
 fn progress(msg: &str) {
+    if crate::logging::json_enabled() {
+        tracing::info!(target: "unisched::sim", "{msg}");
+        return;
+    }
     let mut e = std::io::stderr();
     let _ = writeln!(e, "[sim] {msg}");
 }

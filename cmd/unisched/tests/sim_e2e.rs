@@ -116,6 +116,40 @@ fn bad_scenario_is_rejected_before_anything_runs() {
 }
 
 #[test]
+fn json_logging_keeps_sim_progress_in_the_json_stream() {
+    let dir = tempdir("json-progress");
+    std::fs::write(dir.join("a.yaml"), node_yaml("n", "4", "8Gi")).unwrap();
+    std::fs::write(dir.join("b.yaml"), pod_yaml("p", "1")).unwrap();
+    for verbosity in ["0", "2"] {
+        let out = Command::new(bin())
+            .args(["--logging-format", "json", "-v", verbosity, "sim"])
+            .arg(&dir)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let records: Vec<serde_json::Value> = stderr
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("-v {verbosity}: not JSON ({e}): {l}"))
+            })
+            .collect();
+        assert!(
+            records.iter().any(|r| r["target"] == "unisched::sim"
+                && r["message"].as_str().is_some_and(|m| m.contains("control plane"))),
+            "-v {verbosity}: no sim progress record in {stderr}"
+        );
+        assert!(
+            !stderr.contains("[sim]"),
+            "-v {verbosity}: plain progress line in {stderr}"
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["summary"]["scheduled"], 1, "{report:#}");
+    }
+}
+
+#[test]
 fn kubectl_against_sim_serve() {
     let dir = tempdir("kubectl");
     std::fs::write(dir.join("nodes.yaml"), node_yaml("node-1", "4", "8Gi")).unwrap();
