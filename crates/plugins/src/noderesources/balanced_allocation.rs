@@ -1,11 +1,13 @@
-//! `NodeResourcesBalancedAllocation`: prefers nodes whose resource utilisation stays balanced across
-//! resources once the pod is placed (upstream `balanced_allocation.go`).
+//! `NodeResourcesBalancedAllocation`: prefers nodes whose resource utilisation becomes more
+//! balanced across resources when the pod is placed (upstream `balanced_allocation.go`).
 //!
-//! Formula (upstream 1.30–1.35): per resource with allocatable > 0, `fraction = min(requested /
-//! allocatable, 1)` using exact requests (existing pods plus this pod); the score is
-//! `⌊(1 − σ) × 100⌋` where σ is `|f₁ − f₂| / 2` for two resources and the population standard
-//! deviation otherwise. Newer upstream releases score the *improvement* in balance instead
-//! (unverified); unisched keeps the 1.35 formula.
+//! Per resource with allocatable > 0, `fraction = min(requested / allocatable, 1)` using exact
+//! requests; a node's balance is `⌊(1 − σ) × 100⌋` where σ is `|f₁ − f₂| / 2` for two resources
+//! and the population standard deviation otherwise. The score is the *change* in balance that the
+//! pod causes, as upstream 1.37 computes it (read in the 1.37.2 sources): `50 + (50 + balance with
+//! the pod − balance without it) / 2`, so 75 means "no change", 100 the best improvement and 50 the
+//! worst. Upstream up to 1.35 scored the balance with the pod alone; its test table moved with the
+//! formula, and the table below is the 1.37.2 one.
 //!
 //! PreScore returns Skip for pods that request none of the configured resources (best-effort pods),
 //! so they are not piled onto one node — unless DynamicResources recorded a node-allocatable
@@ -133,6 +135,32 @@ mod tests {
                 .alloc("cpu", "6")
                 .alloc("memory", "10000")
         };
+        let gpu = "nvidia.com/gpu";
+        let three = || {
+            vec![
+                ResourceSpec::new("cpu", 1),
+                ResourceSpec::new("memory", 1),
+                ResourceSpec::new(gpu, 1),
+            ]
+        };
+        let node =
+            |name: &str, cpu: &str, mem: &str| NodeBuilder::new(name).alloc("cpu", cpu).alloc("memory", mem);
+        // Two containers: 1 CPU + 2000 B and 2 CPU + 3000 B, upstream's usual requested pod.
+        let two_containers = |name: &str| {
+            PodBuilder::new(name)
+                .req("cpu", "1")
+                .req("memory", "2000")
+                .container("c1")
+                .req("cpu", "2")
+                .req("memory", "3000")
+        };
+        let cpu_only = |name: &str| {
+            PodBuilder::new(name)
+                .req("cpu", "1")
+                .container("c1")
+                .req("cpu", "2")
+        };
+        let on = |p: PodBuilder, node: &str| p.node_name(node).info();
         let cases = vec![
             Case {
                 name: "best-effort pod is skipped",
@@ -142,27 +170,106 @@ mod tests {
                 want: None,
             },
             Case {
-                name: "differently sized nodes",
+                // node1: 75% cpu, 50% mem (87, from 100) -> 68; node2: 50%, 50% (100, from 100) -> 75.
+                name: "nothing scheduled, resources requested, differently sized nodes",
                 resources: vec![],
-                pod: PodBuilder::new("p")
-                    .req("cpu", "1")
-                    .req("memory", "2000")
-                    .container("c1")
-                    .req("cpu", "2")
-                    .req("memory", "3000"),
+                pod: two_containers("p"),
                 nodes: vec![n1().info(), n2().info()],
-                // node1: cpu 0.75, mem 0.5 -> 87; node2: cpu 0.5, mem 0.5 -> 100
-                want: Some(vec![87, 100]),
+                want: Some(vec![68, 75]),
             },
             Case {
+                // node1: cpu 30% -> 60%, mem 0 -> 25% (85 -> 82); node2: 30 -> 60, 25 -> 50 (97 -> 95).
+                name: "resources requested, pods scheduled with resources",
+                resources: vec![],
+                pod: two_containers("p"),
+                nodes: vec![
+                    node("node1", "10", "20000").info_with([on(cpu_only("e1"), "node1")]),
+                    node("node2", "10", "20000").info_with([on(two_containers("e2"), "node2")]),
+                ],
+                want: Some(vec![73, 74]),
+            },
+            Case {
+                // node2: cpu 30 -> 60, mem 10 -> 20 of 50000 (90 -> 80).
+                name: "resources requested, pods scheduled with resources, differently sized nodes",
+                resources: vec![],
+                pod: two_containers("p"),
+                nodes: vec![
+                    node("node1", "10", "20000").info_with([on(cpu_only("e1"), "node1")]),
+                    node("node2", "10", "50000").info_with([on(two_containers("e2"), "node2")]),
+                ],
+                want: Some(vec![73, 70]),
+            },
+            Case {
+                // node1: cpu 100%, mem 0 -> 100% (50 -> 100); node2: mem 0 -> 100% (100 -> 50).
+                name: "nodes to reach min/max score",
+                resources: vec![],
+                pod: PodBuilder::new("p")
+                    .req("memory", "2000")
+                    .container("c1")
+                    .req("memory", "3000"),
+                nodes: vec![
+                    node("node1", "3", "5000").info_with([on(cpu_only("e1"), "node1")]),
+                    node("node2", "3", "5000").info(),
+                ],
+                want: Some(vec![100, 50]),
+            },
+            Case {
+                // node1: cpu 50 -> 100, mem 0 (75 -> 50); node2: cpu 50 -> 100, mem 50 (100 -> 75).
+                name: "requested resources at node capacity",
+                resources: vec![],
+                pod: cpu_only("p"),
+                nodes: vec![
+                    node("node1", "6", "10000").info_with([on(cpu_only("e1"), "node1")]),
+                    node("node2", "6", "10000").info_with([on(two_containers("e2"), "node2")]),
+                ],
+                want: Some(vec![62, 62]),
+            },
+            Case {
+                // node1: gpu 3 -> 4 of 8 (69 -> 70); node2: gpu 0 -> 1 (62 -> 65).
+                name: "a scalar resource the pod requests is scored",
+                resources: three(),
+                pod: PodBuilder::new("p")
+                    .req("cpu", "0")
+                    .req("memory", "0")
+                    .req(gpu, "1"),
+                nodes: vec![
+                    node("node1", "3500m", "40000").alloc(gpu, "8").info_with([on(
+                        PodBuilder::new("e1")
+                            .req("cpu", "1")
+                            .req("memory", "2000")
+                            .container("c1")
+                            .req("cpu", "2")
+                            .req("memory", "3000")
+                            .req(gpu, "3"),
+                        "node1",
+                    )]),
+                    node("node2", "3500m", "40000")
+                        .alloc(gpu, "8")
+                        .info_with([on(two_containers("e2"), "node2")]),
+                ],
+                want: Some(vec![75, 76]),
+            },
+            Case {
+                // cpu 0 -> 85.7%, mem 0 -> 12.5%, gpu left out (100 -> 63).
+                name: "a scalar resource the pod does not request is left out",
+                resources: three(),
+                pod: two_containers("p"),
+                nodes: vec![
+                    node("node1", "3500m", "40000").alloc(gpu, "8").info(),
+                    node("node2", "3500m", "40000").info(),
+                ],
+                want: Some(vec![56, 56]),
+            },
+            Case {
+                // cpu 25 -> 50, mem 0 -> 10 (87 -> 80).
                 name: "existing pods count with exact requests",
                 resources: vec![],
                 pod: PodBuilder::new("p").req("cpu", "1").req("memory", "1000"),
                 nodes: vec![n1().info_with([PodBuilder::new("e").node_name("node1").req("cpu", "1").info()])],
-                // cpu 2000/4000 = 0.5, mem 1000/10000 = 0.1 -> std 0.2 -> 80
-                want: Some(vec![80]),
+                want: Some(vec![71]),
             },
             Case {
+                // cpu capped at 100%, mem ~0 (100 -> 50).
                 name: "over capacity capped at one",
                 resources: vec![],
                 pod: PodBuilder::new("p").req("cpu", "8").req("memory", "1"),
@@ -170,6 +277,7 @@ mod tests {
                 want: Some(vec![50]),
             },
             Case {
+                // fractions 0.25, 0.5, 0.75 (100 -> 79).
                 name: "three resources",
                 resources: vec![
                     ResourceSpec::new("cpu", 1),
@@ -181,19 +289,7 @@ mod tests {
                     .req("memory", "5000")
                     .req("example.com/foo", "3"),
                 nodes: vec![n1().alloc("example.com/foo", "4").info()],
-                // fractions 0.25, 0.5, 0.75 -> std 0.204 -> 79
-                want: Some(vec![79]),
-            },
-            Case {
-                name: "unrequested scalar ignored",
-                resources: vec![
-                    ResourceSpec::new("cpu", 1),
-                    ResourceSpec::new("memory", 1),
-                    ResourceSpec::new("example.com/foo", 1),
-                ],
-                pod: PodBuilder::new("p").req("cpu", "2").req("memory", "5000"),
-                nodes: vec![n1().alloc("example.com/foo", "4").info()],
-                want: Some(vec![100]),
+                want: Some(vec![64]),
             },
         ];
         for c in cases {
@@ -224,19 +320,19 @@ mod tests {
                 name: "spec pod with footprint",
                 pod: PodBuilder::new("p").req("memory", "5000"),
                 include: true,
-                want: Some(vec![100, 75]),
+                want: Some(vec![75, 62]),
             },
             Case {
                 name: "footprint disabled",
                 pod: PodBuilder::new("p").req("memory", "5000"),
                 include: false,
-                want: Some(vec![75, 75]),
+                want: Some(vec![62, 62]),
             },
             Case {
                 name: "best-effort pod with a footprint is scored",
                 pod: PodBuilder::new("p"),
                 include: true,
-                want: Some(vec![75, 100]),
+                want: Some(vec![62, 75]),
             },
             Case {
                 name: "best-effort pod, footprint disabled",
@@ -269,8 +365,9 @@ mod tests {
                     .alloc("memory", "10000")
                     .info(),
             ];
-            // a with the footprint: cpu 0.5 and mem 0.5 -> 100; a best-effort pod: cpu 0.5, mem 0 -> 75.
-            // b (no footprint): cpu 0, mem 0.5 -> 75; best-effort: 0 and 0 -> 100.
+            // Both nodes start empty (balance 100). a with the footprint: cpu 0.5 and mem 0.5 -> 100,
+            // no change -> 75; a best-effort pod: cpu 0.5, mem 0 -> 75 -> 62. b (no footprint):
+            // cpu 0, mem 0.5 -> 75 -> 62; best-effort: nothing changes -> 75.
             assert_eq!(run(&pl, &mut state, &c.pod.info(), nodes), c.want, "{}", c.name);
         }
     }

@@ -97,11 +97,16 @@ fn utilization_percent(requested: i64, capacity: i64) -> i64 {
 /// Scores one node from `(requested, allocatable, weight)` per resource. Entries with zero
 /// allocatable are ignored.
 pub(crate) fn score_vector(strategy: &Strategy, entries: &[(i64, i64, i64)]) -> i64 {
-    let live = entries.iter().filter(|(_, alloc, _)| *alloc != 0);
+    score_entries(strategy, entries.iter().copied())
+}
+
+/// [`score_vector`] over any re-iterable sequence of entries (no buffer needed).
+fn score_entries(strategy: &Strategy, entries: impl Iterator<Item = (i64, i64, i64)> + Clone) -> i64 {
+    let live = entries.filter(|(_, alloc, _)| *alloc != 0);
     match strategy {
         Strategy::LeastAllocated | Strategy::MostAllocated => {
             let (mut sum, mut weights) = (0i64, 0i64);
-            for &(req, alloc, w) in live {
+            for (req, alloc, w) in live {
                 let s = if *strategy == Strategy::LeastAllocated {
                     least_requested(req, alloc)
                 } else {
@@ -114,7 +119,7 @@ pub(crate) fn score_vector(strategy: &Strategy, entries: &[(i64, i64, i64)]) -> 
         }
         Strategy::RequestedToCapacityRatio(shape) => {
             let (mut sum, mut weights) = (0i64, 0i64);
-            for &(req, alloc, w) in live {
+            for (req, alloc, w) in live {
                 let p = if req > alloc {
                     100
                 } else {
@@ -133,7 +138,7 @@ pub(crate) fn score_vector(strategy: &Strategy, entries: &[(i64, i64, i64)]) -> 
             }
         }
         Strategy::Balanced => {
-            let fraction = |&(req, alloc, _): &(i64, i64, i64)| (req as f64 / alloc as f64).min(1.0);
+            let fraction = |(req, alloc, _): (i64, i64, i64)| (req as f64 / alloc as f64).min(1.0);
             let n = live.clone().count();
             let std = match n {
                 0 | 1 => 0.0,
@@ -150,6 +155,16 @@ pub(crate) fn score_vector(strategy: &Strategy, entries: &[(i64, i64, i64)]) -> 
             ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
         }
     }
+}
+
+/// BalancedAllocation's score in upstream 1.37 (read in the 1.37.2 sources): how much placing the pod improves the node's
+/// balance. Both balances lie in `[50, 100]` (σ of fractions in `[0, 1]` is at most ½), so their
+/// difference lies in `[-50, 50]`; the score maps it back onto `[50, 100]`, 75 meaning "no change".
+/// A node the pod leaves as balanced as it found it therefore scores the same whether it is empty
+/// or busy, which the older `(1 − σ) × 100` after placement did not.
+pub(crate) fn balance_improvement(with_pod: i64, without_pod: i64) -> i64 {
+    let half = MAX_NODE_SCORE / 2;
+    half + (half + with_pod - without_pod) / 2
 }
 
 /// The scorer of one plugin: resources with weights, a strategy, and which requests it uses.
@@ -268,6 +283,7 @@ impl ResourceAllocationScorer {
             return Err(Status::error("resources not found"));
         }
         let extra: Option<Resource> = pre.footprints.as_ref().and_then(|f| f.get(node.name()));
+        // `(requested with the pod, allocatable, weight)` and the pod's own part of the first.
         let entry = |i: usize, (name, weight): &(String, i64)| {
             let mut pod_request = pre.pod_requests.get(i).copied().unwrap_or(0);
             if let Some(extra) = &extra {
@@ -280,25 +296,42 @@ impl ResourceAllocationScorer {
                 let (capacity, allocated) = devices.count(node);
                 (alloc, req) = (capacity, allocated.saturating_add(pod_request));
             }
-            (req, alloc, *weight)
+            ((req, alloc, *weight), pod_request)
         };
         // Score runs for every feasible node: keep the usual handful of resources off the heap.
         const INLINE: usize = 8;
-        if self.resources.len() <= INLINE {
-            let mut buf = [(0i64, 0i64, 0i64); INLINE];
-            for (i, r) in self.resources.iter().enumerate() {
-                buf[i] = entry(i, r);
-            }
-            Ok(score_vector(&self.strategy, &buf[..self.resources.len()]))
-        } else {
-            let entries: Vec<(i64, i64, i64)> = self
+        let n = self.resources.len();
+        if n > INLINE {
+            let entries: Vec<_> = self
                 .resources
                 .iter()
                 .enumerate()
                 .map(|(i, r)| entry(i, r))
                 .collect();
-            Ok(score_vector(&self.strategy, &entries))
+            return Ok(self.combine(&entries));
         }
+        let mut buf = [((0i64, 0i64, 0i64), 0i64); INLINE];
+        for (i, r) in self.resources.iter().enumerate() {
+            buf[i] = entry(i, r);
+        }
+        Ok(self.combine(&buf[..n]))
+    }
+
+    /// The node score from `((requested with the pod, allocatable, weight), the pod's request)`
+    /// per resource: the strategy applied to the node with the pod, and for BalancedAllocation the
+    /// change in balance against the node without it.
+    fn combine(&self, entries: &[((i64, i64, i64), i64)]) -> i64 {
+        let with_pod = entries.iter().map(|&(e, _)| e);
+        if self.strategy != Strategy::Balanced {
+            return score_entries(&self.strategy, with_pod);
+        }
+        let without_pod = entries
+            .iter()
+            .map(|&((req, alloc, w), pod)| (req.saturating_sub(pod), alloc, w));
+        balance_improvement(
+            score_entries(&Strategy::Balanced, with_pod),
+            score_entries(&Strategy::Balanced, without_pod),
+        )
     }
 }
 
