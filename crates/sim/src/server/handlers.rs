@@ -113,6 +113,12 @@ async fn handle(
             Some(v) => json_value(StatusCode::OK, &v),
             None => not_found(),
         },
+        ["openapi", "v2"] if !openapi::v2_acceptable(accept(headers)) => json_value(
+            StatusCode::NOT_ACCEPTABLE,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("only application/json is served for /openapi/v2 (asked for {})", accept(headers)),
+                "reason": "NotAcceptable", "code": 406}),
+        ),
         ["openapi", "v2"] => openapi_document(app, uri, || Some(openapi::v2(registry))),
         ["openapi", "v3"] => openapi_document(app, uri, || Some(openapi::v3_root(registry))),
         ["openapi", "v3", "api", version] => {

@@ -153,6 +153,16 @@ pub(crate) fn v3_gv(registry: &Registry, group: &str, version: &str) -> Option<V
     }))
 }
 
+/// Whether a client with this `Accept` header takes the JSON form of `/openapi/v2`. kube-apiserver
+/// also serves it in gnostic's protobuf encoding, which client-go asks for exclusively; this server
+/// does not encode it and answers such a request with 406 instead of bytes the client cannot read.
+pub(crate) fn v2_acceptable(accept: &str) -> bool {
+    accept.split(',').any(|t| {
+        let t = t.split(';').next().unwrap_or_default().trim();
+        matches!(t, "application/json" | "application/*" | "*/*" | "")
+    })
+}
+
 /// `/openapi/v2`: a Swagger 2.0 document with the schemas of every served kind. Its paths carry no
 /// operations (see the module documentation).
 pub(crate) fn v2(registry: &Registry) -> Value {
@@ -263,6 +273,16 @@ mod tests {
             spec["allOf"][0]["$ref"],
             "#/definitions/io.k8s.api.core.v1.PodSpec"
         );
+    }
+
+    #[test]
+    fn v2_is_json_only() {
+        assert!(v2_acceptable("application/json"));
+        assert!(v2_acceptable("application/json, */*"));
+        assert!(v2_acceptable("*/*;q=0.8"));
+        assert!(!v2_acceptable(
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+        ));
     }
 
     #[test]
