@@ -380,7 +380,7 @@ fn message(name: &'static str, b: &[u8], depth: usize) -> Result<Map<String, Val
             }
         } else if def.repeated {
             push(&mut out, def.json, v);
-        } else if def.keep_zero && !v.is_null() || !is_zero(&v) {
+        } else if (def.keep_zero && !v.is_null()) || !is_zero(&v) {
             out.insert(def.json.to_string(), v);
         }
     }
