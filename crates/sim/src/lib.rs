@@ -23,24 +23,27 @@
 //!
 //! The resources of [`Registry::default`] (one line each): namespaces, nodes, pods (`/status`,
 //! `/binding`, `/eviction`), core and `events.k8s.io` events, configmaps, secrets, service accounts, PVs, PVCs, leases, priority classes,
-//! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds; `/version`, legacy
-//! discovery (`/api`, `/apis`, per group/version), `/healthz`/`/livez`/`/readyz`, and skeleton
-//! `/openapi/v3` documents. Verbs: get, list (label and field selectors, `limit`/`continue`,
+//! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds, plus Services,
+//! Deployments and the RBAC kinds as stored objects without behaviour (so `deploy/manifests`
+//! applies); `/version`, legacy discovery (`/api`, `/apis`, per group/version),
+//! `/healthz`/`/livez`/`/readyz`, and `/openapi/v2` and `/openapi/v3` documents with the
+//! k8s-openapi schemas. Verbs: get, list (label and field selectors, `limit`/`continue`,
 //! `resourceVersionMatch=Exact`), watch (resume from a resourceVersion, bookmarks, `timeoutSeconds`,
 //! `sendInitialEvents`, 410 as an ERROR event), create (`generateName`, `dryRun`), update, patch
 //! (merge, JSON, strategic merge, and an approximated server-side apply), delete (finalizers,
-//! preconditions, propagation policies) and deletecollection. Bodies are JSON, YAML, or protobuf for
-//! the kinds kubectl's generators and `drain` send; answers are JSON; `kubectl get` gets `Table`s.
+//! preconditions, propagation policies) and deletecollection; `dryRun=All` on every write. Bodies
+//! are JSON, YAML, or protobuf for Pods and the kinds kubectl's generators and `drain` send; answers are JSON; `kubectl get` gets `Table`s.
 //! `docs/sim-fidelity.md` compares all of this with kube-apiserver.
 //!
 //! # kubectl
 //!
 //! `kubectl --kubeconfig <file from kubeconfig_yaml>` works for `get` (tables, `-o yaml/json/wide`,
-//! `-w`), `describe`, `create -f`, `apply -f`, `delete`, `label`, `annotate`, `cordon`, `get --raw`.
-//! No flag is needed: the OpenAPI v3 skeleton tells kubectl that the server validates fields, and
+//! `-w`), `describe`, `create -f`, `apply -f` / `-k`, `apply --dry-run=server`, `diff`, `explain`,
+//! `delete`, `label`, `annotate`, `cordon`, `drain`, `get --raw`.
+//! No flag is needed: the OpenAPI v3 documents tell kubectl that the server validates fields, and
 //! the server does (`fieldValidation=Strict` rejects unknown fields, `Warn` answers with `Warning`
 //! headers). `create namespace|configmap|secret|serviceaccount` and `drain` send protobuf, which is
-//! read for those kinds. `kubectl explain` has no schemas to show.
+//! read for those kinds.
 //!
 //! # Semantics worth knowing
 //!

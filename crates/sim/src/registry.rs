@@ -12,13 +12,15 @@
 
 use std::collections::HashMap;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event as CoreEvent, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
-    ServiceAccount,
+    Service, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event as EventsEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -71,6 +73,10 @@ pub type Validator = fn(&Value) -> Result<(), (String, String)>;
 /// The paths of fields the kind's schema does not declare (for `fieldValidation=Strict`).
 pub type UnknownFields = fn(&Value) -> Vec<String>;
 
+/// Adds the kind's JSON schema (and those it refers to) to a generator's definitions and returns a
+/// reference to it (for the `/openapi` documents).
+pub type SchemaOf = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
 /// One served resource.
 #[derive(Clone, Debug)]
 pub struct ResourceType {
@@ -102,6 +108,12 @@ pub struct ResourceType {
     pub validate: Validator,
     /// Lists fields the k8s-openapi type does not know.
     pub unknown_fields: UnknownFields,
+    /// The k8s-openapi type's schema.
+    pub schema: SchemaOf,
+}
+
+fn schema_as<K: schemars::JsonSchema>(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    generator.subschema_for::<K>()
 }
 
 fn validate_as<K: DeserializeOwned>(v: &Value) -> Result<(), (String, String)> {
@@ -163,7 +175,11 @@ impl ResourceType {
     /// A resource described by a k8s-openapi type, without a status subresource.
     pub fn of<K>() -> Self
     where
-        K: k8s_openapi::Resource + k8s_openapi::ListableResource + DeserializeOwned + serde::Serialize,
+        K: k8s_openapi::Resource
+            + k8s_openapi::ListableResource
+            + DeserializeOwned
+            + serde::Serialize
+            + schemars::JsonSchema,
         K::Scope: ScopeInfo,
     {
         Self {
@@ -181,6 +197,7 @@ impl ResourceType {
             categories: Vec::new(),
             validate: validate_as::<K>,
             unknown_fields: unknown_fields_as::<K>,
+            schema: schema_as::<K>,
         }
     }
 
@@ -240,7 +257,9 @@ pub struct Registry {
 impl Default for Registry {
     /// Everything unisched needs: core (namespaces, nodes, pods, events, configmaps, PVs, PVCs),
     /// events.k8s.io, coordination, scheduling, policy, storage (storage classes, CSI nodes) and the
-    /// DRA kinds of resource.k8s.io/v1.
+    /// DRA kinds of resource.k8s.io/v1; plus, as stored objects without behaviour, the kinds of
+    /// `deploy/manifests` (Services, Deployments, the RBAC kinds), so that the scheduler's own
+    /// manifests can be applied to the simulator.
     fn default() -> Self {
         use StatusPolicy::{ClearOnCreate, KeepOnCreate};
         Self::new(vec![
@@ -276,6 +295,18 @@ impl Default for Registry {
             ResourceType::of::<ResourceClaimTemplate>(),
             ResourceType::of::<DeviceClass>(),
             ResourceType::of::<DeviceTaintRule>().status(ClearOnCreate),
+            ResourceType::of::<Service>()
+                .status(ClearOnCreate)
+                .short(&["svc"])
+                .categories(&["all"]),
+            ResourceType::of::<Deployment>()
+                .status(ClearOnCreate)
+                .short(&["deploy"])
+                .categories(&["all"]),
+            ResourceType::of::<Role>(),
+            ResourceType::of::<ClusterRole>(),
+            ResourceType::of::<RoleBinding>(),
+            ResourceType::of::<ClusterRoleBinding>(),
         ])
     }
 }

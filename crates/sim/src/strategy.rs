@@ -157,6 +157,20 @@ pub(crate) fn prepare_update(
     Ok(())
 }
 
+/// RBAC objects are named like `system:kube-scheduler`: kube-apiserver only asks that the name can
+/// be one segment of a URL path.
+fn check_path_segment(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        Err("must be non-empty".into())
+    } else if name == "." || name == ".." {
+        Err(format!("may not be '{name}'"))
+    } else if let Some(c) = name.chars().find(|c| *c == '/' || *c == '%') {
+        Err(format!("may not contain '{c}'"))
+    } else {
+        Ok(())
+    }
+}
+
 /// Decodes the object into its k8s-openapi type and runs the generic and kind-specific checks.
 pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError> {
     let name = name_of(obj);
@@ -175,6 +189,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
     }
     let name_check = if rt.is("", "Namespace") {
         check_dns_label(name)
+    } else if rt.group == "rbac.authorization.k8s.io" {
+        check_path_segment(name)
     } else {
         check_dns_subdomain(name)
     };

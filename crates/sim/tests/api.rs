@@ -10,8 +10,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
-    WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceExt,
+    WatchEvent, WatchParams,
 };
 use kube::core::response::Status;
 use kube::runtime::watcher;
@@ -810,4 +810,118 @@ async fn kube_watcher_sees_events_in_order() {
         ["init", "apply:a", "apply:b", "apply:c", "delete:b"]
     );
     server.shutdown().await;
+}
+
+/// `dryRun=All` on every verb: the request is validated and admitted, the answer is what would be
+/// stored, and nothing is stored: no resourceVersion moves and no watch event is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_on_create_update_patch_and_delete_stores_nothing() {
+    let (server, client) = start().await;
+    let store = server.store();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let rv0 = store.resource_version();
+    let mut events = pods
+        .watch(&WatchParams::default(), &rv0.to_string())
+        .await
+        .unwrap()
+        .boxed();
+
+    // create: defaults and a uid as if stored, no resourceVersion, nothing in the store.
+    let created = pods.create(&dry, &pod("d")).await.unwrap();
+    assert!(created.metadata.uid.as_deref().is_some_and(|u| u.len() == 36));
+    assert!(
+        created
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert_eq!(
+        created.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()),
+        Some("default-scheduler")
+    );
+    assert!(store.try_get("pods", Some("default"), "d").is_none());
+    // Admission runs: an invalid pod is refused also in a dry run.
+    let mut bad = pod("bad");
+    bad.spec.as_mut().unwrap().containers.clear();
+    let err = api_err(pods.create(&dry, &bad).await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(store.resource_version(), rv0);
+
+    let real = pods.create(&PostParams::default(), &pod("d")).await.unwrap();
+    let rv1 = store.resource_version();
+    assert!(matches!(events.next().await, Some(Ok(WatchEvent::Added(_)))));
+
+    // update
+    let mut changed = real.clone();
+    changed.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
+    let updated = pods.replace("d", &dry, &changed).await.unwrap();
+    assert_eq!(updated.labels().get("app").map(String::as_str), Some("db"));
+    assert_eq!(updated.metadata.resource_version, real.metadata.resource_version);
+    assert_eq!(
+        store.get("pods", Some("default"), "d").unwrap()["metadata"]["labels"]["app"],
+        "web"
+    );
+
+    // patch (merge and server-side apply)
+    let pp = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let patched = pods
+        .patch(
+            "d",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "x"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.labels().get("tier").map(String::as_str), Some("x"));
+    let applied = pods
+        .patch(
+            "d",
+            &PatchParams::apply("test").dry_run(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "d", "labels": {"tier": "y"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.labels().get("tier").map(String::as_str), Some("y"));
+    assert!(
+        store.get("pods", Some("default"), "d").unwrap()["metadata"]["labels"]
+            .get("tier")
+            .is_none()
+    );
+    // A dry-run patch that would create (apply of a missing object) creates nothing.
+    pods.patch(
+        "new",
+        &PatchParams::apply("test").dry_run(),
+        &Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "new"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(store.try_get("pods", Some("default"), "new").is_none());
+
+    // delete
+    let dp = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    pods.delete("d", &dp).await.unwrap();
+    assert!(store.try_get("pods", Some("default"), "d").is_some());
+
+    assert_eq!(store.resource_version(), rv1);
+    // No event for any of the dry runs: the next one seen is the real delete.
+    pods.delete("d", &DeleteParams::default()).await.unwrap();
+    match events.next().await {
+        Some(Ok(WatchEvent::Deleted(p))) => assert_eq!(p.metadata.name.as_deref(), Some("d")),
+        other => panic!("expected the real delete, got {other:?}"),
+    }
 }

@@ -1,4 +1,6 @@
-//! kubectl (if on PATH) against the simulator: create, get, get -o yaml, apply, delete.
+//! kubectl against the simulator: create, get, get -o yaml, apply, delete, the protobuf generators,
+//! explain, diff and the scheduler's own manifests. kubectl must be on PATH: without it these tests
+//! fail (they are the proof that kubectl works against the server, so they never pass vacuously).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Tests: a failure is a panic.
 
 use std::path::{Path, PathBuf};
@@ -36,12 +38,36 @@ impl Kubectl {
     }
 }
 
-fn kubectl_present() -> bool {
-    std::process::Command::new("kubectl")
+/// Fails the test when kubectl is missing.
+fn require_kubectl() {
+    let present = std::process::Command::new("kubectl")
         .arg("version")
         .arg("--client")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    assert!(present, "kubectl is not on PATH: these tests need it");
+}
+
+/// A served simulator (controllers as given) and kubectl configured for it in a fresh directory.
+async fn serve(controllers: bool, tag: &str) -> (unisched_sim::RunningServer, Kubectl, PathBuf) {
+    require_kubectl();
+    let running = ApiServer::builder()
+        .controllers(controllers)
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "unisched-sim-kubectl-{tag}-{}-{}",
+        std::process::id(),
+        running.addr.port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let k = Kubectl {
+        kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())),
+        cache: dir.join("cache"),
+    };
+    (running, k, dir)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -79,25 +105,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_create_get_apply_delete() {
-    if !kubectl_present() {
-        println!("NOTE: kubectl is not on PATH; skipping the kubectl test");
-        return;
-    }
-    let running = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "unisched-sim-kubectl-{}-{}",
-        std::process::id(),
-        running.addr.port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let k = Kubectl {
-        kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())),
-        cache: dir.join("cache"),
-    };
+    let (running, k, dir) = serve(true, "crud").await;
     let pod_file = write(&dir, "pod.yaml", &POD.replace("IMAGE", "nginx:1"));
 
     let out = k.ok(&["create", "-f", &pod_file]).await;
@@ -172,26 +180,7 @@ async fn kubectl_create_get_apply_delete() {
 /// kubectl's generators and `drain` send protobuf bodies (objects, `Eviction`, `DeleteOptions`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_generators_and_drain_send_protobuf() {
-    if !kubectl_present() {
-        println!("NOTE: kubectl is not on PATH; skipping the kubectl test");
-        return;
-    }
-    let running = ApiServer::builder()
-        .controllers(false)
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "unisched-sim-kubectl-pb-{}-{}",
-        std::process::id(),
-        running.addr.port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let k = Kubectl {
-        kubeconfig: PathBuf::from(write(&dir, "kubeconfig", &running.kubeconfig())),
-        cache: dir.join("cache"),
-    };
+    let (running, k, dir) = serve(false, "pb").await;
     let store = running.store();
 
     let out = k.ok(&["create", "namespace", "team"]).await;
@@ -282,6 +271,213 @@ async fn kubectl_generators_and_drain_send_protobuf() {
         .await;
     assert!(out.contains("pod \"c\" force deleted"), "{out}");
 
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `kubectl explain` reads the served OpenAPI v3 schemas, with upstream's field documentation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_prints_field_docs() {
+    let (running, k, dir) = serve(false, "explain").await;
+    let out = k.ok(&["explain", "pod.spec.containers"]).await;
+    assert!(
+        out.contains("FIELD: containers <[]Container>")
+            && out.contains("List of containers belonging to the pod")
+            && out.contains("image\t<string>"),
+        "{out}"
+    );
+    let out = k.ok(&["explain", "resourceclaims.spec.devices"]).await;
+    assert!(
+        out.contains("GROUP:      resource.k8s.io")
+            && out.contains("FIELD: devices <DeviceClaim>")
+            && out.contains("requests\t<[]DeviceRequest>"),
+        "{out}"
+    );
+    // The v2 document is JSON only: kubectl asks for protobuf and is told so (406), not fed
+    // bytes it cannot parse.
+    let (ok, _, err) = k.run(&["explain", "pod", "--output=plaintext-openapiv2"]).await;
+    assert!(!ok && err.contains("NotAcceptable"), "{err}");
+    let out = k.ok(&["get", "--raw", "/openapi/v2"]).await;
+    let v2: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v2["swagger"], "2.0");
+    assert!(v2["definitions"]["io.k8s.api.apps.v1.Deployment"].is_object());
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `kubectl diff` (a dry-run patch) exits 0 for an unchanged object and 1 for a changed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_diff_unchanged_is_0_changed_is_1() {
+    let (running, k, dir) = serve(false, "diff").await;
+    let pod = write(&dir, "pod.yaml", &POD.replace("IMAGE", "nginx:1"));
+    // Created without kubectl's last-applied annotation: diff sends `annotations: {}`.
+    k.ok(&["create", "-f", &pod]).await;
+    let cm = write(
+        &dir,
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  a: \"1\"\n",
+    );
+    k.ok(&["apply", "-f", &cm]).await;
+    let rv = running.store().resource_version();
+    for file in [&pod, &cm] {
+        let (ok, out, err) = k.run(&["diff", "-f", file]).await;
+        assert!(
+            ok && out.is_empty(),
+            "diff of {file} should be empty:\n{out}\n{err}"
+        );
+        let (ok, out, err) = k.run(&["diff", "--server-side", "-f", file]).await;
+        assert!(ok && out.is_empty(), "server-side diff of {file}:\n{out}\n{err}");
+    }
+    let changed = write(&dir, "pod2.yaml", &POD.replace("IMAGE", "nginx:2"));
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(&k.kubeconfig)
+        .arg("--cache-dir")
+        .arg(&k.cache);
+    let out = cmd.args(["diff", "-f", &changed]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("-  - image: nginx:1") && text.contains("+  - image: nginx:2"),
+        "{text}"
+    );
+    // Diffs are dry runs: nothing was written.
+    assert_eq!(running.store().resource_version(), rv);
+    assert_eq!(
+        running.store().get("pods", Some("default"), "x").unwrap()["spec"]["containers"][0]["image"],
+        "nginx:1"
+    );
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scheduler's own manifests: a server-side dry run stores nothing, a real apply stores them
+/// all, and discovery lists their kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_deploy_manifests() {
+    let (running, k, dir) = serve(false, "manifests").await;
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/manifests");
+    let out = k.ok(&["api-resources", "--no-headers"]).await;
+    for kind in [
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "Role",
+        "ClusterRole",
+        "RoleBinding",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "PodDisruptionBudget",
+    ] {
+        assert!(
+            out.lines().any(|l| l.split_whitespace().any(|w| w == kind)),
+            "{kind} missing from discovery:\n{out}"
+        );
+    }
+    // As with kube-apiserver, a dry run cannot put objects into a namespace it only pretends to
+    // create: the namespace must exist first.
+    k.ok(&["create", "namespace", "unisched-system"]).await;
+    let rv = running.store().resource_version();
+    let out = k.ok(&["apply", "--dry-run=server", "-k", manifests]).await;
+    assert!(
+        out.contains("deployment.apps/unisched created (server dry run)")
+            && out.contains("clusterrolebinding.rbac.authorization.k8s.io/unisched created (server dry run)"),
+        "{out}"
+    );
+    assert_eq!(
+        running.store().resource_version(),
+        rv,
+        "a dry run stored something"
+    );
+    assert!(
+        running
+            .store()
+            .try_get("deployments", Some("unisched-system"), "unisched")
+            .is_none()
+    );
+
+    let out = k.ok(&["apply", "-k", manifests]).await;
+    assert!(out.contains("deployment.apps/unisched created"), "{out}");
+    let store = running.store();
+    for (resource, ns, name) in [
+        ("deployments", Some("unisched-system"), "unisched"),
+        ("services", Some("unisched-system"), "unisched"),
+        ("serviceaccounts", Some("unisched-system"), "unisched"),
+        ("clusterroles", None, "unisched"),
+        ("clusterrolebindings", None, "unisched"),
+        ("roles", Some("unisched-system"), "unisched-leader-election"),
+        (
+            "rolebindings",
+            Some("unisched-system"),
+            "unisched-leader-election",
+        ),
+    ] {
+        assert!(
+            store.try_get(resource, ns, name).is_some(),
+            "{resource} {name} not stored"
+        );
+    }
+    let out = k.ok(&["get", "deploy,svc", "-n", "unisched-system"]).await;
+    assert!(
+        out.contains("deployment.apps/unisched") && out.contains("service/unisched"),
+        "{out}"
+    );
+    // Applying the same manifests again changes nothing. kubectl still reports the PDB as
+    // "configured": its selector has the `replace` patch strategy, so kubectl always sends it, as
+    // it does against kube-apiserver; the server finds nothing to change.
+    let rv = store.resource_version();
+    let out = k.ok(&["apply", "-k", manifests]).await;
+    assert!(
+        out.lines()
+            .all(|l| l.ends_with(" unchanged") || l == "poddisruptionbudget.policy/unisched configured"),
+        "{out}"
+    );
+    assert_eq!(store.resource_version(), rv, "a no-op apply wrote something");
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Pod created from a protobuf body through the HTTP API (as client-go sends when asked to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_a_pod_created_from_protobuf() {
+    let (running, k, dir) = serve(false, "podpb").await;
+    fn varint(mut v: usize, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(n: usize, b: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(n << 3 | 2, &mut out);
+        varint(b.len(), &mut out);
+        out.extend_from_slice(b);
+        out
+    }
+    let container = [field(1, b"c"), field(2, b"nginx:pb")].concat();
+    let spec = [field(2, &container), field(19, b"unisched")].concat();
+    let pod = [field(1, &field(1, b"pb")), field(2, &spec)].concat();
+    let type_meta = [field(1, b"v1"), field(2, b"Pod")].concat();
+    let body = [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &pod)].concat();
+    let client = kube::Client::try_from(kube::Config::new(running.url().parse().unwrap())).unwrap();
+    let request = axum::http::Request::post("/api/v1/namespaces/default/pods")
+        .header("Content-Type", "application/vnd.kubernetes.protobuf")
+        .header("Accept", "application/json")
+        .body(kube::client::Body::from(body))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let out = k
+        .ok(&[
+            "get",
+            "pod",
+            "pb",
+            "-o",
+            "jsonpath={.spec.containers[0].image} {.spec.schedulerName}",
+        ])
+        .await;
+    assert_eq!(out, "nginx:pb unisched");
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

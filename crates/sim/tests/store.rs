@@ -336,3 +336,39 @@ fn binding_marks_the_pod_scheduled_in_the_same_write() {
     let err = s.bind("default", "p", "n1", None).unwrap_err();
     assert_eq!(err.code(), 409);
 }
+
+/// Empty metadata maps and lists vanish, as they do through kube-apiserver's typed structs: a
+/// patch that only adds `annotations: {}` is no change (what `kubectl diff` relies on).
+#[test]
+fn empty_metadata_collections_are_dropped() {
+    let s = store();
+    let mut p = pod("e");
+    p["metadata"]["annotations"] = json!({});
+    p["metadata"]["finalizers"] = json!([]);
+    p["metadata"]["labels"] = json!({"a": "b"});
+    let created = s.create("pods", None, p).unwrap();
+    assert!(created["metadata"].get("annotations").is_none());
+    assert!(created["metadata"].get("finalizers").is_none());
+    assert_eq!(created["metadata"]["labels"], json!({"a": "b"}));
+    let rv = s.resource_version();
+    let same = s
+        .patch(
+            "pods",
+            Some("default"),
+            "e",
+            &Patch::Strategic(json!({"metadata": {"annotations": {}}})),
+        )
+        .unwrap();
+    assert_eq!(same.resource_version(), created.resource_version());
+    assert_eq!(s.resource_version(), rv);
+    // Removing the last label removes the map.
+    let unlabelled = s
+        .patch(
+            "pods",
+            Some("default"),
+            "e",
+            &Patch::Merge(json!({"metadata": {"labels": {"a": null}}})),
+        )
+        .unwrap();
+    assert!(unlabelled["metadata"].get("labels").is_none());
+}

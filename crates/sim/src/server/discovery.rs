@@ -1,4 +1,5 @@
-//! `/version`, `/api`, `/apis`, `/apis/<group>` and `/api[s]/<group>/<version>` discovery documents.
+//! `/version`, `/api`, `/apis`, `/apis/<group>` and `/api[s]/<group>/<version>` discovery documents
+//! (the OpenAPI documents are in [`super::openapi`]).
 
 use serde_json::{Value, json};
 
@@ -128,78 +129,4 @@ pub(crate) fn resource_list(registry: &Registry, group: &str, version: &str) -> 
         format!("{group}/{version}")
     };
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
-}
-
-fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        format!("api/{version}")
-    } else {
-        format!("apis/{group}/{version}")
-    }
-}
-
-/// `/openapi/v3`: the index of per-group-version documents.
-pub(crate) fn openapi_v3_root(registry: &Registry) -> Value {
-    let mut paths = serde_json::Map::new();
-    for (g, v) in registry.group_versions() {
-        let p = gv_path(g, v);
-        paths.insert(
-            p.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{p}")}),
-        );
-    }
-    json!({"paths": paths})
-}
-
-/// `/openapi/v3/api[s]/<group>/<version>`: a skeleton OpenAPI 3 document. It lists the item path of each
-/// resource with a PATCH operation that declares the `fieldValidation` parameter, which is what kubectl
-/// checks before using server-side field validation (so `--validate=false` is not needed). It has no
-/// schemas: `kubectl explain` does not work, and `kubectl apply` computes patches from its built-in types.
-pub(crate) fn openapi_v3_gv(registry: &Registry, group: &str, version: &str) -> Option<Value> {
-    let mut paths = serde_json::Map::new();
-    for t in registry
-        .types()
-        .iter()
-        .filter(|t| t.group == group && t.version == version)
-    {
-        let base = format!("/{}", gv_path(group, version));
-        let item = if t.namespaced {
-            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
-        } else {
-            format!("{base}/{}/{{name}}", t.plural)
-        };
-        let gvk = json!({"group": group, "version": version, "kind": t.kind});
-        let params = json!([
-            {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
-            {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
-            {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
-            {"name": "force", "in": "query", "schema": {"type": "boolean"}},
-        ]);
-        let op = |id: String| {
-            json!({
-                "operationId": id,
-                "x-kubernetes-group-version-kind": gvk,
-                "parameters": params,
-                "responses": {"200": {"description": "OK"}},
-            })
-        };
-        paths.insert(
-            item,
-            json!({
-                "get": op(format!("read{}", t.kind)),
-                "put": op(format!("replace{}", t.kind)),
-                "patch": op(format!("patch{}", t.kind)),
-                "delete": op(format!("delete{}", t.kind)),
-            }),
-        );
-    }
-    if paths.is_empty() {
-        return None;
-    }
-    Some(json!({
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (unisched-sim)", "version": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0")},
-        "paths": paths,
-        "components": {"schemas": {}},
-    }))
 }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::ServerConfig;
 use super::discovery;
+use super::openapi;
 use super::table::{IncludeObject, table, wants_table};
 use crate::error::{StoreError, success_status};
 use crate::patch::Patch;
@@ -28,6 +29,7 @@ pub(crate) struct AppState {
     pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     pub(crate) server_address: String,
     pub(crate) faults: super::Faults,
+    pub(crate) openapi: super::openapi::Cache,
 }
 
 type Query = HashMap<String, String>;
@@ -111,21 +113,33 @@ async fn handle(
             Some(v) => json_value(StatusCode::OK, &v),
             None => not_found(),
         },
-        ["openapi", "v3"] => json_value(StatusCode::OK, &discovery::openapi_v3_root(registry)),
-        ["openapi", "v3", "api", version] => match discovery::openapi_v3_gv(registry, "", version) {
-            Some(v) => json_value(StatusCode::OK, &v),
-            None => not_found(),
-        },
-        ["openapi", "v3", "apis", group, version] => match discovery::openapi_v3_gv(registry, group, version)
-        {
-            Some(v) => json_value(StatusCode::OK, &v),
-            None => not_found(),
-        },
+        ["openapi", "v2"] if !openapi::v2_acceptable(accept(headers)) => json_value(
+            StatusCode::NOT_ACCEPTABLE,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("only application/json is served for /openapi/v2 (asked for {})", accept(headers)),
+                "reason": "NotAcceptable", "code": 406}),
+        ),
+        ["openapi", "v2"] => openapi_document(app, uri, || Some(openapi::v2(registry))),
+        ["openapi", "v3"] => openapi_document(app, uri, || Some(openapi::v3_root(registry))),
+        ["openapi", "v3", "api", version] => {
+            openapi_document(app, uri, || openapi::v3_gv(registry, "", version))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            openapi_document(app, uri, || openapi::v3_gv(registry, group, version))
+        }
         ["api", "v1", rest @ ..] => resource(app, "", "v1", rest, method, &query, headers, body).await,
         ["apis", group, version, rest @ ..] => {
             resource(app, group, version, rest, method, &query, headers, body).await
         }
         _ => not_found(),
+    }
+}
+
+/// An OpenAPI document (built once, then served from the cache), or 404.
+fn openapi_document(app: &AppState, uri: &Uri, make: impl FnOnce() -> Option<Value>) -> Response {
+    match app.openapi.get_or_build(uri.path(), make) {
+        Some(bytes) => json_bytes(StatusCode::OK, bytes),
+        None => error_response(&StoreError::UnknownResource(uri.path().to_string())),
     }
 }
 

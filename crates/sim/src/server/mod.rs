@@ -3,6 +3,7 @@
 mod discovery;
 mod faults;
 mod handlers;
+mod openapi;
 mod protobuf;
 mod table;
 
@@ -195,6 +196,7 @@ impl ApiServer {
             shutdown,
             server_address,
             faults: self.faults.clone(),
+            openapi: openapi::Cache::default(),
         });
         Router::new()
             .fallback(handlers::dispatch)

@@ -156,6 +156,31 @@ fn owner_uids(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// kube-apiserver keeps objects as typed structs, whose empty `omitempty` metadata maps and lists
+/// vanish on the way through: a patch adding `annotations: {}` (as `kubectl diff` of an object
+/// created without annotations sends) leaves the object unchanged. The JSON store drops them too.
+fn drop_empty_metadata_collections(v: &mut Value) {
+    if let Some(Value::Object(meta)) = v.get_mut("metadata") {
+        for f in [
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "managedFields",
+        ] {
+            let empty = match meta.get(f) {
+                Some(Value::Object(m)) => m.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                meta.remove(f);
+            }
+        }
+    }
+}
+
 fn without_meta_and_status(v: &Value) -> Value {
     let mut c = v.clone();
     if let Value::Object(m) = &mut c {
@@ -525,6 +550,7 @@ impl Store {
                 None
             }
         };
+        drop_empty_metadata_collections(&mut obj);
         strategy::prepare_create(rt, &mut obj, self)?;
         strategy::validate(rt, &obj)?;
         for _ in 0..MAX_ATTEMPTS {
@@ -650,6 +676,7 @@ impl Store {
                 cand
             }
         };
+        drop_empty_metadata_collections(&mut next);
         let cur_meta = cur.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let new_finalizers = finalizers_of(&next);
         {

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Writes crates/sim/src/server/protobuf.fields: the wire layout of the kinds whose protobuf bodies
+the embedded API server reads.
+
+Usage: protobuf_fields.py API_REPO APIMACHINERY_REPO > crates/sim/src/server/protobuf.fields
+(git checkouts of k8s.io/api and k8s.io/apimachinery). Each message's fields come from its
+generated.proto (number, type, repeated/map); the Go struct tags of types.go add what the wire does
+not carry: whether the field is inlined into its parent in JSON, and whether a zero value is
+omitted from JSON (a non-pointer field with `omitempty`; protobuf always encodes those).
+"""
+import re
+import subprocess
+import sys
+
+API, MACHINERY = sys.argv[1], sys.argv[2]
+SOURCES = [  # (short package name, proto package, repo, dir)
+    ("core.v1", "k8s.io.api.core.v1", API, "core/v1"),
+    ("policy.v1", "k8s.io.api.policy.v1", API, "policy/v1"),
+    ("meta.v1", "k8s.io.apimachinery.pkg.apis.meta.v1", MACHINERY, "pkg/apis/meta/v1"),
+    ("resource", "k8s.io.apimachinery.pkg.api.resource", MACHINERY, "pkg/api/resource"),
+    ("intstr", "k8s.io.apimachinery.pkg.util.intstr", MACHINERY, "pkg/util/intstr"),
+    ("runtime", "k8s.io.apimachinery.pkg.runtime", MACHINERY, "pkg/runtime"),
+]
+ROOTS = ["core.v1.Pod", "core.v1.Namespace", "core.v1.ConfigMap", "core.v1.Secret",
+         "core.v1.ServiceAccount", "policy.v1.Eviction", "meta.v1.DeleteOptions"]
+# Decoded by hand (their JSON is not an object of their fields).
+SPECIAL = {"resource.Quantity", "meta.v1.Time", "meta.v1.MicroTime", "intstr.IntOrString",
+           "meta.v1.FieldsV1", "runtime.RawExtension", "meta.v1.Duration"}
+
+
+def show(repo, path):
+    return subprocess.run(["git", "-C", repo, "show", "HEAD:" + path], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def short(proto_type, pkg):
+    if proto_type.startswith("."):
+        full = proto_type[1:]
+        for s, p, _, _ in SOURCES:
+            if full.startswith(p + "."):
+                return s + "." + full[len(p) + 1:]
+        return None
+    if "." in proto_type:
+        return None
+    if proto_type in {"string", "bytes", "bool", "int32", "int64", "double", "float"}:
+        return proto_type
+    return pkg + "." + proto_type
+
+
+messages = {}  # name -> [(number, proto name, type, repeated)]
+tags = {}  # (struct, number) -> (json name, pointer, omitempty, inline)
+for s, _, repo, d in SOURCES:
+    proto = show(repo, d + "/generated.proto")
+    current = None
+    for line in proto.splitlines():
+        line = line.split("//")[0].strip()
+        m = re.match(r"message (\w+) \{", line)
+        if m:
+            current = s + "." + m.group(1)
+            messages[current] = []
+            continue
+        if line == "}":
+            current = None
+            continue
+        m = re.match(r"(optional|repeated) (\S+) (\w+) = (\d+);", line)
+        if current and m:
+            label, typ, name, num = m.groups()
+            messages[current].append((int(num), name, short(typ, s), label == "repeated"))
+            continue
+        m = re.match(r"map<(\w+), (\S+)> (\w+) = (\d+);", line)
+        if current and m:
+            k, v, name, num = m.groups()
+            messages[current].append((int(num), name, "map:" + short(v, s), False))
+    try:
+        files = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", "HEAD", d + "/"],
+                               check=True, capture_output=True, text=True).stdout.split()
+    except subprocess.CalledProcessError:
+        files = []
+    for f in files:
+        if not f.endswith(".go") or f.endswith("_test.go") or "generated" in f:
+            continue
+        struct = None
+        for line in show(repo, f).splitlines():
+            m = re.match(r"type (\w+) struct \{", line)
+            if m:
+                struct = s + "." + m.group(1)
+                continue
+            if line.startswith("}"):
+                struct = None
+                continue
+            m = re.match(r"\t(\w+)(?:\s+(\S+))?\s+`(.*)`", line)
+            if not (struct and m):
+                continue
+            typ, tag = m.group(2), m.group(3)
+            j = re.search(r'json:"([^"]*)"', tag)
+            p = re.search(r'protobuf:"[a-z0-9]+,(\d+),', tag)
+            if not p:
+                continue
+            parts = (j.group(1) if j else "").split(",")
+            inline = parts[0] == "" or "inline" in parts[1:]
+            pointer = typ is not None and typ.startswith("*")
+            tags[(struct, int(p.group(1)))] = (parts[0], pointer, "omitempty" in parts[1:], inline)
+
+seen, order, stack = set(), [], list(ROOTS)
+while stack:
+    name = stack.pop()
+    if name in seen or name in SPECIAL or name not in messages:
+        continue
+    seen.add(name)
+    order.append(name)
+    for _, _, typ, _ in messages[name]:
+        if typ is None:
+            continue
+        t = typ[4:] if typ.startswith("map:") else typ
+        stack.append(t)
+
+print("# Generated by crates/sim/tools/protobuf_fields.py from k8s.io/api and k8s.io/apimachinery.")
+print("# message number json-name type flags (r repeated, z keep zero values, i inline into the parent)")
+for name in sorted(order):
+    for num, pname, typ, rep in sorted(messages[name]):
+        if typ is None:
+            continue
+        jname, pointer, omitempty, inline = tags.get((name, num), (pname, True, False, False))
+        flags = ("r" if rep else "") + ("z" if pointer or not omitempty else "") + ("i" if inline else "")
+        print(f"{name} {num} {jname or '-'} {typ} {flags or '-'}")
