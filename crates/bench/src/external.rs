@@ -238,10 +238,16 @@ impl ExternalReport {
     /// per pod / unisched CPU per pod).
     pub fn ratios(&self) -> Vec<(String, f64, f64)> {
         let mut out = Vec::new();
-        for r in self.runs.iter().filter(|r| r.scheduler == "unisched" && r.skipped.is_none()) {
-            let Some(up) = self.runs.iter().find(|u| {
-                u.workload == r.workload && u.scheduler == "kube-scheduler" && u.skipped.is_none()
-            }) else {
+        for r in self
+            .runs
+            .iter()
+            .filter(|r| r.scheduler == "unisched" && r.skipped.is_none())
+        {
+            let Some(up) = self
+                .runs
+                .iter()
+                .find(|u| u.workload == r.workload && u.scheduler == "kube-scheduler" && u.skipped.is_none())
+            else {
                 continue;
             };
             let up_tp = sampler_headline(&up.throughput);
@@ -269,7 +275,11 @@ fn sampler_headline(t: &Throughput) -> f64 {
 /// The scheduler configuration given to a contender, as YAML: `base` (or the default profile)
 /// with every profile named `unisched`, leader election off and the client QPS and burst set;
 /// `kubeconfig` goes into `clientConnection` (kube-scheduler reads it from there).
-pub fn scheduler_config(base: Option<&str>, qps: f64, kubeconfig: Option<&Path>) -> Result<String, BenchError> {
+pub fn scheduler_config(
+    base: Option<&str>,
+    qps: f64,
+    kubeconfig: Option<&Path>,
+) -> Result<String, BenchError> {
     let mut v: Value = match base {
         Some(text) => serde_yaml::from_str(text)
             .map_err(|e| BenchError::Setup(format!("scheduler configuration: {e}")))?,
@@ -340,7 +350,11 @@ impl ControlPlane {
         std::fs::read_to_string(self.dir.join("env"))
             .unwrap_or_default()
             .lines()
-            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix('=')).map(str::to_string))
+            .find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|r| r.strip_prefix('='))
+                    .map(str::to_string)
+            })
             .unwrap_or_default()
     }
 }
@@ -467,14 +481,31 @@ impl ExternalTarget {
         client.request::<Value>(req).await
     }
 
-    fn call(&self, method: http::Method, path: String, content_type: &str, body: &Value) -> Result<Value, kube::Error> {
+    fn call(
+        &self,
+        method: http::Method,
+        path: String,
+        content_type: &str,
+        body: &Value,
+    ) -> Result<Value, kube::Error> {
         let body = serde_json::to_vec(body).unwrap_or_default();
-        self.rt
-            .block_on(Self::send(&self.client, &self.limiter, method, path, content_type, body))
+        self.rt.block_on(Self::send(
+            &self.client,
+            &self.limiter,
+            method,
+            path,
+            content_type,
+            body,
+        ))
     }
 
     fn create_ignoring_conflict(&self, plural: &str, ns: Option<&str>, v: &Value) -> Result<(), BenchError> {
-        match self.call(http::Method::POST, self.path(plural, ns, None)?, "application/json", v) {
+        match self.call(
+            http::Method::POST,
+            self.path(plural, ns, None)?,
+            "application/json",
+            v,
+        ) {
             Ok(_) => Ok(()),
             Err(e) if code_of(&e) == Some(409) => Ok(()),
             Err(e) => Err(api_err(&e)),
@@ -483,7 +514,12 @@ impl ExternalTarget {
 
     fn list(&self, plural: &str) -> Result<Vec<Value>, BenchError> {
         let v = self
-            .call(http::Method::GET, self.path(plural, None, None)?, "application/json", &Value::Null)
+            .call(
+                http::Method::GET,
+                self.path(plural, None, None)?,
+                "application/json",
+                &Value::Null,
+            )
             .map_err(|e| api_err(&e))?;
         Ok(v["items"].as_array().cloned().unwrap_or_default())
     }
@@ -514,7 +550,12 @@ impl Target for ExternalTarget {
 
     fn create(&self, plural: &str, ns: Option<&str>, v: Value) -> Result<String, BenchError> {
         let out = self
-            .call(http::Method::POST, self.path(plural, ns, None)?, "application/json", &v)
+            .call(
+                http::Method::POST,
+                self.path(plural, ns, None)?,
+                "application/json",
+                &v,
+            )
             .map_err(|e| api_err(&e))?;
         Ok(out["metadata"]["name"].as_str().unwrap_or_default().to_string())
     }
@@ -537,9 +578,19 @@ impl Target for ExternalTarget {
             self.first_error.clone(),
         );
         self.rt.spawn(async move {
-            let r = Self::send(&client, &limiter, http::Method::POST, path, "application/json", body).await;
+            let r = Self::send(
+                &client,
+                &limiter,
+                http::Method::POST,
+                path,
+                "application/json",
+                body,
+            )
+            .await;
             if let Err(e) = r {
-                first_error.lock().get_or_insert_with(|| format!("creating a pod: {e}"));
+                first_error
+                    .lock()
+                    .get_or_insert_with(|| format!("creating a pod: {e}"));
             }
             in_flight.fetch_sub(1, Ordering::SeqCst);
         });
@@ -572,7 +623,12 @@ impl Target for ExternalTarget {
 
     fn pod_names(&self, ns: &str) -> Result<Vec<String>, BenchError> {
         let v = self
-            .call(http::Method::GET, self.path("pods", Some(ns), None)?, "application/json", &Value::Null)
+            .call(
+                http::Method::GET,
+                self.path("pods", Some(ns), None)?,
+                "application/json",
+                &Value::Null,
+            )
             .map_err(|e| api_err(&e))?;
         Ok(v["items"]
             .as_array()
@@ -673,7 +729,13 @@ fn cpu(seconds: f64, wall: f64) -> ProcessCpu {
 
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect()
 }
 
@@ -727,11 +789,7 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
             Ok(t) => Some(t),
             Err(e) => {
                 let why = format!("reading {}: {e}", p.display());
-                return opts
-                    .contenders
-                    .iter()
-                    .map(|c| skipped(w, *c, &why))
-                    .collect();
+                return opts.contenders.iter().map(|c| skipped(w, *c, &why)).collect();
             }
         },
         None => None,
@@ -739,7 +797,8 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
     opts.contenders
         .iter()
         .map(|&who| {
-            run_one(w, who, opts, base.as_deref()).unwrap_or_else(|e| skipped(w, who, &format!("failed: {e}")))
+            run_one(w, who, opts, base.as_deref())
+                .unwrap_or_else(|e| skipped(w, who, &format!("failed: {e}")))
         })
         .collect()
 }
@@ -753,9 +812,16 @@ fn skipped(w: &Workload, who: Contender, why: &str) -> ExternalRun {
     }
 }
 
-fn run_one(w: &Workload, who: Contender, opts: &ExternalOptions, base: Option<&str>) -> Result<ExternalRun, BenchError> {
+fn run_one(
+    w: &Workload,
+    who: Contender,
+    opts: &ExternalOptions,
+    base: Option<&str>,
+) -> Result<ExternalRun, BenchError> {
     let progress = Progress::new(opts.progress, &format!("{} [{}]", w.name, who.as_str()));
-    let dir = opts.work_dir.join(format!("{}-{}", sanitize(&w.name), who.as_str()));
+    let dir = opts
+        .work_dir
+        .join(format!("{}-{}", sanitize(&w.name), who.as_str()));
     progress.note(&format!("starting a fresh control plane in {}", dir.display()));
     let cp = ControlPlane::start(&opts.control_plane, &dir)?;
     let rt = crate::run::runtime("bench-harness", 2)?;
@@ -947,6 +1013,10 @@ mod tests {
             ..ExternalReport::default()
         };
         assert_eq!(report.ratios(), vec![("W".to_string(), 4.0, 4.0)]);
-        assert!(report.to_table().contains("W: unisched / kube-scheduler throughput 4.00x"));
+        assert!(
+            report
+                .to_table()
+                .contains("W: unisched / kube-scheduler throughput 4.00x")
+        );
     }
 }
