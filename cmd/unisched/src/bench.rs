@@ -4,6 +4,10 @@
 //! Each (workload, mode) runs in a fresh child process (`--internal-child`), so peak RSS and CPU
 //! are that run's own; `--in-process` runs everything in this process instead (RSS is then the
 //! process-wide peak so far).
+//!
+//! `--external` runs the workloads on real control planes instead (`e2e/upstream/control-plane`,
+//! a fresh one per scheduler), decided by upstream kube-scheduler and then by `unisched run`, both
+//! child processes, and prints both side by side (see `unisched_bench::external`).
 
 use std::{
     io::Write,
@@ -51,6 +55,15 @@ impl ModeArg {
     }
 }
 
+/// A scheduler of external mode.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ContenderArg {
+    /// Upstream kube-scheduler.
+    Upstream,
+    /// `unisched run`.
+    Unisched,
+}
+
 /// Flags of `unisched bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -87,6 +100,28 @@ pub struct BenchArgs {
     /// Run every workload in this process (no child processes; peak RSS is process-wide).
     #[arg(long = "in-process")]
     pub in_process: bool,
+    /// Run on real control planes: upstream kube-scheduler, then `unisched run`, each on a fresh
+    /// control plane started with `--control-plane`, same workload, same creator QPS.
+    #[arg(long)]
+    pub external: bool,
+    /// External mode: the control-plane script (start DIR / stop DIR).
+    #[arg(long = "control-plane", default_value = "e2e/upstream/control-plane")]
+    pub control_plane: PathBuf,
+    /// External mode: the directory with upstream's kube-scheduler.
+    #[arg(long = "upstream-bin", default_value = "e2e/upstream/bin")]
+    pub upstream_bin: PathBuf,
+    /// External mode: which schedulers, in order (kube-scheduler is `upstream`).
+    #[arg(long, value_delimiter = ',', default_values = ["upstream", "unisched"])]
+    pub schedulers: Vec<ContenderArg>,
+    /// External mode: QPS (and burst) of the object creator, the same for every scheduler.
+    #[arg(long = "creator-qps", default_value_t = 5000.0)]
+    pub creator_qps: f64,
+    /// External mode: client QPS (and burst) of the schedulers.
+    #[arg(long = "scheduler-qps", default_value_t = 5000.0)]
+    pub scheduler_qps: f64,
+    /// External mode: control-plane directories (logs, audit log) go below this directory.
+    #[arg(long = "work-dir", default_value = "/tmp/unisched-bench-external")]
+    pub work_dir: PathBuf,
     /// Internal: run one workload in one mode and print its report as JSON.
     #[arg(long = "internal-child", hide = true)]
     pub internal_child: bool,
@@ -184,6 +219,9 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
     if names.is_empty() {
         bail!("name workloads with --workload NAME, or use --all (see --list)");
     }
+    if args.external {
+        return external(&args, &catalog, &names);
+    }
     let modes = args.mode.modes();
     if args.internal_child {
         if names.len() != 1 || modes.len() != 1 {
@@ -233,6 +271,49 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
         std::fs::write(path, unisched_bench::svg::render(&report.runs))
             .with_context(|| format!("writing {}", path.display()))?;
         let _ = writeln!(std::io::stderr(), "[bench] wrote {}", path.display());
+    }
+    Ok(u8::from(failed))
+}
+
+/// `--external`: every workload on fresh real control planes, each scheduler in turn.
+fn external(args: &BenchArgs, catalog: &Catalog, names: &[String]) -> Result<u8> {
+    let opts = unisched_bench::ExternalOptions {
+        control_plane: args.control_plane.clone(),
+        upstream_bin: args.upstream_bin.clone(),
+        unisched_bin: std::env::current_exe().context("locating the unisched binary")?,
+        scheduler_config: args.scheduler_config.clone(),
+        creator_qps: args.creator_qps,
+        scheduler_qps: args.scheduler_qps,
+        work_dir: args.work_dir.clone(),
+        contenders: args
+            .schedulers
+            .iter()
+            .map(|c| match c {
+                ContenderArg::Upstream => unisched_bench::Contender::Upstream,
+                ContenderArg::Unisched => unisched_bench::Contender::Unisched,
+            })
+            .collect(),
+        seed: args.seed,
+        progress: true,
+    };
+    let mut runs = Vec::new();
+    for name in names {
+        let w = catalog.workload(name, args.smoke)?;
+        runs.extend(unisched_bench::external::run_external(&w, &opts));
+    }
+    let failed = runs.iter().any(|r| r.skipped.is_some());
+    let report = unisched_bench::ExternalReport {
+        machine: Machine::detect(),
+        date: unisched_bench::now_utc(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        creator_qps: args.creator_qps,
+        scheduler_qps: args.scheduler_qps,
+        isolation: "a fresh control plane per scheduler run".into(),
+        runs,
+    };
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print!("{}", report.to_table()),
     }
     Ok(u8::from(failed))
 }

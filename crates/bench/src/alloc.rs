@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Value, json};
-use unisched_sim::{Patch, Store};
 
 use crate::BenchError;
 
@@ -157,23 +156,6 @@ pub(crate) fn plan(
         ));
     }
     Ok(out)
-}
-
-/// Allocates every unallocated claim of `namespace` in the store; returns how many.
-pub(crate) fn alloc_claims(store: &Store, namespace: &str, seed: u64) -> Result<usize, BenchError> {
-    let api = |e: unisched_sim::StoreError| BenchError::Api(e.to_string());
-    let slices = store.list_all("resourceslices", None).map_err(api)?;
-    let claims = store.list_all("resourceclaims", None).map_err(api)?;
-    let slices: Vec<&Value> = slices.iter().map(|s| s.value()).collect();
-    let claims: Vec<&Value> = claims.iter().map(|c| c.value()).collect();
-    let planned = plan(&slices, &claims, namespace, seed)?;
-    for (name, allocation) in &planned {
-        let patch = Patch::Merge(json!({"status": {"allocation": allocation}}));
-        store
-            .patch_status("resourceclaims", Some(namespace), name, &patch)
-            .map_err(api)?;
-    }
-    Ok(planned.len())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Executes a workload's ops against the embedded store (the harness is the "test client": it
-//! creates objects in process, as fast as it can, while the scheduler under test sees them through
-//! HTTP watches), and waits for pods through the [`Tracker`].
+//! Executes a workload's ops against a [`Target`] (the harness is the "test client": it creates
+//! objects in the embedded store in process, as fast as it can, or through an external API server
+//! at a fixed client QPS, while the scheduler under test sees them through HTTP watches), and
+//! waits for pods through the [`Tracker`].
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -13,11 +14,11 @@ use std::{
 
 use serde_json::{Value, json};
 use unisched_framework::config::DEFAULT_SCHEDULER_NAME;
-use unisched_sim::{DeleteOptions, Store};
 
 use crate::{
     BenchError,
     progress::Progress,
+    target::Target,
     template::{Template, Vars},
     tracker::Tracker,
     workload::{ChurnMode, DeviceGroup, Op, Workload},
@@ -38,18 +39,6 @@ pub(crate) struct WaitRules {
     pub rejected_stall: Duration,
     /// When nothing moved for this long at all, stop waiting.
     pub stall: Duration,
-}
-
-/// Resolves an object's resource (plural) and scope.
-pub(crate) fn resource_of(store: &Store, v: &Value) -> Result<(String, bool), BenchError> {
-    let av = v["apiVersion"].as_str().unwrap_or("v1");
-    let kind = v["kind"].as_str().unwrap_or_default();
-    let id = store
-        .registry()
-        .by_api_version_kind(av, kind)
-        .ok_or_else(|| BenchError::Workload(format!("the API server does not serve {av} {kind}")))?;
-    let rt = store.registry().get(id);
-    Ok((rt.qualified_plural(), rt.namespaced))
 }
 
 /// Renders a pod and prepares it for `ns`: the scheduler name defaults to unisched's.
@@ -123,7 +112,7 @@ impl PodTemplates {
 /// Runs the ops of a workload.
 pub(crate) struct Driver<'a> {
     w: &'a Workload,
-    store: Store,
+    store: Arc<dyn Target>,
     tracker: &'a Tracker,
     progress: &'a Progress,
     rules: WaitRules,
@@ -145,7 +134,7 @@ pub(crate) struct Driver<'a> {
 impl<'a> Driver<'a> {
     pub(crate) fn new(
         w: &'a Workload,
-        store: Store,
+        store: Arc<dyn Target>,
         tracker: &'a Tracker,
         progress: &'a Progress,
         rules: WaitRules,
@@ -170,28 +159,17 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn api(e: unisched_sim::StoreError) -> BenchError {
-        BenchError::Api(e.to_string())
-    }
-
     fn ensure_ns(&mut self, ns: &str) -> Result<(), BenchError> {
         if self.namespaces.contains(ns) || ["default", "kube-system", "kube-public"].contains(&ns) {
             return Ok(());
         }
-        match self
-            .store
-            .create("namespaces", None, json!({"metadata": {"name": ns}}))
-        {
-            Ok(_) => {}
-            Err(e) if e.code() == 409 => {}
-            Err(e) => return Err(Self::api(e)),
-        }
+        self.store.ensure_namespace(ns)?;
         self.namespaces.insert(ns.to_string());
         Ok(())
     }
 
     fn create(&mut self, v: Value, namespace: Option<&str>) -> Result<String, BenchError> {
-        let (plural, namespaced) = resource_of(&self.store, &v)?;
+        let (plural, namespaced) = self.store.resource_of(&v)?;
         let ns = if namespaced {
             let ns = namespace
                 .map(str::to_string)
@@ -202,8 +180,7 @@ impl<'a> Driver<'a> {
         } else {
             None
         };
-        let obj = self.store.create(&plural, ns.as_deref(), v).map_err(Self::api)?;
-        Ok(obj.name().to_string())
+        self.store.create(&plural, ns.as_deref(), v)
     }
 
     /// Runs every op; `phase` is told when the measured phase starts and stops.
@@ -277,7 +254,7 @@ impl<'a> Driver<'a> {
                 }
             }
             Op::AllocResourceClaims { namespace } => {
-                let n = crate::alloc::alloc_claims(&self.store, namespace, self.seed)?;
+                let n = self.store.alloc_claims(namespace, self.seed)?;
                 self.progress
                     .note(&format!("allocated {n} claims in {namespace}"));
             }
@@ -316,11 +293,8 @@ impl<'a> Driver<'a> {
                 namespace,
                 per_second,
             } => {
-                let pods = self.store.list_all("pods", Some(namespace)).map_err(Self::api)?;
-                for p in pods {
-                    let _ = self
-                        .store
-                        .delete("pods", Some(namespace), p.name(), &DeleteOptions::default());
+                for p in self.store.pod_names(namespace)? {
+                    let _ = self.store.delete("pods", Some(namespace), &p);
                     if *per_second > 0.0 {
                         std::thread::sleep(Duration::from_secs_f64(1.0 / per_second));
                     }
@@ -374,7 +348,7 @@ impl<'a> Driver<'a> {
             if pre_bound {
                 v["spec"]["nodeName"] = json!(self.nodes[k % self.nodes.len()]);
             }
-            self.store.create("pods", Some(ns), v).map_err(Self::api)?;
+            self.store.submit_pod(ns, v)?;
             *self.created.entry(ns.to_string()).or_default() += 1;
             if k % 1000 == 0 {
                 let s = self.tracker.ns(ns);
@@ -384,7 +358,7 @@ impl<'a> Driver<'a> {
                 ));
             }
         }
-        Ok(())
+        self.store.flush()
     }
 
     fn steady(&mut self, t: &PodTemplates, ns: &str, count: usize, duration: f64) -> Result<(), BenchError> {
@@ -393,9 +367,7 @@ impl<'a> Driver<'a> {
         let mut index = 0usize;
         let result = (|| {
             for _ in 0..count {
-                self.store
-                    .create("pods", Some(ns), t.render(index, ns)?)
-                    .map_err(Self::api)?;
+                self.store.submit_pod(ns, t.render(index, ns)?)?;
                 index += 1;
             }
             let end = Instant::now() + Duration::from_secs_f64(duration);
@@ -411,12 +383,8 @@ impl<'a> Driver<'a> {
                 }
                 match rx.recv_timeout((end - now).min(Duration::from_millis(50))) {
                     Ok(name) => {
-                        let _ = self
-                            .store
-                            .delete("pods", Some(ns), &name, &DeleteOptions::default());
-                        self.store
-                            .create("pods", Some(ns), t.render(index, ns)?)
-                            .map_err(Self::api)?;
+                        let _ = self.store.delete("pods", Some(ns), &name);
+                        self.store.submit_pod(ns, t.render(index, ns)?)?;
                         index += 1;
                     }
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -434,7 +402,7 @@ impl<'a> Driver<'a> {
         })();
         self.tracker.set_steady(None);
         *self.created.entry(ns.to_string()).or_default() += index as u64;
-        result
+        result.and(self.store.flush())
     }
 
     /// Waits until the pods of `namespaces` are all scheduled, or the remaining ones are stuck.
@@ -499,7 +467,7 @@ impl<'a> Driver<'a> {
         let mut targets = Vec::new();
         for t in &templates {
             let v = t.render(&Vars::new().int("Index", 0))?;
-            let (plural, namespaced) = resource_of(&self.store, &v)?;
+            let (plural, namespaced) = self.store.resource_of(&v)?;
             let ns = if namespaced {
                 let ns = namespace.clone().unwrap_or_else(|| "default".into());
                 self.ensure_ns(&ns)?;
@@ -527,7 +495,7 @@ impl<'a> Driver<'a> {
                         if live[k].len() >= keep
                             && let Some(old) = live[k].pop_front()
                         {
-                            let _ = store.delete(plural, ns.as_deref(), &old, &DeleteOptions::default());
+                            let _ = store.delete(plural, ns.as_deref(), &old);
                         }
                         let Ok(mut v) = t.render(&Vars::new().int("Index", round)) else {
                             continue;
@@ -535,8 +503,8 @@ impl<'a> Driver<'a> {
                         if plural == "pods" && v["spec"]["schedulerName"].is_null() {
                             v["spec"]["schedulerName"] = json!(DEFAULT_SCHEDULER_NAME);
                         }
-                        if let Ok(o) = store.create(plural, ns.as_deref(), v) {
-                            live[k].push_back(o.name().to_string());
+                        if let Ok(name) = store.create(plural, ns.as_deref(), v) {
+                            live[k].push_back(name);
                         }
                     }
                     round += 1;

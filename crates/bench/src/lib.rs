@@ -23,10 +23,12 @@ mod alloc;
 mod driver;
 mod engine;
 mod engine_dra;
+pub mod external;
 mod limit;
 mod measure;
 mod progress;
 mod run;
+mod target;
 mod tracker;
 
 pub mod procstat;
@@ -39,6 +41,7 @@ pub mod workload;
 
 use std::sync::Arc;
 
+pub use external::{Contender, ExternalOptions, ExternalReport, ExternalRun};
 pub use limit::LimitScheduler;
 pub use report::{BenchReport, Machine, Mode, RunReport, SummaryRow};
 pub use sampler::Throughput;

@@ -31,8 +31,26 @@ pub fn rss_bytes() -> u64 {
     status_kb("VmRSS:") * 1024
 }
 
+/// `VmHWM` of another process (0 when it is gone).
+pub fn pid_peak_rss_bytes(pid: u32) -> u64 {
+    status_kb_of(&format!("/proc/{pid}/status"), "VmHWM:") * 1024
+}
+
+/// CPU seconds (utime + stime) of another process, its exited threads included and its children
+/// excluded (0 when it is gone).
+pub fn pid_cpu_seconds(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| parse_stat(&t))
+        .map_or(0.0, |(_, ticks)| ticks as f64 / clock_ticks())
+}
+
 fn status_kb(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    status_kb_of("/proc/self/status", key)
+}
+
+fn status_kb_of(path: &str, key: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {
             s.lines()
@@ -140,5 +158,9 @@ mod tests {
         let total: f64 = t1.since(&t0, |_| "all").values().sum();
         assert!(total >= 0.0);
         assert!(process_cpu_seconds() >= 0.0);
+        let me = std::process::id();
+        assert!(pid_cpu_seconds(me) > 0.0);
+        assert!(pid_peak_rss_bytes(me) > 0);
+        assert_eq!(pid_cpu_seconds(u32::MAX), 0.0);
     }
 }

@@ -194,7 +194,7 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
         let handle = std::thread::Builder::new()
             .name("bench-client".into())
             .spawn_scoped(s, || {
-                let mut d = Driver::new(w, store.clone(), &tracker, &progress, rules, seed);
+                let mut d = Driver::new(w, Arc::new(store.clone()), &tracker, &progress, rules, seed);
                 let r = d.run(&mut phase);
                 phase.stop();
                 (r, d.timed_out, d.measured_namespaces, d.notes)

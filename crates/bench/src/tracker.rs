@@ -1,6 +1,7 @@
-//! Follows pods in the embedded store (in process, no HTTP) to count, per namespace, pods created,
-//! scheduled (`spec.nodeName` went from empty to set, as upstream's throughput collector counts),
-//! still pending, and rejected (pending with `PodScheduled=False`).
+//! Follows pods in the embedded store (in process, no HTTP), or of an external API server through
+//! a watch, to count, per namespace, pods created, scheduled (`spec.nodeName` went from empty to
+//! set, as upstream's throughput collector counts), still pending, and rejected (pending with
+//! `PodScheduled=False`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -11,8 +12,14 @@ use std::{
     time::Instant,
 };
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api,
+    api::{ListParams, WatchEvent, WatchParams},
+};
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde_json::{Value, json};
 use unisched_sim::{EventType, Store, WatchOptions};
 
 /// Per-namespace pod counts.
@@ -64,6 +71,18 @@ impl std::fmt::Debug for Tracker {
     }
 }
 
+impl State {
+    fn new() -> Self {
+        State {
+            ns: HashMap::new(),
+            measured: HashSet::new(),
+            steady: None,
+            last_progress: Instant::now(),
+            lost_events: false,
+        }
+    }
+}
+
 fn is_bound(v: &Value) -> bool {
     v["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty())
 }
@@ -79,13 +98,7 @@ fn is_rejected(v: &Value) -> bool {
 impl Tracker {
     /// Starts following pods from the store's current resourceVersion, on `rt`.
     pub fn start(store: &Store, rt: &tokio::runtime::Handle) -> Self {
-        let state = Arc::new(Mutex::new(State {
-            ns: HashMap::new(),
-            measured: HashSet::new(),
-            steady: None,
-            last_progress: Instant::now(),
-            lost_events: false,
-        }));
+        let state = Arc::new(Mutex::new(State::new()));
         let measured_scheduled = Arc::new(AtomicU64::new(0));
         let opts = WatchOptions {
             resource_version: Some(store.resource_version().to_string()),
@@ -129,6 +142,89 @@ impl Tracker {
                         }
                     }
                     Err(_) => return,
+                }
+            }
+        });
+        Tracker {
+            state,
+            measured_scheduled,
+            task,
+        }
+    }
+
+    /// Starts following the pods of an external API server, on `rt`: a watch from the current
+    /// resourceVersion, resumed where it stopped (after a 410, from a fresh list, noting that
+    /// events may have been lost).
+    pub fn start_external(client: kube::Client, rt: &tokio::runtime::Handle) -> Self {
+        let state = Arc::new(Mutex::new(State::new()));
+        let measured_scheduled = Arc::new(AtomicU64::new(0));
+        let (st, counter) = (state.clone(), measured_scheduled.clone());
+        let task = rt.spawn(async move {
+            let api: Api<Pod> = Api::all(client);
+            let current = async |api: &Api<Pod>| {
+                api.list_metadata(&ListParams::default().limit(1))
+                    .await
+                    .map(|l| l.metadata.resource_version.unwrap_or_default())
+            };
+            let mut rv = match current(&api).await {
+                Ok(rv) => rv,
+                Err(e) => {
+                    tracing::error!(error = %e, "bench tracker cannot list pods");
+                    st.lock().lost_events = true;
+                    return;
+                }
+            };
+            // Whether each pod was bound at its last event: the "previous object" of the next one.
+            let mut bound: HashMap<String, bool> = HashMap::new();
+            loop {
+                let wp = WatchParams::default().timeout(290);
+                let stream = match api.watch(&wp, &rv).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "bench tracker: watch failed, retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                let mut stream = std::pin::pin!(stream);
+                while let Some(ev) = stream.next().await {
+                    let (et, pod) = match ev {
+                        Ok(WatchEvent::Added(p)) => (EventType::Added, p),
+                        Ok(WatchEvent::Modified(p)) => (EventType::Modified, p),
+                        Ok(WatchEvent::Deleted(p)) => (EventType::Deleted, p),
+                        Ok(WatchEvent::Bookmark(b)) => {
+                            rv = b.metadata.resource_version;
+                            continue;
+                        }
+                        Ok(WatchEvent::Error(status)) => {
+                            if status.code == 410 {
+                                st.lock().lost_events = true;
+                                if let Ok(fresh) = current(&api).await {
+                                    rv = fresh;
+                                }
+                            }
+                            break;
+                        }
+                        Err(_) => break,
+                    };
+                    if let Some(v) = pod.metadata.resource_version.clone() {
+                        rv = v;
+                    }
+                    let Ok(value) = serde_json::to_value(&pod) else {
+                        continue;
+                    };
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let prev = match bound.get(&uid) {
+                        Some(true) => Some(json!({"spec": {"nodeName": "-"}})),
+                        Some(false) => Some(json!({"spec": {}})),
+                        None => None,
+                    };
+                    apply(&st, &counter, et, &value, prev.as_ref());
+                    if et == EventType::Deleted {
+                        bound.remove(&uid);
+                    } else {
+                        bound.insert(uid, is_bound(&value));
+                    }
                 }
             }
         });
