@@ -422,7 +422,9 @@ async fn sim_embedded(
     let quiet = Duration::from_millis(args.settle_ms);
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let mut settled = true;
-    if scenario.steps.is_empty()
+    // A copy settles before the scenario's steps, so its pending pods are first decided on the
+    // cluster as it is, whatever the steps add.
+    if (snapshot.is_some() || scenario.steps.is_empty())
         && !settle(
             &store,
             quiet,

@@ -389,3 +389,115 @@ fn from_cluster_errors_are_clear() {
     );
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn same_scenario_and_seed_give_the_same_claim_names() {
+    let dir = tempdir("claim-names");
+    let mut docs = vec![node_yaml("node-a", "8", "8Gi"), gpu_inventory("node-a", 4)];
+    docs.extend((0..3).map(|i| pod_with(&format!("p{i}"), "unisched", "100m", None, &[("gpu", "one-gpu")])));
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    let names = |seed: &str| {
+        let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--seed", seed]);
+        assert_eq!(code, 0);
+        let names: Vec<String> = v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(claim_devices)
+            .map(|(name, _)| name)
+            .collect();
+        names
+    };
+    let first = names("7");
+    assert_eq!(first.len(), 3, "{first:?}");
+    for (i, n) in first.iter().enumerate() {
+        let prefix = format!("p{i}-gpu-");
+        assert!(
+            n.starts_with(&prefix) && n.len() == prefix.len() + 5,
+            "{n}: <pod>-<entry>-<5 characters>"
+        );
+    }
+    assert_eq!(first, names("7"), "same scenario, same seed: same names");
+    assert_ne!(first, names("8"), "the seed decides the suffixes");
+}
+
+#[test]
+fn a_missing_claim_template_is_reported_with_the_claim_controllers_event_without_waiting() {
+    let dir = tempdir("missing-template");
+    let docs = [
+        node_yaml("node-a", "4", "8Gi"),
+        pod_with("orphan", "unisched", "100m", None, &[("gpu", "nope")]),
+        pod_yaml("plain", "100m"),
+    ];
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    // With a 20 s timeout an undecided pod would end the run with exit 3.
+    let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--timeout", "20"]);
+    assert_eq!(code, 0, "the pod's reason is known: the step is settled");
+    let p = pod(&v, "orphan");
+    assert!(p["node"].is_null());
+    assert_eq!(p["reason"], "FailedResourceClaimCreation");
+    assert_eq!(
+        p["message"],
+        "PodResourceClaim gpu: resource claim template \"nope\": resourceclaimtemplate.resource.k8s.io \"nope\" not found"
+    );
+    assert_eq!(pod(&v, "plain")["node"], "node-a");
+}
+
+#[test]
+fn pods_never_attempted_do_not_hold_the_step_open() {
+    let dir = tempdir("never-attempted");
+    let gated = "apiVersion: v1\nkind: Pod\nmetadata: {name: gated, namespace: default}\nspec:\n  schedulerName: unisched\n  schedulingGates: [{name: example.com/wait}]\n  containers: [{name: c, image: registry.example/app:1}]\n";
+    let docs = [
+        node_yaml("node-a", "4", "8Gi"),
+        pod_with("theirs", "other-scheduler", "100m", None, &[]),
+        gated.to_string(),
+        pod_yaml("mine", "100m"),
+    ];
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--timeout", "20"]);
+    assert_eq!(
+        code, 0,
+        "neither the gated pod nor another scheduler's holds the run until the timeout"
+    );
+    assert_eq!(pod(&v, "mine")["node"], "node-a");
+    assert!(pod(&v, "theirs")["node"].is_null());
+    assert_eq!(pod(&v, "gated")["reason"], "SchedulingGated");
+}
+
+#[test]
+fn a_delete_file_written_as_a_yaml_list_is_a_clear_error() {
+    let dir = tempdir("delete-list");
+    std::fs::create_dir_all(dir.join("01")).unwrap();
+    std::fs::create_dir_all(dir.join("02")).unwrap();
+    std::fs::write(dir.join("01/s.yaml"), node_yaml("n", "4", "8Gi")).unwrap();
+    std::fs::write(dir.join("02/gone.delete.yaml"), "- {kind: Node, name: n}\n").unwrap();
+    let out = Command::new(bin()).arg("sim").arg(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gone.delete.yaml (document 0)") && err.contains("not a YAML list"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}
+
+#[test]
+fn a_rejected_pod_is_retried_before_the_next_step_counts_as_settled() {
+    let dir = tempdir("retry");
+    std::fs::create_dir_all(dir.join("01-no-gpus")).unwrap();
+    std::fs::create_dir_all(dir.join("02-gpus")).unwrap();
+    let inventory = gpu_inventory("node-a", 1);
+    let (slice_free, rest): (Vec<&str>, Vec<&str>) = inventory
+        .split("---\n")
+        .partition(|d| !d.contains("kind: ResourceSlice"));
+    let mut first = vec![node_yaml("node-a", "4", "8Gi")];
+    first.extend(slice_free.iter().map(|d| d.to_string()));
+    first.push(pod_with("waits", "unisched", "100m", None, &[("gpu", "one-gpu")]));
+    std::fs::write(dir.join("01-no-gpus/s.yaml"), first.join("---\n")).unwrap();
+    std::fs::write(dir.join("02-gpus/slice.yaml"), rest.join("---\n")).unwrap();
+    let (v, code) = sim_json(&[&dir], &["--timeout", "30"]);
+    assert_eq!(code, 0);
+    let p = pod(&v, "waits");
+    assert_eq!(p["node"], "node-a", "retried once the slice arrived: {p}");
+    assert_eq!(claim_devices(p)[0].1, vec!["node-a/gpu-0".to_string()]);
+}

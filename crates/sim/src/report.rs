@@ -367,8 +367,18 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
             .flatten()
             .find(|c| c.type_ == "PodScheduled" && c.status == "False");
         let (reason, message) = if node.is_none() {
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
             match (sched, blocked.get(&(ns.clone(), name.clone()))) {
                 (None, Some((r, m))) => (Some(r.clone()), Some(m.clone())),
+                // kube-apiserver writes this condition on a gated pod; say it when no one did.
+                (None, None) if gated => (
+                    Some("SchedulingGated".into()),
+                    Some("Scheduling is blocked due to non-empty scheduling gates".into()),
+                ),
                 _ => (
                     sched.and_then(|c| c.reason.clone()),
                     sched.and_then(|c| c.message.clone()),
