@@ -357,12 +357,16 @@ async fn sim_embedded(
     snapshot: Option<snapshot::Snapshot>,
 ) -> Result<u8> {
     let started = Instant::now();
-    // The claim controller (and, for a copy, the garbage collector) start below: the claim
+    // The claim controller (and, for a copy, the garbage collector and kubelet) start below: the claim
     // controller with the run's seed, so generated claim names repeat from run to run; both only
     // after a copied cluster is complete.
-    let server: RunningServer = ApiServer::builder()
-        .claim_controller(false)
-        .garbage_collector(snapshot.is_none())
+    let mut builder = ApiServer::builder().claim_controller(false);
+    if snapshot.is_some() {
+        // The fake kubelet admits a bound pod when it appears; a copied pod's status (its claims)
+        // is written just after it is created, so the kubelet starts after the copy, too.
+        builder = builder.garbage_collector(false).kubelet(None);
+    }
+    let server: RunningServer = builder
         .build()
         .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
         .await
@@ -400,6 +404,11 @@ async fn sim_embedded(
     if snapshot.is_some() {
         tokio::spawn(unisched_sim::controllers::gc::run(
             store.clone(),
+            controllers_stopped.clone(),
+        ));
+        tokio::spawn(unisched_sim::controllers::kubelet::run(
+            store.clone(),
+            unisched_sim::controllers::KubeletConfig::default(),
             controllers_stopped,
         ));
     }
