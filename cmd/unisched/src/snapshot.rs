@@ -384,12 +384,13 @@ mod tests {
 
     #[test]
     fn forbidden_names_the_resource_and_the_read_only_permission() {
-        let e = kube::Error::Api(kube::core::ErrorResponse {
-            status: "Failure".into(),
-            message: "pods is forbidden: User \"x\" cannot list resource \"pods\"".into(),
-            reason: "Forbidden".into(),
-            code: 403,
-        });
+        let e = kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "pods is forbidden: User \"x\" cannot list resource \"pods\"",
+                "Forbidden",
+            )
+            .with_code(403),
+        ));
         let msg = list_error("https://h:6443", "resourceclaims", "resource.k8s.io", &e).to_string();
         assert!(
             msg.contains("listing resourceclaims on https://h:6443 is Forbidden")
