@@ -431,18 +431,18 @@ async fn sim_embedded(
     let quiet = Duration::from_millis(args.settle_ms);
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let mut settled = true;
-    // A copy settles before the scenario's steps, so its pending pods are first decided on the
-    // cluster as it is, whatever the steps add.
-    if (snapshot.is_some() || scenario.steps.is_empty())
-        && !settle(
+    let settle_now = || {
+        settle(
             &store,
             quiet,
             timeout,
             scheduler.as_ref().map(|(s, _)| s.as_ref()),
             profiles.as_ref(),
         )
-        .await
-    {
+    };
+    // A copy settles before the scenario's steps, so its pending pods are first decided on the
+    // cluster as it is, whatever the steps add.
+    if (snapshot.is_some() || scenario.steps.is_empty()) && !settle_now().await {
         settled = false;
         progress(&format!("the copy did not settle within {:.0}s", args.timeout));
     }
@@ -456,15 +456,7 @@ async fn sim_embedded(
             wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
         }
         apply_objects(&store, step, true)?;
-        if !settle(
-            &store,
-            quiet,
-            timeout,
-            scheduler.as_ref().map(|(s, _)| s.as_ref()),
-            profiles.as_ref(),
-        )
-        .await
-        {
+        if !settle_now().await {
             settled = false;
             progress(&format!(
                 "step {:?} did not settle within {:.0}s",

@@ -147,6 +147,19 @@ fn display(v: &Value) -> String {
     }
 }
 
+/// References (owner references, reservations) re-pointed at the copied objects' new uids; those
+/// to objects that were not copied are dropped.
+fn repoint(refs: &[Value], uids: &HashMap<String, String>) -> Vec<Value> {
+    refs.iter()
+        .filter_map(|r| {
+            let new = uids.get(r["uid"].as_str()?)?;
+            let mut r = r.clone();
+            r["uid"] = json!(new);
+            Some(r)
+        })
+        .collect()
+}
+
 /// Strips the server's fields; owner references are re-pointed at copied objects (by their new
 /// uid) or dropped when the owner is not in the copy.
 fn sanitize(v: &Value, uids: &HashMap<String, String>) -> Value {
@@ -156,15 +169,7 @@ fn sanitize(v: &Value, uids: &HashMap<String, String>) -> Value {
             m.remove(*f);
         }
         if let Some(refs) = m.get("ownerReferences").and_then(Value::as_array) {
-            let kept: Vec<Value> = refs
-                .iter()
-                .filter_map(|r| {
-                    let new = uids.get(r["uid"].as_str()?)?;
-                    let mut r = r.clone();
-                    r["uid"] = json!(new);
-                    Some(r)
-                })
-                .collect();
+            let kept = repoint(refs, uids);
             if kept.is_empty() {
                 m.remove("ownerReferences");
             } else {
@@ -203,15 +208,7 @@ fn pod_status(pod: &Value, bound: bool) -> Value {
 fn claim_status(claim: &Value, uids: &HashMap<String, String>) -> Value {
     let mut s = claim["status"].clone();
     if let Some(list) = s.get("reservedFor").and_then(Value::as_array) {
-        let kept: Vec<Value> = list
-            .iter()
-            .filter_map(|r| {
-                let new = uids.get(r["uid"].as_str()?)?;
-                let mut r = r.clone();
-                r["uid"] = json!(new);
-                Some(r)
-            })
-            .collect();
+        let kept = repoint(list, uids);
         s["reservedFor"] = if kept.is_empty() { Value::Null } else { json!(kept) };
     }
     s
