@@ -9,6 +9,7 @@ mod logging;
 mod remote;
 mod run;
 mod sim;
+mod snapshot;
 
 use clap::{Parser, Subcommand};
 

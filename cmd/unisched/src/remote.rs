@@ -73,17 +73,7 @@ pub struct RemoteCluster {
 impl RemoteCluster {
     /// Connects with the kubeconfig (its current context).
     pub async fn connect(kubeconfig: &Path) -> Result<Self> {
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-            .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .with_context(|| format!("loading kubeconfig {}", kubeconfig.display()))?;
-        let server = config.cluster_url.to_string();
-        let client = Client::try_from(config).context("building the API client")?;
-        client
-            .apiserver_version()
-            .await
-            .with_context(|| format!("the API server at {server} does not answer"))?;
+        let (client, server) = client_for(kubeconfig).await?;
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
@@ -494,6 +484,25 @@ impl RemoteCluster {
         }
         failed
     }
+}
+
+/// A client for the kubeconfig's current context, checked with one `GET /version`; returns it
+/// with the server's URL.
+pub async fn client_for(kubeconfig: &Path) -> Result<(Client, String)> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", kubeconfig.display()))?;
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).context("building the API client")?;
+    client.apiserver_version().await.with_context(|| {
+        format!(
+            "the API server at {server} (kubeconfig {}) does not answer",
+            kubeconfig.display()
+        )
+    })?;
+    Ok((client, server))
 }
 
 /// Creates, retrying for a few seconds while an admission plugin refuses because its informers

@@ -21,6 +21,7 @@ use unisched_sim::{
 };
 
 use crate::remote::{Inventory, RemoteCluster, fingerprint};
+use crate::snapshot;
 
 /// Output format of the report.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -35,8 +36,12 @@ pub enum Output {
 #[derive(Args, Debug)]
 pub struct SimArgs {
     /// Scenario files or directories (see README: steps, `*.delete.yaml`).
-    #[arg(required_unless_present = "serve")]
+    #[arg(required_unless_present_any = ["serve", "from_cluster"])]
     pub paths: Vec<PathBuf>,
+    /// Copy the cluster of this kubeconfig (read only: get and list) into the embedded control
+    /// plane first, then apply the scenario, if any, and let unisched decide the pending pods.
+    #[arg(long = "from-cluster", conflicts_with = "kubeconfig")]
+    pub from_cluster: Option<PathBuf>,
     /// Report format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -90,10 +95,12 @@ fn progress(msg: &str) {
     let _ = writeln!(e, "[sim] {msg}");
 }
 
-/// True when every pod is bound, rejected with a reason, finished, or one the in-process
-/// scheduler will never attempt (gated, or another `schedulerName` when `profiles` is given).
+/// True when every pod is bound, rejected with a reason (a condition, or a blocking event such as
+/// a missing claim template), finished, or one the in-process scheduler will never attempt (gated,
+/// or another `schedulerName` when `profiles` is given).
 fn all_decided(objects: &dyn ObjectSource, profiles: Option<&BTreeSet<String>>) -> (bool, usize, usize) {
     let pods = objects.objects("pods");
+    let blocked = report::blocking_events(objects);
     let mut undecided = 0;
     for v in &pods {
         let bound = v["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
@@ -112,6 +119,14 @@ fn all_decided(objects: &dyn ObjectSource, profiles: Option<&BTreeSet<String>>) 
             .is_some_and(|g| !g.is_empty());
         let not_ours = profiles
             .is_some_and(|p| !p.contains(v["spec"]["schedulerName"].as_str().unwrap_or("default-scheduler")));
+        let key = (
+            v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            v["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+        );
+        let rejected = rejected || blocked.contains_key(&key);
         if !(bound || rejected || gated || not_ours || phase == "Succeeded" || phase == "Failed") {
             undecided += 1;
         }
@@ -254,13 +269,9 @@ type InProcess = (
     tokio::task::JoinHandle<Result<(), unisched_runtime::RuntimeError>>,
 );
 
-/// Starts the in-process scheduler on `client` and waits for its informers' first list, so the
-/// first pods are not raced. Returns it with the scheduler names its profiles serve.
-async fn start_scheduler(client: kube::Client, args: &SimArgs) -> Result<(InProcess, BTreeSet<String>)> {
-    let mut config = crate::run::load_config(args.scheduler_config.as_ref())?;
-    config.leader_election.leader_elect = false;
-    config.client_connection.qps = -1.0;
-    let profiles = config
+/// The scheduler names the profiles of the configuration serve.
+fn profile_names(config: &unisched_framework::config::KubeSchedulerConfiguration) -> BTreeSet<String> {
+    config
         .profiles
         .iter()
         .map(|p| {
@@ -268,7 +279,16 @@ async fn start_scheduler(client: kube::Client, args: &SimArgs) -> Result<(InProc
                 .clone()
                 .unwrap_or_else(|| "default-scheduler".into())
         })
-        .collect();
+        .collect()
+}
+
+/// Starts the in-process scheduler on `client` and waits for its informers' first list, so the
+/// first pods are not raced. Returns it with the scheduler names its profiles serve.
+async fn start_scheduler(client: kube::Client, args: &SimArgs) -> Result<(InProcess, BTreeSet<String>)> {
+    let mut config = crate::run::load_config(args.scheduler_config.as_ref())?;
+    config.leader_election.leader_elect = false;
+    config.client_connection.qps = -1.0;
+    let profiles = profile_names(&config);
     let options = SchedulerOptions {
         config,
         seed: args.seed,
@@ -320,21 +340,85 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
     } else {
         scenario::load(&args.paths)?
     };
-    match args.kubeconfig.clone() {
-        Some(kc) => sim_remote(args, scenario, &kc).await,
-        None => sim_embedded(args, scenario).await,
+    if let Some(kc) = args.kubeconfig.clone() {
+        return sim_remote(args, scenario, &kc).await;
     }
+    let snapshot = match &args.from_cluster {
+        Some(kc) => {
+            let snap = snapshot::read(kc).await?;
+            snapshot::check_not_empty(&snap)?;
+            progress(&format!(
+                "read {} (get/list only; nothing is written to it)",
+                snap.server
+            ));
+            Some(snap)
+        }
+        None => None,
+    };
+    sim_embedded(args, scenario, snapshot).await
 }
 
-async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8> {
+async fn sim_embedded(
+    args: SimArgs,
+    scenario: scenario::Scenario,
+    snapshot: Option<snapshot::Snapshot>,
+) -> Result<u8> {
     let started = Instant::now();
-    let server: RunningServer = ApiServer::builder()
+    // The claim controller (and, for a copy, the garbage collector and kubelet) start below: the claim
+    // controller with the run's seed, so generated claim names repeat from run to run; both only
+    // after a copied cluster is complete.
+    let mut builder = ApiServer::builder().claim_controller(false);
+    if snapshot.is_some() {
+        // The fake kubelet admits a bound pod when it appears; a copied pod's status (its claims)
+        // is written just after it is created, so the kubelet starts after the copy, too.
+        builder = builder.garbage_collector(false).kubelet(None);
+    }
+    let server: RunningServer = builder
         .build()
         .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
         .await
         .context("starting the embedded API server")?;
     let store = server.store().clone();
     progress(&format!("control plane listening on {}", server.url()));
+
+    let from_cluster = match &snapshot {
+        Some(snap) => {
+            let ours = if args.no_scheduler {
+                None
+            } else {
+                Some(profile_names(&crate::run::load_config(
+                    args.scheduler_config.as_ref(),
+                )?))
+            };
+            let loaded = snapshot::load(&store, snap, ours.as_ref());
+            progress(&format!(
+                "copied {} objects; {} pending pods to decide, {} of other schedulers left out, {} refused",
+                loaded.copied.values().sum::<usize>(),
+                loaded.pending.len(),
+                loaded.not_ours.len(),
+                loaded.rejected.len()
+            ));
+            Some(loaded)
+        }
+        None => None,
+    };
+    let (stop_controllers, controllers_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(unisched_sim::controllers::claims::run_seeded(
+        store.clone(),
+        args.seed,
+        controllers_stopped.clone(),
+    ));
+    if snapshot.is_some() {
+        tokio::spawn(unisched_sim::controllers::gc::run(
+            store.clone(),
+            controllers_stopped.clone(),
+        ));
+        tokio::spawn(unisched_sim::controllers::kubelet::run(
+            store.clone(),
+            unisched_sim::controllers::KubeletConfig::default(),
+            controllers_stopped,
+        ));
+    }
 
     let (scheduler, profiles) = if args.no_scheduler {
         (None, None)
@@ -354,6 +438,21 @@ async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8>
     let quiet = Duration::from_millis(args.settle_ms);
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let mut settled = true;
+    let settle_now = || {
+        settle(
+            &store,
+            quiet,
+            timeout,
+            scheduler.as_ref().map(|(s, _)| s.as_ref()),
+            profiles.as_ref(),
+        )
+    };
+    // A copy settles before the scenario's steps, so its pending pods are first decided on the
+    // cluster as it is, whatever the steps add.
+    if (snapshot.is_some() || scenario.steps.is_empty()) && !settle_now().await {
+        settled = false;
+        progress(&format!("the copy did not settle within {:.0}s", args.timeout));
+    }
     for (i, step) in scenario.steps.iter().enumerate() {
         step_banner(i, scenario.steps.len(), step);
         apply_deletes(&store, step)?;
@@ -364,15 +463,7 @@ async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8>
             wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
         }
         apply_objects(&store, step, true)?;
-        if !settle(
-            &store,
-            quiet,
-            timeout,
-            scheduler.as_ref().map(|(s, _)| s.as_ref()),
-            profiles.as_ref(),
-        )
-        .await
-        {
+        if !settle_now().await {
             settled = false;
             progress(&format!(
                 "step {:?} did not settle within {:.0}s",
@@ -381,6 +472,7 @@ async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8>
         }
     }
     let mut report = report::build(&store, started.elapsed().as_secs_f64());
+    report.from_cluster = from_cluster;
     if let Some((s, _)) = &scheduler {
         report.explanations = explanations(s, &report);
     }
@@ -402,6 +494,7 @@ async fn sim_embedded(args: SimArgs, scenario: scenario::Scenario) -> Result<u8>
         let _ = tokio::signal::ctrl_c().await;
     }
     stop_scheduler(scheduler).await;
+    let _ = stop_controllers.send(true);
     server.shutdown().await;
     Ok(if settled { 0 } else { 3 })
 }

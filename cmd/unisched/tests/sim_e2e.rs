@@ -177,3 +177,361 @@ fn kubectl_against_sim_serve() {
     let (ok, out, err) = kubectl(&kc, &["delete", "pod", "web"]);
     assert!(ok, "delete: {out}{err}");
 }
+
+/// A scenario object: a pod for `scheduler` with a cpu request, optional `nodeName` and claims
+/// from templates (`(entry, template)`).
+fn pod_with(name: &str, scheduler: &str, cpu: &str, node: Option<&str>, claims: &[(&str, &str)]) -> String {
+    let mut y = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  schedulerName: {scheduler}\n"
+    );
+    if let Some(n) = node {
+        y.push_str(&format!("  nodeName: {n}\n"));
+    }
+    if !claims.is_empty() {
+        y.push_str("  resourceClaims:\n");
+        for (entry, template) in claims {
+            y.push_str(&format!(
+                "  - {{name: {entry}, resourceClaimTemplateName: {template}}}\n"
+            ));
+        }
+    }
+    y.push_str(&format!(
+        "  containers:\n  - name: c\n    image: registry.example/app:1\n    resources: {{requests: {{cpu: \"{cpu}\"}}"
+    ));
+    if !claims.is_empty() {
+        let names: Vec<String> = claims.iter().map(|(e, _)| format!("{{name: {e}}}")).collect();
+        y.push_str(&format!(", claims: [{}]", names.join(", ")));
+    }
+    y.push_str("}\n");
+    y
+}
+
+/// A DeviceClass `gpu`, a ResourceSlice with `n` GPUs on `node`, and templates `one-gpu` and
+/// `two-gpus`.
+fn gpu_inventory(node: &str, n: usize) -> String {
+    let devices: String = (0..n).map(|i| format!("  - {{name: gpu-{i}}}\n")).collect();
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: gpu}}\nspec:\n  selectors:\n  - cel: {{expression: 'device.driver == \"gpu.example.com\"'}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}-gpus}}\nspec:\n  driver: gpu.example.com\n  nodeName: {node}\n  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{devices}---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: one-gpu, namespace: default}}\nspec:\n  spec:\n    devices:\n      requests:\n      - {{name: gpu, exactly: {{deviceClassName: gpu}}}}\n---\n\
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: two-gpus, namespace: default}}\nspec:\n  spec:\n    devices:\n      requests:\n      - {{name: gpu, exactly: {{deviceClassName: gpu, count: 2}}}}\n"
+    )
+}
+
+fn pod<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no pod {name} in {report}"))
+}
+
+/// `(claim name, pool/device…)` of a pod in a report.
+fn claim_devices(p: &Value) -> Vec<(String, Vec<String>)> {
+    p["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let devs = c["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}/{}",
+                        d["pool"].as_str().unwrap(),
+                        d["device"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            (c["name"].as_str().unwrap().to_string(), devs)
+        })
+        .collect()
+}
+
+/// The source server's objects with their resourceVersions, and its list resourceVersion: any
+/// write, by anyone, changes one of them.
+fn source_state(kc: &std::path::Path) -> (Vec<(String, String)>, String) {
+    let (ok, out, err) = kubectl(
+        kc,
+        &[
+            "get",
+            "nodes,pods,resourceclaims,resourceclaimtemplates,resourceslices,deviceclasses,namespaces,events",
+            "-A",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut objects: Vec<(String, String)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}/{}",
+                    o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]
+                ),
+                o["metadata"]["resourceVersion"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    objects.sort();
+    let (ok, raw, err) = kubectl(kc, &["get", "--raw", "/api/v1/pods"]);
+    assert!(ok, "{err}");
+    let rv: Value = serde_json::from_str(&raw).unwrap();
+    (
+        objects,
+        rv["metadata"]["resourceVersion"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn from_cluster_copies_a_live_cluster_decides_its_pending_pods_and_never_writes_to_it() {
+    let dir = tempdir("from-cluster");
+    // The "live" cluster: a second embedded control plane with its own scheduler.
+    let source = [
+        node_yaml("node-a", "4", "8Gi"),
+        node_yaml("node-b", "8", "8Gi"),
+        gpu_inventory("node-a", 2),
+        // First, so that the source's scheduler sees it before it places the others.
+        pod_with("bound-elsewhere", "other-scheduler", "4", Some("node-b"), &[]),
+        pod_with("trainer", "unisched", "3", None, &[("gpu", "one-gpu")]),
+        pod_with("big", "unisched", "6", None, &[]),
+        pod_with("theirs", "other-scheduler", "1", None, &[]),
+    ]
+    .join("---\n");
+    std::fs::create_dir_all(dir.join("source")).unwrap();
+    std::fs::write(dir.join("source/s.yaml"), source).unwrap();
+    let (_guard, kc, live) = serve_with_report(
+        &dir.join("source"),
+        &dir.join("source/s.yaml"),
+        &[],
+        Duration::from_secs(60),
+    );
+    let trainer_live = claim_devices(pod(&live, "trainer"));
+    assert_eq!(pod(&live, "trainer")["node"], "node-a");
+    assert_eq!(trainer_live[0].1.len(), 1, "{trainer_live:?}");
+    assert!(pod(&live, "big")["node"].is_null(), "6 cpu fits nowhere there");
+    let before = source_state(&kc);
+
+    // The what-if: one more node and three new pods.
+    let whatif = [
+        node_yaml("node-c", "8", "8Gi"),
+        pod_with("new-gpu", "unisched", "500m", None, &[("gpu", "one-gpu")]),
+        pod_with("new-two", "unisched", "100m", None, &[("gpu", "two-gpus")]),
+    ]
+    .join("---\n");
+    std::fs::write(dir.join("whatif.yaml"), whatif).unwrap();
+    let out = Command::new(bin())
+        .args(["sim", "-o", "json", "--timeout", "30", "--from-cluster"])
+        .arg(&kc)
+        .arg(dir.join("whatif.yaml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // Bound pods stay where they are, with the claim and device they had.
+    assert_eq!(pod(&v, "trainer")["node"], "node-a");
+    assert_eq!(
+        claim_devices(pod(&v, "trainer")),
+        trainer_live,
+        "allocation kept, not redone"
+    );
+    assert_eq!(pod(&v, "bound-elsewhere")["node"], "node-b");
+    let node_b = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "node-b")
+        .unwrap();
+    assert_eq!(
+        node_b["requested"]["cpu"], "4",
+        "another scheduler's bound pod occupies node-b"
+    );
+    // The pending pod is decided here: it fits the new node only.
+    assert_eq!(pod(&v, "big")["node"], "node-c");
+    // The new GPU pod gets the GPU the trainer does not hold.
+    let held = &trainer_live[0].1[0];
+    let other = if held == "node-a/gpu-0" {
+        "node-a/gpu-1"
+    } else {
+        "node-a/gpu-0"
+    };
+    assert_eq!(pod(&v, "new-gpu")["node"], "node-a");
+    assert_eq!(claim_devices(pod(&v, "new-gpu"))[0].1, vec![other.to_string()]);
+    // Two GPUs are never free at once: a specific reason.
+    let two = pod(&v, "new-two");
+    assert!(two["node"].is_null());
+    assert_eq!(two["reason"], "Unschedulable");
+    assert!(
+        two["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot allocate all claims"),
+        "{two}"
+    );
+    // The other scheduler's pending pod is not copied, but listed.
+    assert!(
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["name"] != "theirs")
+    );
+    let from = &v["fromCluster"];
+    assert_eq!(
+        from["notOurs"],
+        serde_json::json!(["default/theirs (schedulerName other-scheduler)"])
+    );
+    assert_eq!(from["pending"], serde_json::json!(["default/big"]));
+    assert_eq!(from["copied"]["Node"], 2);
+    assert_eq!(from["copied"]["ResourceClaim"], 1);
+    assert_eq!(from["rejected"], serde_json::json!([]));
+
+    // Read only: not one object of the source changed, nor its resourceVersion.
+    assert_eq!(source_state(&kc), before, "the source cluster was written to");
+}
+
+#[test]
+fn from_cluster_errors_are_clear() {
+    let dir = tempdir("from-cluster-errors");
+    // Nothing listens on port 9 of localhost.
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n\
+         users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["sim", "--from-cluster"])
+        .arg(&kc)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the API server at http://127.0.0.1:9/") && err.contains("does not answer"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn same_scenario_and_seed_give_the_same_claim_names() {
+    let dir = tempdir("claim-names");
+    let mut docs = vec![node_yaml("node-a", "8", "8Gi"), gpu_inventory("node-a", 4)];
+    docs.extend((0..3).map(|i| pod_with(&format!("p{i}"), "unisched", "100m", None, &[("gpu", "one-gpu")])));
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    let names = |seed: &str| {
+        let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--seed", seed]);
+        assert_eq!(code, 0);
+        let names: Vec<String> = v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(claim_devices)
+            .map(|(name, _)| name)
+            .collect();
+        names
+    };
+    let first = names("7");
+    assert_eq!(first.len(), 3, "{first:?}");
+    for (i, n) in first.iter().enumerate() {
+        let prefix = format!("p{i}-gpu-");
+        assert!(
+            n.starts_with(&prefix) && n.len() == prefix.len() + 5,
+            "{n}: <pod>-<entry>-<5 characters>"
+        );
+    }
+    assert_eq!(first, names("7"), "same scenario, same seed: same names");
+    assert_ne!(first, names("8"), "the seed decides the suffixes");
+}
+
+#[test]
+fn a_missing_claim_template_is_reported_with_the_claim_controllers_event_without_waiting() {
+    let dir = tempdir("missing-template");
+    let docs = [
+        node_yaml("node-a", "4", "8Gi"),
+        pod_with("orphan", "unisched", "100m", None, &[("gpu", "nope")]),
+        pod_yaml("plain", "100m"),
+    ];
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    // With a 20 s timeout an undecided pod would end the run with exit 3.
+    let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--timeout", "20"]);
+    assert_eq!(code, 0, "the pod's reason is known: the step is settled");
+    let p = pod(&v, "orphan");
+    assert!(p["node"].is_null());
+    assert_eq!(p["reason"], "FailedResourceClaimCreation");
+    assert_eq!(
+        p["message"],
+        "PodResourceClaim gpu: resource claim template \"nope\": resourceclaimtemplate.resource.k8s.io \"nope\" not found"
+    );
+    assert_eq!(pod(&v, "plain")["node"], "node-a");
+}
+
+#[test]
+fn pods_never_attempted_do_not_hold_the_step_open() {
+    let dir = tempdir("never-attempted");
+    let gated = "apiVersion: v1\nkind: Pod\nmetadata: {name: gated, namespace: default}\nspec:\n  schedulerName: unisched\n  schedulingGates: [{name: example.com/wait}]\n  containers: [{name: c, image: registry.example/app:1}]\n";
+    let docs = [
+        node_yaml("node-a", "4", "8Gi"),
+        pod_with("theirs", "other-scheduler", "100m", None, &[]),
+        gated.to_string(),
+        pod_yaml("mine", "100m"),
+    ];
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    let (v, code) = sim_json(&[&dir.join("s.yaml")], &["--timeout", "20"]);
+    assert_eq!(
+        code, 0,
+        "neither the gated pod nor another scheduler's holds the run until the timeout"
+    );
+    assert_eq!(pod(&v, "mine")["node"], "node-a");
+    assert!(pod(&v, "theirs")["node"].is_null());
+    assert_eq!(pod(&v, "gated")["reason"], "SchedulingGated");
+}
+
+#[test]
+fn a_delete_file_written_as_a_yaml_list_is_a_clear_error() {
+    let dir = tempdir("delete-list");
+    std::fs::create_dir_all(dir.join("01")).unwrap();
+    std::fs::create_dir_all(dir.join("02")).unwrap();
+    std::fs::write(dir.join("01/s.yaml"), node_yaml("n", "4", "8Gi")).unwrap();
+    std::fs::write(dir.join("02/gone.delete.yaml"), "- {kind: Node, name: n}\n").unwrap();
+    let out = Command::new(bin()).arg("sim").arg(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gone.delete.yaml (document 0)") && err.contains("not a YAML list"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}
+
+#[test]
+fn a_rejected_pod_is_retried_before_the_next_step_counts_as_settled() {
+    let dir = tempdir("retry");
+    std::fs::create_dir_all(dir.join("01-no-gpus")).unwrap();
+    std::fs::create_dir_all(dir.join("02-gpus")).unwrap();
+    let inventory = gpu_inventory("node-a", 1);
+    let (slice_free, rest): (Vec<&str>, Vec<&str>) = inventory
+        .split("---\n")
+        .partition(|d| !d.contains("kind: ResourceSlice"));
+    let mut first = vec![node_yaml("node-a", "4", "8Gi")];
+    first.extend(slice_free.iter().map(|d| d.to_string()));
+    first.push(pod_with("waits", "unisched", "100m", None, &[("gpu", "one-gpu")]));
+    std::fs::write(dir.join("01-no-gpus/s.yaml"), first.join("---\n")).unwrap();
+    std::fs::write(dir.join("02-gpus/slice.yaml"), rest.join("---\n")).unwrap();
+    let (v, code) = sim_json(&[&dir], &["--timeout", "30"]);
+    assert_eq!(code, 0);
+    let p = pod(&v, "waits");
+    assert_eq!(p["node"], "node-a", "retried once the slice arrived: {p}");
+    assert_eq!(claim_devices(p)[0].1, vec!["node-a/gpu-0".to_string()]);
+}

@@ -783,4 +783,78 @@ fn bench_external_runs_both_schedulers_on_fresh_control_planes_and_reports_both(
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+
+#[test]
+fn from_cluster_copies_the_real_cluster_read_only_and_decides_its_pending_pod() {
+    let cp = ControlPlane::start("from-cluster");
+    let admin = cp.admin();
+    let kc = admin.to_str().unwrap();
+    // The live cluster: the quickstart, placed by unisched and kept; too-big stays pending there.
+    let live = sim_json(&[
+        &scenario("examples/quickstart"),
+        "--kubeconfig",
+        kc,
+        "--keep",
+        "--timeout",
+        "60",
+    ]);
+    let live_placements = placements(&live);
+    assert_eq!(live["summary"]["scheduled"], 5, "{live:#}");
+    // The what-if: a node big enough for too-big.
+    let dir = std::env::temp_dir().join(format!("unisched-upstream-whatif-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("huge.yaml");
+    std::fs::write(
+        &node,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: huge, labels: {kubernetes.io/hostname: huge}}\nstatus:\n  capacity: {cpu: '64', memory: 256Gi, pods: '110'}\n  allocatable: {cpu: '64', memory: 256Gi, pods: '110'}\n",
+    )
+    .unwrap();
+    let since = cp.audit_events().len();
+    let copy = sim_json(&["--from-cluster", kc, node.to_str().unwrap(), "--timeout", "60"]);
+    // Every pod bound in the live cluster is on the same node with the same devices in the copy.
+    let copied = placements(&copy);
+    for (pod, (node, devices, _)) in &live_placements {
+        if node.is_null() {
+            continue;
+        }
+        let (n, d, _) = copied
+            .get(pod)
+            .unwrap_or_else(|| panic!("{pod} not copied: {copy:#}"));
+        assert_eq!((n, d), (node, devices), "{pod} moved in the copy");
+    }
+    let too_big = copy["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "too-big")
+        .unwrap();
+    assert_eq!(too_big["node"], "huge", "{copy:#}");
+    assert_eq!(
+        copy["fromCluster"]["pending"],
+        serde_json::json!(["demo/too-big"])
+    );
+    assert_eq!(copy["fromCluster"]["rejected"], serde_json::json!([]), "{copy:#}");
+    // Read only: the run's requests (the admin user's, after the mark) are all reads.
+    let events = cp.audit_events();
+    let reads: Vec<&Value> = events[since..]
+        .iter()
+        .filter(|e| e["user"]["username"] == "admin")
+        .collect();
+    let writes: Vec<(String, String, String)> = reads
+        .iter()
+        .map(|e| audit_key(e))
+        .filter(|(verb, _, _)| !matches!(verb.as_str(), "get" | "list" | "watch"))
+        .collect();
+    assert!(
+        reads.iter().filter(|e| e["verb"] == "list").count() >= 9,
+        "one list per copied resource: {}",
+        reads.len()
+    );
+    assert!(
+        writes.is_empty(),
+        "--from-cluster wrote to the cluster: {writes:?}"
+    );
+    // And the live cluster is as it was: too-big is still pending there.
+    let pod = cp.kubectl_json(&["get", "pod", "-n", "demo", "too-big"]);
+    assert!(pod["spec"]["nodeName"].is_null(), "{pod:#}");
 }

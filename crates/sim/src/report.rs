@@ -115,6 +115,69 @@ pub struct Report {
     /// Per-pod placement explanations (`--explain`); absent from the JSON unless asked for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub explanations: Vec<PodExplanation>,
+    /// What `--from-cluster` copied from the live cluster; absent from the JSON otherwise.
+    #[serde(rename = "fromCluster", skip_serializing_if = "Option::is_none")]
+    pub from_cluster: Option<FromCluster>,
+}
+
+/// What `unisched sim --from-cluster` read from the live cluster and loaded into the copy.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FromCluster {
+    /// The live cluster's API server.
+    pub server: String,
+    /// Objects copied, by kind.
+    pub copied: BTreeMap<String, usize>,
+    /// Pods that were pending in the live cluster (`namespace/name`): the ones decided here.
+    pub pending: Vec<String>,
+    /// Pending pods of other schedulers, not copied (`namespace/name (schedulerName …)`).
+    pub not_ours: Vec<String>,
+    /// Objects the embedded server refused, with its reason; the copy went on without them.
+    pub rejected: Vec<String>,
+}
+
+/// Warning events that explain why a pod cannot be scheduled yet although no scheduler has
+/// written a condition: the claim controller's `FailedResourceClaimCreation` (a missing
+/// template). A pod with one has a known reason, so a run does not wait for it.
+pub const BLOCKING_EVENT_REASONS: &[&str] = &["FailedResourceClaimCreation"];
+
+/// The newest blocking event (reason, message) per pod `(namespace, name)`.
+pub fn blocking_events(objects: &dyn ObjectSource) -> BTreeMap<(String, String), (String, String)> {
+    let mut newest: BTreeMap<(String, String), (String, String, String)> = BTreeMap::new();
+    for e in objects.objects("events") {
+        let reason = e["reason"].as_str().unwrap_or_default();
+        if e["involvedObject"]["kind"] != "Pod" || !BLOCKING_EVENT_REASONS.contains(&reason) {
+            continue;
+        }
+        let key = (
+            e["involvedObject"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            e["involvedObject"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        // RFC 3339 timestamps compare as strings; the resourceVersion breaks ties.
+        let when = format!(
+            "{}/{:>20}",
+            e["lastTimestamp"].as_str().unwrap_or_default(),
+            e["metadata"]["resourceVersion"].as_str().unwrap_or_default()
+        );
+        let entry = (
+            when,
+            reason.to_string(),
+            e["message"].as_str().unwrap_or_default().to_string(),
+        );
+        match newest.get(&key) {
+            Some(old) if old.0 >= entry.0 => {}
+            _ => {
+                newest.insert(key, entry);
+            }
+        }
+    }
+    newest.into_iter().map(|(k, (_, r, m))| (k, (r, m))).collect()
 }
 
 /// One PersistentVolumeClaim.
@@ -271,6 +334,7 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
             (key, c)
         })
         .collect();
+    let blocked = blocking_events(store);
     let mut pods = Vec::new();
     let mut requested: BTreeMap<String, Resource> = BTreeMap::new();
     let opts = PodRequestOptions {
@@ -303,10 +367,23 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
             .flatten()
             .find(|c| c.type_ == "PodScheduled" && c.status == "False");
         let (reason, message) = if node.is_none() {
-            (
-                sched.and_then(|c| c.reason.clone()),
-                sched.and_then(|c| c.message.clone()),
-            )
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
+            match (sched, blocked.get(&(ns.clone(), name.clone()))) {
+                (None, Some((r, m))) => (Some(r.clone()), Some(m.clone())),
+                // kube-apiserver writes this condition on a gated pod; say it when no one did.
+                (None, None) if gated => (
+                    Some("SchedulingGated".into()),
+                    Some("Scheduling is blocked due to non-empty scheduling gates".into()),
+                ),
+                _ => (
+                    sched.and_then(|c| c.reason.clone()),
+                    sched.and_then(|c| c.message.clone()),
+                ),
+            }
         } else if status.phase.as_deref() == Some("Failed") {
             (status.reason.clone(), status.message.clone())
         } else {
@@ -379,6 +456,7 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
         summary,
         volume_claims: volume_claims(store),
         explanations: Vec::new(),
+        from_cluster: None,
     }
 }
 
@@ -529,6 +607,9 @@ impl Report {
             }
             out.push_str(&table(&vrows));
         }
+        if let Some(f) = &self.from_cluster {
+            out.push_str(&f.to_table());
+        }
         if !self.explanations.is_empty() {
             out.push_str("\nEXPLANATIONS\n");
         }
@@ -539,6 +620,41 @@ impl Report {
             "\n{} scheduled, {} unschedulable in {:.2}s\n",
             self.summary.scheduled, self.summary.unschedulable, self.summary.seconds
         ));
+        out
+    }
+}
+
+impl FromCluster {
+    /// The table report's section on the copy.
+    fn to_table(&self) -> String {
+        let copied: Vec<String> = self.copied.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let mut out = format!(
+            "\nFROM CLUSTER {} (read only): copied {}\n",
+            self.server,
+            if copied.is_empty() {
+                "nothing".into()
+            } else {
+                copied.join(", ")
+            }
+        );
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        out.push_str(&format!(
+            "  pending there, decided here: {}\n",
+            list(&self.pending)
+        ));
+        out.push_str(&format!(
+            "  pending for other schedulers (not copied): {}\n",
+            list(&self.not_ours)
+        ));
+        for r in &self.rejected {
+            out.push_str(&format!("  left out: {r}\n"));
+        }
         out
     }
 }

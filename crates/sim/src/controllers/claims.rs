@@ -1,11 +1,16 @@
 //! The ResourceClaim controller, after kube-controller-manager's `resourceclaim` controller:
 //!
 //! - For each `pod.spec.resourceClaims[]` entry naming a `resourceClaimTemplateName`, creates a
-//!   ResourceClaim from the template (`generateName: <pod>-<entry>-`, controller owner reference to the
+//!   ResourceClaim from the template (named `<pod>-<entry>-<suffix>`, controller owner reference to the
 //!   pod, annotation `resource.kubernetes.io/pod-claim-name: <entry>`, labels/annotations from the
 //!   template metadata, spec from the template's `spec.spec`) and records it in
 //!   `pod.status.resourceClaimStatuses`. An orphan claim created earlier for the same pod entry is
-//!   reused instead of creating another.
+//!   reused instead of creating another. A missing template is recorded as a Warning event
+//!   `FailedResourceClaimCreation` on the pod, in upstream's wording.
+//!
+//! Upstream's suffix is random (the API server's `generateName`). Here it is a hash of a seed, the
+//! namespace, the pod and the entry (with a counter to step past a name that is taken), so the same
+//! scenario run with the same seed gives the same claim names, and reports compare line by line.
 //! - For a scheduled pod, reserves allocated claims that are not yet reserved for it.
 //! - Removes deleted, replaced or finished pods from `status.reservedFor`. When the list becomes empty
 //!   and the claim carries the `resource.kubernetes.io/delete-protection` finalizer, clears
@@ -27,8 +32,13 @@ pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-pro
 
 const COMPONENT: &str = "resource_claim";
 
-/// Runs until `shutdown` changes.
-pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// Runs until `shutdown` changes, naming claims with seed 0 (see [`run_seeded`]).
+pub async fn run(store: Store, shutdown: tokio::sync::watch::Receiver<bool>) {
+    run_seeded(store, 0, shutdown).await;
+}
+
+/// Runs until `shutdown` changes; `seed` decides the suffixes of generated claim names.
+pub async fn run_seeded(store: Store, seed: u64, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let (Ok(pods), Ok(claims), Ok(templates)) = (
         store.resolve("pods"),
         store.resolve("resourceclaims"),
@@ -38,18 +48,18 @@ pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>)
         return;
     };
     let mut sub = store.subscribe();
-    resync(&store);
+    resync(&store, seed);
     loop {
         match next_event(&mut sub, &mut shutdown).await {
             Next::Stop => return,
             Next::Resync => {
                 sub = store.subscribe();
-                resync(&store);
+                resync(&store, seed);
             }
             Next::Event(ev) => {
                 if ev.kind == pods {
                     let deleted = ev.event_type == EventType::Deleted;
-                    on_pod(&store, &ev.object, deleted);
+                    on_pod(&store, &ev.object, deleted, seed);
                 } else if ev.kind == claims {
                     if ev.event_type != EventType::Deleted {
                         sync_claim(&store, &ev.object);
@@ -58,7 +68,7 @@ pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>)
                     // Pods that waited for this template.
                     for pod in store.snapshot(pods, Some(ev.object.namespace())) {
                         if pod_uses_template(pod.value(), ev.object.name()) {
-                            sync_pod(&store, &pod);
+                            sync_pod(&store, &pod, seed);
                         }
                     }
                 }
@@ -67,11 +77,11 @@ pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>)
     }
 }
 
-fn resync(store: &Store) {
+fn resync(store: &Store, seed: u64) {
     if let Ok(list) = store.list_all("pods", None) {
         for pod in list {
             if has_claims(pod.value()) {
-                on_pod(store, &pod, false);
+                on_pod(store, &pod, false, seed);
             }
         }
     }
@@ -137,7 +147,7 @@ fn controller_pod(claim: &Value) -> Option<(String, String)> {
         })
 }
 
-fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool) {
+fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool, seed: u64) {
     if !has_claims(pod.value()) {
         return;
     }
@@ -157,10 +167,10 @@ fn on_pod(store: &Store, pod: &ObjectRef, deleted: bool) {
         }
         return;
     }
-    sync_pod(store, pod);
+    sync_pod(store, pod, seed);
 }
 
-fn sync_pod(store: &Store, pod: &ObjectRef) {
+fn sync_pod(store: &Store, pod: &ObjectRef, seed: u64) {
     let pod_v = pod.value();
     if get_path(pod_v, &["metadata", "deletionTimestamp"]).is_some() {
         return;
@@ -185,7 +195,7 @@ fn sync_pod(store: &Store, pod: &ObjectRef) {
         }
         let claim = match find_generated_claim(store, pod, &entry_name) {
             Some(c) => c,
-            None => match create_claim(store, pod, &entry_name, &template) {
+            None => match create_claim(store, pod, &entry_name, &template, seed) {
                 Ok(c) => c,
                 Err(msg) => {
                     record_event(
@@ -267,11 +277,13 @@ fn create_claim(
     pod: &ObjectRef,
     entry_name: &str,
     template: &str,
+    seed: u64,
 ) -> Result<ObjectRef, String> {
     let ns = pod.namespace();
+    // Upstream reads templates through a lister, whose NotFound names the singular resource.
     let tpl = store
         .try_get("resourceclaimtemplates", Some(ns), template)
-        .ok_or_else(|| format!("resource claim template {template:?}: resourceclaimtemplates.resource.k8s.io {template:?} not found"))?;
+        .ok_or_else(|| format!("resource claim template {template:?}: resourceclaimtemplate.resource.k8s.io {template:?} not found"))?;
     let tmeta = get_path(tpl.value(), &["spec", "metadata"])
         .cloned()
         .unwrap_or(json!({}));
@@ -307,9 +319,53 @@ fn create_claim(
     if let Some(spec) = get_path(tpl.value(), &["spec", "spec"]) {
         claim["spec"] = spec.clone();
     }
-    store
-        .create("resourceclaims", Some(ns), claim)
-        .map_err(|e| format!("create ResourceClaim {generate}: {e}"))
+    for attempt in 0..MAX_NAME_ATTEMPTS {
+        let name = format!(
+            "{generate}{}",
+            name_suffix(seed, &[ns, pod.name(), entry_name], attempt)
+        );
+        claim["metadata"]["name"] = json!(name);
+        match store.create("resourceclaims", Some(ns), claim.clone()) {
+            Ok(c) => return Ok(c),
+            Err(crate::StoreError::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(format!("create ResourceClaim {generate}: {e}")),
+        }
+    }
+    Err(format!(
+        "create ResourceClaim {generate}: no free name after {MAX_NAME_ATTEMPTS} attempts"
+    ))
+}
+
+/// How many suffixes [`create_claim`] tries before giving up.
+const MAX_NAME_ATTEMPTS: u32 = 32;
+
+/// The characters of upstream's generated-name suffixes (no vowels, no look-alikes).
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A five-character suffix derived from the seed, the parts and the attempt (FNV-1a, so it is the
+/// same on every platform and build).
+fn name_suffix(seed: u64, parts: &[&str], attempt: u32) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(&seed.to_le_bytes());
+    for p in parts {
+        eat(p.as_bytes());
+        eat(&[0]);
+    }
+    eat(&attempt.to_le_bytes());
+    let n = SUFFIX_ALPHABET.len() as u64;
+    (0..5)
+        .map(|_| {
+            let c = SUFFIX_ALPHABET[(h % n) as usize];
+            h /= n;
+            char::from(c)
+        })
+        .collect()
 }
 
 fn sync_claim(store: &Store, claim: &ObjectRef) {
@@ -414,5 +470,26 @@ fn remove_protection(store: &Store, claim: &ObjectRef) -> Result<ObjectRef, crat
         // Removing the last finalizer of a claim being deleted removes the claim.
         Err(e) if e.is_not_found() => Ok(claim.clone()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_suffix_depends_on_seed_parts_and_attempt_only() {
+        let a = name_suffix(1, &["default", "p", "gpu"], 0);
+        assert_eq!(a.len(), 5);
+        assert!(a.bytes().all(|b| SUFFIX_ALPHABET.contains(&b)), "{a}");
+        assert_eq!(a, name_suffix(1, &["default", "p", "gpu"], 0));
+        assert_ne!(a, name_suffix(2, &["default", "p", "gpu"], 0));
+        assert_ne!(a, name_suffix(1, &["default", "p", "gpu"], 1));
+        assert_ne!(a, name_suffix(1, &["default", "q", "gpu"], 0));
+        // Part boundaries count: "pg"+"pu" is not "p"+"gpu".
+        assert_ne!(
+            name_suffix(1, &["default", "pg", "pu"], 0),
+            name_suffix(1, &["default", "p", "gpu"], 0)
+        );
     }
 }
