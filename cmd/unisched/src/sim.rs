@@ -86,7 +86,7 @@ pub struct SimArgs {
 /// A progress line for the user: plain `[sim] …` text, or under `--logging-format json` one
 /// record of the log stream (target `unisched::sim`, shown at every verbosity) so that stderr
 /// stays one JSON object per line.
-fn progress(msg: &str) {
+pub(crate) fn progress(msg: &str) {
     if crate::logging::json_enabled() {
         tracing::info!(target: "unisched::sim", "{msg}");
         return;

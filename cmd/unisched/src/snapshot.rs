@@ -128,9 +128,7 @@ fn list_error(server: &str, plural: &str, group: &str, e: &kube::Error) -> anyho
 }
 
 fn progress(msg: &str) {
-    use std::io::Write;
-    let mut e = std::io::stderr();
-    let _ = writeln!(e, "[sim] from-cluster: {msg}");
+    crate::sim::progress(&format!("from-cluster: {msg}"));
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
