@@ -731,6 +731,7 @@ fn differential_against_upstream_has_only_declared_differences() {
             .find(|l| l.contains("difference(s)"))
             .unwrap_or_default()
     );
+}
 
 /// `unisched bench --external` (issue 14 part 2): a smoke-sized DRA workload decided by upstream
 /// kube-scheduler and then by `unisched run`, each on its own fresh control plane. Self-contained:
@@ -783,6 +784,7 @@ fn bench_external_runs_both_schedulers_on_fresh_control_planes_and_reports_both(
         );
     }
     let _ = std::fs::remove_dir_all(&work);
+}
 
 #[test]
 fn from_cluster_copies_the_real_cluster_read_only_and_decides_its_pending_pod() {
