@@ -193,6 +193,19 @@ impl AllocatedState {
             .map(|u| if u.saturated > 0 { None } else { Some(&u.total) })
     }
 
+    /// Whether every device of `allocation` is still in use here: each exclusive result's device
+    /// is allocated exclusively and each share is recorded (under its share id). Admin-access
+    /// results never count.
+    pub fn covers(&self, allocation: &AllocationResult) -> bool {
+        Self::results(allocation).all(|r| {
+            let id = device_id(r);
+            match &r.share_id {
+                None => self.is_exclusively_allocated(&id),
+                Some(share) => self.shared.get(&id).is_some_and(|u| u.shares.contains_key(share)),
+            }
+        })
+    }
+
     /// Number of exclusively allocated devices.
     pub fn exclusive_len(&self) -> usize {
         self.exclusive.len()

@@ -223,6 +223,7 @@ impl Scheduler {
             .build();
         let queue =
             Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
+        crate::dra::observe_own_claim_changes(&dra, &queue);
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
         let health = Health::default();

@@ -634,3 +634,53 @@ fn after_a_restart_listed_and_new_shares_are_each_counted_once() {
         cache.recomputed_allocated()
     );
 }
+
+/// The scheduler's own steps reach the observer (issue 15.3: without an event a pod rejected
+/// meanwhile waits for the 5-minute flush): assume and forget always, an in-flight release only
+/// when it frees devices (not after a successful PreBind, whose assumed claim holds them).
+#[test]
+fn the_observer_hears_the_schedulers_own_claim_changes() {
+    let cache = DraCache::new();
+    let heard: Arc<parking_lot::Mutex<Vec<(bool, bool)>>> = Arc::default();
+    let h = heard.clone();
+    cache.set_observer(Arc::new(move |c: &ClaimChange| {
+        let allocated = |o: &Option<Arc<ResourceClaim>>| {
+            o.as_ref()
+                .is_some_and(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+        };
+        h.lock().push((allocated(&c.old), allocated(&c.new)));
+    }));
+    let take = || std::mem::take(&mut *heard.lock());
+    cache.apply_claim(rc("c", "u1", 5, None)).unwrap();
+    assert!(
+        take().is_empty(),
+        "watch changes are reported by the watch handler, not here"
+    );
+
+    // A successful PreBind: in flight, assumed, released. Only the assume is heard.
+    let a = alloc(&[("s", Some("share-1"))]);
+    cache.reserve_in_flight("u1", a.clone());
+    cache.assume_claim(rc("c", "u1", 6, Some(a.clone()))).unwrap();
+    assert!(cache.release_in_flight("u1"));
+    assert_eq!(take(), [(false, true)]);
+
+    // Unreserve after the assume: the forget is heard (allocated -> not).
+    cache.forget_claim("u1");
+    assert_eq!(take(), [(true, false)]);
+
+    // A binding cycle that failed before writing: the release frees the share and is heard,
+    // also for an extended-resource placeholder that names no claim.
+    for key in ["u1", "placeholder"] {
+        cache.reserve_in_flight(key, a.clone());
+        assert!(cache.release_in_flight(key));
+        assert_eq!(take(), [(true, false)], "{key}");
+        assert!(!cache.release_in_flight(key), "idempotent");
+        assert!(take().is_empty());
+    }
+
+    // An echo that arrives before the release: the committed claim holds the share, nothing freed.
+    cache.reserve_in_flight("u1", a.clone());
+    cache.apply_claim(rc("c", "u1", 7, Some(a))).unwrap();
+    cache.release_in_flight("u1");
+    assert!(take().is_empty());
+}
