@@ -26,8 +26,8 @@ mod volume;
 
 pub use cache::Cache;
 pub use dra::{
-    ClaimChange, ClassMap, DraCache, DraCacheError, DraSnapshot, EXTENDED_RESOURCE_CLAIM_ANNOTATION,
-    IMPLICIT_EXTENDED_RESOURCE_PREFIX, InFlightAllocation,
+    ClaimChange, ClaimObserver, ClassMap, DraCache, DraCacheError, DraSnapshot,
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION, IMPLICIT_EXTENDED_RESOURCE_PREFIX, InFlightAllocation,
 };
 pub use dump::{AssumedPodDump, CacheDump, NodeDump, NodeState};
 pub use error::CacheError;

@@ -16,7 +16,7 @@
 //! [`StateLayers`] stacks several states without copying (for example the informer-fed state
 //! plus the in-flight allocations of pods that are assumed but not yet bound).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceRequestAllocationResult, ResourceClaim};
@@ -193,6 +193,19 @@ impl AllocatedState {
             .map(|u| if u.saturated > 0 { None } else { Some(&u.total) })
     }
 
+    /// Whether every device of `allocation` is still in use here: each exclusive result's device
+    /// is allocated exclusively and each share is recorded (under its share id). Admin-access
+    /// results never count.
+    pub fn covers(&self, allocation: &AllocationResult) -> bool {
+        Self::results(allocation).all(|r| {
+            let id = device_id(r);
+            match &r.share_id {
+                None => self.is_exclusively_allocated(&id),
+                Some(share) => self.shared.get(&id).is_some_and(|u| u.shares.contains_key(share)),
+            }
+        })
+    }
+
     /// Number of exclusively allocated devices.
     pub fn exclusive_len(&self) -> usize {
         self.exclusive.len()
@@ -257,29 +270,45 @@ impl StateLayers {
         self.layers.iter().any(|l| l.is_allocated(id))
     }
 
-    /// Consumed capacity summed over layers.
+    /// Consumed capacity summed over layers, each share counted once.
+    ///
+    /// The same share can sit in two layers at once: an allocation still recorded as in flight
+    /// whose claim the watch (or our own assume) already shows as allocated. Summing the layers'
+    /// totals would count that share twice and make a device look fuller than it is, rejecting pods
+    /// that fit, with no event to retry them once the in-flight record goes. So when more than one
+    /// layer uses the device, the shares are merged by share id first.
     pub fn consumed_capacity(&self, id: &DeviceId) -> LayeredCapacity {
-        let mut out: Option<BTreeMap<String, Quantity>> = None;
-        for layer in &self.layers {
-            match layer.consumed_capacity(id) {
-                None => {}
-                Some(None) => return LayeredCapacity::Full,
-                Some(Some(amounts)) => {
-                    let acc = out.get_or_insert_with(BTreeMap::new);
-                    for (name, q) in amounts {
-                        let slot = acc.entry(name.clone()).or_default();
-                        match slot.checked_add(q) {
-                            Some(sum) => *slot = sum,
-                            None => return LayeredCapacity::Full,
-                        }
+        let mut users = self.layers.iter().filter_map(|l| l.shared.get(id));
+        let Some(first) = users.next() else {
+            return LayeredCapacity::None;
+        };
+        let Some(second) = users.next() else {
+            return if first.saturated > 0 {
+                LayeredCapacity::Full
+            } else {
+                LayeredCapacity::Amounts(first.total.clone())
+            };
+        };
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut out: BTreeMap<String, Quantity> = BTreeMap::new();
+        for usage in [first, second].into_iter().chain(users) {
+            for (share_id, share) in &usage.shares {
+                if !seen.insert(share_id.as_str()) {
+                    continue;
+                }
+                let Some(consumed) = &share.consumed else {
+                    return LayeredCapacity::Full;
+                };
+                for (name, q) in consumed {
+                    let slot = out.entry(name.clone()).or_default();
+                    match slot.checked_add(q) {
+                        Some(sum) => *slot = sum,
+                        None => return LayeredCapacity::Full,
                     }
                 }
             }
         }
-        match out {
-            None => LayeredCapacity::None,
-            Some(m) => LayeredCapacity::Amounts(m),
-        }
+        LayeredCapacity::Amounts(out)
     }
 }
 

@@ -485,6 +485,9 @@ impl SchedulingQueue {
         }
         let plugin = status.plugin().unwrap_or("PreEnqueue").to_string();
         tracing::debug!(pod = %qpi.pod_info.key(), %plugin, %status, "pod gated by PreEnqueue");
+        self.config
+            .observer
+            .gated(&qpi.pod_info, fwk.profile_name(), &plugin, &status.message());
         qpi.unschedulable_plugins.insert(plugin.clone());
         qpi.gating_plugin = Some(plugin);
     }

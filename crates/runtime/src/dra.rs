@@ -226,6 +226,23 @@ impl DraKind for ResourceClaim {
     }
 }
 
+/// Turns the scheduler's own claim changes (assume, forget, an in-flight allocation released
+/// without being written) into the same cluster events a watch change makes, so that a pod
+/// DynamicResources rejected meanwhile is moved by its queueing hints instead of waiting for the
+/// unschedulable-pods flush (issue 15.3). The observer holds the queue weakly: the queue's hints
+/// hold the cache.
+pub(crate) fn observe_own_claim_changes(dra: &DraCache, queue: &Arc<SchedulingQueue>) {
+    let queue = Arc::downgrade(queue);
+    dra.set_observer(Arc::new(move |change: &ClaimChange| {
+        let Some(queue) = queue.upgrade() else {
+            return;
+        };
+        if let Some((ev, old, new)) = claim_event(change) {
+            queue.move_all_to_active_or_backoff(ev, old, new);
+        }
+    }));
+}
+
 /// Feeds one DRA kind's watch into the cache and the queue.
 pub struct DraHandler<K: DraKind> {
     dra: Arc<DraCache>,
@@ -612,5 +629,153 @@ impl DraApi for RuntimeDraApi {
         self.handle
             .block_on(async move { writer.patch_pod_status(&ns, &name, patch).await })
             .map_err(to_dra)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use k8s_openapi::api::resource::v1::AllocationResult;
+    use unisched_cache::Cache;
+    use unisched_framework::{
+        CycleOutcome, Framework, PodInfo, SchedulingAlgorithm, config::KubeSchedulerProfile,
+        run_scheduling_cycle,
+    };
+    use unisched_plugins::{
+        PluginContext, Registry,
+        dynamic_resources::testing::FakeDraApi,
+        testing::{NodeBuilder, RecordingBinder},
+    };
+    use unisched_queue::{PodLocation, QueueConfig};
+
+    use super::*;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(name: &str, claim: &str) -> Arc<PodInfo> {
+        Arc::new(PodInfo::new(obj(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"schedulerName": "unisched",
+                     "resourceClaims": [{"name": "dev", "resourceClaimName": claim}],
+                     "containers": [{"name": "c", "image": "x",
+                                     "resources": {"claims": [{"name": "dev"}]}}]}}))))
+    }
+
+    fn claim(
+        name: &str,
+        rv: u64,
+        allocation: Option<&AllocationResult>,
+        reserved: &[&str],
+    ) -> Arc<ResourceClaim> {
+        let mut c = json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                         "resourceVersion": rv.to_string()},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}});
+        if let Some(a) = allocation {
+            c["status"] = json!({"allocation": a,
+                "reservedFor": reserved.iter().map(|p| json!({"resource": "pods", "name": p, "uid": format!("uid-{p}")}))
+                    .collect::<Vec<_>>()});
+        }
+        Arc::new(obj(c))
+    }
+
+    fn allocation() -> AllocationResult {
+        obj(json!({"devices": {"results": [
+            {"request": "r", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}))
+    }
+
+    /// Issue 15.3: the scheduler's own claim changes requeue the pods DynamicResources rejected,
+    /// as a watch change would. A pod waiting for a shared claim another pod is allocating is
+    /// retried once that allocation is assumed (the watch echo that follows compares equal to the
+    /// assumed copy and would not move it), and a pod rejected for want of the one GPU is retried
+    /// when a binding cycle that never wrote its claim releases the in-flight allocation.
+    #[test]
+    fn own_claim_changes_requeue_the_pods_dynamic_resources_rejected() {
+        let dra = Arc::new(DraCache::new());
+        let registry = Registry::in_tree(
+            PluginContext::new(RecordingBinder::new()).with_dra(dra.clone(), FakeDraApi::new()),
+        );
+        let profile = KubeSchedulerProfile {
+            scheduler_name: Some("unisched".into()),
+            ..Default::default()
+        };
+        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
+        let queue = Arc::new(SchedulingQueue::new(vec![fwk.clone()], QueueConfig::default()).unwrap());
+        observe_own_claim_changes(&dra, &queue);
+        let cache = Arc::new(Cache::new());
+        cache.add_node(Arc::new(
+            NodeBuilder::new("n1")
+                .alloc("cpu", "4")
+                .alloc("pods", "10")
+                .build(),
+        ));
+        dra.apply_class(Arc::new(obj(json!({"metadata": {"name": "gpu"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}))))
+            .unwrap();
+        dra.apply_slice(Arc::new(obj(json!({"metadata": {"name": "n1-gpu"},
+            "spec": {"driver": "gpu.example.com", "nodeName": "n1",
+                     "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-0"}]}}))))
+            .unwrap();
+
+        let reject = |p: &Arc<PodInfo>, why: &str| {
+            assert!(queue.add(p.clone()));
+            let qpi = queue.try_pop().unwrap();
+            let mut algo = SchedulingAlgorithm::new(1, None, 1);
+            let CycleOutcome::Failed(f) =
+                run_scheduling_cycle(&fwk, &mut algo, cache.as_ref(), queue.as_ref(), p.clone(), false)
+            else {
+                panic!("{} must be rejected", p.name);
+            };
+            assert!(f.message.contains(why), "{}: {}", p.name, f.message);
+            queue.handle_failure(qpi, &f).unwrap();
+            assert_eq!(queue.location(&p.uid), Some(PodLocation::Unschedulable));
+        };
+        let retried = |p: &Arc<PodInfo>| {
+            matches!(
+                queue.location(&p.uid),
+                Some(PodLocation::Active | PodLocation::Backoff)
+            )
+        };
+
+        // Pod a's binding cycle is allocating the shared claim: pod b must wait.
+        dra.apply_claim(claim("shared", 1, None, &[])).unwrap();
+        dra.reserve_in_flight("uid-shared", allocation());
+        let b = pod("b", "shared");
+        reject(&b, "is in the process of being allocated");
+        // PreBind wrote it and assumes it: b is retried at once.
+        dra.assume_claim(claim("shared", 2, Some(&allocation()), &["a"]))
+            .unwrap();
+        dra.release_in_flight("uid-shared");
+        assert!(
+            retried(&b),
+            "the assumed allocation moved b: {:?}",
+            queue.location(&b.uid)
+        );
+        queue.delete(&b);
+        // The echo equals the assumed copy (it moves nobody by itself).
+        dra.apply_claim(claim("shared", 2, Some(&allocation()), &["a"]))
+            .unwrap();
+
+        // The one GPU is taken by the shared claim; a claim of its own does not fit.
+        dra.apply_claim(claim("own", 1, None, &[])).unwrap();
+        let c = pod("c", "own");
+        reject(&c, "cannot allocate all claims");
+        queue.delete(&c);
+        // Now the shared claim is deallocated (the watch; its hint covers that), but a third
+        // claim's allocation of the GPU is in flight and will never be written.
+        dra.apply_claim(claim("shared", 3, None, &[])).unwrap();
+        dra.reserve_in_flight("uid-third", allocation());
+        let c = pod("c", "own");
+        reject(&c, "cannot allocate all claims");
+        assert!(
+            dra.release_in_flight("uid-third"),
+            "the binding cycle failed before writing"
+        );
+        assert!(retried(&c), "the freed GPU moved c: {:?}", queue.location(&c.uid));
     }
 }

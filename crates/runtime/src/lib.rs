@@ -6,6 +6,7 @@
 mod dra;
 mod events;
 mod explain;
+mod gated;
 mod http;
 mod informers;
 mod leader;
@@ -22,6 +23,7 @@ mod writer;
 pub use dra::*;
 pub use events::*;
 pub use explain::*;
+pub use gated::*;
 pub use http::*;
 pub use informers::*;
 pub use leader::*;

@@ -219,10 +219,16 @@ impl Scheduler {
         let configz = configz(cfg, &frameworks, &options.default_namespace);
         let qcfg = QueueConfig::builder()
             .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
-            .observer(Arc::new(metrics.clone()))
+            .observer(crate::GateReporter::new(
+                metrics.clone(),
+                events.clone(),
+                writer.clone(),
+                handle.clone(),
+            ))
             .build();
         let queue =
             Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
+        crate::dra::observe_own_claim_changes(&dra, &queue);
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
         let health = Health::default();

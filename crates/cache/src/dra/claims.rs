@@ -34,6 +34,22 @@ impl ClaimChange {
         }
     }
 
+    /// The change an in-flight allocation's release makes visible: `old` is `claim` with
+    /// `allocation` (what the cycles saw), `new` is `claim` without one (the devices are free).
+    pub(crate) fn released(claim: ResourceClaim, allocation: AllocationResult) -> Self {
+        let mut old = claim.clone();
+        old.status.get_or_insert_with(Default::default).allocation = Some(allocation);
+        let mut new = claim;
+        if let Some(s) = new.status.as_mut() {
+            s.allocation = None;
+        }
+        ClaimChange {
+            old: Some(Arc::new(old)),
+            new: Some(Arc::new(new)),
+            allocation_changed: true,
+        }
+    }
+
     /// Whether the effective allocation changed (the allocated-device index moved).
     pub fn allocation_changed(&self) -> bool {
         self.allocation_changed

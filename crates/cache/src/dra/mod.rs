@@ -26,6 +26,17 @@
 //!   still being bound, keyed by claim UID. They count as used devices for the next cycles, and a
 //!   claim that is in flight is "being allocated" for every other pod.
 //!
+//! # Changes nobody else reports
+//! The watch reports what the API server holds; it never reports the scheduler's own steps: an
+//! assumed claim (PreBind wrote it, the echo is still on its way), a forgotten one (Unreserve), or
+//! an in-flight allocation dropped without ever being written (a failed binding cycle). Each of
+//! those can make a pod that DynamicResources rejected fit (a shared claim is now allocated, a
+//! device is free again), and without an event that pod would wait for the unschedulable-pods
+//! flush. An optional [`ClaimObserver`] hears them as [`ClaimChange`]s, exactly like watch
+//! changes, after the lock is dropped (the queue's hints read this cache under the queue's lock).
+//! A released in-flight allocation is reported only when it frees something, i.e. when the
+//! committed claims do not hold all of its devices already (after a successful PreBind they do).
+//!
 //! # Snapshots
 //! [`DraCache::snapshot`] returns an `Arc<DraSnapshot>`; when nothing changed since the previous call
 //! it is the very same `Arc` (O(1)). Otherwise only the parts that changed are rebuilt; the others
@@ -95,6 +106,35 @@ struct InFlight {
     state: Arc<AllocatedState>,
 }
 
+/// Hears the claim changes the scheduler makes itself (see the module documentation). The
+/// runtime turns them into cluster events for the queue.
+pub type ClaimObserver = Arc<dyn Fn(&ClaimChange) + Send + Sync>;
+
+#[derive(Default)]
+struct Observer(RwLock<Option<ClaimObserver>>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.read().is_some() {
+            "Observer(set)"
+        } else {
+            "Observer(none)"
+        })
+    }
+}
+
+impl Observer {
+    fn notify(&self, change: &ClaimChange) {
+        if !change.changed() {
+            return;
+        }
+        let observer = self.0.read().clone();
+        if let Some(o) = observer {
+            o(change);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     slices: SliceStore,
@@ -113,6 +153,7 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct DraCache {
     inner: RwLock<Inner>,
+    observer: Observer,
 }
 
 /// `namespace/name` of an object, if it has both.
@@ -126,6 +167,11 @@ impl DraCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the observer of the scheduler's own claim changes (replacing an earlier one).
+    pub fn set_observer(&self, observer: ClaimObserver) {
+        *self.observer.0.write() = Some(observer);
     }
 
     // ----- slices and taint rules -----
@@ -239,21 +285,29 @@ impl DraCache {
         let key = claim_key(&claim).ok_or(DraCacheError::MissingName {
             kind: "ResourceClaim",
         })?;
-        let mut inner = self.inner.write();
-        let change = inner.claims.assume(key, claim)?;
-        if change.allocation_changed() {
-            inner.snapshot = None;
-        }
+        let change = {
+            let mut inner = self.inner.write();
+            let change = inner.claims.assume(key, claim)?;
+            if change.allocation_changed() {
+                inner.snapshot = None;
+            }
+            change
+        };
+        self.observer.notify(&change);
         Ok(change)
     }
 
     /// Drops the assumed copy of the claim with this UID, restoring the watch's copy. Idempotent.
     pub fn forget_claim(&self, uid: &str) -> ClaimChange {
-        let mut inner = self.inner.write();
-        let change = inner.claims.forget(uid);
-        if change.allocation_changed() {
-            inner.snapshot = None;
-        }
+        let change = {
+            let mut inner = self.inner.write();
+            let change = inner.claims.forget(uid);
+            if change.allocation_changed() {
+                inner.snapshot = None;
+            }
+            change
+        };
+        self.observer.notify(&change);
         change
     }
 
@@ -304,17 +358,38 @@ impl DraCache {
         inner.snapshot = None;
     }
 
-    /// Drops an in-flight allocation. Returns whether there was one. Idempotent.
+    /// Drops an in-flight allocation. Returns whether there was one. Idempotent. When the
+    /// committed claims do not hold all of its devices (it was never written), the observer hears
+    /// the devices being freed.
     pub fn release_in_flight(&self, claim_uid: &str) -> bool {
-        let mut inner = self.inner.write();
-        if !inner.in_flight.by_uid.contains_key(claim_uid) {
-            return false;
+        let freed = {
+            let mut inner = self.inner.write();
+            if !inner.in_flight.by_uid.contains_key(claim_uid) {
+                return false;
+            }
+            let InFlight { by_uid, state } = &mut inner.in_flight;
+            let old = Arc::make_mut(by_uid).remove(claim_uid);
+            if let Some(old) = &old {
+                Arc::make_mut(state).remove_allocation(&old.allocation);
+            }
+            inner.snapshot = None;
+            old.filter(|o| !inner.claims.allocated().covers(&o.allocation))
+                .map(|o| {
+                    let claim = inner
+                        .claims
+                        .get_by_uid(claim_uid)
+                        .map(|c| (*c).clone())
+                        .unwrap_or_else(|| {
+                            let mut c = ResourceClaim::default();
+                            c.metadata.uid = Some(claim_uid.to_string());
+                            c
+                        });
+                    ClaimChange::released(claim, (*o.allocation).clone())
+                })
+        };
+        if let Some(change) = freed {
+            self.observer.notify(&change);
         }
-        let InFlight { by_uid, state } = &mut inner.in_flight;
-        if let Some(old) = Arc::make_mut(by_uid).remove(claim_uid) {
-            Arc::make_mut(state).remove_allocation(&old.allocation);
-        }
-        inner.snapshot = None;
         true
     }
 

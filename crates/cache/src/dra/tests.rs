@@ -533,3 +533,154 @@ proptest! {
         }
     }
 }
+
+/// Consumed `mem` of device `s` as one scheduling cycle sees it (both layers).
+fn layered_mem(cache: &DraCache) -> Option<String> {
+    match cache.snapshot().state_layers().consumed_capacity(&id("s")) {
+        unisched_dra::state::LayeredCapacity::Amounts(m) => m.get("mem").map(ToString::to_string),
+        unisched_dra::state::LayeredCapacity::None => None,
+        unisched_dra::state::LayeredCapacity::Full => Some("full".into()),
+    }
+}
+
+/// Issue 15.3: the watch echoes a claim's allocation (or PreBind assumes it) while the same
+/// allocation is still recorded as in flight; a snapshot taken in between must count the
+/// consumable-capacity share once, not twice. The extended-resource claim is keyed in flight by
+/// its placeholder UID, not the claim's, so the de-duplication cannot rely on UIDs.
+#[test]
+fn a_share_in_flight_and_echoed_is_counted_once() {
+    // (in-flight key, claim uid, echo by the watch (true) or by our assume (false))
+    let cases = [
+        ("u1", "u1", true),
+        ("u1", "u1", false),
+        ("placeholder-of-pod", "u-ext", true),
+    ];
+    for (key, uid, by_watch) in cases {
+        let cache = DraCache::new();
+        cache.apply_claim(rc("c", uid, 5, None)).unwrap();
+        let a = alloc(&[("s", Some("share-1"))]);
+        cache.reserve_in_flight(key, a.clone());
+        assert_eq!(
+            layered_mem(&cache).as_deref(),
+            Some("1Gi"),
+            "{key}: in flight only"
+        );
+
+        let echoed = rc("c", uid, 6, Some(a.clone()));
+        if by_watch {
+            cache.apply_claim(echoed).unwrap();
+        } else {
+            cache.assume_claim(echoed).unwrap();
+        }
+        // Both layers hold share-1 now: the window between the echo and the in-flight release.
+        assert!(cache.snapshot().allocated().has_shares(&id("s")));
+        assert!(cache.snapshot().in_flight().has_shares(&id("s")));
+        assert_eq!(
+            layered_mem(&cache).as_deref(),
+            Some("1Gi"),
+            "{key}: the share is counted once while in flight and allocated"
+        );
+
+        // A second, distinct share on the same device does add up.
+        cache.reserve_in_flight("u9", alloc(&[("s", Some("share-2"))]));
+        assert_eq!(
+            layered_mem(&cache).as_deref(),
+            Some("2Gi"),
+            "{key}: distinct shares add"
+        );
+
+        cache.release_in_flight(key);
+        cache.release_in_flight("u9");
+        assert_eq!(
+            layered_mem(&cache).as_deref(),
+            Some("1Gi"),
+            "{key}: committed share stays"
+        );
+        assert_eq!(cache.recomputed_in_flight(), AllocatedState::new());
+    }
+}
+
+/// Issue 15.3, restart: the new leader's informer lists claims the previous leader allocated
+/// (shares s-old-*), then this leader allocates more shares of the same device; while they are in
+/// flight and echoed, the device's consumption is the sum of the distinct shares.
+#[test]
+fn after_a_restart_listed_and_new_shares_are_each_counted_once() {
+    let cache = DraCache::new();
+    cache
+        .apply_claim(rc("old-1", "o1", 3, Some(alloc(&[("s", Some("s-old-1"))]))))
+        .unwrap();
+    cache
+        .apply_claim(rc("old-2", "o2", 4, Some(alloc(&[("s", Some("s-old-2"))]))))
+        .unwrap();
+    assert_eq!(layered_mem(&cache).as_deref(), Some("2Gi"));
+    cache.apply_claim(rc("new", "n1", 5, None)).unwrap();
+    let a = alloc(&[("s", Some("s-new"))]);
+    cache.reserve_in_flight("n1", a.clone());
+    cache.apply_claim(rc("new", "n1", 6, Some(a))).unwrap();
+    assert_eq!(
+        layered_mem(&cache).as_deref(),
+        Some("3Gi"),
+        "2 listed + 1 new, not 4"
+    );
+    // The relist of a previous leader's claim (same version again) changes nothing.
+    cache
+        .apply_claim(rc("old-1", "o1", 3, Some(alloc(&[("s", Some("s-old-1"))]))))
+        .unwrap();
+    assert_eq!(layered_mem(&cache).as_deref(), Some("3Gi"));
+    cache.release_in_flight("n1");
+    assert_eq!(layered_mem(&cache).as_deref(), Some("3Gi"));
+    assert_eq!(
+        *cache.snapshot().allocated().as_ref(),
+        cache.recomputed_allocated()
+    );
+}
+
+/// The scheduler's own steps reach the observer (issue 15.3: without an event a pod rejected
+/// meanwhile waits for the 5-minute flush): assume and forget always, an in-flight release only
+/// when it frees devices (not after a successful PreBind, whose assumed claim holds them).
+#[test]
+fn the_observer_hears_the_schedulers_own_claim_changes() {
+    let cache = DraCache::new();
+    let heard: Arc<parking_lot::Mutex<Vec<(bool, bool)>>> = Arc::default();
+    let h = heard.clone();
+    cache.set_observer(Arc::new(move |c: &ClaimChange| {
+        let allocated = |o: &Option<Arc<ResourceClaim>>| {
+            o.as_ref()
+                .is_some_and(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+        };
+        h.lock().push((allocated(&c.old), allocated(&c.new)));
+    }));
+    let take = || std::mem::take(&mut *heard.lock());
+    cache.apply_claim(rc("c", "u1", 5, None)).unwrap();
+    assert!(
+        take().is_empty(),
+        "watch changes are reported by the watch handler, not here"
+    );
+
+    // A successful PreBind: in flight, assumed, released. Only the assume is heard.
+    let a = alloc(&[("s", Some("share-1"))]);
+    cache.reserve_in_flight("u1", a.clone());
+    cache.assume_claim(rc("c", "u1", 6, Some(a.clone()))).unwrap();
+    assert!(cache.release_in_flight("u1"));
+    assert_eq!(take(), [(false, true)]);
+
+    // Unreserve after the assume: the forget is heard (allocated -> not).
+    cache.forget_claim("u1");
+    assert_eq!(take(), [(true, false)]);
+
+    // A binding cycle that failed before writing: the release frees the share and is heard,
+    // also for an extended-resource placeholder that names no claim.
+    for key in ["u1", "placeholder"] {
+        cache.reserve_in_flight(key, a.clone());
+        assert!(cache.release_in_flight(key));
+        assert_eq!(take(), [(true, false)], "{key}");
+        assert!(!cache.release_in_flight(key), "idempotent");
+        assert!(take().is_empty());
+    }
+
+    // An echo that arrives before the release: the committed claim holds the share, nothing freed.
+    cache.reserve_in_flight("u1", a.clone());
+    cache.apply_claim(rc("c", "u1", 7, Some(a))).unwrap();
+    cache.release_in_flight("u1");
+    assert!(take().is_empty());
+}

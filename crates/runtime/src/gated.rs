@@ -1,0 +1,132 @@
+//! Telling the user why a pod is held before it is ever tried.
+//!
+//! A pod a PreEnqueue plugin refuses never reaches a scheduling cycle, so the failure path that
+//! writes `FailedScheduling` and `PodScheduled=False` never runs for it: a pod naming a
+//! `resourceClaimName` that does not exist used to sit Pending with no word (issue 15.8). The
+//! queue reports every refusal to its observer; [`GateReporter`] passes the metric calls on to
+//! [`Metrics`] and turns a refusal into a Warning `FailedScheduling` event and a
+//! `PodScheduled=False` condition carrying the plugin's message (which names the missing claim).
+//!
+//! The queue calls the observer under its lock, every time the pod is checked again (each claim
+//! or pod event re-runs PreEnqueue). So the reporter only remembers the last message per pod and
+//! reports a message that differs from it; the event goes through the event recorder's channel
+//! and the condition patch is spawned on the runtime, never written from the caller's thread.
+//! `SchedulingGates` is left alone: upstream reports gated pods through the `SchedulingGated`
+//! condition the API server sets, not through the scheduler.
+
+use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
+
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::runtime::Handle;
+use unisched_framework::PodInfo;
+use unisched_queue::QueueObserver;
+
+use crate::{ApiWriter, EventRecorder, EventType, Metrics, PodEvent};
+
+/// The PreEnqueue plugin whose refusals are the user's own choice (spec.schedulingGates).
+const SCHEDULING_GATES: &str = "SchedulingGates";
+
+/// Pods remembered at most; past this the memory is cleared (a repeat may then be reported once
+/// more, nothing is lost).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// The queue observer of the runtime. See the module documentation.
+pub struct GateReporter {
+    metrics: Metrics,
+    events: EventRecorder,
+    writer: ApiWriter,
+    handle: Handle,
+    /// Pod UID → the last message reported for it.
+    reported: Mutex<HashMap<String, String>>,
+}
+
+impl fmt::Debug for GateReporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateReporter")
+            .field("reported", &self.reported.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GateReporter {
+    /// A reporter writing through `writer` and `events` on `handle`.
+    pub fn new(metrics: Metrics, events: EventRecorder, writer: ApiWriter, handle: Handle) -> Arc<Self> {
+        Arc::new(GateReporter {
+            metrics,
+            events,
+            writer,
+            handle,
+            reported: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether `message` is new for the pod (and remembers it).
+    fn first_time(&self, uid: &str, message: &str) -> bool {
+        let mut reported = self.reported.lock();
+        if reported.get(uid).is_some_and(|m| m == message) {
+            return false;
+        }
+        if reported.len() >= MAX_REMEMBERED {
+            reported.clear();
+        }
+        reported.insert(uid.to_string(), message.to_string());
+        true
+    }
+}
+
+impl QueueObserver for GateReporter {
+    fn incoming(&self, queue: &'static str, event: &str) {
+        self.metrics.incoming(queue, event);
+    }
+
+    fn unschedulable(&self, plugin: &str, profile: &str, delta: i64) {
+        self.metrics.unschedulable(plugin, profile, delta);
+    }
+
+    fn event_handled(&self, event: &str, elapsed: Duration) {
+        self.metrics.event_handled(event, elapsed);
+    }
+
+    fn gated(&self, pod: &PodInfo, profile: &str, plugin: &str, message: &str) {
+        if plugin == SCHEDULING_GATES || !self.first_time(&pod.uid, message) {
+            return;
+        }
+        let already = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(message));
+        self.events.record(PodEvent {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            action: "Scheduling".into(),
+            note: message.to_string(),
+            controller: profile.to_string(),
+        });
+        if already {
+            return;
+        }
+        let status = json!({"status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": null,
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }]}});
+        let writer = self.writer.clone();
+        let (ns, name) = (pod.namespace.clone(), pod.name.clone());
+        self.handle.spawn(async move {
+            if let Err(e) = writer.patch_pod_status(&ns, &name, status).await {
+                tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "patching PodScheduled condition of a gated pod");
+            }
+        });
+    }
+}

@@ -1,0 +1,171 @@
+//! Issue 15.8: a pod that names a `resourceClaimName` that does not exist is held by
+//! DynamicResources' PreEnqueue. It must say so (a Warning `FailedScheduling` event and a
+//! `PodScheduled=False` condition naming the claim, once, not at every re-check), and it must be
+//! scheduled as soon as the claim appears.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use unisched_framework::config::KubeSchedulerConfiguration;
+use unisched_runtime::{Scheduler, SchedulerOptions};
+use unisched_sim::{ApiServer, Store};
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn claim(name: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "default"},
+           "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}})
+}
+
+/// FailedScheduling events of pod `p` whose note mentions `text`, with their series counts.
+fn failed_events(store: &Store, text: &str) -> Vec<(String, i64)> {
+    store
+        .list_all("events", Some("default"))
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "FailedScheduling" && e["involvedObject"]["name"] == "p")
+        .filter_map(|e| {
+            // The embedded server serves events.k8s.io/v1 writes as core/v1 Events too.
+            let note = e["message"].as_str().or(e["note"].as_str())?;
+            let count = e["count"].as_i64().or(e["series"]["count"].as_i64()).unwrap_or(1);
+            note.contains(text).then(|| (note.to_string(), count))
+        })
+        .collect()
+}
+
+fn scheduled_condition(store: &Store) -> Option<Value> {
+    let p = store.get("pods", Some("default"), "p").unwrap().to_value();
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears() {
+    let server = ApiServer::builder()
+        .build()
+        .serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let store = server.store().clone();
+    store
+        .create(
+            "nodes",
+            None,
+            json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}),
+        )
+        .unwrap();
+    store
+        .create(
+            "deviceclasses",
+            None,
+            json!({"metadata": {"name": "gpu.example.com"},
+                   "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}),
+        )
+        .unwrap();
+    store
+        .create(
+            "resourceslices",
+            None,
+            json!({"metadata": {"name": "n1-gpu"},
+                   "spec": {"driver": "gpu.example.com", "nodeName": "n1",
+                            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}),
+        )
+        .unwrap();
+
+    let mut config = KubeSchedulerConfiguration::defaulted();
+    config.leader_election.leader_elect = false;
+    config.client_connection.qps = -1.0;
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let options = SchedulerOptions {
+        config,
+        seed: 5,
+        identity: "missing-claim".into(),
+        health_addr: None,
+        default_namespace: "default".into(),
+    };
+    let sched = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
+    let runner = sched.clone();
+    let task = tokio::spawn(async move {
+        let _ = runner.run().await;
+    });
+
+    store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "p", "namespace": "default"},
+                   "spec": {"schedulerName": "unisched",
+                            "resourceClaims": [{"name": "gpu", "resourceClaimName": "late-claim"}],
+                            "containers": [{"name": "c", "image": "x",
+                                            "resources": {"claims": [{"name": "gpu"}]}}]}}),
+        )
+        .unwrap();
+    wait_until("the missing claim reported", Duration::from_secs(20), || {
+        !failed_events(&store, "late-claim").is_empty()
+            && scheduled_condition(&store).is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let cond = scheduled_condition(&store).unwrap();
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .contains("resourceclaim \"default/late-claim\" not found"),
+        "{cond}"
+    );
+    assert_eq!(cond["reason"], "Unschedulable");
+
+    // Updates of the pod itself re-run PreEnqueue, unrelated claims come and go: the same
+    // message is not reported again.
+    for i in 0..5 {
+        store
+            .create("resourceclaims", Some("default"), claim(&format!("other-{i}")))
+            .unwrap();
+        store
+            .patch(
+                "pods",
+                Some("default"),
+                "p",
+                &unisched_sim::Patch::Merge(json!({"metadata": {"labels": {"round": i.to_string()}}})),
+            )
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let events = failed_events(&store, "late-claim");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0].1, 1,
+        "written once, not counted up at every re-check: {events:?}"
+    );
+    assert!(
+        store.get("pods", Some("default"), "p").unwrap()["spec"]["nodeName"].is_null(),
+        "still held"
+    );
+
+    // The claim appears: the pod is scheduled.
+    store
+        .create("resourceclaims", Some("default"), claim("late-claim"))
+        .unwrap();
+    wait_until("the pod bound", Duration::from_secs(20), || {
+        store.get("pods", Some("default"), "p").unwrap()["spec"]["nodeName"] == "n1"
+    })
+    .await;
+    let c = store
+        .get("resourceclaims", Some("default"), "late-claim")
+        .unwrap();
+    assert_eq!(c["status"]["reservedFor"][0]["name"], "p");
+    sched.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    server.shutdown().await;
+}
