@@ -121,7 +121,7 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
         cond["message"]
             .as_str()
             .unwrap()
-            .contains("resourceclaim \"default/late-claim\" not found"),
+            .contains("could not find ResourceClaim \"default/late-claim\""),
         "{cond}"
     );
     assert_eq!(cond["reason"], "Unschedulable");

@@ -131,7 +131,9 @@ pub(crate) fn check(
 ) -> Result<Arc<ResourceClaim>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let Some(claim) = claim else {
-        return Err(format!("resourceclaim \"{ns}/{}\" not found", r.claim_name));
+        // Upstream's wording: its claim lookup goes through the scheduler's assume cache, whose
+        // miss reads `could not find <type> "<namespace>/<name>"`.
+        return Err(format!("could not find ResourceClaim \"{ns}/{}\"", r.claim_name));
     };
     if claim.metadata.deletion_timestamp.is_some() {
         return Err(format!("resourceclaim {:?} is being deleted", r.claim_name));

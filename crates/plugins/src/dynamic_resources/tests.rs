@@ -227,8 +227,8 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
         Case {
             name: "missing claim",
             setup: |_| pod_with("p", &["c"]),
-            pre_enqueue: Err("resourceclaim \"default/c\" not found"),
-            pre_filter: Err("resourceclaim \"default/c\" not found"),
+            pre_enqueue: Err("could not find ResourceClaim \"default/c\""),
+            pre_filter: Err("could not find ResourceClaim \"default/c\""),
         },
         Case {
             name: "template claim resolved via pod status",
