@@ -10,7 +10,9 @@
 //! The queue calls the observer under its lock, every time the pod is checked again (each claim
 //! or pod event re-runs PreEnqueue). So the reporter only remembers the last message per pod and
 //! reports a message that differs from it; the event goes through the event recorder's channel
-//! and the condition patch is spawned on the runtime, never written from the caller's thread.
+//! and the condition patch is spawned on the runtime, never written from the caller's thread. The
+//! patch carries the pod's resourceVersion as seen by the queue, so a condition written late never
+//! overwrites what a later scheduling attempt wrote (issue 15.8 found that race in the sim).
 //! `SchedulingGates` is left alone: upstream reports gated pods through the `SchedulingGated`
 //! condition the API server sets, not through the scheduler.
 
@@ -38,8 +40,9 @@ pub struct GateReporter {
     events: EventRecorder,
     writer: ApiWriter,
     handle: Handle,
-    /// Pod UID → the last message reported for it.
-    reported: Mutex<HashMap<String, String>>,
+    /// Pod UID → the last message reported for it (shared with the patch tasks, which forget a
+    /// message whose condition was not written).
+    reported: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl fmt::Debug for GateReporter {
@@ -58,7 +61,7 @@ impl GateReporter {
             events,
             writer,
             handle,
-            reported: Mutex::new(HashMap::new()),
+            reported: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 
@@ -113,7 +116,11 @@ impl QueueObserver for GateReporter {
         if already {
             return;
         }
-        let status = json!({"status": {"conditions": [{
+        // The pod's resourceVersion as the queue saw it is a precondition: if the pod changed
+        // since (the claim controller wrote its claim statuses, or a scheduling attempt wrote
+        // its own condition), this condition may be stale and must not overwrite a newer one.
+        // The change re-runs PreEnqueue, which reports again if the pod is still held.
+        let mut status = json!({"status": {"conditions": [{
             "type": "PodScheduled",
             "status": "False",
             "reason": "Unschedulable",
@@ -121,10 +128,22 @@ impl QueueObserver for GateReporter {
             "lastProbeTime": null,
             "lastTransitionTime": Timestamp::now().to_string(),
         }]}});
+        if let Some(rv) = pod
+            .pod
+            .metadata
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty())
+        {
+            status["metadata"] = json!({"resourceVersion": rv});
+        }
         let writer = self.writer.clone();
-        let (ns, name) = (pod.namespace.clone(), pod.name.clone());
+        let reported = self.reported.clone();
+        let (ns, name, uid) = (pod.namespace.clone(), pod.name.clone(), pod.uid.clone());
         self.handle.spawn(async move {
             if let Err(e) = writer.patch_pod_status(&ns, &name, status).await {
+                // Not written: let the next check of this pod report it again.
+                reported.lock().remove(&uid);
                 tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "patching PodScheduled condition of a gated pod");
             }
         });

@@ -372,8 +372,21 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
                 .as_ref()
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .is_some_and(|g| !g.is_empty());
+            // A template claim the controller has not created: its event names the cause (the
+            // missing template), the scheduler's condition only that the claim is not there yet.
+            let claim_not_created = pod.spec.as_ref().is_some_and(|spec| {
+                spec.resource_claims.iter().flatten().any(|rc| {
+                    rc.resource_claim_template_name.is_some()
+                        && !status
+                            .resource_claim_statuses
+                            .iter()
+                            .flatten()
+                            .any(|cs| cs.name == rc.name && cs.resource_claim_name.is_some())
+                })
+            });
             match (sched, blocked.get(&(ns.clone(), name.clone()))) {
                 (None, Some((r, m))) => (Some(r.clone()), Some(m.clone())),
+                (Some(_), Some((r, m))) if claim_not_created => (Some(r.clone()), Some(m.clone())),
                 // kube-apiserver writes this condition on a gated pod; say it when no one did.
                 (None, None) if gated => (
                     Some("SchedulingGated".into()),
