@@ -22,14 +22,6 @@ use serde_json::Value;
 /// How long each run is observed.
 const OBSERVE: Duration = Duration::from_secs(4);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn kubeconfig(dir: &Path) -> std::path::PathBuf {
     let server = format!("http://127.0.0.1:{}", free_port());
     let kc = dir.join("kubeconfig");

@@ -7,6 +7,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// A TCP port free on 127.0.0.1 at the time of the call (for the binary's metrics address).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The binary under test.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_unisched"))
