@@ -12,13 +12,19 @@
 //!   DRA pod status) is refused while that pod is bound to a node, or when we cannot tell: the
 //!   devices of a bound pod are never released by the scheduler.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -458,6 +464,107 @@ impl RuntimeDraApi {
     }
 }
 
+/// The claim an earlier attempt to create `wanted` left behind, if any: same name (or a name
+/// generated from the same `generateName`), the same controlling owner, the annotations and spec of
+/// `wanted`, not being deleted, and neither allocated nor reserved (so nobody else took it over).
+/// Without a controlling owner a generated claim cannot be told apart from someone else's, and
+/// nothing is adopted.
+async fn find_created(
+    api: &Api<ResourceClaim>,
+    wanted: &ResourceClaim,
+) -> Result<Option<ResourceClaim>, kube::Error> {
+    let Some(owner) = controller_uid(wanted) else {
+        return Ok(None);
+    };
+    let mut candidates = match (&wanted.metadata.name, &wanted.metadata.generate_name) {
+        (Some(name), _) => api.get_opt(name).await?.into_iter().collect(),
+        (None, Some(_)) => api.list(&ListParams::default()).await?.items,
+        (None, None) => Vec::new(),
+    };
+    candidates.retain(|c| is_created_from(c, wanted, owner));
+    // Two leftovers would mean the guard failed before; adopt the oldest, deterministically.
+    candidates.sort_by(|a, b| {
+        let key = |c: &ResourceClaim| {
+            (
+                c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                c.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let found = candidates.into_iter().next();
+    if let Some(c) = &found {
+        tracing::info!(
+            claim = %format!("{}/{}", c.metadata.namespace.as_deref().unwrap_or_default(),
+                             c.metadata.name.as_deref().unwrap_or_default()),
+            "claim create outcome resolved by reading: adopting the claim it created"
+        );
+    }
+    Ok(found)
+}
+
+/// The UID of the object's controlling owner.
+fn controller_uid(claim: &ResourceClaim) -> Option<&str> {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+        .filter(|u| !u.is_empty())
+}
+
+/// (request name, device class, count) of each exact request and the names of the others: what
+/// identifies the claim's requests whatever defaults the server filled in.
+fn request_shape(claim: &ResourceClaim) -> Vec<(String, Option<String>, Option<i64>)> {
+    let mut shape: Vec<_> = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let exact = r.exactly.as_ref();
+            (
+                r.name.clone(),
+                exact.map(|e| e.device_class_name.clone()),
+                exact.and_then(|e| e.count),
+            )
+        })
+        .collect();
+    shape.sort();
+    shape
+}
+
+/// Whether `candidate` is what a create of `wanted` (owned by `owner`) produced.
+fn is_created_from(candidate: &ResourceClaim, wanted: &ResourceClaim, owner: &str) -> bool {
+    let meta = &candidate.metadata;
+    let name = meta.name.as_deref().unwrap_or_default();
+    let named = match (&wanted.metadata.name, &wanted.metadata.generate_name) {
+        (Some(want), _) => name == want,
+        (None, Some(prefix)) => name.starts_with(prefix.as_str()),
+        (None, None) => false,
+    };
+    let annotations_match = wanted
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .all(|(k, v)| meta.annotations.as_ref().and_then(|a| a.get(k)) == Some(v));
+    let untouched = candidate
+        .status
+        .as_ref()
+        .is_none_or(|s| s.allocation.is_none() && s.reserved_for.as_ref().is_none_or(Vec::is_empty));
+    named
+        && controller_uid(candidate) == Some(owner)
+        && annotations_match
+        && meta.deletion_timestamp.is_none()
+        && request_shape(candidate) == request_shape(wanted)
+        && untouched
+}
+
 /// True when `have` already holds every field of the merge patch `patch` (`null` = absent).
 fn merge_applied(have: &Value, patch: &Value) -> bool {
     match patch {
@@ -561,18 +668,41 @@ impl DraApi for RuntimeDraApi {
     fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {
         let api = self.claims(namespace);
         let writer = self.writer.clone();
-        let claim = claim.clone();
-        let created = self
-            .handle
-            .block_on(async move {
-                writer
-                    .write("create", "resourceclaims", || {
-                        let (api, claim) = (api.clone(), claim.clone());
-                        async move { api.create(&PostParams::default(), &claim).await }
-                    })
-                    .await
-            })
-            .map_err(to_dra)?;
+        let wanted = claim.clone();
+        // A retry after an attempt whose answer was lost first looks for the claim that attempt
+        // may have created: with `generateName` a second POST would create a second claim.
+        let sent = Arc::new(AtomicBool::new(false));
+        let result = self.handle.block_on(async move {
+            writer
+                .write("create", "resourceclaims", || {
+                    let (api, wanted, sent) = (api.clone(), wanted.clone(), sent.clone());
+                    async move {
+                        if sent.swap(true, Ordering::SeqCst)
+                            && let Some(found) = find_created(&api, &wanted).await?
+                        {
+                            return Ok(found);
+                        }
+                        api.create(&PostParams::default(), &wanted).await
+                    }
+                })
+                .await
+        });
+        let created = match result {
+            Ok(c) => c,
+            Err(e) if e.outcome_unknown() => {
+                let api = self.claims(namespace);
+                let wanted = claim.clone();
+                match self
+                    .handle
+                    .block_on(async move { find_created(&api, &wanted).await })
+                {
+                    Ok(Some(c)) => c,
+                    Ok(None) => return Err(DraApiError::Other(format!("{e}; no such claim was created"))),
+                    Err(read) => return Err(DraApiError::Other(format!("{e}; listing claims: {read}"))),
+                }
+            }
+            Err(e) => return Err(to_dra(e)),
+        };
         self.metrics.special_claims.with_label_values(&["create"]).inc();
         Ok(created)
     }

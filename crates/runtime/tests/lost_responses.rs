@@ -222,3 +222,123 @@ async fn lost_write_responses_never_free_the_devices_of_a_bound_pod() {
     let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     server.shutdown().await;
 }
+
+/// The extended-resource claims (KEP-5004) in the store that the pod with `uid` owns.
+fn extended_claims_of(store: &Store, uid: &str) -> Vec<Value> {
+    store
+        .list_all("resourceclaims", None)
+        .unwrap()
+        .iter()
+        .map(|c| c.to_value())
+        .filter(|c| {
+            c["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+                && c["metadata"]["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|o| o["uid"] == uid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_create_of_the_extended_resource_claim_leaves_exactly_one_claim() {
+    let (server, sched, task) = start().await;
+    let store = server.store().clone();
+    store
+        .create(
+            "nodes",
+            None,
+            json!({"metadata": {"name": "gpu-node"},
+                   "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}),
+        )
+        .unwrap();
+    // The class serves `example.com/gpu`; the node has none of it, so DRA serves it there.
+    store
+        .create(
+            "deviceclasses",
+            None,
+            json!({"metadata": {"name": "gpu.example.com"},
+                   "spec": {"extendedResourceName": "example.com/gpu",
+                            "selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}),
+        )
+        .unwrap();
+    store
+        .create(
+            "resourceslices",
+            None,
+            json!({"metadata": {"name": "gpu-node-gpu"},
+                   "spec": {"driver": "gpu.example.com", "nodeName": "gpu-node",
+                            "pool": {"name": "gpu-node", "generation": 1, "resourceSliceCount": 1},
+                            "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}}),
+        )
+        .unwrap();
+    wait_until("node in cache", Duration::from_secs(10), || {
+        sched.cache().node_count() == 1
+    })
+    .await;
+    let faults = server.faults().clone();
+    // The first claim create is committed, and its answer lost.
+    faults.fail_after_commit("POST", "/resourceclaims", 500, 1, 1);
+    let pod = store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "ext", "namespace": "default"},
+                   "spec": {"schedulerName": "unisched",
+                            "containers": [{"name": "c", "image": "x",
+                                            "resources": {"requests": {"example.com/gpu": "1"},
+                                                          "limits": {"example.com/gpu": "1"}}}]}}),
+        )
+        .unwrap();
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_until("the pod bound", Duration::from_secs(30), || {
+        bound_pods(&store).len() == 1
+    })
+    .await;
+    assert_eq!(faults.injected(), 1, "the create's answer was lost");
+    let status_claim = || {
+        store.get("pods", Some("default"), "ext").unwrap()["status"]["extendedResourceClaimStatus"]
+            ["resourceClaimName"]
+            .as_str()
+            .map(str::to_string)
+    };
+    wait_until("the pod's extended claim status", Duration::from_secs(10), || {
+        status_claim().is_some()
+    })
+    .await;
+    let claims = extended_claims_of(&store, &uid);
+    let names: Vec<&str> = claims
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "exactly one extended-resource claim for the pod: {names:?}"
+    );
+    let claim = &claims[0];
+    assert_eq!(
+        Some(names[0].to_string()),
+        status_claim(),
+        "the pod status names that claim"
+    );
+    assert!(
+        names[0].starts_with("ext-extended-resources-"),
+        "generated name {}",
+        names[0]
+    );
+    let results = claim["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(results.len(), 1, "the claim is allocated one GPU: {claim}");
+    assert_eq!(
+        reserved_for(&store, names[0]),
+        vec!["ext".to_string()],
+        "the claim is reserved for the pod"
+    );
+    sched.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    server.shutdown().await;
+}
