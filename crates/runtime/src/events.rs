@@ -1,22 +1,29 @@
 //! Kubernetes events (`events.k8s.io/v1`), written off the scheduling path and aggregated.
 //!
-//! The scheduling loop only pushes onto a bounded channel; a background task writes. When the
-//! channel is full the event is dropped and counted (`unisched_events_dropped_total`), as client-go's
-//! broadcaster does: losing an event is better than stalling scheduling. A repeat of the same
+//! The scheduling loop only pushes onto a bounded queue; a background task writes, through its own
+//! writer (own token bucket, so a burst of events never delays a binding). A repeat of the same
 //! (object, reason, note) within six minutes becomes a PATCH of the first event's `series` instead
 //! of a new object, so a pod stuck for hours produces one event with a count, not thousands.
+//!
+//! The queue never blocks the scheduler: when it is full something is dropped and counted in
+//! `unisched_events_dropped_total` (one count per lost occurrence), as client-go's broadcaster
+//! does. What is dropped is chosen so that as little as possible is lost: a repeat of a queued
+//! event takes no slot of its own (it is folded into the queued one and written with the summed
+//! count), and a first occurrence evicts a queued repeat of an already written series before the
+//! newcomer itself is dropped. Under a storm of `FailedScheduling` repeats the events that say
+//! something new still get through; what is lost is a series count.
 
 use std::{
-    collections::HashMap,
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering},
-    },
+    collections::{HashMap, VecDeque},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use k8s_openapi::{
-    api::{core::v1::ObjectReference, events::v1::Event as ApiEvent},
+    api::{
+        core::v1::ObjectReference,
+        events::v1::{Event as ApiEvent, EventSeries},
+    },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
@@ -24,8 +31,9 @@ use kube::{
     Api,
     api::{Patch, PatchParams, PostParams},
 };
+use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::{ApiWriter, Metrics};
 
@@ -62,28 +70,199 @@ pub struct PodEvent {
     pub controller: String,
 }
 
-/// The sending side: cheap to clone, never blocks.
-#[derive(Clone, Debug)]
-pub struct EventRecorder {
-    tx: mpsc::Sender<PodEvent>,
-    metrics: Metrics,
-    /// Events queued or being written.
-    pending: Arc<AtomicUsize>,
+/// What identifies a series: repeats of the same key are folded into one event's `series`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    namespace: String,
+    name: String,
+    uid: String,
+    reason: String,
+    note: String,
 }
 
-impl EventRecorder {
-    /// Queues an event; drops it (and counts the drop) when the queue is full.
-    pub fn record(&self, event: PodEvent) {
-        self.pending.fetch_add(1, Ordering::SeqCst);
-        if self.tx.try_send(event).is_err() {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            self.metrics.events_dropped.inc();
+impl SeriesKey {
+    fn of(ev: &PodEvent) -> Self {
+        SeriesKey {
+            namespace: ev.namespace.clone(),
+            name: ev.name.clone(),
+            uid: ev.uid.clone(),
+            reason: ev.reason.clone(),
+            note: ev.note.clone(),
+        }
+    }
+}
+
+/// One queued event and how many occurrences were folded into it (at least 1).
+#[derive(Debug)]
+struct Queued {
+    event: PodEvent,
+    occurrences: i32,
+}
+
+/// What [`EventQueue::offer`] did with an event.
+#[derive(Debug, PartialEq, Eq)]
+enum Offer {
+    /// Took a slot.
+    Queued,
+    /// Folded into the queued event of the same key (no slot taken).
+    Folded,
+    /// Took the slot of a queued repeat, which is dropped with its `occurrences`.
+    EvictedRepeat { occurrences: i32 },
+    /// The queue is full of events that are not repeats: the newcomer is dropped.
+    Dropped,
+}
+
+/// The bounded queue between the scheduling loop and the event writer.
+///
+/// A plain bounded channel drops whatever arrives when it is full, and under faults it fills with
+/// `FailedScheduling` repeats, so the first occurrences, the events that say something new, were
+/// the ones lost. Here one key holds at most one slot (repeats are folded and written as one series
+/// bump), and when the queue is full a first occurrence takes the slot of a queued repeat (an
+/// event whose series the writer already created): losing a repeat loses only a count.
+#[derive(Debug)]
+struct EventQueue {
+    capacity: usize,
+    order: VecDeque<SeriesKey>,
+    entries: HashMap<SeriesKey, Queued>,
+}
+
+impl EventQueue {
+    fn new(capacity: usize) -> Self {
+        EventQueue {
+            capacity: capacity.max(1),
+            order: VecDeque::new(),
+            entries: HashMap::new(),
         }
     }
 
-    /// Events queued or being written now.
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Queues `event`; `written` tells whether a key's series already exists on the server.
+    fn offer(&mut self, event: PodEvent, written: impl Fn(&SeriesKey) -> bool) -> Offer {
+        let key = SeriesKey::of(&event);
+        if let Some(q) = self.entries.get_mut(&key) {
+            q.occurrences = q.occurrences.saturating_add(1);
+            return Offer::Folded;
+        }
+        let mut outcome = Offer::Queued;
+        if self.order.len() >= self.capacity {
+            if written(&key) {
+                // A repeat never displaces anything.
+                return Offer::Dropped;
+            }
+            let Some(at) = self.order.iter().position(&written) else {
+                return Offer::Dropped;
+            };
+            let evicted = self.order.remove(at).and_then(|k| self.entries.remove(&k));
+            outcome = Offer::EvictedRepeat {
+                occurrences: evicted.map_or(1, |q| q.occurrences),
+            };
+        }
+        self.order.push_back(key.clone());
+        self.entries.insert(
+            key,
+            Queued {
+                event,
+                occurrences: 1,
+            },
+        );
+        outcome
+    }
+
+    /// The oldest queued event.
+    fn pop(&mut self) -> Option<(SeriesKey, Queued)> {
+        let key = self.order.pop_front()?;
+        let queued = self.entries.remove(&key)?;
+        Some((key, queued))
+    }
+}
+
+/// A series the writer created: the event object and the occurrences it counts.
+struct Seen {
+    name: String,
+    namespace: String,
+    count: i32,
+    first: Instant,
+}
+
+/// State shared by the recorders and the writer task, under one lock.
+struct QueueState {
+    queue: EventQueue,
+    /// Series created within [`SERIES_WINDOW`].
+    seen: HashMap<SeriesKey, Seen>,
+    /// An event popped and being written.
+    writing: bool,
+    /// Every recorder is gone: the writer ends once the queue is empty.
+    closed: bool,
+}
+
+/// Whether the writer created `key`'s event within [`SERIES_WINDOW`] (a new occurrence would only
+/// bump its series).
+fn series_open(seen: &HashMap<SeriesKey, Seen>, key: &SeriesKey) -> bool {
+    seen.get(key).is_some_and(|s| s.first.elapsed() < SERIES_WINDOW)
+}
+
+struct Shared {
+    state: Mutex<QueueState>,
+    wake: Notify,
+}
+
+/// Closes the queue when the last [`EventRecorder`] clone is dropped.
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.state.lock().closed = true;
+        self.0.wake.notify_one();
+    }
+}
+
+/// The sending side: cheap to clone, never blocks.
+#[derive(Clone)]
+pub struct EventRecorder {
+    shared: Arc<Shared>,
+    metrics: Metrics,
+    _close: Arc<CloseOnDrop>,
+}
+
+impl std::fmt::Debug for EventRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecorder")
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl EventRecorder {
+    /// Queues an event. A repeat of a queued event is folded into it; when the queue is full, a
+    /// first occurrence takes the place of a queued repeat, and only if there is none is it
+    /// dropped. Every lost occurrence is counted in `unisched_events_dropped_total`.
+    pub fn record(&self, event: PodEvent) {
+        let outcome = {
+            let mut guard = self.shared.state.lock();
+            let st = &mut *guard;
+            let seen = &st.seen;
+            st.queue.offer(event, |k| series_open(seen, k))
+        };
+        match outcome {
+            Offer::Queued => self.shared.wake.notify_one(),
+            Offer::Folded => {}
+            Offer::EvictedRepeat { occurrences } => {
+                self.metrics
+                    .events_dropped
+                    .inc_by(u64::try_from(occurrences).unwrap_or(1));
+                self.shared.wake.notify_one();
+            }
+            Offer::Dropped => self.metrics.events_dropped.inc(),
+        }
+    }
+
+    /// Events queued or being written now (folded repeats count once).
     pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::SeqCst)
+        let st = self.shared.state.lock();
+        st.queue.len() + usize::from(st.writing)
     }
 
     /// Waits (at most `timeout`) until every queued event was written or given up on. Shutdown
@@ -98,95 +277,119 @@ impl EventRecorder {
     }
 }
 
-/// Starts the background writer. `instance` identifies this replica (`reportingInstance`).
+/// Starts the background writer. `instance` identifies this replica (`reportingInstance`);
+/// `capacity` bounds the queue (distinct events, repeats folded).
 pub fn spawn_event_writer(
     writer: ApiWriter,
     metrics: Metrics,
     instance: String,
     capacity: usize,
 ) -> EventRecorder {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
-    let pending = Arc::new(AtomicUsize::new(0));
-    tokio::spawn(run(writer, instance, rx, pending.clone()));
-    EventRecorder { tx, metrics, pending }
-}
-
-struct Seen {
-    name: String,
-    namespace: String,
-    count: i32,
-    first: Instant,
-}
-
-async fn run(
-    writer: ApiWriter,
-    instance: String,
-    mut rx: mpsc::Receiver<PodEvent>,
-    pending: Arc<AtomicUsize>,
-) {
-    let mut seen: HashMap<(String, String, String), Seen> = HashMap::new();
-    while let Some(ev) = rx.recv().await {
-        write_one(&writer, &instance, &mut seen, ev).await;
-        pending.fetch_sub(1, Ordering::SeqCst);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(QueueState {
+            queue: EventQueue::new(capacity),
+            seen: HashMap::new(),
+            writing: false,
+            closed: false,
+        }),
+        wake: Notify::new(),
+    });
+    tokio::spawn(run(writer, instance, shared.clone()));
+    EventRecorder {
+        shared: shared.clone(),
+        metrics,
+        _close: Arc::new(CloseOnDrop(shared)),
     }
 }
 
-async fn write_one(
-    writer: &ApiWriter,
-    instance: &str,
-    seen: &mut HashMap<(String, String, String), Seen>,
-    ev: PodEvent,
-) {
-    {
-        let now = Instant::now();
-        seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
-        let key = (ev.uid.clone(), ev.reason.clone(), ev.note.clone());
-        if let Some(s) = seen.get_mut(&key) {
-            s.count += 1;
-            let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &s.namespace);
-            let patch =
-                json!({"series": {"count": s.count, "lastObservedTime": MicroTime(Timestamp::now())}});
-            let name = s.name.clone();
-            let result = writer
-                .write("patch", "events", || {
-                    let api = api.clone();
-                    let patch = patch.clone();
-                    let name = name.clone();
-                    async move {
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                    }
-                })
-                .await;
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "event series patch failed");
+async fn run(writer: ApiWriter, instance: String, shared: Arc<Shared>) {
+    loop {
+        let next = {
+            let mut st = shared.state.lock();
+            match st.queue.pop() {
+                Some(next) => {
+                    st.writing = true;
+                    Some(next)
+                }
+                None if st.closed => return,
+                None => None,
             }
-            return;
+        };
+        match next {
+            Some((key, queued)) => {
+                write_one(&writer, &instance, &shared, key, queued).await;
+                shared.state.lock().writing = false;
+            }
+            // A permit stored by `notify_one` while we were not waiting wakes us at once.
+            None => shared.wake.notified().await,
         }
-        let event = build_event(&ev, instance);
-        let name = event.metadata.name.clone().unwrap_or_default();
-        let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &ev.namespace);
+    }
+}
+
+async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: SeriesKey, queued: Queued) {
+    let Queued {
+        event: ev,
+        occurrences,
+    } = queued;
+    let series = {
+        let mut st = shared.state.lock();
+        let now = Instant::now();
+        st.seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
+        st.seen.get_mut(&key).map(|s| {
+            // Counted even if the patch fails: the next one carries the true total.
+            s.count = s.count.saturating_add(occurrences);
+            (s.name.clone(), s.namespace.clone(), s.count)
+        })
+    };
+    if let Some((name, namespace, count)) = series {
+        let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &namespace);
+        let patch = json!({"series": {"count": count, "lastObservedTime": MicroTime(Timestamp::now())}});
         let result = writer
-            .write("create", "events", || {
+            .write("patch", "events", || {
                 let api = api.clone();
-                let event = event.clone();
-                async move { api.create(&PostParams::default(), &event).await }
+                let patch = patch.clone();
+                let name = name.clone();
+                async move {
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                }
             })
             .await;
-        match result {
-            Ok(_) => {
-                seen.insert(
-                    key,
-                    Seen {
-                        name,
-                        namespace: ev.namespace.clone(),
-                        count: 1,
-                        first: now,
-                    },
-                );
-            }
-            Err(e) => tracing::debug!(error = %e, "event create failed"),
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "event series patch failed");
         }
+        return;
+    }
+    let mut event = build_event(&ev, instance);
+    if occurrences > 1 {
+        // Repeats folded before the first one was written: the event starts as a series.
+        event.series = Some(EventSeries {
+            count: occurrences,
+            last_observed_time: MicroTime(Timestamp::now()),
+        });
+    }
+    let name = event.metadata.name.clone().unwrap_or_default();
+    let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &ev.namespace);
+    let result = writer
+        .write("create", "events", || {
+            let api = api.clone();
+            let event = event.clone();
+            async move { api.create(&PostParams::default(), &event).await }
+        })
+        .await;
+    match result {
+        Ok(_) => {
+            shared.state.lock().seen.insert(
+                key,
+                Seen {
+                    name,
+                    namespace: ev.namespace.clone(),
+                    count: occurrences,
+                    first: Instant::now(),
+                },
+            );
+        }
+        Err(e) => tracing::debug!(error = %e, "event create failed"),
     }
 }
 
@@ -219,5 +422,147 @@ pub fn build_event(ev: &PodEvent, instance: &str) -> ApiEvent {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::HashSet;
+
+    use serde_json::Value;
+    use unisched_sim::{ApiServer, Store};
+
+    use super::*;
+    use crate::LeaderFlag;
+
+    fn event(pod: &str, reason: &str, note: &str) -> PodEvent {
+        PodEvent {
+            namespace: "default".into(),
+            name: pod.into(),
+            uid: format!("uid-{pod}"),
+            type_: EventType::Warning,
+            reason: reason.into(),
+            action: "Scheduling".into(),
+            note: note.into(),
+            controller: "unisched".into(),
+        }
+    }
+
+    #[test]
+    fn the_queue_folds_repeats_and_evicts_repeats_before_first_occurrences() {
+        let mut q = EventQueue::new(3);
+        let written: HashSet<SeriesKey> = ["a", "b", "c"]
+            .iter()
+            .map(|p| SeriesKey::of(&event(p, "FailedScheduling", "no fit")))
+            .collect();
+        let is_written = |k: &SeriesKey| written.contains(k);
+        // Repeats of written series fill the queue; more repeats of them fold.
+        for pod in ["a", "b", "c", "a", "a", "b"] {
+            let outcome = q.offer(event(pod, "FailedScheduling", "no fit"), is_written);
+            assert!(
+                matches!(outcome, Offer::Queued | Offer::Folded),
+                "{pod}: {outcome:?}"
+            );
+        }
+        assert_eq!(q.len(), 3, "one slot per key");
+        // A repeat of a written series never displaces anything.
+        let late = event("x", "FailedScheduling", "no fit");
+        let mut written_x = written.clone();
+        written_x.insert(SeriesKey::of(&late));
+        assert_eq!(q.offer(late, |k| written_x.contains(k)), Offer::Dropped);
+        // Each first occurrence takes the oldest repeat's slot (a: 3 occurrences, then b: 2, c: 1).
+        let cases = [("d", 3), ("e", 2), ("f", 1)];
+        for (pod, evicted) in cases {
+            assert_eq!(
+                q.offer(event(pod, "Scheduled", "bound"), is_written),
+                Offer::EvictedRepeat { occurrences: evicted },
+                "{pod}"
+            );
+        }
+        // Full of first occurrences: now the newcomer is the one dropped.
+        assert_eq!(
+            q.offer(event("g", "Scheduled", "bound"), is_written),
+            Offer::Dropped
+        );
+        let order: Vec<String> = std::iter::from_fn(|| q.pop().map(|(_, e)| e.event.name)).collect();
+        assert_eq!(order, ["d", "e", "f"]);
+    }
+
+    fn events_in(store: &Store) -> Vec<(String, String, i64)> {
+        let mut out: Vec<_> = store
+            .list_all("events", Some("default"))
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let e: Value = e.to_value();
+                let pod = e["involvedObject"]["name"]
+                    .as_str()
+                    .or(e["regarding"]["name"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                let reason = e["reason"].as_str().unwrap_or_default().to_string();
+                let count = e["count"].as_i64().or(e["series"]["count"].as_i64()).unwrap_or(1);
+                (pod, reason, count)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A current-thread runtime: the writer task runs only when the test awaits, so the queue can
+    /// be filled deterministically.
+    #[tokio::test]
+    async fn first_occurrences_get_through_a_full_queue_of_repeats_and_repeats_fold_into_the_series() {
+        let server = ApiServer::builder()
+            .build()
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        let metrics = Metrics::new().unwrap();
+        let writer = ApiWriter::new(client, -1.0, 1, metrics.clone(), LeaderFlag::new(true));
+        let recorder = spawn_event_writer(writer, metrics.clone(), "test".into(), 3);
+        let failed = |pod: &str| event(pod, "FailedScheduling", "0/1 nodes are available");
+        for pod in ["a", "b", "c"] {
+            recorder.record(failed(pod));
+        }
+        assert_eq!(recorder.flush(Duration::from_secs(10)).await, 0);
+        // The queue fills with repeats of written series (a three times, folded into one slot)…
+        for pod in ["a", "a", "a", "b", "c"] {
+            recorder.record(failed(pod));
+        }
+        assert_eq!(recorder.pending(), 3);
+        // …and three first occurrences still get in, each taking a repeat's slot.
+        for pod in ["d", "e", "f"] {
+            recorder.record(event(pod, "Scheduled", "Successfully assigned"));
+        }
+        assert_eq!(recorder.pending(), 3);
+        assert_eq!(metrics.events_dropped.get(), 5, "a's 3 + b's 1 + c's 1 lost");
+        assert_eq!(recorder.flush(Duration::from_secs(10)).await, 0);
+        // Repeats queued behind an event fold into it: one patch with the summed count.
+        for _ in 0..4 {
+            recorder.record(failed("a"));
+        }
+        assert_eq!(recorder.pending(), 1);
+        // Repeats folded before the first write: the event is created as a series.
+        for _ in 0..3 {
+            recorder.record(failed("g"));
+        }
+        assert_eq!(recorder.flush(Duration::from_secs(10)).await, 0);
+        assert_eq!(
+            events_in(server.store()),
+            vec![
+                ("a".into(), "FailedScheduling".into(), 5),
+                ("b".into(), "FailedScheduling".into(), 1),
+                ("c".into(), "FailedScheduling".into(), 1),
+                ("d".into(), "Scheduled".into(), 1),
+                ("e".into(), "Scheduled".into(), 1),
+                ("f".into(), "Scheduled".into(), 1),
+                ("g".into(), "FailedScheduling".into(), 3),
+            ]
+        );
+        drop(recorder);
+        server.shutdown().await;
     }
 }
