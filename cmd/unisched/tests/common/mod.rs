@@ -167,3 +167,134 @@ pub fn serve_with_report_of(
     let v = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).expect("JSON report");
     (guard, kc, v)
 }
+
+/// One HTTP request seen by a [`RecordingProxy`]: when the proxy read its request line, the
+/// method and the path (without the query).
+#[derive(Clone, Debug)]
+pub struct SeenRequest {
+    pub at: Instant,
+    pub method: String,
+    pub path: String,
+}
+
+/// A plain-HTTP TCP proxy in front of the embedded API server that records every request line a
+/// client sends, so a test can tell which process wrote what and when (the embedded server keeps
+/// no audit log). Give each process its own proxy (and kubeconfig, see
+/// [`RecordingProxy::kubeconfig`]) to attribute requests to it. Bytes pass through unchanged.
+pub struct RecordingProxy {
+    pub port: u16,
+    seen: std::sync::Arc<parking_lot::Mutex<Vec<SeenRequest>>>,
+}
+
+impl RecordingProxy {
+    /// Listens on a free port and forwards every connection to `upstream` (`host:port`).
+    pub fn start(upstream: &str) -> Self {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let upstream = upstream.to_string();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_read, mut s_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_read, mut c_write) = (server, client);
+                let log = log.clone();
+                std::thread::spawn(move || copy_recording(&mut c_read, &mut s_write, &log));
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_read, &mut c_write);
+                    let _ = c_write.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        RecordingProxy { port, seen }
+    }
+
+    /// Every request seen so far.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.lock().clone()
+    }
+
+    /// A kubeconfig in `dir` (file `kubeconfig-<port>`) that points at this proxy.
+    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join(format!("kubeconfig-{}", self.port));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: default}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+/// The method and path of an HTTP/1 request line at the end of `line`. A body need not end with a
+/// newline, so the next request line may follow it on the same "line"; JSON bodies never end in
+/// ` HTTP/1.1`, so this finds every request on a keep-alive stream.
+fn request_line(line: &str) -> Option<(String, String)> {
+    let line = line.trim_end_matches('\r');
+    let rest = line
+        .strip_suffix(" HTTP/1.1")
+        .or_else(|| line.strip_suffix(" HTTP/1.0"))?;
+    ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        .iter()
+        .filter_map(|m| {
+            let at = rest.rfind(&format!("{m} /"))?;
+            let path = &rest[at + m.len() + 1..];
+            (!path.contains(' ')).then(|| (at, m.to_string(), path.to_string()))
+        })
+        .max_by_key(|(at, _, _)| *at)
+        .map(|(_, m, p)| (m, p.split('?').next().unwrap_or_default().to_string()))
+}
+
+/// Copies `from` to `to`, recording every request line it carries (see [`request_line`]).
+fn copy_recording(
+    from: &mut std::net::TcpStream,
+    to: &mut std::net::TcpStream,
+    log: &parking_lot::Mutex<Vec<SeenRequest>>,
+) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 16 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let at = Instant::now();
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                if let Some((method, path)) = request_line(&String::from_utf8_lossy(&line)) {
+                    log.lock().push(SeenRequest { at, method, path });
+                }
+                line.clear();
+            } else if line.len() < 8192 {
+                line.push(b);
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// `host:port` of the server in a kubeconfig written by `unisched sim --serve`.
+pub fn server_address(kc: &Path) -> String {
+    let text = std::fs::read_to_string(kc).unwrap();
+    let url = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .expect("a server in the kubeconfig")
+        .trim()
+        .trim_matches('"');
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string()
+}
