@@ -64,7 +64,8 @@ pub struct Metrics {
     pub special_claims: IntCounterVec,
     /// `unisched_node_allocatable_rejections_total{resource}`.
     pub node_allocatable_rejections: IntCounterVec,
-    /// `unisched_events_dropped_total` (events dropped because the writer queue was full).
+    /// `unisched_events_dropped_total`: occurrences of events lost because the event queue was full
+    /// (a new event for which no queued repeat could make room, or the repeats evicted for one).
     pub events_dropped: IntCounter,
     /// `scheduler_plugin_evaluation_total{plugin,extension_point,profile}`.
     pub plugin_evaluation: IntCounterVec,
@@ -217,7 +218,7 @@ impl Metrics {
             )?,
             events_dropped: IntCounter::new(
                 "unisched_events_dropped_total",
-                "Events dropped because the event queue was full.",
+                "Event occurrences dropped because the event queue was full (evicted repeats included).",
             )?,
             plugin_evaluation: IntCounterVec::new(
                 Opts::new(
