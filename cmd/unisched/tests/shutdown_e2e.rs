@@ -472,9 +472,16 @@ fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
     let late = writes(Some(resumed_at));
     assert!(late.is_empty(), "the old leader wrote after SIGCONT: {late:?}");
     // Nor did any event of the old leader get written (created or series-bumped) after it resumed.
-    let late_events: Vec<String> = items(&kc, "events.events.k8s.io")
-        .iter()
+    let old_events: Vec<Value> = items(&kc, "events.events.k8s.io")
+        .into_iter()
         .filter(|e| e["reportingInstance"] == old_identity.as_str())
+        .collect();
+    assert!(
+        !old_events.is_empty(),
+        "the old leader's events carry its identity"
+    );
+    let late_events: Vec<String> = old_events
+        .iter()
         .filter(|e| {
             [&e["eventTime"], &e["series"]["lastObservedTime"]]
                 .iter()
@@ -484,8 +491,8 @@ fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
         .map(|e| format!("{} {} {}", e["reason"], e["regarding"]["name"], e["eventTime"]))
         .collect();
     assert!(
-        late.is_empty(),
-        "the old leader wrote events after SIGCONT: {late:?}"
+        late_events.is_empty(),
+        "the old leader wrote events after SIGCONT: {late_events:?}"
     );
     // The lease stays with the new leader.
     let holder = lease(&kc)["spec"]["holderIdentity"]
