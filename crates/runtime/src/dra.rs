@@ -465,8 +465,8 @@ impl RuntimeDraApi {
 }
 
 /// The claim an earlier attempt to create `wanted` left behind, if any: same name (or a name
-/// generated from the same `generateName`), the same controlling owner, the annotations and spec of
-/// `wanted`, not being deleted, and neither allocated nor reserved (so nobody else took it over).
+/// generated from the same `generateName`), the same controlling owner, the annotations and requests
+/// of `wanted`, not being deleted, and neither allocated nor reserved (so nobody else took it over).
 /// Without a controlling owner a generated claim cannot be told apart from someone else's, and
 /// nothing is adopted.
 async fn find_created(
@@ -907,5 +907,73 @@ mod tests {
             "the binding cycle failed before writing"
         );
         assert!(retried(&c), "the freed GPU moved c: {:?}", queue.location(&c.uid));
+    }
+
+    #[test]
+    fn only_an_untouched_claim_of_the_same_owner_and_shape_is_adopted_after_a_lost_create() {
+        let wanted: ResourceClaim = obj(json!({
+            "metadata": {"generateName": "p-extended-resources-", "namespace": "default",
+                         "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p",
+                                              "uid": "uid-p", "controller": true}]},
+            "spec": {"devices": {"requests": [{"name": "container-0-request-0",
+                "exactly": {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}}]}}}));
+        let created = || -> Value {
+            let mut c = serde_json::to_value(&wanted).unwrap();
+            c["metadata"]["name"] = json!("p-extended-resources-x7k2q");
+            c["metadata"].as_object_mut().unwrap().remove("generateName");
+            c["metadata"]["uid"] = json!("claim-uid");
+            c
+        };
+        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, bool)> = vec![
+            ("what the lost POST created", Box::new(|_| {}), true),
+            (
+                "another pod's claim",
+                Box::new(|c| c["metadata"]["ownerReferences"][0]["uid"] = json!("uid-q")),
+                false,
+            ),
+            (
+                "a name from another prefix",
+                Box::new(|c| c["metadata"]["name"] = json!("q-extended-resources-abcde")),
+                false,
+            ),
+            (
+                "without the annotation",
+                Box::new(|c| c["metadata"]["annotations"] = json!({})),
+                false,
+            ),
+            (
+                "other requests",
+                Box::new(|c| c["spec"]["devices"]["requests"][0]["exactly"]["count"] = json!(2)),
+                false,
+            ),
+            (
+                "being deleted",
+                Box::new(|c| c["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")),
+                false,
+            ),
+            (
+                "already allocated",
+                Box::new(|c| c["status"] = json!({"allocation": {"devices": {"results": []}}})),
+                false,
+            ),
+            (
+                "reserved for a pod",
+                Box::new(|c| {
+                    c["status"] = json!({"reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]})
+                }),
+                false,
+            ),
+        ];
+        for (case, change, adopt) in cases {
+            let mut c = created();
+            change(&mut c);
+            let candidate: ResourceClaim = obj(c);
+            assert_eq!(is_created_from(&candidate, &wanted, "uid-p"), adopt, "{case}");
+        }
+        // Without a controlling owner nothing can be attributed to this create.
+        let mut orphan = wanted.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(controller_uid(&orphan), None);
     }
 }
