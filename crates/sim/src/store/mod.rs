@@ -7,6 +7,7 @@
 //! resourceVersion and read the history themselves, so one slow watcher never holds up a writer and
 //! each event is serialised once no matter how many watchers receive it.
 
+mod eviction;
 mod list;
 mod object;
 mod watch;
