@@ -535,3 +535,77 @@ fn a_rejected_pod_is_retried_before_the_next_step_counts_as_settled() {
     assert_eq!(p["node"], "node-a", "retried once the slice arrived: {p}");
     assert_eq!(claim_devices(p)[0].1, vec!["node-a/gpu-0".to_string()]);
 }
+
+/// `kubectl drain` against `sim --serve`: the pod without a budget is evicted, the one whose
+/// budget allows no disruption is refused with upstream's 429 (kubectl retries until its timeout)
+/// and stays on the node.
+#[test]
+fn kubectl_drain_honours_pod_disruption_budgets() {
+    let dir = tempdir("drain");
+    let budget = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: guarded-pdb, namespace: default}\n\
+        spec:\n  minAvailable: 1\n  selector: {matchLabels: {app: guarded}}\n\
+        status: {observedGeneration: 1, disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}\n";
+    let labelled = |name: &str| {
+        pod_yaml(name, "100m").replace(
+            &format!("name: {name}, namespace: default"),
+            &format!("name: {name}, namespace: default, labels: {{app: {name}}}"),
+        )
+    };
+    let scenario = [
+        node_yaml("node-1", "4", "8Gi"),
+        labelled("free"),
+        labelled("guarded"),
+        budget.to_string(),
+    ]
+    .join("---\n");
+    std::fs::write(dir.join("drain.yaml"), scenario).unwrap();
+    let (_guard, kc) = serve(&dir, &dir.join("drain.yaml"), &[]);
+    for name in ["free", "guarded"] {
+        wait_for(Duration::from_secs(30), || {
+            let (ok, out, _) = kubectl(&kc, &["get", "pod", name, "-o", "json"]);
+            let v: Value = serde_json::from_str(&out).ok()?;
+            (ok && v["status"]["phase"] == "Running").then_some(())
+        })
+        .unwrap_or_else(|| panic!("{name} runs on node-1"));
+    }
+    // The pods have no controller, hence --force.
+    let (ok, out, err) = kubectl(
+        &kc,
+        &[
+            "drain",
+            "node-1",
+            "--force",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=8s",
+        ],
+    );
+    assert!(
+        !ok,
+        "drain cannot finish while the budget allows nothing:\n{out}\n{err}"
+    );
+    assert!(out.contains("pod/free evicted"), "{out}\n{err}");
+    assert!(!out.contains("pod/guarded evicted"), "{out}\n{err}");
+    assert!(
+        err.contains("error when evicting pods/\"guarded\" -n \"default\" (will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget."),
+        "{err}"
+    );
+    let (ok, out, _) = kubectl(&kc, &["get", "pods", "-o", "name"]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["pod/guarded"],
+        "only the guarded pod is left"
+    );
+    let (ok, out, _) = kubectl(
+        &kc,
+        &[
+            "get",
+            "pdb",
+            "guarded-pdb",
+            "-o",
+            "jsonpath={.status.disruptionsAllowed}",
+        ],
+    );
+    assert!(ok && out == "0", "the refused evictions took nothing: {out}");
+}

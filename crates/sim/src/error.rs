@@ -78,6 +78,29 @@ pub enum StoreError {
     /// A wait in the in-process API ran out of time (504, `Timeout`).
     #[error("{0}")]
     Timeout(String),
+    /// The eviction subresource refuses to disrupt a pod because of its PodDisruptionBudget: 429
+    /// `TooManyRequests` when the budget allows no disruption now (or has not been processed since
+    /// its last spec change), 403 `Forbidden` when the budget's status cannot be trusted (negative
+    /// allowance, too many unconfirmed evictions). Carries one `DisruptionBudget` cause, as upstream.
+    #[error("{message}")]
+    DisruptionBudget {
+        /// 429 or 403.
+        code: u16,
+        /// The Status message.
+        message: String,
+        /// The budget's name (in the details of a 403).
+        budget: String,
+        /// The `DisruptionBudget` cause's message.
+        cause: String,
+        /// `details.retryAfterSeconds` and the `Retry-After` header (0: none).
+        retry_after_seconds: u32,
+    },
+    /// A pod selected by more than one PodDisruptionBudget cannot be evicted (500, a Status
+    /// without reason, as upstream's eviction subresource answers).
+    #[error(
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    )]
+    MultipleDisruptionBudgets,
     /// The store or server is shutting down or hit an internal invariant (500, `InternalError`).
     #[error("{0}")]
     Internal(String),
@@ -96,7 +119,8 @@ impl StoreError {
             Self::MethodNotAllowed(_) => 405,
             Self::UnsupportedMediaType(_) => 415,
             Self::Timeout(_) => 504,
-            Self::Internal(_) => 500,
+            Self::DisruptionBudget { code, .. } => *code,
+            Self::Internal(_) | Self::MultipleDisruptionBudgets => 500,
         }
     }
 
@@ -113,6 +137,9 @@ impl StoreError {
             Self::MethodNotAllowed(_) => "MethodNotAllowed",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::Timeout(_) => "Timeout",
+            Self::DisruptionBudget { code: 403, .. } => "Forbidden",
+            Self::DisruptionBudget { .. } => "TooManyRequests",
+            Self::MultipleDisruptionBudgets => "",
             Self::Internal(_) => "InternalError",
         }
     }
@@ -140,6 +167,16 @@ impl StoreError {
         }
     }
 
+    /// The `Retry-After` a client should wait, if the error names one.
+    pub fn retry_after_seconds(&self) -> Option<u32> {
+        match self {
+            Self::DisruptionBudget {
+                retry_after_seconds, ..
+            } if *retry_after_seconds > 0 => Some(*retry_after_seconds),
+            _ => None,
+        }
+    }
+
     /// Whether this is a 404.
     pub fn is_not_found(&self) -> bool {
         self.code() == 404
@@ -161,6 +198,11 @@ impl StoreError {
             "reason": self.reason(),
             "code": self.code(),
         });
+        if self.reason().is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
+        }
         let details = match self {
             Self::NotFound {
                 group,
@@ -188,6 +230,24 @@ impl StoreError {
                     "field": c.field,
                 })).collect::<Vec<_>>(),
             })),
+            Self::DisruptionBudget {
+                code,
+                budget,
+                cause,
+                retry_after_seconds,
+                ..
+            } => {
+                let mut d = json!({"causes": [{"reason": "DisruptionBudget", "message": cause}]});
+                if *code == 403 {
+                    d["name"] = json!(budget);
+                    d["group"] = json!("policy");
+                    d["kind"] = json!("poddisruptionbudget");
+                }
+                if *retry_after_seconds > 0 {
+                    d["retryAfterSeconds"] = json!(retry_after_seconds);
+                }
+                Some(d)
+            }
             _ => None,
         };
         if let Some(d) = details {

@@ -75,7 +75,7 @@ pub mod util;
 
 pub use error::{Cause, StoreError};
 pub use patch::Patch;
-pub use registry::{KindId, Registry, ResourceType, StatusPolicy};
+pub use registry::{GenerationPolicy, KindId, Registry, ResourceType, StatusPolicy};
 pub use selector::{FieldSelector, LabelSelector};
 pub use server::{ApiServer, ApiServerBuilder, Faults, RunningServer, ServerError, kubeconfig_yaml};
 pub use store::{

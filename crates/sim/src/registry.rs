@@ -63,6 +63,44 @@ impl StatusPolicy {
     }
 }
 
+/// How a kind maintains `metadata.generation`. kube-apiserver leaves it to each kind's strategy:
+/// kinds whose spec a controller reconciles count spec changes, so that `status.observedGeneration`
+/// can tell a client whether the controller has caught up; most other kinds have no generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GenerationPolicy {
+    /// No generation is set or changed (ConfigMaps, Secrets, Nodes, Services, claims, ...). A
+    /// generation given on create is kept as given, as upstream.
+    Untracked,
+    /// Set to 1 on create and never changed by an update (PriorityClasses).
+    SetOnCreate,
+    /// Set to 1 on create, incremented by every write that changes `spec` (Pods since 1.33, PDBs,
+    /// DeviceClasses, ResourceSlices, DeviceTaintRules).
+    Spec,
+    /// Like [`Self::Spec`], and annotation changes count too, because they are copied to the
+    /// objects the controller creates (Deployments).
+    SpecAndAnnotations,
+}
+
+impl GenerationPolicy {
+    /// Whether objects of the kind carry a generation from create on.
+    pub fn starts_at_one(self) -> bool {
+        !matches!(self, Self::Untracked)
+    }
+
+    /// Whether going from `old` to `new` (both whole objects) is a new generation.
+    pub fn bumps(self, old: &Value, new: &Value) -> bool {
+        let spec_changed = || old.get("spec") != new.get("spec");
+        match self {
+            Self::Untracked | Self::SetOnCreate => false,
+            Self::Spec => spec_changed(),
+            Self::SpecAndAnnotations => {
+                let annotations = |v: &Value| v.get("metadata").and_then(|m| m.get("annotations")).cloned();
+                spec_changed() || annotations(old) != annotations(new)
+            }
+        }
+    }
+}
+
 /// Index of a [`ResourceType`] in its [`Registry`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KindId(pub usize);
@@ -98,6 +136,8 @@ pub struct ResourceType {
     pub namespaced: bool,
     /// Status handling.
     pub status: StatusPolicy,
+    /// `metadata.generation` handling.
+    pub generation: GenerationPolicy,
     /// Extra subresources besides `status` (e.g. `binding`).
     pub subresources: Vec<&'static str>,
     /// kubectl short names.
@@ -192,6 +232,7 @@ impl ResourceType {
             singular: K::KIND.to_ascii_lowercase(),
             namespaced: <K::Scope as ScopeInfo>::NAMESPACED,
             status: StatusPolicy::Unified,
+            generation: GenerationPolicy::Untracked,
             subresources: Vec::new(),
             short_names: Vec::new(),
             categories: Vec::new(),
@@ -204,6 +245,12 @@ impl ResourceType {
     /// Sets the status policy.
     pub fn status(mut self, policy: StatusPolicy) -> Self {
         self.status = policy;
+        self
+    }
+
+    /// Sets the generation policy.
+    pub fn generation(mut self, policy: GenerationPolicy) -> Self {
+        self.generation = policy;
         self
     }
 
@@ -261,6 +308,7 @@ impl Default for Registry {
     /// `deploy/manifests` (Services, Deployments, the RBAC kinds), so that the scheduler's own
     /// manifests can be applied to the simulator.
     fn default() -> Self {
+        use GenerationPolicy::{SetOnCreate, Spec, SpecAndAnnotations};
         use StatusPolicy::{ClearOnCreate, KeepOnCreate};
         Self::new(vec![
             ResourceType::of::<Namespace>()
@@ -269,6 +317,7 @@ impl Default for Registry {
             ResourceType::of::<Node>().status(KeepOnCreate).short(&["no"]),
             ResourceType::of::<Pod>()
                 .status(ClearOnCreate)
+                .generation(Spec)
                 .subresources(&["binding", "eviction"])
                 .short(&["po"])
                 .categories(&["all"]),
@@ -284,23 +333,29 @@ impl Default for Registry {
                 .short(&["pvc"]),
             ResourceType::of::<EventsEvent>().short(&["ev"]),
             ResourceType::of::<Lease>(),
-            ResourceType::of::<PriorityClass>().short(&["pc"]),
+            ResourceType::of::<PriorityClass>()
+                .generation(SetOnCreate)
+                .short(&["pc"]),
             ResourceType::of::<PodDisruptionBudget>()
                 .status(ClearOnCreate)
+                .generation(Spec)
                 .short(&["pdb"]),
             ResourceType::of::<StorageClass>().short(&["sc"]),
             ResourceType::of::<CSINode>(),
-            ResourceType::of::<ResourceSlice>(),
+            ResourceType::of::<ResourceSlice>().generation(Spec),
             ResourceType::of::<ResourceClaim>().status(ClearOnCreate),
             ResourceType::of::<ResourceClaimTemplate>(),
-            ResourceType::of::<DeviceClass>(),
-            ResourceType::of::<DeviceTaintRule>().status(ClearOnCreate),
+            ResourceType::of::<DeviceClass>().generation(Spec),
+            ResourceType::of::<DeviceTaintRule>()
+                .status(ClearOnCreate)
+                .generation(Spec),
             ResourceType::of::<Service>()
                 .status(ClearOnCreate)
                 .short(&["svc"])
                 .categories(&["all"]),
             ResourceType::of::<Deployment>()
                 .status(ClearOnCreate)
+                .generation(SpecAndAnnotations)
                 .short(&["deploy"])
                 .categories(&["all"]),
             ResourceType::of::<Role>(),

@@ -925,3 +925,131 @@ async fn dry_run_on_create_update_patch_and_delete_stores_nothing() {
         other => panic!("expected the real delete, got {other:?}"),
     }
 }
+
+/// GETs `path` as a `meta.k8s.io/v1` Table (what `kubectl get` asks for).
+async fn get_table(client: &kube::Client, path: &str) -> serde_json::Value {
+    let req = axum::http::Request::get(path)
+        .header(
+            "Accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Vec::new())
+        .unwrap();
+    serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap()
+}
+
+/// The column names and each row's cells by name, for the priority-0 columns kubectl shows.
+fn table_rows(t: &serde_json::Value) -> (Vec<String>, Vec<Vec<serde_json::Value>>) {
+    let cols = t["columnDefinitions"].as_array().unwrap();
+    let shown: Vec<usize> = (0..cols.len()).filter(|i| cols[*i]["priority"] == 0).collect();
+    let names = shown
+        .iter()
+        .map(|i| cols[*i]["name"].as_str().unwrap().to_uppercase())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| shown.iter().map(|i| r["cells"][*i].clone()).collect())
+        .collect();
+    (names, rows)
+}
+
+/// Services and Deployments print the columns kubectl shows against kube-apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_and_deployment_tables_have_upstream_columns() {
+    let (server, client) = start().await;
+    let store = server.store();
+    let services = [
+        json!({"metadata": {"name": "a-plain"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+        json!({"metadata": {"name": "b-node"}, "spec": {"type": "NodePort", "clusterIP": "10.0.0.7", "clusterIPs": ["10.0.0.7"],
+            "externalIPs": ["1.2.3.4"], "ports": [{"port": 443, "nodePort": 30443, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]}}),
+        json!({"metadata": {"name": "c-lb"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 8080}]}}),
+        json!({"metadata": {"name": "d-lb-up"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 8080}]},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}, {"ip": "5.6.7.8"}]}}}),
+        json!({"metadata": {"name": "e-ext"}, "spec": {"type": "ExternalName", "externalName": "db.example.com"}}),
+    ];
+    for svc in services {
+        let name = svc["metadata"]["name"].as_str().unwrap().to_string();
+        let status = svc.get("status").cloned();
+        store.create("services", Some("default"), svc).unwrap();
+        if let Some(status) = status {
+            store
+                .patch_status(
+                    "services",
+                    Some("default"),
+                    &name,
+                    &unisched_sim::Patch::Merge(json!({"status": status})),
+                )
+                .unwrap();
+        }
+    }
+    let t = get_table(&client, "/api/v1/namespaces/default/services").await;
+    let (cols, rows) = table_rows(&t);
+    assert_eq!(
+        cols,
+        ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
+    );
+    let without_age = |r: &Vec<serde_json::Value>| r[..5].to_vec();
+    let expected = [
+        json!(["a-plain", "ClusterIP", "<none>", "<none>", "80/TCP"]),
+        json!([
+            "b-node",
+            "NodePort",
+            "10.0.0.7",
+            "1.2.3.4",
+            "443:30443/TCP,53/UDP"
+        ]),
+        json!(["c-lb", "LoadBalancer", "<none>", "<pending>", "8080/TCP"]),
+        json!([
+            "d-lb-up",
+            "LoadBalancer",
+            "<none>",
+            "5.6.7.8,lb.example.com",
+            "8080/TCP"
+        ]),
+        json!(["e-ext", "ExternalName", "<none>", "db.example.com", "<none>"]),
+    ];
+    assert_eq!(rows.len(), expected.len());
+    for (row, want) in rows.iter().zip(expected) {
+        assert_eq!(json!(without_age(row)), want);
+        assert!(row[5].as_str().unwrap().ends_with('s'), "AGE: {row:?}");
+    }
+    // The wide SELECTOR column (`kubectl get -o wide`).
+    assert_eq!(t["rows"][0]["cells"][6], "app=web");
+
+    let deployment = |name: &str, replicas: Option<i64>| {
+        let mut d = json!({"metadata": {"name": name}, "spec": {
+            "selector": {"matchLabels": {"app": name}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["b", "a"]}]},
+            "template": {"metadata": {"labels": {"app": name, "tier": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1"}, {"name": "side", "image": "busybox"}]}}}});
+        if let Some(r) = replicas {
+            d["spec"]["replicas"] = json!(r);
+        }
+        d
+    };
+    store
+        .create("deployments", Some("default"), deployment("one", None))
+        .unwrap();
+    store
+        .create("deployments", Some("default"), deployment("three", Some(3)))
+        .unwrap();
+    store
+        .patch_status(
+            "deployments",
+            Some("default"),
+            "three",
+            &unisched_sim::Patch::Merge(json!({"status": {"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 1}})),
+        )
+        .unwrap();
+    let t = get_table(&client, "/apis/apps/v1/namespaces/default/deployments").await;
+    let (cols, rows) = table_rows(&t);
+    assert_eq!(cols, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
+    assert_eq!(json!(rows[0][..4]), json!(["one", "0/1", 0, 0]));
+    assert_eq!(json!(rows[1][..4]), json!(["three", "2/3", 3, 1]));
+    assert_eq!(
+        json!(t["rows"][1]["cells"].as_array().unwrap()[5..]),
+        json!(["c,side", "nginx:1,busybox", "app=three,tier in (a,b)"])
+    );
+    server.shutdown().await;
+}

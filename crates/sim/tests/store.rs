@@ -372,3 +372,214 @@ fn empty_metadata_collections_are_dropped() {
         .unwrap();
     assert!(unlabelled["metadata"].get("labels").is_none());
 }
+
+/// `metadata.generation` follows each kind's upstream strategy: spec changes of the main resource
+/// count, metadata and status writes do not, and kinds without a reconciled spec have none.
+#[test]
+fn generation_counts_spec_changes_per_kind() {
+    struct Case {
+        what: &'static str,
+        resource: &'static str,
+        object: serde_json::Value,
+        /// (merge patch, through `/status`?)
+        patch: serde_json::Value,
+        status: bool,
+        /// Generation after create and after the patch (None: absent).
+        created: Option<i64>,
+        patched: Option<i64>,
+    }
+    let pdb = json!({"metadata": {"name": "b"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}});
+    let class =
+        json!({"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}});
+    let deploy = json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "d"}},
+        "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    let cases = [
+        Case {
+            what: "pod spec change",
+            resource: "pods",
+            object: pod("p1"),
+            patch: json!({"spec": {"activeDeadlineSeconds": 30}}),
+            status: false,
+            created: Some(1),
+            patched: Some(2),
+        },
+        Case {
+            what: "pod label change",
+            resource: "pods",
+            object: pod("p2"),
+            patch: json!({"metadata": {"labels": {"a": "b"}}}),
+            status: false,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "pod status write",
+            resource: "pods",
+            object: pod("p3"),
+            patch: json!({"status": {"phase": "Running"}}),
+            status: true,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "pdb spec change",
+            resource: "poddisruptionbudgets",
+            object: pdb.clone(),
+            patch: json!({"spec": {"minAvailable": 2}}),
+            status: false,
+            created: Some(1),
+            patched: Some(2),
+        },
+        Case {
+            what: "pdb status write",
+            resource: "poddisruptionbudgets",
+            object: pdb,
+            patch: json!({"status": {"disruptionsAllowed": 1}}),
+            status: true,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "device class spec change",
+            resource: "deviceclasses",
+            object: class.clone(),
+            patch: json!({"spec": {"selectors": [{"cel": {"expression": "false"}}]}}),
+            status: false,
+            created: Some(1),
+            patched: Some(2),
+        },
+        Case {
+            what: "device class annotation",
+            resource: "deviceclasses",
+            object: class,
+            patch: json!({"metadata": {"annotations": {"a": "b"}}}),
+            status: false,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "deployment annotation",
+            resource: "deployments",
+            object: deploy.clone(),
+            patch: json!({"metadata": {"annotations": {"a": "b"}}}),
+            status: false,
+            created: Some(1),
+            patched: Some(2),
+        },
+        Case {
+            what: "deployment label",
+            resource: "deployments",
+            object: deploy,
+            patch: json!({"metadata": {"labels": {"a": "b"}}}),
+            status: false,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "priority class description",
+            resource: "priorityclasses",
+            object: json!({"metadata": {"name": "pc"}, "value": 5}),
+            patch: json!({"description": "changed"}),
+            status: false,
+            created: Some(1),
+            patched: Some(1),
+        },
+        Case {
+            what: "configmap data",
+            resource: "configmaps",
+            object: json!({"metadata": {"name": "cm"}, "data": {"a": "1"}}),
+            patch: json!({"data": {"a": "2"}}),
+            status: false,
+            created: None,
+            patched: None,
+        },
+        Case {
+            what: "service spec",
+            resource: "services",
+            object: json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}]}}),
+            patch: json!({"spec": {"ports": [{"port": 81}]}}),
+            status: false,
+            created: None,
+            patched: None,
+        },
+        Case {
+            what: "node spec",
+            resource: "nodes",
+            object: json!({"metadata": {"name": "n"}}),
+            patch: json!({"spec": {"unschedulable": true}}),
+            status: false,
+            created: None,
+            patched: None,
+        },
+    ];
+    let s = store();
+    for (i, mut c) in cases.into_iter().enumerate() {
+        // Cases share object templates: each gets its own name.
+        c.object["metadata"]["name"] = json!(format!("g{i}"));
+        let created = s.create(c.resource, Some("default"), c.object).unwrap();
+        let name = created.name().to_string();
+        assert_eq!(
+            created["metadata"]["generation"].as_i64(),
+            c.created,
+            "{}: after create",
+            c.what
+        );
+        let p = Patch::Merge(c.patch);
+        let patched = if c.status {
+            s.patch_status(c.resource, Some("default"), &name, &p)
+        } else {
+            s.patch(c.resource, Some("default"), &name, &p)
+        }
+        .unwrap();
+        assert_ne!(
+            patched.resource_version(),
+            created.resource_version(),
+            "{}: the patch changed something",
+            c.what
+        );
+        assert_eq!(
+            patched["metadata"]["generation"].as_i64(),
+            c.patched,
+            "{}: after the patch",
+            c.what
+        );
+    }
+}
+
+/// Binding a pod writes `spec.nodeName` without a new generation; the first deletionTimestamp
+/// (a finalizer holds the object) is one.
+#[test]
+fn binding_keeps_and_deletion_bumps_the_generation() {
+    let s = store();
+    s.create("nodes", None, json!({"metadata": {"name": "n1"}}))
+        .unwrap();
+    let mut p = pod("held");
+    p["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    s.create("pods", None, p).unwrap();
+    let bound = s.bind("default", "held", "n1", None).unwrap();
+    assert_eq!(bound["spec"]["nodeName"], "n1");
+    assert_eq!(bound["metadata"]["generation"], 1);
+    let d = s
+        .delete("pods", Some("default"), "held", &DeleteOptions::default())
+        .unwrap();
+    let Deletion::Pending(o) = d else {
+        panic!("a finalizer holds the pod")
+    };
+    assert_eq!(o["metadata"]["generation"], 2);
+    // A second delete of an object already being deleted changes nothing.
+    let again = s
+        .delete("pods", Some("default"), "held", &DeleteOptions::default())
+        .unwrap();
+    assert_eq!(again.object()["metadata"]["generation"], 2);
+    // Kinds without a generation get none on deletion either.
+    s.create(
+        "configmaps",
+        None,
+        json!({"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}}),
+    )
+    .unwrap();
+    let d = s
+        .delete("configmaps", Some("default"), "cm", &DeleteOptions::default())
+        .unwrap();
+    assert!(d.object()["metadata"].get("generation").is_none());
+}

@@ -44,7 +44,13 @@ fn json_value(code: StatusCode, v: &Value) -> Response {
 
 fn error_response(e: &StoreError) -> Response {
     let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_value(code, &e.to_status())
+    let mut r = json_value(code, &e.to_status());
+    // kube-apiserver repeats a Status's retryAfterSeconds as the Retry-After header.
+    if let Some(secs) = e.retry_after_seconds() {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    }
+    r
 }
 
 fn object_response(code: StatusCode, o: &ObjectRef) -> Response {
@@ -560,8 +566,9 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
     ))
 }
 
-/// `pods/{name}/eviction`: deletes the pod with the eviction's `deleteOptions` (as `kubectl drain`
-/// asks). PodDisruptionBudgets are not consulted.
+/// `pods/{name}/eviction` (policy/v1 or v1beta1 `Eviction`): deletes the pod with the eviction's
+/// `deleteOptions` if its PodDisruptionBudget allows (see [`Store::evict`]). A `dryRun` on the
+/// request and one in the body must agree, as upstream.
 fn evict(
     app: &AppState,
     t: &Target<'_>,
@@ -571,15 +578,41 @@ fn evict(
     body: &[u8],
 ) -> Result<Response, StoreError> {
     let eviction = parse_body(headers, body)?;
-    if let Some(n) = get_str(&eviction, &["metadata", "name"])
-        && n != name
+    if get_str(&eviction, &["metadata", "name"]).unwrap_or_default() != name {
+        return Err(StoreError::BadRequest(
+            "name in URL does not match name in Eviction object".into(),
+        ));
+    }
+    let body_options = eviction.get("deleteOptions").cloned().unwrap_or(json!({}));
+    if body_options.get("ignoreStoreReadErrorWithClusterBreakingPotential") == Some(&json!(true)) {
+        return Err(StoreError::invalid(
+            "Eviction",
+            name,
+            "deleteOptions.ignoreStoreReadErrorWithClusterBreakingPotential",
+            "Invalid value: true: can not be set for pod eviction, try after removing the option",
+        ));
+    }
+    let body_dry_run = body_options
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty());
+    if let (Some(in_body), Some(in_query)) = (body_dry_run, q.get("dryRun"))
+        && in_body
+            .iter()
+            .map(|x| x.as_str().unwrap_or_default())
+            .ne([in_query.as_str()])
     {
-        return Err(StoreError::BadRequest(format!(
-            "name in URL does not match name in Eviction object: {name} != {n}"
+        return Err(StoreError::Internal(format!(
+            "Non-matching dry-run options in request and content: [{in_query}] and [{}]",
+            in_body
+                .iter()
+                .map(|x| x.as_str().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" ")
         )));
     }
-    let opts = delete_options_from(q, eviction.get("deleteOptions").unwrap_or(&json!({})))?;
-    app.store.delete_in(t.kind, ns_of(t), name, &opts)?;
+    let opts = delete_options_from(q, &body_options)?;
+    app.store.evict(ns_of(t), name, &opts)?;
     Ok(json_value(StatusCode::CREATED, &success_status(201)))
 }
 

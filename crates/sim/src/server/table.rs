@@ -109,8 +109,158 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
             col("Allowed Disruptions", "integer", 0),
             col("Age", "string", 0),
         ],
+        ("", "Service") => vec![
+            col("Name", "string", 0),
+            col("Type", "string", 0),
+            col("Cluster-IP", "string", 0),
+            col("External-IP", "string", 0),
+            col("Port(s)", "string", 0),
+            col("Age", "string", 0),
+            col("Selector", "string", 1),
+        ],
+        ("apps", "Deployment") => vec![
+            col("Name", "string", 0),
+            col("Ready", "string", 0),
+            col("Up-to-date", "string", 0),
+            col("Available", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
+}
+
+fn strings(v: &Value, path: &[&str]) -> Vec<String> {
+    get_path(v, path)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// The service type as stored by kube-apiserver, which defaults an absent type to `ClusterIP` (this
+/// server stores Services as given).
+fn service_type(svc: &Value) -> String {
+    get_str(svc, &["spec", "type"])
+        .filter(|t| !t.is_empty())
+        .unwrap_or("ClusterIP")
+        .to_string()
+}
+
+/// EXTERNAL-IP: the external IPs of ClusterIP and NodePort services, the load balancer's ingress
+/// (`<pending>` until one is reported) before them for LoadBalancer services, the DNS name for
+/// ExternalName services.
+fn service_external_ip(svc: &Value) -> String {
+    let external = strings(svc, &["spec", "externalIPs"]);
+    match service_type(svc).as_str() {
+        "ClusterIP" | "NodePort" if external.is_empty() => "<none>".into(),
+        "ClusterIP" | "NodePort" => external.join(","),
+        "LoadBalancer" => {
+            // A set, in sorted order, as kubectl's printer builds it.
+            let ingress: std::collections::BTreeSet<String> =
+                get_path(svc, &["status", "loadBalancer", "ingress"])
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|i| {
+                                get_str(i, &["ip"])
+                                    .filter(|x| !x.is_empty())
+                                    .or_else(|| get_str(i, &["hostname"]).filter(|x| !x.is_empty()))
+                                    .map(str::to_string)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            let all: Vec<String> = ingress.into_iter().chain(external).collect();
+            if all.is_empty() {
+                "<pending>".into()
+            } else {
+                all.join(",")
+            }
+        }
+        "ExternalName" => s(svc, &["spec", "externalName"]),
+        _ => "<unknown>".into(),
+    }
+}
+
+/// PORT(S): `port/PROTOCOL`, or `port:nodePort/PROTOCOL` when a node port is set; `<none>`.
+fn service_ports(svc: &Value) -> String {
+    let ports: Vec<String> = get_path(svc, &["spec", "ports"])
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                    let protocol = get_str(p, &["protocol"])
+                        .filter(|x| !x.is_empty())
+                        .unwrap_or("TCP");
+                    match p.get("nodePort").and_then(Value::as_i64).filter(|n| *n > 0) {
+                        Some(node_port) => format!("{port}:{node_port}/{protocol}"),
+                        None => format!("{port}/{protocol}"),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if ports.is_empty() {
+        "<none>".into()
+    } else {
+        ports.join(",")
+    }
+}
+
+/// A label map as `k=v,…` in key order, `<none>` when empty (the Service SELECTOR column).
+fn label_map(v: Option<&Value>) -> String {
+    let pairs: Vec<String> = v
+        .and_then(Value::as_object)
+        .map(|m| {
+            let sorted: std::collections::BTreeMap<&String, &Value> = m.iter().collect();
+            sorted
+                .into_iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if pairs.is_empty() {
+        "<none>".into()
+    } else {
+        pairs.join(",")
+    }
+}
+
+/// A `metav1.LabelSelector` in the selector string form (`app=web,tier in (a,b),!legacy`),
+/// requirements ordered by key; empty for a selector without requirements (as upstream's selector
+/// prints), `<invalid>` for an unknown operator (the Deployment SELECTOR column).
+fn label_selector_string(sel: Option<&Value>) -> String {
+    let Some(sel) = sel.filter(|s| s.is_object()) else {
+        return String::new();
+    };
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in ml {
+            reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or_default())));
+        }
+    }
+    for e in get_path(sel, &["matchExpressions"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = s(e, &["key"]);
+        let mut values = strings(e, &["values"]);
+        values.sort();
+        let text = match get_str(e, &["operator"]).unwrap_or_default() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => return "<invalid>".into(),
+        };
+        reqs.push((key, text));
+    }
+    reqs.sort();
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
 }
 
 /// A duration in kubectl's short human form (`45s`, `3m2s`, `10m`, `5h`, `3d`).
@@ -288,6 +438,48 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
                 .unwrap_or(json!(0)),
             age,
         ],
+        ("", "Service") => vec![
+            name,
+            json!(service_type(o)),
+            json!(
+                strings(o, &["spec", "clusterIPs"])
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "<none>".into())
+            ),
+            json!(service_external_ip(o)),
+            json!(service_ports(o)),
+            age,
+            json!(label_map(get_path(o, &["spec", "selector"]))),
+        ],
+        ("apps", "Deployment") => {
+            let count = |path: &[&str]| get_path(o, path).and_then(Value::as_i64).unwrap_or(0);
+            // An absent `spec.replicas` is defaulted to 1 by kube-apiserver.
+            let desired = get_path(o, &["spec", "replicas"])
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let containers = get_path(o, &["spec", "template", "spec", "containers"])
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let field = |f: &str| {
+                containers
+                    .iter()
+                    .map(|c| s(c, &[f]))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            vec![
+                name,
+                json!(format!("{}/{desired}", count(&["status", "readyReplicas"]))),
+                json!(count(&["status", "updatedReplicas"])),
+                json!(count(&["status", "availableReplicas"])),
+                age,
+                json!(field("name")),
+                json!(field("image")),
+                json!(label_selector_string(get_path(o, &["spec", "selector"]))),
+            ]
+        }
         _ => vec![name, age],
     }
 }

@@ -7,6 +7,7 @@
 //! resourceVersion and read the history themselves, so one slow watcher never holds up a writer and
 //! each event is serialised once no matter how many watchers receive it.
 
+mod eviction;
 mod list;
 mod object;
 mod watch;
@@ -179,15 +180,6 @@ fn drop_empty_metadata_collections(v: &mut Value) {
             }
         }
     }
-}
-
-fn without_meta_and_status(v: &Value) -> Value {
-    let mut c = v.clone();
-    if let Value::Object(m) = &mut c {
-        m.remove("metadata");
-        m.remove("status");
-    }
-    c
 }
 
 impl Store {
@@ -524,7 +516,9 @@ impl Store {
             }
             meta.insert("uid".into(), json!(util::new_uid()));
             meta.insert("creationTimestamp".into(), json!(util::now_rfc3339()));
-            meta.insert("generation".into(), json!(1));
+            if rt.generation.starts_at_one() {
+                meta.insert("generation".into(), json!(1));
+            }
             let name = meta
                 .get("name")
                 .and_then(Value::as_str)
@@ -711,13 +705,14 @@ impl Store {
                 ));
             }
         }
-        if mode != UpdateMode::Status
-            && without_meta_and_status(&next) != without_meta_and_status(cur.value())
-        {
+        strategy::prepare_update(rt, cur.value(), &mut next, mode)?;
+        // Only client writes of the main resource make a new generation, judged after defaulting
+        // as upstream compares the defaulted objects. Status writes never do, and neither does the
+        // binding subresource (upstream writes `spec.nodeName` past the pod strategy).
+        if mode == UpdateMode::Main && rt.generation.bumps(cur.value(), &next) {
             let generation = cur_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             meta_mut(&mut next).insert("generation".into(), json!(generation));
         }
-        strategy::prepare_update(rt, cur.value(), &mut next, mode)?;
         strategy::validate(rt, &next)?;
         meta_mut(&mut next).insert(
             "resourceVersion".into(),
@@ -1003,6 +998,11 @@ impl Store {
                     if !deleting {
                         meta.insert("deletionTimestamp".into(), json!(util::now_rfc3339()));
                         meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                        // Controllers must notice that the object is going away: upstream makes
+                        // the first deletionTimestamp a new generation for kinds that have one.
+                        if let Some(g) = meta.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+                            meta.insert("generation".into(), json!(g + 1));
+                        }
                     }
                 }
                 if opts.dry_run {

@@ -21,6 +21,16 @@ pub async fn start_with(builder: ApiServerBuilder) -> (RunningServer, Client) {
     (running, client)
 }
 
+/// A kube-rs client for `running` that does not retry 429/503/504 answers (kube's default client
+/// retries them with a backoff of up to minutes, which hides the answer a test wants to see).
+pub fn client_without_retries(running: &RunningServer) -> Client {
+    let mut config = kube::Config::new(running.url().parse().unwrap());
+    config.default_namespace = "default".into();
+    config.read_timeout = Some(Duration::from_secs(30));
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
 /// A server without controllers.
 pub async fn start() -> (RunningServer, Client) {
     start_with(ApiServer::builder().controllers(false)).await
