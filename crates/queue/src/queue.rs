@@ -600,23 +600,74 @@ impl SchedulingQueue {
         if !self.interested(event) {
             return 0;
         }
+        let moves = uids
+            .into_iter()
+            .filter_map(|uid| {
+                let q = st.unschedulable.get(&uid)?;
+                let strategy = self.strategy_for(q, event, old, new);
+                (strategy != Strategy::Skip).then_some((uid, strategy))
+            })
+            .collect();
+        self.apply_moves(st, moves, event, old, new)
+    }
+
+    /// [`Self::move_pods`] over the whole unschedulable pool. Most events help few of the pooled
+    /// pods, so the pool is walked by reference and only the uids of the pods that move are copied
+    /// (copying every key per event was a tenth of the runtime's CPU with a few thousand pods
+    /// waiting for their claims).
+    fn move_pool(
+        &self,
+        st: &mut State,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> usize {
+        if !self.interested(event) {
+            return 0;
+        }
+        let moves = st
+            .unschedulable
+            .iter()
+            .filter_map(|(uid, q)| {
+                let strategy = self.strategy_for(q, event, old, new);
+                (strategy != Strategy::Skip).then(|| (uid.clone(), strategy))
+            })
+            .collect();
+        self.apply_moves(st, moves, event, old, new)
+    }
+
+    /// What `event` means for a pooled pod: a pod gated by PreEnqueue moves only when its gating
+    /// plugin registered the event; otherwise the pre-check and the queueing hints decide.
+    fn strategy_for(
+        &self,
+        q: &QueuedPodInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Strategy {
+        if let Some(gate) = &q.gating_plugin
+            && !self
+                .hints_of(&q.pod_info)
+                .is_some_and(|h| h.plugin_interested(gate, event))
+        {
+            return Strategy::Skip;
+        }
+        self.worth(q, event, old, new)
+    }
+
+    /// Requeues the decided pods (in the order given), records the event for in-flight pods and
+    /// wakes the scheduling loop when a pod became poppable. Returns how many left the pool.
+    fn apply_moves(
+        &self,
+        st: &mut State,
+        moves: Vec<(String, Strategy)>,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> usize {
         let mut moved = 0;
         let mut wake = false;
-        for uid in uids {
-            let Some(q) = st.unschedulable.get(&uid) else {
-                continue;
-            };
-            if let Some(gate) = &q.gating_plugin
-                && !self
-                    .hints_of(&q.pod_info)
-                    .is_some_and(|h| h.plugin_interested(gate, event))
-            {
-                continue;
-            }
-            let strategy = self.worth(q, event, old, new);
-            if strategy == Strategy::Skip {
-                continue;
-            }
+        for (uid, strategy) in moves {
             let Some(q) = st.unsched_take(&uid) else { continue };
             let loc = self.requeue(st, q, strategy, event.label);
             if !matches!(loc, PodLocation::Unschedulable | PodLocation::Gated) {
@@ -789,12 +840,12 @@ impl SchedulingQueue {
         let new_obj = EventObject::Pod(new.pod.clone());
         let mut st = self.state.lock();
         for e in events {
-            let candidates = if e.action.intersects(ActionType::UPDATE_POD_SCALE_DOWN) {
-                st.unschedulable.keys().cloned().collect()
+            if e.action.intersects(ActionType::UPDATE_POD_SCALE_DOWN) {
+                self.move_pool(&mut st, &e, Some(&old_obj), Some(&new_obj));
             } else {
-                cross_topology_candidates(&st, &new.pod)
-            };
-            self.move_pods(&mut st, candidates, &e, Some(&old_obj), Some(&new_obj));
+                let candidates = cross_topology_candidates(&st, &new.pod);
+                self.move_pods(&mut st, candidates, &e, Some(&old_obj), Some(&new_obj));
+            }
         }
     }
 
@@ -813,8 +864,7 @@ impl SchedulingQueue {
         if !self.interested(&event) {
             return 0;
         }
-        let candidates = st.unschedulable.keys().cloned().collect();
-        let moved = self.move_pods(&mut st, candidates, &event, old.as_ref(), new.as_ref());
+        let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref());
         drop(st);
         self.config.observer.event_handled(event.label, start.elapsed());
         moved

@@ -89,6 +89,23 @@ pub(crate) fn has_claims(pod: &Pod) -> bool {
         .is_some_and(|c| !c.is_empty())
 }
 
+/// Whether `name` appears among the claim names the pod refers to: a `resourceClaimName` in its
+/// spec or a generated claim in `status.resourceClaimStatuses`. Every name [`resolve`] can return
+/// is one of these.
+pub(crate) fn names_claim(pod: &Pod, name: &str) -> bool {
+    let in_spec = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|l| l.iter().any(|c| c.resource_claim_name.as_deref() == Some(name)));
+    in_spec
+        || pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .is_some_and(|l| l.iter().any(|c| c.resource_claim_name.as_deref() == Some(name)))
+}
+
 /// Whether `claim` is controlled by `pod` (same namespace, controller owner reference).
 pub(crate) fn is_for_pod(pod: &Pod, claim: &ResourceClaim) -> bool {
     claim.metadata.namespace == pod.metadata.namespace

@@ -46,6 +46,18 @@ pub(crate) fn claim_hint(
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> QueueingHint {
+    claim_hint_with(dra, pod, old, new, true)
+}
+
+/// [`claim_hint`]; `skip_unrelated: false` turns off the shortcut for claims the pod neither owns
+/// nor names (the tests check that both give the same answer).
+fn claim_hint_with(
+    dra: Option<&DraCache>,
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+    skip_unrelated: bool,
+) -> QueueingHint {
     let (old, new) = (claim_of(old), claim_of(new));
     let was_allocated = old.is_some_and(|c| claims::is_allocated(c));
     let is_allocated = new.is_some_and(|c| claims::is_allocated(c));
@@ -59,7 +71,15 @@ pub(crate) fn claim_hint(
         return QueueingHint::Skip;
     }
     let name = claim.metadata.name.as_deref().unwrap_or_default();
-    let own_extended = claims::is_for_pod(pod, claim)
+    // The pool is offered every claim event, and almost every claim is someone else's: answer
+    // those without resolving the pod's claims (which allocates). A claim the pod does not own and
+    // names nowhere (neither in spec nor in its generated-claim statuses) cannot be among the
+    // resolved references, and without ownership it is not its extended-resource claim either.
+    let for_pod = claims::is_for_pod(pod, claim);
+    if skip_unrelated && !for_pod && !claims::names_claim(pod, name) {
+        return QueueingHint::Skip;
+    }
+    let own_extended = for_pod
         && claim
             .metadata
             .annotations
@@ -70,7 +90,7 @@ pub(crate) fn claim_hint(
         Ok(r) => r,
         // A template claim not generated yet: only a claim for this pod can help.
         Err(_) => {
-            return if claims::is_for_pod(pod, claim) {
+            return if for_pod {
                 QueueingHint::Queue
             } else {
                 QueueingHint::Skip
@@ -262,4 +282,145 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
             },
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus};
+    use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaimStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    use super::*;
+
+    fn pod(shape: usize) -> Pod {
+        let direct = |name: &str| PodResourceClaim {
+            name: "direct".into(),
+            resource_claim_name: Some(name.into()),
+            ..Default::default()
+        };
+        let template = PodResourceClaim {
+            name: "gpu".into(),
+            resource_claim_template_name: Some("tmpl".into()),
+            ..Default::default()
+        };
+        let generated = |name: &str| PodResourceClaimStatus {
+            name: "gpu".into(),
+            resource_claim_name: Some(name.into()),
+        };
+        // 0: no claims; 1: a named claim; 2: a template not generated yet; 3: a generated claim;
+        // 4: both; 5: a status entry without a matching spec entry.
+        let (claims, statuses) = match shape {
+            0 => (vec![], vec![]),
+            1 => (vec![direct("a")], vec![]),
+            2 => (vec![template.clone()], vec![]),
+            3 => (vec![template.clone()], vec![generated("b")]),
+            4 => (vec![direct("a"), template.clone()], vec![generated("b")]),
+            _ => (vec![direct("a")], vec![generated("b")]),
+        };
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                uid: Some("pod-uid".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                resource_claims: Some(claims),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                resource_claim_statuses: Some(statuses),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn claim(
+        name: &str,
+        ns: &str,
+        owner: Option<&str>,
+        extended: bool,
+        allocated: bool,
+        rv: &str,
+    ) -> ResourceClaim {
+        ResourceClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                resource_version: Some(rv.into()),
+                owner_references: owner.map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        name: "owner".into(),
+                        uid: uid.into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    }]
+                }),
+                annotations: extended.then(|| {
+                    BTreeMap::from([(
+                        unisched_cache::EXTENDED_RESOURCE_CLAIM_ANNOTATION.to_string(),
+                        "true".to_string(),
+                    )])
+                }),
+                ..Default::default()
+            },
+            status: allocated.then(|| ResourceClaimStatus {
+                allocation: Some(AllocationResult::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Every combination of pod shape, claim (name, namespace, owner, annotation) and event (add,
+    /// delete, allocation, deallocation, metadata-only update): the shortcut for unrelated claims
+    /// gives the answer the full evaluation gives, and it does answer most of them.
+    #[test]
+    fn skipping_unrelated_claims_early_gives_the_same_hints() {
+        let mut shortcut_taken = 0;
+        let mut cases = 0;
+        for shape in 0..6 {
+            let pod = pod(shape);
+            for name in ["a", "b", "c"] {
+                for ns in ["ns", "other"] {
+                    for owner in [None, Some("pod-uid"), Some("someone-else")] {
+                        for extended in [false, true] {
+                            let obj = |allocated: bool, rv: &str| {
+                                EventObject::ResourceClaim(Arc::new(claim(
+                                    name, ns, owner, extended, allocated, rv,
+                                )))
+                            };
+                            let events: [(Option<EventObject>, Option<EventObject>); 5] = [
+                                (None, Some(obj(false, "1"))),
+                                (Some(obj(false, "1")), None),
+                                (Some(obj(false, "1")), Some(obj(true, "2"))),
+                                (Some(obj(true, "1")), Some(obj(false, "2"))),
+                                (Some(obj(false, "1")), Some(obj(false, "2"))),
+                            ];
+                            for (old, new) in &events {
+                                cases += 1;
+                                let fast = claim_hint_with(None, &pod, old.as_ref(), new.as_ref(), true);
+                                let full = claim_hint_with(None, &pod, old.as_ref(), new.as_ref(), false);
+                                assert_eq!(
+                                    fast, full,
+                                    "pod shape {shape}, claim {ns}/{name} owner {owner:?} extended {extended}, event {old:?} -> {new:?}"
+                                );
+                                let related = owner == Some("pod-uid") || claims::names_claim(&pod, name);
+                                if ns == "ns" && !related {
+                                    shortcut_taken += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 6 * 3 * 2 * 3 * 2 * 5);
+        // Unrelated same-namespace claims: 240 of the 1,080 cases exercise the shortcut.
+        assert_eq!(shortcut_taken, 240, "cases where the shortcut answers");
+    }
 }
