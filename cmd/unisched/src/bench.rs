@@ -62,6 +62,8 @@ pub enum ContenderArg {
     Upstream,
     /// `unisched run`.
     Unisched,
+    /// unisched on the embedded control plane (`--mode full` of this command), for the same table.
+    Embedded,
 }
 
 /// Flags of `unisched bench`.
@@ -110,7 +112,8 @@ pub struct BenchArgs {
     /// External mode: the directory with upstream's kube-scheduler.
     #[arg(long = "upstream-bin", default_value = "e2e/upstream/bin")]
     pub upstream_bin: PathBuf,
-    /// External mode: which schedulers, in order (kube-scheduler is `upstream`).
+    /// External mode: which schedulers, in order (kube-scheduler is `upstream`; `embedded` adds
+    /// unisched on the embedded control plane, the full mode, to the same table).
     #[arg(long, value_delimiter = ',', default_values = ["upstream", "unisched"])]
     pub schedulers: Vec<ContenderArg>,
     /// External mode: QPS (and burst) of the object creator, the same for every scheduler.
@@ -220,7 +223,7 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
         bail!("name workloads with --workload NAME, or use --all (see --list)");
     }
     if args.external {
-        return external(&args, &catalog, &names);
+        return external(&args, verbosity, &catalog, &names);
     }
     let modes = args.mode.modes();
     if args.internal_child {
@@ -276,7 +279,9 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
 }
 
 /// `--external`: every workload on fresh real control planes, each scheduler in turn.
-fn external(args: &BenchArgs, catalog: &Catalog, names: &[String]) -> Result<u8> {
+fn external(args: &BenchArgs, verbosity: u8, catalog: &Catalog, names: &[String]) -> Result<u8> {
+    // Control planes are daemons and schedulers are children: neither may outlive a Ctrl-C.
+    unisched_bench::leftovers::stop_all_on_signals().context("installing signal handlers")?;
     let opts = unisched_bench::ExternalOptions {
         control_plane: args.control_plane.clone(),
         upstream_bin: args.upstream_bin.clone(),
@@ -291,8 +296,11 @@ fn external(args: &BenchArgs, catalog: &Catalog, names: &[String]) -> Result<u8>
             .map(|c| match c {
                 ContenderArg::Upstream => unisched_bench::Contender::Upstream,
                 ContenderArg::Unisched => unisched_bench::Contender::Unisched,
+                ContenderArg::Embedded => unisched_bench::Contender::Embedded,
             })
             .collect(),
+        workloads_dir: args.workloads_dir.clone(),
+        verbosity,
         seed: args.seed,
         progress: true,
     };

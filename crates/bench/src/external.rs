@@ -25,8 +25,9 @@ use serde_json::{Value, json};
 use unisched_sim::Registry;
 
 use crate::{
-    BenchError, Machine, Throughput,
+    BenchError, Machine, RunReport, Throughput,
     driver::{Driver, Phase, WaitRules},
+    leftovers,
     measure::{Measured, Measurement},
     procstat,
     progress::Progress,
@@ -44,6 +45,9 @@ pub enum Contender {
     Upstream,
     /// `unisched run`.
     Unisched,
+    /// unisched on the embedded control plane: the bench's own full mode (`bench --mode full`,
+    /// a child process), so one invocation also gives the column without a real control plane.
+    Embedded,
 }
 
 impl Contender {
@@ -52,9 +56,17 @@ impl Contender {
         match self {
             Contender::Upstream => "kube-scheduler",
             Contender::Unisched => "unisched",
+            Contender::Embedded => EMBEDDED,
         }
     }
 }
+
+/// The report name of [`Contender::Embedded`].
+const EMBEDDED: &str = "unisched-embedded";
+
+/// The thread groups of a full-mode run that are the scheduler's (see `report::Cpu`); the rest is
+/// the embedded API server (`apiserver`), the harness (`harness`) and `other`.
+const SCHEDULER_COMPONENTS: [&str; 3] = ["scheduling-cycle", "filter-workers", "scheduler-io"];
 
 /// How to run external mode.
 #[derive(Clone, Debug)]
@@ -76,6 +88,10 @@ pub struct ExternalOptions {
     pub work_dir: PathBuf,
     /// Which schedulers, in order.
     pub contenders: Vec<Contender>,
+    /// [`Contender::Embedded`]: the workload directory its child reads (default: the built-in one).
+    pub workloads_dir: Option<PathBuf>,
+    /// [`Contender::Embedded`]: the child's `--v`.
+    pub verbosity: u8,
     /// Tie-break seed (unisched) and the seed of `allocResourceClaims`.
     pub seed: u64,
     /// Progress on stderr.
@@ -180,6 +196,54 @@ pub fn bound(r: &ExternalRun, cpus: usize, creator_qps: f64) -> String {
         "creator"
     };
     format!("{who} ({parts})")
+}
+
+impl ExternalRun {
+    /// A full-mode run of the embedded control plane, in this report's terms: the scheduler is the
+    /// scheduling thread, the Filter/Score workers and the scheduler's runtime threads; the API
+    /// server is the embedded one (no etcd); the creator is the harness. Peak RSS is the whole
+    /// process (API server and harness included), which a note says.
+    pub fn from_embedded(r: &RunReport, cpus: usize) -> Self {
+        let wall = r.measured_seconds;
+        let by = |names: &[&str]| -> f64 { names.iter().filter_map(|n| r.cpu.by_component.get(*n)).sum() };
+        let scheduler = by(&SCHEDULER_COMPONENTS);
+        let mut notes =
+            vec!["peak RSS is the whole process: scheduler, embedded API server and harness".to_string()];
+        notes.extend(r.notes.iter().cloned());
+        if r.timed_out {
+            notes.push("timed out".into());
+        }
+        let mut run = ExternalRun {
+            workload: r.workload.clone(),
+            scheduler: EMBEDDED.into(),
+            measured_pods: r.measured_pods,
+            scheduled: r.scheduled,
+            pending: r.unschedulable,
+            wall_seconds: wall,
+            throughput: r.throughput.clone(),
+            scheduler_cpu: cpu(scheduler, wall),
+            scheduler_cpu_ms_per_pod: if r.scheduled > 0 {
+                scheduler * 1000.0 / r.scheduled as f64
+            } else {
+                0.0
+            },
+            scheduler_peak_rss_bytes: r.peak_rss_bytes,
+            apiserver_cpu: cpu(by(&["apiserver"]), wall),
+            etcd_cpu: ProcessCpu::default(),
+            creator_cpu: cpu(by(&["harness"]), wall),
+            creator_pods_per_second: if wall > 0.0 {
+                r.measured_pods as f64 / wall
+            } else {
+                0.0
+            },
+            bound: String::new(),
+            skipped: r.skipped.clone(),
+            notes,
+        };
+        // The embedded harness has no client QPS limit.
+        run.bound = bound(&run, cpus, 0.0);
+        run
+    }
 }
 
 impl ExternalReport {
@@ -308,25 +372,33 @@ pub fn scheduler_config(
     serde_yaml::to_string(&v).map_err(|e| BenchError::Setup(format!("scheduler configuration: {e}")))
 }
 
-/// A control plane started by `control-plane start DIR`, stopped on drop.
+/// A control plane started by `control-plane start DIR`, stopped on drop (and by
+/// [`leftovers`] if a signal ends the process first).
 struct ControlPlane {
     script: PathBuf,
     dir: PathBuf,
+    _registered: leftovers::Registered,
 }
 
 impl ControlPlane {
     fn start(script: &Path, dir: &Path) -> Result<Self, BenchError> {
         std::fs::create_dir_all(dir).map_err(|e| BenchError::Setup(format!("{}: {e}", dir.display())))?;
-        let status = Command::new(script)
+        let cp = ControlPlane {
+            script: script.to_path_buf(),
+            dir: dir.to_path_buf(),
+            _registered: leftovers::control_plane(script, dir),
+        };
+        let running = |e: std::io::Error| BenchError::Setup(format!("running {}: {e}", script.display()));
+        let mut start = Command::new(script)
             .arg("start")
             .arg(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .status()
-            .map_err(|e| BenchError::Setup(format!("running {}: {e}", script.display())))?;
-        let cp = ControlPlane {
-            script: script.to_path_buf(),
-            dir: dir.to_path_buf(),
+            .spawn()
+            .map_err(running)?;
+        let status = {
+            let _start_script = leftovers::process(start.id());
+            start.wait().map_err(running)?
         };
         if !status.success() {
             return Err(BenchError::Setup(format!(
@@ -370,13 +442,17 @@ impl Drop for ControlPlane {
     }
 }
 
-/// A scheduler child process, killed on drop.
-struct SchedulerProcess(Child);
+/// A scheduler child process, killed on drop (and by [`leftovers`] if a signal ends this
+/// process first).
+struct SchedulerProcess {
+    child: Child,
+    _registered: leftovers::Registered,
+}
 
 impl Drop for SchedulerProcess {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -772,6 +848,11 @@ fn start_scheduler(
                 .args(["--seed", &opts.seed.to_string()]);
             c
         }
+        Contender::Embedded => {
+            return Err(BenchError::Setup(
+                "the embedded contender runs its own control plane (run_embedded)".into(),
+            ));
+        }
     };
     let child = cmd
         .stdin(Stdio::null())
@@ -779,7 +860,11 @@ fn start_scheduler(
         .stderr(log2)
         .spawn()
         .map_err(setup)?;
-    Ok(SchedulerProcess(child))
+    let registered = leftovers::process(child.id());
+    Ok(SchedulerProcess {
+        child,
+        _registered: registered,
+    })
 }
 
 /// Runs `w` once per contender, each on a fresh control plane.
@@ -797,10 +882,52 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
     opts.contenders
         .iter()
         .map(|&who| {
-            run_one(w, who, opts, base.as_deref())
-                .unwrap_or_else(|e| skipped(w, who, &format!("failed: {e}")))
+            let run = match who {
+                Contender::Embedded => run_embedded(w, opts),
+                _ => run_one(w, who, opts, base.as_deref()),
+            };
+            run.unwrap_or_else(|e| skipped(w, who, &format!("failed: {e}")))
         })
         .collect()
+}
+
+/// [`Contender::Embedded`]: `unisched bench --mode full` for `w` in a child process (its own peak
+/// RSS and CPU), read back as an [`ExternalRun`].
+fn run_embedded(w: &Workload, opts: &ExternalOptions) -> Result<ExternalRun, BenchError> {
+    let mut cmd = Command::new(&opts.unisched_bin);
+    cmd.arg(format!("--v={}", opts.verbosity))
+        .args(["bench", "--internal-child", "--output", "json", "--mode", "full"])
+        .args(["--workload", &w.name, "--seed", &opts.seed.to_string()]);
+    if w.smoke {
+        cmd.arg("--smoke");
+    }
+    if let Some(p) = &opts.scheduler_config {
+        cmd.arg("--scheduler-config").arg(p);
+    }
+    if let Some(d) = &opts.workloads_dir {
+        cmd.arg("--workloads-dir").arg(d);
+    }
+    let failed =
+        |e: std::io::Error| BenchError::Setup(format!("starting {}: {e}", opts.unisched_bin.display()));
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(failed)?;
+    let out = {
+        let _registered = leftovers::process(child.id());
+        child.wait_with_output().map_err(failed)?
+    };
+    if !out.status.success() {
+        return Err(BenchError::Setup(format!(
+            "the embedded full-mode run exited with {}",
+            out.status
+        )));
+    }
+    let report: RunReport = serde_json::from_slice(&out.stdout)
+        .map_err(|e| BenchError::Setup(format!("reading the embedded run's report: {e}")))?;
+    Ok(ExternalRun::from_embedded(&report, Machine::detect().cpus))
 }
 
 fn skipped(w: &Workload, who: Contender, why: &str) -> ExternalRun {
@@ -835,14 +962,14 @@ fn run_one(
     })?;
     let mut sched = start_scheduler(who, opts, &cp, base)?;
     let pids = Pids {
-        scheduler: sched.0.id(),
+        scheduler: sched.child.id(),
         apiserver: cp.pid("kube-apiserver")?,
         etcd: cp.pid("etcd")?,
     };
     let tracker = Tracker::start_external(client.clone(), rt.handle());
     // Both schedulers start on an empty cluster; a few seconds let them sync their informers.
     std::thread::sleep(Duration::from_secs(3));
-    if let Ok(Some(status)) = sched.0.try_wait() {
+    if let Ok(Some(status)) = sched.child.try_wait() {
         return Err(BenchError::Setup(format!(
             "{} exited at start ({status}); log in {}",
             who.as_str(),
@@ -900,7 +1027,7 @@ fn run_one(
         tracker.outstanding(&measured_ns)
     };
     let peak_rss = procstat::pid_peak_rss_bytes(pids.scheduler);
-    if let Ok(Some(status)) = sched.0.try_wait() {
+    if let Ok(Some(status)) = sched.child.try_wait() {
         notes.push(format!("{} exited during the run ({status})", who.as_str()));
     }
     if tracker.lost_events() {
@@ -994,6 +1121,49 @@ mod tests {
         // …then they are 100 ms apart.
         let _refilled = l.reserve();
         assert!(l.reserve() >= first + Duration::from_millis(50));
+    }
+
+    #[test]
+    fn an_embedded_full_run_counts_only_the_scheduler_threads_as_the_scheduler() {
+        let mut r = RunReport {
+            workload: "W".into(),
+            mode: crate::Mode::Full,
+            measured_pods: 100,
+            scheduled: 80,
+            unschedulable: 20,
+            measured_seconds: 4.0,
+            peak_rss_bytes: 1 << 30,
+            ..RunReport::default()
+        };
+        for (k, v) in [
+            ("scheduling-cycle", 0.1),
+            ("filter-workers", 0.5),
+            ("scheduler-io", 0.2),
+            ("apiserver", 3.0),
+            ("harness", 0.4),
+            ("other", 9.0),
+        ] {
+            r.cpu.by_component.insert(k.into(), v);
+        }
+        let e = ExternalRun::from_embedded(&r, 2);
+        assert_eq!(e.scheduler, "unisched-embedded");
+        assert!((e.scheduler_cpu.seconds - 0.8).abs() < 1e-9);
+        assert!(
+            (e.scheduler_cpu_ms_per_pod - 10.0).abs() < 1e-9,
+            "0.8 s over 80 bound pods"
+        );
+        assert!((e.apiserver_cpu.cores - 0.75).abs() < 1e-9);
+        assert!((e.creator_cpu.seconds - 0.4).abs() < 1e-9);
+        assert_eq!((e.measured_pods, e.scheduled, e.pending), (100, 80, 20));
+        // 0.2 + 0.75 + 0.1 cores of 2 is not the machine; the API server is the busiest party.
+        assert!(e.bound.starts_with("API server ("), "{}", e.bound);
+        assert!(e.notes[0].contains("whole process"));
+        // The pairing of ratios is with `unisched` on the real control plane only.
+        let report = ExternalReport {
+            runs: vec![e],
+            ..ExternalReport::default()
+        };
+        assert!(report.ratios().is_empty());
     }
 
     #[test]

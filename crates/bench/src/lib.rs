@@ -24,6 +24,7 @@ mod driver;
 mod engine;
 mod engine_dra;
 pub mod external;
+pub mod leftovers;
 mod limit;
 mod measure;
 mod progress;
