@@ -721,8 +721,9 @@ impl Store {
         Ok(next)
     }
 
-    /// Read-modify-write with retries: `f` maps the current object to the wanted one. A
-    /// `metadata.resourceVersion` in the wanted object is a precondition (409 on mismatch).
+    /// Read-modify-write with retries: `f` maps the current object to the wanted one, and is run
+    /// again on the fresh object when another write wins the race. A `metadata.resourceVersion`
+    /// in the wanted object is a precondition (409 when it is not the object's current one).
     pub(crate) fn guaranteed_update(
         &self,
         kind: KindId,
@@ -759,10 +760,13 @@ impl Store {
                 return Err(self.not_found(rt, name));
             };
             if latest.resource_version() != cur.resource_version() {
+                // Another write landed between the read and this commit: decide again on the
+                // fresh object, as kube-apiserver's guaranteed update does. A precondition the
+                // client set (an update body's resourceVersion, or one inside a patch) no longer
+                // matches there and answers 409 above; a resourceVersion the candidate merely
+                // inherited from the object it was computed from (any patch, the binding) matches
+                // the fresh object, so the write goes through instead of failing a racing client.
                 drop(st);
-                if has_precondition {
-                    return Err(StoreError::stale(&resource, name));
-                }
                 continue;
             }
             let ev = if finalize {
@@ -1238,5 +1242,96 @@ fn set_pod_scheduled(pod: &mut Value) {
     if let Some(list) = conditions.as_array_mut() {
         list.retain(|c| c["type"] != "PodScheduled");
         list.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    #![allow(clippy::unwrap_used)]
+    //! A write that loses the race between its read and its commit: `f` itself performs the
+    //! competing write on its first call, so the race happens every time, not by chance.
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::{ApiServer, Patch};
+
+    fn store_with_pod() -> Store {
+        let s = ApiServer::builder().controllers(false).build().store().clone();
+        s.create(
+            "pods",
+            Some("default"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                   "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap();
+        s
+    }
+
+    /// Runs `f` under `guaranteed_update` with a competing label patch from another writer landing
+    /// after the first read.
+    fn racing(
+        s: &Store,
+        f: &mut dyn FnMut(&ObjectRef) -> Result<Value, StoreError>,
+    ) -> Result<ObjectRef, StoreError> {
+        let kind = s.resolve("pods").unwrap();
+        let mut raced = false;
+        s.guaranteed_update(kind, "default", "p", UpdateMode::Main, false, &mut |cur| {
+            if !raced {
+                raced = true;
+                let other = Patch::Merge(json!({"metadata": {"labels": {"other": "writer"}}}));
+                s.patch("pods", Some("default"), "p", &other).unwrap();
+            }
+            f(cur)
+        })
+    }
+
+    #[test]
+    fn a_patch_that_loses_the_race_is_applied_to_the_fresh_object() {
+        let s = store_with_pod();
+        let mine = Patch::Merge(json!({"metadata": {"labels": {"mine": "yes"}}}));
+        let out = racing(&s, &mut |cur| {
+            let mut v = cur.to_value();
+            mine.apply_to(&mut v)?;
+            Ok(v)
+        })
+        .unwrap();
+        let labels = &out.value()["metadata"]["labels"];
+        assert_eq!(labels["mine"], "yes");
+        assert_eq!(
+            labels["other"], "writer",
+            "the competing write is kept, not overwritten"
+        );
+    }
+
+    #[test]
+    fn an_update_whose_precondition_the_race_made_stale_answers_409() {
+        let s = store_with_pod();
+        let read = s.get("pods", Some("default"), "p").unwrap();
+        let mut body = read.to_value();
+        body["metadata"]["labels"] = json!({"mine": "yes"});
+        let err = racing(&s, &mut |_| Ok(body.clone())).unwrap_err();
+        assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+        let now = s.get("pods", Some("default"), "p").unwrap();
+        assert!(now.value()["metadata"]["labels"].get("mine").is_none());
+        assert_eq!(now.value()["metadata"]["labels"]["other"], "writer");
+    }
+
+    #[test]
+    fn a_patch_carrying_a_stale_resource_version_answers_409() {
+        let s = store_with_pod();
+        let rv = s
+            .get("pods", Some("default"), "p")
+            .unwrap()
+            .resource_version()
+            .to_string();
+        let mine = Patch::Merge(json!({"metadata": {"resourceVersion": rv, "labels": {"mine": "yes"}}}));
+        let err = racing(&s, &mut |cur| {
+            let mut v = cur.to_value();
+            mine.apply_to(&mut v)?;
+            Ok(v)
+        })
+        .unwrap_err();
+        assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
     }
 }
