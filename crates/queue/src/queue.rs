@@ -600,14 +600,8 @@ impl SchedulingQueue {
         if !self.interested(event) {
             return 0;
         }
-        let moves = uids
-            .into_iter()
-            .filter_map(|uid| {
-                let q = st.unschedulable.get(&uid)?;
-                let strategy = self.strategy_for(q, event, old, new);
-                (strategy != Strategy::Skip).then_some((uid, strategy))
-            })
-            .collect();
+        let pooled = uids.iter().filter_map(|uid| st.unschedulable.get_key_value(uid));
+        let moves = self.decide_moves(pooled, event, old, new);
         self.apply_moves(st, moves, event, old, new)
     }
 
@@ -625,15 +619,24 @@ impl SchedulingQueue {
         if !self.interested(event) {
             return 0;
         }
-        let moves = st
-            .unschedulable
-            .iter()
+        let moves = self.decide_moves(st.unschedulable.iter(), event, old, new);
+        self.apply_moves(st, moves, event, old, new)
+    }
+
+    /// The pooled pods (uid, pod) that `event` moves, with how; the uids are copied only for them.
+    fn decide_moves<'a>(
+        &self,
+        pooled: impl Iterator<Item = (&'a String, &'a QueuedPodInfo)>,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Vec<(String, Strategy)> {
+        pooled
             .filter_map(|(uid, q)| {
                 let strategy = self.strategy_for(q, event, old, new);
                 (strategy != Strategy::Skip).then(|| (uid.clone(), strategy))
             })
-            .collect();
-        self.apply_moves(st, moves, event, old, new)
+            .collect()
     }
 
     /// What `event` means for a pooled pod: a pod gated by PreEnqueue moves only when its gating
