@@ -15,20 +15,37 @@
 //! overwrites what a later scheduling attempt wrote (issue 15.8 found that race in the sim).
 //! `SchedulingGates` is left alone: upstream reports gated pods through the `SchedulingGated`
 //! condition the API server sets, not through the scheduler.
+//!
+//! Only a refusal that lasts is reported: [`GATED_REPORT_GRACE`] after the first refusal the
+//! reporter asks the queue whether the pod is still held by the same plugin, and writes the event
+//! and the condition only then, with the pod as the queue holds it at that moment. Most refusals
+//! are momentary: a pod whose claims come from a template is created before the claim controller
+//! creates them. Reporting those cost an event and a status patch per DRA pod (a third more API
+//! writes than scheduling the pod itself; kube-apiserver was the bound of the side-by-side runs)
+//! and put a Warning on every healthy pod.
 
-use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{Arc, OnceLock, Weak},
+    time::Duration,
+};
 
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::runtime::Handle;
 use unisched_framework::PodInfo;
-use unisched_queue::QueueObserver;
+use unisched_queue::{QueueObserver, SchedulingQueue};
 
 use crate::{ApiWriter, EventRecorder, EventType, Metrics, PodEvent};
 
 /// The PreEnqueue plugin whose refusals are the user's own choice (spec.schedulingGates).
 const SCHEDULING_GATES: &str = "SchedulingGates";
+
+/// How long a pod must stay held by the same PreEnqueue refusal before it is reported (see the
+/// module documentation).
+pub const GATED_REPORT_GRACE: Duration = Duration::from_secs(5);
 
 /// Pods remembered at most; past this the memory is cleared (a repeat may then be reported once
 /// more, nothing is lost).
@@ -40,9 +57,15 @@ pub struct GateReporter {
     events: EventRecorder,
     writer: ApiWriter,
     handle: Handle,
-    /// Pod UID → the last message reported for it (shared with the patch tasks, which forget a
-    /// message whose condition was not written).
+    /// Pod UID → the last message reported (or about to be) for it (shared with the patch tasks,
+    /// which forget a message whose condition was not written).
     reported: Arc<Mutex<HashMap<String, String>>>,
+    /// How long a refusal must last to be reported.
+    grace: Duration,
+    /// The queue asked after the grace whether the pod is still held ([`Self::attach`]).
+    queue: OnceLock<Weak<SchedulingQueue>>,
+    /// This reporter, for the delayed checks.
+    me: Weak<GateReporter>,
 }
 
 impl fmt::Debug for GateReporter {
@@ -54,15 +77,69 @@ impl fmt::Debug for GateReporter {
 }
 
 impl GateReporter {
-    /// A reporter writing through `writer` and `events` on `handle`.
-    pub fn new(metrics: Metrics, events: EventRecorder, writer: ApiWriter, handle: Handle) -> Arc<Self> {
-        Arc::new(GateReporter {
+    /// A reporter writing through `writer` and `events` on `handle`, reporting refusals that last
+    /// `grace` once [`Self::attach`] gave it the queue (before that, at once).
+    pub fn new(
+        metrics: Metrics,
+        events: EventRecorder,
+        writer: ApiWriter,
+        handle: Handle,
+        grace: Duration,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| GateReporter {
             metrics,
             events,
             writer,
             handle,
             reported: Arc::new(Mutex::new(HashMap::new())),
+            grace,
+            queue: OnceLock::new(),
+            me: me.clone(),
         })
+    }
+
+    /// The queue whose refusals this reporter observes (it is built with the reporter as its
+    /// observer, so it is handed over afterwards).
+    pub fn attach(&self, queue: &Arc<SchedulingQueue>) {
+        let _ = self.queue.set(Arc::downgrade(queue));
+    }
+
+    /// Forgets `message` for the pod if it is still the one remembered, so a later refusal with
+    /// the same message is reported again.
+    fn forget(reported: &Mutex<HashMap<String, String>>, uid: &str, message: &str) {
+        let mut reported = reported.lock();
+        if reported.get(uid).is_some_and(|m| m == message) {
+            reported.remove(uid);
+        }
+    }
+
+    /// After the grace: reports the refusal if the queue still holds the pod gated by `plugin`
+    /// and no other refusal of it came since.
+    async fn report_if_still_held(
+        me: Weak<GateReporter>,
+        queue: Weak<SchedulingQueue>,
+        uid: String,
+        profile: String,
+        plugin: String,
+        message: String,
+        grace: Duration,
+    ) {
+        tokio::time::sleep(grace).await;
+        let (Some(me), Some(queue)) = (me.upgrade(), queue.upgrade()) else {
+            return;
+        };
+        if me.reported.lock().get(&uid) != Some(&message) {
+            // A newer refusal replaced this one and has its own check pending.
+            return;
+        }
+        match queue.get(&uid) {
+            Some(q) if q.gating_plugin.as_deref() == Some(plugin.as_str()) => {
+                me.report(&q.pod_info, &profile, &message);
+            }
+            // Scheduled, deleted, or let through: nothing to tell, and a later refusal with the
+            // same words must be reported again.
+            _ => Self::forget(&me.reported, &uid, &message),
+        }
     }
 
     /// Whether `message` is new for the pod (and remembers it).
@@ -96,6 +173,28 @@ impl QueueObserver for GateReporter {
         if plugin == SCHEDULING_GATES || !self.first_time(&pod.uid, message) {
             return;
         }
+        match self.queue.get() {
+            Some(queue) if !self.grace.is_zero() => {
+                // Called under the queue's lock: the check runs later, on the runtime.
+                self.handle.spawn(Self::report_if_still_held(
+                    self.me.clone(),
+                    queue.clone(),
+                    pod.uid.clone(),
+                    profile.to_string(),
+                    plugin.to_string(),
+                    message.to_string(),
+                    self.grace,
+                ));
+            }
+            _ => self.report(pod, profile, message),
+        }
+    }
+}
+
+impl GateReporter {
+    /// Writes the Warning event and, unless the pod already carries it, the `PodScheduled=False`
+    /// condition with `message`.
+    fn report(&self, pod: &PodInfo, profile: &str, message: &str) {
         let already = pod
             .pod
             .status

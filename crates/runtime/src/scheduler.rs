@@ -217,17 +217,20 @@ impl Scheduler {
             profiles.insert(name, fwk);
         }
         let configz = configz(cfg, &frameworks, &options.default_namespace);
+        let gate_reporter = crate::GateReporter::new(
+            metrics.clone(),
+            events.clone(),
+            writer.clone(),
+            handle.clone(),
+            crate::gated::GATED_REPORT_GRACE,
+        );
         let qcfg = QueueConfig::builder()
             .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
-            .observer(crate::GateReporter::new(
-                metrics.clone(),
-                events.clone(),
-                writer.clone(),
-                handle.clone(),
-            ))
+            .observer(gate_reporter.clone())
             .build();
         let queue =
             Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
+        gate_reporter.attach(&queue);
         crate::dra::observe_own_claim_changes(&dra, &queue);
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
