@@ -518,8 +518,9 @@ impl Allocator {
     /// Per relevant slice this costs a flag test ([`PreparedSlice::all_plain`]), one lookup of the
     /// slice's matching devices for the alternative's selector list (computed on first use with
     /// the per-device match cache, then kept in the prepared slice for every pod and node), and,
-    /// only while too few free devices have been counted, one lookup of the pool per state layer
-    /// plus one device-name lookup per matching device in the layers that use the pool. The
+    /// only while too few free devices have been counted, one lookup of the pool per state layer;
+    /// only when the layers' in-use devices of the pool could leave too few matching devices free
+    /// does it look up each matching device's name in the layers that use the pool. The
     /// selectors are evaluated for every device of every relevant slice, in device order, so a
     /// CEL error anywhere makes this `false` and the full allocator reports it; a list for which
     /// some device fails is not cached (the next call evaluates again, up to the failure).
@@ -580,7 +581,7 @@ impl Allocator {
                 return false;
             };
             if free < needed {
-                free += self.free_among(slice, &matching);
+                free += self.free_among(slice, &matching, needed - free);
             }
         }
         free >= needed
@@ -625,8 +626,9 @@ impl Allocator {
     }
 
     /// How many of the devices `matching` (indices into `slice`) no state layer allocates
-    /// exclusively.
-    fn free_among(&self, slice: &PreparedSlice, matching: &[u32]) -> usize {
+    /// exclusively; or, when that is certainly at least `wanted` because the layers together
+    /// allocate few enough devices of the pool, a lower bound that is at least `wanted`.
+    fn free_among(&self, slice: &PreparedSlice, matching: &[u32], wanted: usize) -> usize {
         const MAX_LAYERS: usize = 4;
         let mut in_use: [Option<&PoolExclusive>; MAX_LAYERS] = [None; MAX_LAYERS];
         let mut n = 0;
@@ -646,6 +648,13 @@ impl Allocator {
         }
         if n == 0 {
             return matching.len();
+        }
+        // At most this many of the matching devices are in use (fewer if some in-use devices
+        // are not among them, or are in use in several layers).
+        let in_use_at_most: usize = in_use[..n].iter().flatten().map(|p| p.len()).sum();
+        let at_least = matching.len().saturating_sub(in_use_at_most);
+        if at_least >= wanted {
+            return at_least;
         }
         let devices = slice.devices();
         matching
