@@ -51,15 +51,15 @@ use parking_lot::RwLock;
 use unisched_resource::Quantity;
 
 use crate::capacity::{consumed_capacity, fits};
-use crate::cel::{EvalErrorKind, SelectorInput};
+use crate::cel::{EvalErrorKind, SelectorId, SelectorInput};
 use crate::claims::{
     ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, Features, PreparedAlternative, PreparedClaim,
     PreparedSelector,
 };
 use crate::error::{AllocationError, FatalError, Unschedulable, UnschedulableReason};
 use crate::ids::PoolKey;
-use crate::pools::{DraSnapshotIndex, PoolRecord, PreparedDevice, PreparedSlice};
-use crate::state::{LayeredCapacity, StateLayers};
+use crate::pools::{DraSnapshotIndex, PoolRecord, PreparedDevice, PreparedSlice, Selection};
+use crate::state::{LayeredCapacity, PoolExclusive, StateLayers};
 use crate::taints::untolerated_taint;
 
 /// How often (in search steps) the deadline is checked.
@@ -512,10 +512,18 @@ impl Allocator {
     /// subrequests, admin access or capacity) on a node whose relevant devices are all plain
     /// (node-local slices; no shared counters, binding conditions, multi-allocation, taints or
     /// node-allocatable resources). There the search takes the first free matching devices, so
-    /// it succeeds exactly when at least the requested number are free. Selectors are evaluated
-    /// for every device [`Allocator::allocate_claims`] would evaluate, in the same order, so a CEL
-    /// error anywhere makes this `false` and the full allocator reports it. `false` means
+    /// it succeeds exactly when at least the requested number are free. `false` means
     /// "undecided": run the full allocator.
+    ///
+    /// Per relevant slice this costs a flag test ([`PreparedSlice::all_plain`]), one lookup of the
+    /// slice's matching devices for the alternative's selector list (computed on first use with
+    /// the per-device match cache, then kept in the prepared slice for every pod and node), and,
+    /// only while too few free devices have been counted, one lookup of the pool per state layer;
+    /// only when the layers' in-use devices of the pool could leave too few matching devices free
+    /// does it look up each matching device's name in the layers that use the pool. The
+    /// selectors are evaluated for every device of every relevant slice, in device order, so a
+    /// CEL error anywhere makes this `false` and the full allocator reports it; a list for which
+    /// some device fails is not cached (the next call evaluates again, up to the failure).
     pub fn fits_without_search(&self, node: &Node, claims: &[&PreparedClaim]) -> bool {
         let [claim] = claims else { return false };
         if !claim.constraints().is_empty() {
@@ -534,6 +542,14 @@ impl Allocator {
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        // Class selectors, then request selectors: the order `candidates` evaluates them in.
+        let mut key: Vec<SelectorId> = Vec::with_capacity(alt.class_selectors.len() + alt.selectors.len());
+        key.extend(
+            alt.class_selectors
+                .iter()
+                .chain(&alt.selectors)
+                .map(|s| s.selector.id()),
+        );
         let mut free = 0usize;
         for si in index.candidate_slices(node_name) {
             let slice = index.slice_at(si);
@@ -551,52 +567,103 @@ impl Allocator {
             if !rec.complete || rec.invalid.is_some() {
                 continue;
             }
-            for (di, dev) in slice.devices().iter().enumerate() {
-                let Some(api) = slice.api_device(di) else {
-                    return false;
-                };
-                let tainted = f.device_taints && api.taints.as_ref().is_some_and(|t| !t.is_empty());
-                let node_allocatable = api
-                    .node_allocatable_resources
-                    .as_ref()
-                    .is_some_and(|m| !m.is_empty());
-                if dev.has_binding_conditions
-                    || !dev.consumes.is_empty()
-                    || (f.consumable_capacity && dev.allow_multiple)
-                    || tainted
-                    || node_allocatable
-                {
-                    return false;
-                }
-                if alt
-                    .required_driver
-                    .as_deref()
-                    .is_some_and(|d| d != slice.driver())
-                {
-                    continue;
-                }
-                let d = GDev {
-                    slice,
-                    slice_pos: pos,
-                    dev: di as u32,
-                    gpool: 0,
-                };
-                match self.selectors_reject(claim, &alt.class_selectors, &d, None) {
-                    Err(_) => return false,
-                    Ok(Some(_)) => continue,
-                    Ok(None) => {}
-                }
-                match self.selectors_reject(claim, &alt.selectors, &d, None) {
-                    Err(_) => return false,
-                    Ok(Some(_)) => continue,
-                    Ok(None) => {}
-                }
-                if !self.state.is_exclusively_allocated(&dev.id) {
-                    free += 1;
-                }
+            if !slice.all_plain(f.device_taints, f.consumable_capacity) {
+                return false;
+            }
+            if alt
+                .required_driver
+                .as_deref()
+                .is_some_and(|d| d != slice.driver())
+            {
+                continue;
+            }
+            let Selection::Devices(matching) = self.selection(claim, alt, slice, pos, &key) else {
+                return false;
+            };
+            if free < needed {
+                free += self.free_among(slice, &matching, needed - free);
             }
         }
         free >= needed
+    }
+
+    /// The devices of `slice` that pass the alternative's class and request selectors (`key`
+    /// names them), from the slice's cache or evaluated now (and then cached, unless some device
+    /// failed).
+    fn selection(
+        &self,
+        claim: &PreparedClaim,
+        alt: &PreparedAlternative,
+        slice: &PreparedSlice,
+        slice_pos: u32,
+        key: &[SelectorId],
+    ) -> Selection {
+        if let Some(hit) = slice.cached_selection(key) {
+            return hit;
+        }
+        let mut matching = Vec::new();
+        for di in 0..slice.devices().len() {
+            let d = GDev {
+                slice,
+                slice_pos,
+                dev: di as u32,
+                gpool: 0,
+            };
+            match self.selectors_reject(claim, &alt.class_selectors, &d, None) {
+                Err(_) => return Selection::Errored,
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+            }
+            match self.selectors_reject(claim, &alt.selectors, &d, None) {
+                Err(_) => return Selection::Errored,
+                Ok(Some(_)) => continue,
+                Ok(None) => matching.push(di as u32),
+            }
+        }
+        let selection = Selection::Devices(matching.into());
+        slice.store_selection(key, selection.clone());
+        selection
+    }
+
+    /// How many of the devices `matching` (indices into `slice`) no state layer allocates
+    /// exclusively; or, when that is certainly at least `wanted` because the layers together
+    /// allocate few enough devices of the pool, a lower bound that is at least `wanted`.
+    fn free_among(&self, slice: &PreparedSlice, matching: &[u32], wanted: usize) -> usize {
+        const MAX_LAYERS: usize = 4;
+        let mut in_use: [Option<&PoolExclusive>; MAX_LAYERS] = [None; MAX_LAYERS];
+        let mut n = 0;
+        for layer in self.state.layers() {
+            let Some(pool) = layer.pool_exclusive(slice.pool()) else {
+                continue;
+            };
+            if n == MAX_LAYERS {
+                let devices = slice.devices();
+                return matching
+                    .iter()
+                    .filter(|&&di| !self.state.is_exclusively_allocated(&devices[di as usize].id))
+                    .count();
+            }
+            in_use[n] = Some(pool);
+            n += 1;
+        }
+        if n == 0 {
+            return matching.len();
+        }
+        // At most this many of the matching devices are in use (fewer if some in-use devices
+        // are not among them, or are in use in several layers).
+        let in_use_at_most: usize = in_use[..n].iter().flatten().map(|p| p.len()).sum();
+        let at_least = matching.len().saturating_sub(in_use_at_most);
+        if at_least >= wanted {
+            return at_least;
+        }
+        let devices = slice.devices();
+        matching
+            .iter()
+            .filter(|&&di| {
+                let name: &str = &devices[di as usize].id.device;
+                !in_use[..n].iter().flatten().any(|p| p.contains_key(name))
+            })
+            .count()
     }
 
     fn unschedulable(

@@ -15,6 +15,11 @@
 //!   each device's consumption resolved to counter indices — counters may live in a slice that
 //!   does not target the node.
 //!
+//! For the allocator's per-node summary ([`crate::Allocator::fits_without_search`]) a prepared
+//! slice also knows whether all its devices are plain (see [`PreparedSlice::all_plain`]) and
+//! caches, per selector list, which of its devices match (or that some device's evaluation
+//! failed), so deciding a simple claim on a node costs a few lookups instead of per-device work.
+//!
 //! Validity is judged over all slices of the pool's newest generation (upstream only checks
 //! duplicate device names among the slices that target the node); that is stricter, and the same
 //! answer for the common one-node pools.
@@ -34,6 +39,19 @@ use crate::nodesel::node_matches;
 
 /// Entries a slice's match cache may hold per device before it is cleared.
 const MATCH_CACHE_PER_DEVICE: usize = 64;
+
+/// Selector lists a slice's selection cache may hold before it is cleared.
+const SELECTION_CACHE_LISTS: usize = 64;
+
+/// Which devices of a slice pass a list of selectors (evaluated in list order, first rejection
+/// wins, as the allocator does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Selection {
+    /// Evaluating some device failed (a CEL runtime error): only the full allocator may decide.
+    Errored,
+    /// Indices of the matching devices, ascending.
+    Devices(Arc<[u32]>),
+}
 
 /// How a slice says which nodes can reach its devices.
 #[derive(Clone, Debug)]
@@ -80,7 +98,14 @@ pub struct PreparedSlice {
     counter_sets: Vec<(String, Vec<(String, Quantity)>)>,
     invalid: Option<String>,
     has_binding_conditions: bool,
+    /// No device has binding conditions, consumes counters or maps node-allocatable resources.
+    plain_devices: bool,
+    /// Some device has taints.
+    has_taints: bool,
+    /// Some device allows multiple allocations.
+    has_multi_allocatable: bool,
     match_cache: RwLock<FastHashMap<(SelectorId, u32), bool>>,
+    selection_cache: RwLock<FastHashMap<Box<[SelectorId]>, Selection>>,
 }
 
 fn parse_q(
@@ -191,6 +216,18 @@ impl PreparedSlice {
             counter_sets.push((set.name.clone(), counters));
         }
         let has_binding_conditions = devices.iter().any(|d| d.has_binding_conditions);
+        let api_devices = spec.devices.as_deref().unwrap_or_default();
+        let plain_devices = api_devices.len() == devices.len()
+            && devices
+                .iter()
+                .all(|d| !d.has_binding_conditions && d.consumes.is_empty())
+            && api_devices
+                .iter()
+                .all(|d| d.node_allocatable_resources.as_ref().is_none_or(|m| m.is_empty()));
+        let has_taints = api_devices
+            .iter()
+            .any(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()));
+        let has_multi_allocatable = devices.iter().any(|d| d.allow_multiple);
         PreparedSlice {
             name: Arc::from(slice.metadata.name.as_deref().unwrap_or_default()),
             pool: PoolKey::new(&spec.driver, &spec.pool.name),
@@ -201,7 +238,11 @@ impl PreparedSlice {
             counter_sets,
             invalid,
             has_binding_conditions,
+            plain_devices,
+            has_taints,
+            has_multi_allocatable,
             match_cache: RwLock::new(FastHashMap::default()),
+            selection_cache: RwLock::new(FastHashMap::default()),
             slice,
         }
     }
@@ -280,6 +321,29 @@ impl PreparedSlice {
             d.all_nodes.unwrap_or(false),
             d.node_selector.as_ref(),
         )
+    }
+
+    /// Whether every device is plain: no binding conditions, no counter consumption, no
+    /// node-allocatable resources, and (when those features are on) no taints and no
+    /// multi-allocation.
+    pub fn all_plain(&self, device_taints: bool, consumable_capacity: bool) -> bool {
+        self.plain_devices
+            && !(device_taints && self.has_taints)
+            && !(consumable_capacity && self.has_multi_allocatable)
+    }
+
+    /// The cached selection for a selector list (see [`Selection`]).
+    pub(crate) fn cached_selection(&self, selectors: &[SelectorId]) -> Option<Selection> {
+        self.selection_cache.read().get(selectors).cloned()
+    }
+
+    /// Stores the selection for a selector list.
+    pub(crate) fn store_selection(&self, selectors: &[SelectorId], selection: Selection) {
+        let mut cache = self.selection_cache.write();
+        if cache.len() >= SELECTION_CACHE_LISTS {
+            cache.clear();
+        }
+        cache.insert(selectors.into(), selection);
     }
 
     /// Cached result of a selector for one device.

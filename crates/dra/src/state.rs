@@ -13,6 +13,11 @@
 //! unavailable for others. Counter consumption is not stored here; the allocator derives it from
 //! the devices in use and the pool's counter definitions.
 //!
+//! Exclusive allocations are grouped by pool, each pool's devices in their own copy-on-write map:
+//! cloning a state (the cache does it whenever a claim changes while a snapshot holds the old one)
+//! copies one `Arc` per pool, and a change then copies only the pools it touches. The grouping
+//! also lets the allocator's per-node summary ask once per pool whether anything is in use there.
+//!
 //! [`StateLayers`] stacks several states without copying (for example the informer-fed state
 //! plus the in-flight allocations of pods that are assumed but not yet bound).
 
@@ -23,7 +28,10 @@ use k8s_openapi::api::resource::v1::{AllocationResult, DeviceRequestAllocationRe
 use unisched_resource::Quantity;
 
 use crate::fast_hash::FastHashMap;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, PoolKey, PoolKeyView};
+
+/// The exclusively allocated devices of one pool: device name -> number of results naming it.
+pub(crate) type PoolExclusive = FastHashMap<Arc<str>, u32>;
 
 /// One share of a multi-allocatable device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -48,7 +56,10 @@ struct SharedUse {
 /// Devices in use by allocated (or assumed) claims. See the module documentation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatedState {
-    exclusive: FastHashMap<DeviceId, u32>,
+    /// Exclusively allocated devices by pool (no empty pool maps).
+    exclusive: FastHashMap<PoolKey, Arc<PoolExclusive>>,
+    /// Number of distinct exclusively allocated devices.
+    exclusive_len: usize,
     shared: FastHashMap<DeviceId, SharedUse>,
 }
 
@@ -95,10 +106,21 @@ impl AllocatedState {
     /// Records every device of an allocation result.
     pub fn add_allocation(&mut self, allocation: &AllocationResult) {
         for r in Self::results(allocation) {
-            let id = device_id(r);
             match &r.share_id {
-                None => *self.exclusive.entry(id).or_insert(0) += 1,
+                None => {
+                    let pool = Arc::make_mut(
+                        self.exclusive
+                            .entry(PoolKey::new(&r.driver, &r.pool))
+                            .or_default(),
+                    );
+                    let refs = pool.entry(Arc::from(r.device.as_str())).or_insert(0);
+                    if *refs == 0 {
+                        self.exclusive_len += 1;
+                    }
+                    *refs += 1;
+                }
                 Some(share_id) => {
+                    let id = device_id(r);
                     let consumed: Option<BTreeMap<String, Quantity>> = r
                         .consumed_capacity
                         .iter()
@@ -129,17 +151,29 @@ impl AllocatedState {
     /// Forgets every device of an allocation result (the inverse of [`Self::add_allocation`]).
     pub fn remove_allocation(&mut self, allocation: &AllocationResult) {
         for r in Self::results(allocation) {
-            let id = device_id(r);
             match &r.share_id {
                 None => {
-                    if let Some(n) = self.exclusive.get_mut(&id) {
+                    let key: &dyn PoolKeyView = &(r.driver.as_str(), r.pool.as_str());
+                    let Some(pool) = self.exclusive.get_mut(key) else {
+                        continue;
+                    };
+                    if !pool.contains_key(r.device.as_str()) {
+                        continue;
+                    }
+                    let pool_map = Arc::make_mut(pool);
+                    if let Some(n) = pool_map.get_mut(r.device.as_str()) {
                         *n -= 1;
                         if *n == 0 {
-                            self.exclusive.remove(&id);
+                            pool_map.remove(r.device.as_str());
+                            self.exclusive_len -= 1;
                         }
+                    }
+                    if pool_map.is_empty() {
+                        self.exclusive.remove(key);
                     }
                 }
                 Some(share_id) => {
+                    let id = device_id(r);
                     let Some(usage) = self.shared.get_mut(&id) else {
                         continue;
                     };
@@ -172,7 +206,14 @@ impl AllocatedState {
 
     /// Whether the device is allocated exclusively.
     pub fn is_exclusively_allocated(&self, id: &DeviceId) -> bool {
-        self.exclusive.contains_key(id)
+        self.exclusive
+            .get(&(&*id.driver, &*id.pool) as &dyn PoolKeyView)
+            .is_some_and(|p| p.contains_key(&*id.device))
+    }
+
+    /// The exclusively allocated devices of a pool; `None` when there are none.
+    pub(crate) fn pool_exclusive(&self, pool: &PoolKey) -> Option<&PoolExclusive> {
+        self.exclusive.get(pool).map(|p| &**p)
     }
 
     /// Whether the device has at least one share allocated.
@@ -208,7 +249,7 @@ impl AllocatedState {
 
     /// Number of exclusively allocated devices.
     pub fn exclusive_len(&self) -> usize {
-        self.exclusive.len()
+        self.exclusive_len
     }
 
     /// Number of devices with shares.
@@ -398,5 +439,41 @@ mod tests {
         );
         st.remove_allocation(&a);
         assert_eq!(st, AllocatedState::new());
+    }
+
+    #[test]
+    fn exclusive_devices_by_pool() {
+        let in_pool = |pool: &str, device: &str| DeviceRequestAllocationResult {
+            pool: pool.into(),
+            ..result(device, None, None, false)
+        };
+        let a = alloc(vec![in_pool("p", "a"), in_pool("q", "a")]);
+        let b = alloc(vec![in_pool("p", "b")]);
+        let mut st = AllocatedState::new();
+        st.add_allocation(&a);
+        st.add_allocation(&a);
+        let before = st.clone();
+        st.add_allocation(&b);
+        assert_eq!(st.exclusive_len(), 3);
+        assert!(st.is_exclusively_allocated(&DeviceId::new("d", "q", "a")));
+        assert!(!st.is_exclusively_allocated(&DeviceId::new("d", "q", "b")));
+        assert!(!st.is_exclusively_allocated(&DeviceId::new("e", "p", "a")));
+        // The clone shares the pools' maps but never sees later changes.
+        assert_eq!(before.exclusive_len(), 2);
+        assert!(!before.is_exclusively_allocated(&DeviceId::new("d", "p", "b")));
+        let p = PoolKey::new("d", "p");
+        assert_eq!(st.pool_exclusive(&p).map(|m| m.len()), Some(2));
+        assert_eq!(before.pool_exclusive(&p).map(|m| m.len()), Some(1));
+        // Removing what was never recorded changes nothing.
+        st.remove_allocation(&alloc(vec![in_pool("p", "zz"), in_pool("zz", "a")]));
+        assert_eq!(st.exclusive_len(), 3);
+        st.remove_allocation(&b);
+        assert_eq!(st, before);
+        st.remove_allocation(&a);
+        assert_eq!(st.exclusive_len(), 2, "still referenced once");
+        st.remove_allocation(&a);
+        assert_eq!(st.pool_exclusive(&p), None);
+        assert_eq!(st, AllocatedState::new());
+        assert_eq!(before.exclusive_len(), 2);
     }
 }

@@ -1,11 +1,20 @@
 //! The per-node summary ([`crate::Allocator::fits_without_search`]) against the full allocator,
 //! over random clusters and claims: it never says "fits" where the allocator fails (or errors),
 //! and for the simple claim shape on plain nodes it decides exactly what the allocator decides.
+//!
+//! The summary caches, per prepared slice, the matching devices of each selector list, so the
+//! property runs three rounds over one index (the caches warm from earlier rounds): a first claim
+//! and allocated state, a second claim after the state changed (devices allocated and freed, in
+//! both layers), and the first claim again under the changed state.
+
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
 use crate::testing::*;
-use crate::{AllocationError, Deadline, PreparedClaim};
+use crate::{
+    AllocatedState, AllocationError, Allocator, Deadline, DraSnapshotIndex, PreparedClaim, StateLayers,
+};
 
 const DRIVER: &str = "drv.example.com";
 const OTHER: &str = "other.example.com";
@@ -19,6 +28,10 @@ struct DevSpec {
     multi: bool,
     tainted: bool,
     preallocated: bool,
+    /// Also (or only) allocated in the in-flight layer.
+    in_flight: bool,
+    /// `preallocated` flips between the first round and the later ones.
+    flips: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -49,14 +62,20 @@ fn dev_spec() -> impl Strategy<Value = DevSpec> {
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.3),
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.3),
     )
-        .prop_map(|(color, healthy, multi, tainted, preallocated)| DevSpec {
-            color,
-            healthy,
-            multi,
-            tainted,
-            preallocated,
-        })
+        .prop_map(
+            |(color, healthy, multi, tainted, preallocated, in_flight, flips)| DevSpec {
+                color,
+                healthy,
+                multi,
+                tainted,
+                preallocated,
+                in_flight,
+                flips,
+            },
+        )
 }
 
 fn node_spec() -> impl Strategy<Value = NodeSpec> {
@@ -95,9 +114,12 @@ fn claim_spec() -> impl Strategy<Value = ClaimSpec> {
         )
 }
 
-fn build(nodes: &[NodeSpec], c: &ClaimSpec) -> Fixture {
+/// The cluster, `c` as the claim, and the allocated state of `round` (0: as generated; later:
+/// with the devices marked `flips` allocated or freed).
+fn build(nodes: &[NodeSpec], c: &ClaimSpec, round: u8) -> Fixture {
     let mut slices = Vec::new();
     let mut allocated_claims = Vec::new();
+    let mut in_flight_claims = Vec::new();
     for (ni, n) in nodes.iter().enumerate() {
         let name = format!("n{ni}");
         let mut s = slice(&format!("{name}-main"), DRIVER, &name, &name);
@@ -116,9 +138,18 @@ fn build(nodes: &[NodeSpec], c: &ClaimSpec) -> Fixture {
                 b = b.taint("k", "v", "NoSchedule");
             }
             s = s.device(b);
-            if d.preallocated && !d.multi {
+            if d.multi {
+                continue;
+            }
+            if d.preallocated != (round > 0 && d.flips) {
                 allocated_claims.push(allocated(
                     claim("ns", &format!("pre-{name}-{di}")).build(),
+                    one_device_allocation(DRIVER, &name, &format!("d{di}")),
+                ));
+            }
+            if d.in_flight {
+                in_flight_claims.push(allocated(
+                    claim("ns", &format!("fl-{name}-{di}")).build(),
                     one_device_allocation(DRIVER, &name, &format!("d{di}")),
                 ));
             }
@@ -155,8 +186,53 @@ fn build(nodes: &[NodeSpec], c: &ClaimSpec) -> Fixture {
         classes: vec![class("cls", DRIVER), class_with("any", &[])],
         claims: vec![cb.build()],
         allocated: allocated_claims,
+        in_flight: in_flight_claims,
         ..Default::default()
     }
+}
+
+/// The summary against the allocator on every node, for one allocator.
+fn agree(
+    f: &Fixture,
+    index: &Arc<DraSnapshotIndex>,
+    nodes: &[NodeSpec],
+    c: &ClaimSpec,
+    round: u8,
+) -> Result<(), TestCaseError> {
+    let alloc = f
+        .allocator_with_index(Arc::clone(index))
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
+    let simple = !c.all && !c.match_color && !c.second_request;
+    for (ni, n) in nodes.iter().enumerate() {
+        let node = node(&format!("n{ni}"));
+        // Summary first, then the allocator on the same (shared) selector caches: the
+        // order the plugin uses (Filter, then Reserve).
+        let fast = alloc.fits_without_search(&node, &claims);
+        let full = alloc.allocate(&node, Deadline::none());
+        if fast {
+            prop_assert!(
+                full.is_ok(),
+                "round {round}: summary says fits on n{ni}, allocator: {full:?}"
+            );
+        }
+        let plain = n.devices.iter().all(|d| !d.multi && !d.tainted);
+        if simple && plain && !matches!(full, Err(AllocationError::Fatal(_))) {
+            prop_assert_eq!(fast, full.is_ok(), "round {}: n{}: {:?}", round, ni, full);
+        }
+        if matches!(full, Err(AllocationError::Fatal(_))) {
+            prop_assert!(!fast, "round {round}: n{ni}: fatal error hidden by the summary");
+        }
+        // A second look (now from the slice's cached selection) says the same.
+        prop_assert_eq!(
+            alloc.fits_without_search(&node, &claims),
+            fast,
+            "round {}: n{}",
+            round,
+            ni
+        );
+    }
+    Ok(())
 }
 
 proptest! {
@@ -166,28 +242,17 @@ proptest! {
     fn summary_agrees_with_the_allocator(
         nodes in prop::collection::vec(node_spec(), NODES..=NODES),
         c in claim_spec(),
+        c2 in claim_spec(),
     ) {
-        let f = build(&nodes, &c);
-        let alloc = f.allocator().map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
-        let simple = !c.all && !c.match_color && !c.second_request;
-        for (ni, n) in nodes.iter().enumerate() {
-            let node = node(&format!("n{ni}"));
-            // Summary first, then the allocator on the same (shared) selector caches: the
-            // order the plugin uses (Filter, then Reserve).
-            let fast = alloc.fits_without_search(&node, &claims);
-            let full = alloc.allocate(&node, Deadline::none());
-            if fast {
-                prop_assert!(full.is_ok(), "summary says fits on n{ni}, allocator: {full:?}");
-            }
-            let plain = n.devices.iter().all(|d| !d.multi && !d.tainted);
-            if simple && plain && !matches!(full, Err(AllocationError::Fatal(_))) {
-                prop_assert_eq!(fast, full.is_ok(), "n{}: {:?}", ni, full);
-            }
-            if matches!(full, Err(AllocationError::Fatal(_))) {
-                prop_assert!(!fast, "n{ni}: fatal error hidden by the summary");
-            }
-        }
+        let f = build(&nodes, &c, 0);
+        // One index (so one set of prepared slices and their caches) and one selector engine
+        // (so the same expressions keep their ids) for all rounds.
+        let index = f.index();
+        agree(&f, &index, &nodes, &c, 0)?;
+        let f2 = Fixture { engine: Arc::clone(&f.engine), ..build(&nodes, &c2, 1) };
+        agree(&f2, &index, &nodes, &c2, 1)?;
+        let f3 = Fixture { engine: Arc::clone(&f.engine), ..build(&nodes, &c, 1) };
+        agree(&f3, &index, &nodes, &c, 2)?;
     }
 }
 
@@ -315,5 +380,78 @@ fn summary_declines_what_it_cannot_decide() {
         if c.want {
             assert!(alloc.allocate(&node("n"), Deadline::none()).is_ok(), "{}", c.name);
         }
+    }
+}
+
+/// More state layers using the node's pool than the summary keeps at hand: it falls back to
+/// asking the layers per device, with the same answer.
+#[test]
+fn summary_with_many_layers() {
+    let mut s = slice("s", DRIVER, "n", "n");
+    for i in 0..6 {
+        s = s.device(dev(&format!("d{i}")).int("color", 0));
+    }
+    let f = Fixture {
+        slices: vec![s.build()],
+        classes: vec![class("cls", DRIVER)],
+        claims: vec![claim("ns", "c").request(req("r", "cls")).build()],
+        ..Default::default()
+    };
+    let index = f.index();
+    let prepared = f
+        .allocator_with_index(Arc::clone(&index))
+        .unwrap()
+        .claims()
+        .to_vec();
+    let layer = |i: usize| {
+        let mut st = AllocatedState::new();
+        st.add_allocation(&one_device_allocation(DRIVER, "n", &format!("d{i}")));
+        Arc::new(st)
+    };
+    for (layers, want) in [(5, true), (6, false), (2, true)] {
+        let state = StateLayers::new((0..layers).map(layer).collect());
+        let alloc = Allocator::new(Arc::clone(&index), state, prepared.clone(), f.features);
+        let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
+        assert_eq!(
+            alloc.fits_without_search(&node("n"), &claims),
+            want,
+            "{layers} layers"
+        );
+        assert_eq!(
+            alloc.allocate(&node("n"), Deadline::none()).is_ok(),
+            want,
+            "{layers} layers"
+        );
+    }
+}
+
+/// A selector list for which some device fails is not cached: every call evaluates again and
+/// declines, and the allocator reports the error each time.
+#[test]
+fn summary_declines_again_after_a_cel_error() {
+    let f = Fixture {
+        slices: vec![
+            slice("s", DRIVER, "n", "n")
+                .device(dev("d0").boolean("healthy", true))
+                .device(dev("d1"))
+                .build(),
+        ],
+        classes: vec![class("cls", DRIVER)],
+        claims: vec![
+            claim("ns", "c")
+                .request(req("r", "cls").selector(&format!("device.attributes[{DRIVER:?}].healthy")))
+                .build(),
+        ],
+        ..Default::default()
+    };
+    let index = f.index();
+    for _ in 0..2 {
+        let alloc = f.allocator_with_index(Arc::clone(&index)).unwrap();
+        let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
+        assert!(!alloc.fits_without_search(&node("n"), &claims));
+        assert!(matches!(
+            alloc.allocate(&node("n"), Deadline::none()),
+            Err(AllocationError::Fatal(_))
+        ));
     }
 }
