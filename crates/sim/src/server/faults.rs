@@ -1,5 +1,5 @@
 //! Fault injection for tests: fail the next requests that match, lose the answer to requests that
-//! were applied, or drop every open watch.
+//! were applied, answer slowly (a busy API server), or drop every open watch.
 //!
 //! The runtime's promises (retries on 409/429/5xx, relisting after a dropped watch, resolving a
 //! write whose answer was lost by reading instead of undoing) can only be tested against a server
@@ -35,12 +35,24 @@ struct Rule {
     remaining: u32,
 }
 
+/// Requests answered late: (method or any, path fragment, delay).
+type SlowRule = (Option<Method>, String, std::time::Duration);
+
+/// Requests being held by a slow-down now, and the most held at once.
+#[derive(Debug, Default)]
+struct Held {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
 /// Shared fault switches of one server.
 #[derive(Clone, Debug)]
 pub struct Faults {
     rules: Arc<Mutex<Vec<Rule>>>,
     injected: Arc<AtomicU64>,
     drops: Arc<tokio::sync::watch::Sender<u64>>,
+    slow: Arc<Mutex<Vec<SlowRule>>>,
+    held: Arc<Held>,
 }
 
 impl Default for Faults {
@@ -50,7 +62,18 @@ impl Default for Faults {
             rules: Arc::default(),
             injected: Arc::default(),
             drops: Arc::new(tx),
+            slow: Arc::default(),
+            held: Arc::default(),
         }
+    }
+}
+
+/// Counts a request as held while it lives.
+pub(crate) struct HeldGuard(Arc<Held>);
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -85,9 +108,43 @@ impl Faults {
         });
     }
 
-    /// Removes every rule that has not fired yet.
+    /// Holds every request whose method is `method` (any when empty) and whose path contains
+    /// `path_contains` for `delay` before handling it, as a busy API server answers late, until
+    /// [`Faults::clear`]. [`Faults::peak_held`] tells how many such requests were held at once.
+    pub fn slow_down(&self, method: &str, path_contains: &str, delay: std::time::Duration) {
+        let method = if method.is_empty() {
+            None
+        } else {
+            Method::from_bytes(method.as_bytes()).ok()
+        };
+        self.slow.lock().push((method, path_contains.to_string(), delay));
+    }
+
+    /// The most requests a slow-down held at the same time.
+    pub fn peak_held(&self) -> u64 {
+        self.held.peak.load(Ordering::SeqCst)
+    }
+
+    /// How long to hold this request, with a guard counting it as held; `None` when no slow-down
+    /// matches.
+    pub(crate) fn hold(&self, method: &Method, path: &str) -> Option<(std::time::Duration, HeldGuard)> {
+        let delay = self
+            .slow
+            .lock()
+            .iter()
+            .find(|(m, fragment, _)| {
+                m.as_ref().is_none_or(|m| m == method) && path.contains(fragment.as_str())
+            })
+            .map(|(_, _, d)| *d)?;
+        let now = self.held.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.held.peak.fetch_max(now, Ordering::SeqCst);
+        Some((delay, HeldGuard(self.held.clone())))
+    }
+
+    /// Removes every rule that has not fired yet, and every slow-down.
     pub fn clear(&self) {
         self.rules.lock().clear();
+        self.slow.lock().clear();
     }
 
     /// Ends every watch that is open now (clients see the stream close and must re-watch).

@@ -68,6 +68,9 @@ pub(crate) async fn dispatch(
     if let Some(code) = app.faults.take(super::faults::Stage::Before, &method, uri.path()) {
         return injected_fault(code);
     }
+    if let Some((delay, _held)) = app.faults.hold(&method, uri.path()) {
+        tokio::time::sleep(delay).await;
+    }
     let response = handle(&app, &method, &uri, &headers, body).await;
     // A response lost after commit: only for requests that succeeded (a failed one changed nothing).
     if response.status().is_success()
