@@ -56,10 +56,7 @@ impl PodInfo {
         let meta = &pod.metadata;
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
         let name = meta.name.clone().unwrap_or_default();
-        let uid = match meta.uid.as_deref() {
-            Some(u) if !u.is_empty() => u.to_string(),
-            _ => format!("{namespace}/{name}"),
-        };
+        let uid = Self::uid_of(&pod);
         let spec = pod.spec.as_ref();
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         let mut host_ports = Vec::new();
@@ -107,6 +104,19 @@ impl PodInfo {
             host_ports,
             has_affinity,
             has_required_anti_affinity,
+        }
+    }
+
+    /// The cache key [`PodInfo::uid`] would have for `pod`, without deriving anything else.
+    pub fn uid_of(pod: &Pod) -> String {
+        let meta = &pod.metadata;
+        match meta.uid.as_deref() {
+            Some(u) if !u.is_empty() => u.to_string(),
+            _ => format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or("default"),
+                meta.name.as_deref().unwrap_or_default()
+            ),
         }
     }
 
@@ -201,6 +211,38 @@ impl QueuedPodInfo {
             unschedulable_plugins: BTreeSet::new(),
             pending_plugins: BTreeSet::new(),
             gating_plugin: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pod(namespace: Option<&str>, name: &str, uid: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: namespace.map(str::to_string),
+                name: Some(name.to_string()),
+                uid: uid.map(str::to_string),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn uid_of_is_the_cache_key_pod_info_derives() {
+        for (p, want) in [
+            (pod(Some("ns"), "a", Some("u-1")), "u-1"),
+            (pod(Some("ns"), "a", Some("")), "ns/a"),
+            (pod(Some("ns"), "a", None), "ns/a"),
+            (pod(None, "a", None), "default/a"),
+        ] {
+            assert_eq!(PodInfo::uid_of(&p), want);
+            assert_eq!(PodInfo::new(p).uid, want);
         }
     }
 }

@@ -22,6 +22,8 @@ use unisched_cache::Cache;
 use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource, PodInfo, well_known};
 use unisched_queue::SchedulingQueue;
 
+use crate::Lean;
+
 /// Applies watch events for one kind.
 pub trait Handler: Send + Sync + 'static {
     /// The object type.
@@ -81,7 +83,7 @@ impl Handler for PodHandler {
     type Obj = Pod;
 
     fn key(obj: &Pod) -> String {
-        PodInfo::from_arc(Arc::new(obj.clone())).uid
+        PodInfo::uid_of(obj)
     }
 
     fn apply(&self, pod: Pod) {
@@ -261,17 +263,25 @@ impl Handler for NodeHandler {
     }
 }
 
-/// Runs a watch forever, applying events to `handler`. `on_synced` is called after the first
-/// complete list.
+/// Runs a watch of every `K` in the cluster forever, applying events to `handler`. `on_synced` is
+/// called after the first complete list. Objects are decoded as [`Lean`] (without
+/// `managedFields`), so the handlers never hold that field.
 pub async fn run_watch<H, K>(
-    api: Api<K>,
+    client: Client,
     config: watcher::Config,
     handler: Arc<H>,
     on_synced: impl Fn() + Send + 'static,
 ) where
     H: Handler<Obj = K>,
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
+    let api = Api::<Lean<K>>::all(client);
     let mut stream = watcher(api, config).default_backoff().boxed();
     let mut relist: Option<HashSet<String>> = None;
     let mut synced = false;
@@ -279,7 +289,7 @@ pub async fn run_watch<H, K>(
         match stream.try_next().await {
             Ok(Some(event)) => match event {
                 watcher::Event::Init => relist = Some(HashSet::new()),
-                watcher::Event::InitApply(obj) => {
+                watcher::Event::InitApply(Lean(obj)) => {
                     if let Some(seen) = relist.as_mut() {
                         seen.insert(H::key(&obj));
                     }
@@ -298,21 +308,11 @@ pub async fn run_watch<H, K>(
                         on_synced();
                     }
                 }
-                watcher::Event::Apply(obj) => handler.apply(obj),
-                watcher::Event::Delete(obj) => handler.delete(&H::key(&obj)),
+                watcher::Event::Apply(Lean(obj)) => handler.apply(obj),
+                watcher::Event::Delete(Lean(obj)) => handler.delete(&H::key(&obj)),
             },
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
         }
     }
-}
-
-/// The APIs of the watched kinds.
-pub fn pods_api(client: &Client) -> Api<Pod> {
-    Api::all(client.clone())
-}
-
-/// The node API.
-pub fn nodes_api(client: &Client) -> Api<Node> {
-    Api::all(client.clone())
 }

@@ -18,7 +18,6 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::{Api, Client};
 use parking_lot::RwLock;
 use unisched_plugins::{NamespaceLister, names::INTER_POD_AFFINITY};
 use unisched_queue::{PodLocation, SchedulingQueue};
@@ -144,11 +143,6 @@ impl Handler for NamespaceHandler {
     fn known_keys(&self) -> Vec<String> {
         self.store.names()
     }
-}
-
-/// The namespace API (cluster-wide list and watch).
-pub fn namespaces_api(client: &Client) -> Api<Namespace> {
-    Api::all(client.clone())
 }
 
 #[cfg(test)]

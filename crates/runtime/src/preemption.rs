@@ -19,7 +19,7 @@ use k8s_openapi::{
     api::{core::v1::Pod, policy::v1::PodDisruptionBudget},
     jiff::Timestamp,
 };
-use kube::{Api, Client, api::DeleteParams};
+use kube::{Api, api::DeleteParams};
 use parking_lot::{Mutex, RwLock};
 use tokio::runtime::Handle;
 use unisched_framework::PodInfo;
@@ -101,11 +101,6 @@ impl Handler for PdbHandler {
     fn known_keys(&self) -> Vec<String> {
         self.store.pdbs.read().keys().cloned().collect()
     }
-}
-
-/// The PDB API (all namespaces).
-pub fn pdbs_api(client: &Client) -> Api<PodDisruptionBudget> {
-    Api::all(client.clone())
 }
 
 /// Executes preemption plans asynchronously and records the preemption metrics.
@@ -255,7 +250,8 @@ mod tests {
         use unisched_plugins::testing::PodBuilder;
 
         let metrics = Metrics::new().unwrap();
-        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         // Not the leader: every write fails at once with NotLeader, without touching the network.
         let writer = ApiWriter::new(client, 0.0, 1, metrics.clone(), crate::LeaderFlag::new(false));
         let events = crate::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);

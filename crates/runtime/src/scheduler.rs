@@ -17,7 +17,7 @@ use std::{
 
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
-use kube::{Api, Client, runtime::watcher};
+use kube::{Client, runtime::watcher};
 use serde_json::json;
 use tokio::runtime::Handle;
 use unisched_cache::Cache;
@@ -364,7 +364,7 @@ impl Scheduler {
         let nodes = Arc::new(NodeHandler::new(sh.cache.clone(), sh.queue.clone()));
         let tasks = vec![
             tokio::spawn(informers::run_watch(
-                crate::namespaces_api(&self.client),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(crate::NamespaceHandler::new(
                     sh.namespaces.clone(),
@@ -373,31 +373,31 @@ impl Scheduler {
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                informers::nodes_api(&self.client),
+                self.client.clone(),
                 watcher::Config::default(),
                 nodes,
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                informers::pods_api(&self.client),
+                self.client.clone(),
                 watcher::Config::default(),
                 sh.pods.clone(),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<ResourceSlice>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(DraHandler::<ResourceSlice>::new(sh.dra.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<DeviceClass>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(DraHandler::<DeviceClass>::new(sh.dra.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<DeviceTaintRule>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(DraHandler::<DeviceTaintRule>::new(
                     sh.dra.clone(),
@@ -406,39 +406,56 @@ impl Scheduler {
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<ResourceClaim>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(DraHandler::<ResourceClaim>::new(sh.dra.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                crate::pdbs_api(&self.client),
+                self.client.clone(),
                 watcher::Config::default(),
                 Arc::new(crate::PdbHandler::new(sh.pdbs.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
-                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                Arc::new(
+                    crate::VolumeHandler::<k8s_openapi::api::core::v1::PersistentVolume>::new(
+                        sh.volumes.clone(),
+                        sh.queue.clone(),
+                    ),
+                ),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
-                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                Arc::new(crate::VolumeHandler::<
+                    k8s_openapi::api::core::v1::PersistentVolumeClaim,
+                >::new(sh.volumes.clone(), sh.queue.clone())),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<k8s_openapi::api::storage::v1::StorageClass>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
-                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                Arc::new(
+                    crate::VolumeHandler::<k8s_openapi::api::storage::v1::StorageClass>::new(
+                        sh.volumes.clone(),
+                        sh.queue.clone(),
+                    ),
+                ),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             tokio::spawn(informers::run_watch(
-                Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone()),
+                self.client.clone(),
                 watcher::Config::default(),
-                Arc::new(crate::VolumeHandler::new(sh.volumes.clone(), sh.queue.clone())),
+                Arc::new(
+                    crate::VolumeHandler::<k8s_openapi::api::storage::v1::CSINode>::new(
+                        sh.volumes.clone(),
+                        sh.queue.clone(),
+                    ),
+                ),
                 mark(self.health.clone(), pending_syncs.clone()),
             )),
             // Periodic queue flushes and gauges.
