@@ -48,6 +48,9 @@ pub const MAX_WRITES_IN_FLIGHT: usize = 16;
 /// How long a repeat is folded into the first event's series.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// How often the writer drops series older than [`SERIES_WINDOW`] from its memory.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
+
 /// `Normal` or `Warning`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -206,8 +209,13 @@ struct Seen {
 /// State shared by the recorders and the writer task, under one lock.
 struct QueueState {
     queue: EventQueue,
-    /// Series created within [`SERIES_WINDOW`].
+    /// Series created within [`SERIES_WINDOW`], and some older ones not yet pruned: lookups
+    /// check the window themselves.
     seen: HashMap<SeriesKey, Seen>,
+    /// When `seen` was last pruned. Pruning walks the whole map, so it runs at most once per
+    /// [`PRUNE_EVERY`] instead of on every write (with thousands of pods scheduled within the
+    /// window, a walk per write made the writer's CPU grow with the square of the event rate).
+    pruned: Instant,
     /// Keys of the events popped and being written.
     in_flight: std::collections::HashSet<SeriesKey>,
     /// Every recorder is gone: the writer ends once the queue is empty.
@@ -305,6 +313,7 @@ pub fn spawn_event_writer(
         state: Mutex::new(QueueState {
             queue: EventQueue::new(capacity),
             seen: HashMap::new(),
+            pruned: Instant::now(),
             in_flight: Default::default(),
             closed: false,
         }),
@@ -367,12 +376,18 @@ async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: Ser
     let series = {
         let mut st = shared.state.lock();
         let now = Instant::now();
-        st.seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
-        st.seen.get_mut(&key).map(|s| {
-            // Counted even if the patch fails: the next one carries the true total.
-            s.count = s.count.saturating_add(occurrences);
-            (s.name.clone(), s.namespace.clone(), s.count)
-        })
+        if now.duration_since(st.pruned) >= PRUNE_EVERY {
+            st.seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
+            st.pruned = now;
+        }
+        st.seen
+            .get_mut(&key)
+            .filter(|s| now.duration_since(s.first) < SERIES_WINDOW)
+            .map(|s| {
+                // Counted even if the patch fails: the next one carries the true total.
+                s.count = s.count.saturating_add(occurrences);
+                (s.name.clone(), s.namespace.clone(), s.count)
+            })
     };
     if let Some((name, namespace, count)) = series {
         let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &namespace);
