@@ -79,7 +79,7 @@ pub use claims::RESERVED_FOR_MAX_SIZE;
 pub use extended::PLACEHOLDER_NAME;
 
 use reasons::{DetailSource, FailureLog, NodeFailure};
-use state::{BindingProgress, CycleData, NodeResult, PodClaim, PodState, STATE_KEY};
+use state::{BindingProgress, CycleData, Deferred, NodeResult, PodClaim, PodState, STATE_KEY};
 
 /// The plugin name.
 pub const NAME: &str = "DynamicResources";
@@ -326,21 +326,26 @@ impl DynamicResources {
                 list.push(&v.prepared);
             }
             // The device summary decides the simple claim without a search; the allocation
-            // itself is made for the chosen node only (`PodState::node_result`). Not in
-            // preemption dry runs (their allocator sees victims' devices as free), not with other
-            // claims of the pod whose node-allocatable statuses need the full path.
+            // itself is made for the chosen node only (`PodState::node_result`). The claim is
+            // the pod's one claim or, for a pod with no claims, its extended-resource claim. Not
+            // in preemption dry runs (their allocator sees victims' devices as free), not with
+            // other claims of the pod whose node-allocatable statuses need the full path. (The
+            // summary decides only nodes whose devices are plain, so the decided claim itself
+            // has no node-allocatable statuses to compute.)
             let own_allocator = data
                 .allocator
                 .as_ref()
                 .is_some_and(|a| std::ptr::eq(a, allocator));
             if self.summary
                 && own_allocator
-                && variant.is_none()
-                && data.claims.len() == 1
+                && data.claims.len() + usize::from(variant.is_some()) == 1
                 && allocator.fits_without_search(node_obj, &list)
             {
                 return Ok(NodeResult {
-                    deferred: Some(node_obj.clone()),
+                    deferred: Some(Deferred {
+                        node: node_obj.clone(),
+                        extended: variant,
+                    }),
                     ..NodeResult::default()
                 });
             }

@@ -68,9 +68,18 @@ pub(crate) struct NodeResult {
     /// Raw Score (`firstAvailable` preference).
     pub score: i64,
     /// Filter decided this node from the device summary
-    /// ([`unisched_dra::Allocator::fits_without_search`]) without allocating: `allocations` is
-    /// empty until [`PodState::node_result`] runs the allocator for this node.
-    pub deferred: Option<Arc<Node>>,
+    /// ([`unisched_dra::Allocator::fits_without_search`]) without allocating: `allocations` and
+    /// `extended` are empty until [`PodState::node_result`] runs the allocator for this node.
+    pub deferred: Option<Deferred>,
+}
+
+/// What [`PodState::node_result`] needs to make the allocation the device summary vouched for.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    /// The node.
+    pub node: Arc<Node>,
+    /// The extended-resource claim for this node, when that is the claim decided (KEP-5004).
+    pub extended: Option<Arc<Variant>>,
 }
 
 /// A claim whose status PreBind wrote.
@@ -133,14 +142,30 @@ impl PodState {
         let Some(result) = self.nodes.read().get(node).cloned() else {
             return Ok(None);
         };
-        let (Some(node_obj), Some(allocator)) = (&result.deferred, &self.allocator) else {
+        let (Some(deferred), Some(allocator)) = (&result.deferred, &self.allocator) else {
             return Ok(Some(result));
         };
-        let allocations = allocator
-            .allocate_claims(node_obj, &self.to_allocate_list(), Deadline::none())
+        let mut list = self.to_allocate_list();
+        if let Some(v) = &deferred.extended {
+            list.push(&v.prepared);
+        }
+        let mut allocations = allocator
+            .allocate_claims(&deferred.node, &list, Deadline::none())
             .map_err(|e| format!("allocating on node {node} after the device summary said it fits: {e}"))?;
+        if allocations.len() != list.len() {
+            return Err(format!(
+                "allocating on node {node} after the device summary said it fits: {} of {} claims allocated",
+                allocations.len(),
+                list.len()
+            ));
+        }
+        let extended = match &deferred.extended {
+            Some(v) => allocations.pop().map(|a| (v.clone(), a)),
+            None => None,
+        };
         let full = Arc::new(NodeResult {
             allocations,
+            extended,
             ..NodeResult::default()
         });
         self.nodes.write().insert(node.to_string(), full.clone());

@@ -940,6 +940,53 @@ fn ext_class(e: &Env) {
     e.dra.apply_class(Arc::new(c)).unwrap();
 }
 
+/// A pod whose only DRA claim is its extended-resource claim (KEP-5004) is decided by the device
+/// summary like a one-claim pod: the same verdicts as the full allocator on every node, and the
+/// allocation made later for the chosen node is the one the allocator makes in Filter.
+#[test]
+fn extended_resource_claim_decided_by_summary_allocates_as_the_full_path() {
+    let e = env();
+    ext_class(&e);
+    e.slice(gpus("n1", 3, "a100"));
+    e.slice(gpus("n2", 1, "a100"));
+    let pod = info(&PodBuilder::new("p").req("example.com/gpu", "2").build());
+    let mut full = DynamicResources::new(
+        &DynamicResourcesArgs::default(),
+        Some(e.dra.clone()),
+        Some(e.api.clone() as Arc<dyn DraApi>),
+    );
+    full.summary = false;
+    let (st, s) = e.prefilter(&pod);
+    assert!(s.is_success(), "{s:?}");
+    let mut st_full = CycleState::new();
+    assert!(full.pre_filter(&mut st_full, &pod, &[]).1.is_success());
+    for n in ["n1", "n2"] {
+        let summary = e.filter(&st, &pod, &node(n));
+        let allocator = full.filter(&st_full, &pod, &node(n));
+        assert_eq!(
+            (summary.code(), summary.message()),
+            (allocator.code(), allocator.message()),
+            "{n}"
+        );
+    }
+    let data = DynamicResources::data(&st).unwrap();
+    let decided = data.nodes.read()["n1"].clone();
+    assert!(decided.deferred.is_some() && decided.extended.is_none());
+    let filtered = DynamicResources::data(&st_full).unwrap().nodes.read()["n1"].clone();
+    assert!(filtered.deferred.is_none());
+    let want = filtered
+        .extended
+        .clone()
+        .expect("the full path allocates in Filter");
+    let got = data.node_result("n1").unwrap().unwrap();
+    let got = got.extended.as_ref().expect("allocated when asked for");
+    assert_eq!(got.1, want.1);
+    assert_eq!(device_names_of(&got.1), vec!["gpu-0", "gpu-1"]);
+    assert!(Arc::ptr_eq(&got.0, &want.0) || got.0.claim == want.0.claim);
+    // Stored: the next caller (PreBind after Reserve) gets the same allocation without a search.
+    assert!(data.nodes.read()["n1"].deferred.is_none());
+}
+
 #[test]
 fn extended_resources_on_dra_and_device_plugin_nodes() {
     let e = env();
@@ -966,11 +1013,12 @@ fn extended_resources_on_dra_and_device_plugin_nodes() {
     );
     assert!(e.filter(&st, &pod, &dra_node).is_success());
     let data = DynamicResources::data(&st).unwrap();
-    assert!(data.nodes.read().get("dp-node").unwrap().extended.is_none());
+    assert!(data.node_result("dp-node").unwrap().unwrap().extended.is_none());
+    // The device summary decided the DRA node in Filter; the allocation is made when asked for.
+    assert!(data.nodes.read()["dra-node"].deferred.is_some());
     let (variant, a) = data
-        .nodes
-        .read()
-        .get("dra-node")
+        .node_result("dra-node")
+        .unwrap()
         .unwrap()
         .extended
         .clone()
