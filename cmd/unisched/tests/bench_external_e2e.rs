@@ -178,3 +178,39 @@ fn the_embedded_column_comes_from_the_same_invocation() {
     assert!(run.get("skipped").is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A control-plane script that is not there (the default path is relative to the working
+/// directory) ends the run at once: the reason is in the report and on stderr, and the exit
+/// status says the run failed.
+#[test]
+fn a_missing_control_plane_script_is_reported_on_stderr_and_in_the_report() {
+    let dir = tempdir("bench-missing-cp");
+    let missing = dir.join("no-such-control-plane");
+    let out = Command::new(bin())
+        .args([
+            "--v=0",
+            "bench",
+            "--external",
+            "--smoke",
+            "-w",
+            "SchedulingBasic/500Nodes",
+        ])
+        .args(["--schedulers", "unisched", "-o", "json", "--control-plane"])
+        .arg(&missing)
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reason = format!("running {}", missing.display());
+    assert!(
+        stderr.contains(&reason) && stderr.contains("No such file"),
+        "stderr: {stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = report["runs"][0]["skipped"].as_str().unwrap();
+    assert!(skipped.contains(&reason), "{skipped}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

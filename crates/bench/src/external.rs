@@ -886,7 +886,13 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
                 Contender::Embedded => run_embedded(w, opts),
                 _ => run_one(w, who, opts, base.as_deref()),
             };
-            run.unwrap_or_else(|e| skipped(w, who, &format!("failed: {e}")))
+            run.unwrap_or_else(|e| {
+                let why = format!("failed: {e}");
+                // The report carries it too, but a run that ends at once should say why where
+                // its progress was shown.
+                Progress::new(opts.progress, &format!("{} [{}]", w.name, who.as_str())).note(&why);
+                skipped(w, who, &why)
+            })
         })
         .collect()
 }
