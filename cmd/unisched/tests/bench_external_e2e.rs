@@ -48,6 +48,24 @@ fn stand_in_control_plane(dir: &Path) -> PathBuf {
     script
 }
 
+/// `unisched bench --external` of the smoke-sized `SchedulingBasic/500Nodes` for `schedulers`,
+/// JSON report on stdout, control planes below `work`, no stdin; callers add the rest.
+fn smoke_external(schedulers: &str, work: &Path) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "--v=0",
+        "bench",
+        "--external",
+        "--smoke",
+        "-w",
+        "SchedulingBasic/500Nodes",
+    ])
+    .args(["--schedulers", schedulers, "-o", "json", "--work-dir"])
+    .arg(work)
+    .stdin(Stdio::null());
+    cmd
+}
+
 /// Alive and not a zombie (a killed orphan may wait to be reaped by init).
 fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -76,22 +94,10 @@ fn sigterm_stops_the_scheduler_and_control_plane_it_started() {
     let dir = tempdir("bench-sigterm");
     let script = stand_in_control_plane(&dir);
     let work = dir.join("work");
-    let child = Command::new(bin())
-        .args([
-            "--v=0",
-            "bench",
-            "--external",
-            "--smoke",
-            "-w",
-            "SchedulingBasic/500Nodes",
-        ])
-        .args(["--schedulers", "unisched", "-o", "json"])
+    let child = smoke_external("unisched", &work)
         .arg("--control-plane")
         .arg(&script)
-        .arg("--work-dir")
-        .arg(&work)
         .env("UNISCHED_BIN", bin())
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -148,18 +154,7 @@ fn sigterm_stops_the_scheduler_and_control_plane_it_started() {
 #[test]
 fn the_embedded_column_comes_from_the_same_invocation() {
     let dir = tempdir("bench-embedded");
-    let out = Command::new(bin())
-        .args([
-            "--v=0",
-            "bench",
-            "--external",
-            "--smoke",
-            "-w",
-            "SchedulingBasic/500Nodes",
-        ])
-        .args(["--schedulers", "embedded", "-o", "json", "--work-dir"])
-        .arg(dir.join("work"))
-        .stdin(Stdio::null())
+    let out = smoke_external("embedded", &dir.join("work"))
         .stderr(Stdio::null())
         .output()
         .unwrap();
@@ -186,20 +181,9 @@ fn the_embedded_column_comes_from_the_same_invocation() {
 fn a_missing_control_plane_script_is_reported_on_stderr_and_in_the_report() {
     let dir = tempdir("bench-missing-cp");
     let missing = dir.join("no-such-control-plane");
-    let out = Command::new(bin())
-        .args([
-            "--v=0",
-            "bench",
-            "--external",
-            "--smoke",
-            "-w",
-            "SchedulingBasic/500Nodes",
-        ])
-        .args(["--schedulers", "unisched", "-o", "json", "--control-plane"])
+    let out = smoke_external("unisched", &dir.join("work"))
+        .arg("--control-plane")
         .arg(&missing)
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

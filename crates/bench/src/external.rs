@@ -890,7 +890,7 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
                 let why = format!("failed: {e}");
                 // The report carries it too, but a run that ends at once should say why where
                 // its progress was shown.
-                Progress::new(opts.progress, &format!("{} [{}]", w.name, who.as_str())).note(&why);
+                run_progress(w, who, opts).note(&why);
                 skipped(w, who, &why)
             })
         })
@@ -936,6 +936,11 @@ fn run_embedded(w: &Workload, opts: &ExternalOptions) -> Result<ExternalRun, Ben
     Ok(ExternalRun::from_embedded(&report, Machine::detect().cpus))
 }
 
+/// Progress lines of one scheduler's run of `w`, prefixed `workload [scheduler]`.
+fn run_progress(w: &Workload, who: Contender, opts: &ExternalOptions) -> Progress {
+    Progress::new(opts.progress, &format!("{} [{}]", w.name, who.as_str()))
+}
+
 fn skipped(w: &Workload, who: Contender, why: &str) -> ExternalRun {
     ExternalRun {
         workload: w.name.clone(),
@@ -951,7 +956,7 @@ fn run_one(
     opts: &ExternalOptions,
     base: Option<&str>,
 ) -> Result<ExternalRun, BenchError> {
-    let progress = Progress::new(opts.progress, &format!("{} [{}]", w.name, who.as_str()));
+    let progress = run_progress(w, who, opts);
     let dir = opts
         .work_dir
         .join(format!("{}-{}", sanitize(&w.name), who.as_str()));

@@ -206,6 +206,13 @@ struct Seen {
     first: Instant,
 }
 
+impl Seen {
+    /// Created within [`SERIES_WINDOW`] of `now`: a new occurrence bumps this series.
+    fn open_at(&self, now: Instant) -> bool {
+        now.duration_since(self.first) < SERIES_WINDOW
+    }
+}
+
 /// State shared by the recorders and the writer task, under one lock.
 struct QueueState {
     queue: EventQueue,
@@ -225,7 +232,7 @@ struct QueueState {
 /// Whether the writer created `key`'s event within [`SERIES_WINDOW`] (a new occurrence would only
 /// bump its series).
 fn series_open(seen: &HashMap<SeriesKey, Seen>, key: &SeriesKey) -> bool {
-    seen.get(key).is_some_and(|s| s.first.elapsed() < SERIES_WINDOW)
+    seen.get(key).is_some_and(|s| s.open_at(Instant::now()))
 }
 
 struct Shared {
@@ -377,17 +384,14 @@ async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: Ser
         let mut st = shared.state.lock();
         let now = Instant::now();
         if now.duration_since(st.pruned) >= PRUNE_EVERY {
-            st.seen.retain(|_, s| now.duration_since(s.first) < SERIES_WINDOW);
+            st.seen.retain(|_, s| s.open_at(now));
             st.pruned = now;
         }
-        st.seen
-            .get_mut(&key)
-            .filter(|s| now.duration_since(s.first) < SERIES_WINDOW)
-            .map(|s| {
-                // Counted even if the patch fails: the next one carries the true total.
-                s.count = s.count.saturating_add(occurrences);
-                (s.name.clone(), s.namespace.clone(), s.count)
-            })
+        st.seen.get_mut(&key).filter(|s| s.open_at(now)).map(|s| {
+            // Counted even if the patch fails: the next one carries the true total.
+            s.count = s.count.saturating_add(occurrences);
+            (s.name.clone(), s.namespace.clone(), s.count)
+        })
     };
     if let Some((name, namespace, count)) = series {
         let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &namespace);

@@ -7,8 +7,8 @@
 //! decoding it is a good part of each watch event's CPU. The scheduler never reads it (it patches,
 //! and server-side field ownership is the API server's business), so [`Lean`] skips the field's
 //! bytes during decoding instead of building the tree and dropping it. Everything else decodes
-//! exactly as the plain type would: the filter only renames nothing and drops one key of the
-//! top-level `metadata` map.
+//! exactly as the plain type would: the filter drops one key of the top-level `metadata` map and
+//! passes every other key and value through unchanged.
 //!
 //! kube-scheduler strips the same field from its informers' objects for the same reason.
 
