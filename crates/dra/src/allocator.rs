@@ -65,6 +65,21 @@ use crate::taints::untolerated_taint;
 /// How often (in search steps) the deadline is checked.
 const DEADLINE_CHECK_INTERVAL: u64 = 64;
 
+/// What the per-node summary ([`Allocator::summarize`]) concludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeSummary {
+    /// The claims certainly allocate on the node (the allocation itself is still to be made).
+    Fits,
+    /// The claims certainly do not: the allocator would report them unschedulable on the node.
+    Short {
+        /// How many matching devices are free on the node (fewer than the request needs). Only
+        /// a device being freed or the node's slices changing can raise it.
+        free: usize,
+    },
+    /// The summary cannot tell; only the full allocator can.
+    Undecided,
+}
+
 /// When to give up.
 #[derive(Clone, Copy, Default)]
 pub struct Deadline<'a> {
@@ -507,13 +522,23 @@ impl Allocator {
 
     /// The per-node summary: whether `claims` certainly allocate on `node`, decided by counting
     /// free matching devices instead of gathering, searching and building results.
+    /// `true` exactly when [`Self::summarize`] says [`NodeSummary::Fits`].
+    pub fn fits_without_search(&self, node: &Node, claims: &[&PreparedClaim]) -> bool {
+        self.summarize(node, claims) == NodeSummary::Fits
+    }
+
+    /// The per-node summary: what [`Self::allocate_claims`] would decide for `claims` on `node`,
+    /// found by counting free matching devices instead of gathering, searching and building
+    /// results.
     ///
-    /// `true` only for the simple shape (one claim, one request, an exact count, no constraints,
-    /// subrequests, admin access or capacity) on a node whose relevant devices are all plain
-    /// (node-local slices; no shared counters, binding conditions, multi-allocation, taints or
-    /// node-allocatable resources). There the search takes the first free matching devices, so
-    /// it succeeds exactly when at least the requested number are free. `false` means
-    /// "undecided": run the full allocator.
+    /// Decided only for the simple shape (one claim, one request, an exact count, no
+    /// constraints, subrequests, admin access or capacity) on a node whose relevant devices are
+    /// all plain (node-local slices; no shared counters, binding conditions, multi-allocation,
+    /// taints or node-allocatable resources). There the search takes the first free matching
+    /// devices, so it succeeds exactly when at least the requested number are free:
+    /// [`NodeSummary::Fits`] when they are, [`NodeSummary::Short`] with the exact free count (the allocator would return
+    /// [`AllocationError::Unschedulable`]) when they are not. Anything else is
+    /// [`NodeSummary::Undecided`]: run the full allocator.
     ///
     /// Per relevant slice this costs a flag test ([`PreparedSlice::all_plain`]), one lookup of the
     /// slice's matching devices for the alternative's selector list (computed on first use with
@@ -522,39 +547,35 @@ impl Allocator {
     /// only when the layers' in-use devices of the pool could leave too few matching devices free
     /// does it look up each matching device's name in the layers that use the pool. The
     /// selectors are evaluated for every device of every relevant slice, in device order, so a
-    /// CEL error anywhere makes this `false` and the full allocator reports it; a list for which
-    /// some device fails is not cached (the next call evaluates again, up to the failure).
-    pub fn fits_without_search(&self, node: &Node, claims: &[&PreparedClaim]) -> bool {
-        let [claim] = claims else { return false };
+    /// CEL error anywhere makes this `Undecided` and the full allocator reports it; a list for
+    /// which some device fails is not cached (the next call evaluates again, up to the failure).
+    pub fn summarize(&self, node: &Node, claims: &[&PreparedClaim]) -> NodeSummary {
+        let [claim] = claims else {
+            return NodeSummary::Undecided;
+        };
         if !claim.constraints().is_empty() {
-            return false;
+            return NodeSummary::Undecided;
         }
-        let [request] = claim.requests() else { return false };
+        let [request] = claim.requests() else {
+            return NodeSummary::Undecided;
+        };
         let [alt] = request.alternatives.as_slice() else {
-            return false;
+            return NodeSummary::Undecided;
         };
         let AllocationMode::ExactCount(needed) = alt.mode else {
-            return false;
+            return NodeSummary::Undecided;
         };
         if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
-            return false;
+            return NodeSummary::Undecided;
         }
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
-        // Class selectors, then request selectors: the order `candidates` evaluates them in.
-        let mut key: Vec<SelectorId> = Vec::with_capacity(alt.class_selectors.len() + alt.selectors.len());
-        key.extend(
-            alt.class_selectors
-                .iter()
-                .chain(&alt.selectors)
-                .map(|s| s.selector.id()),
-        );
         let mut free = 0usize;
         for si in index.candidate_slices(node_name) {
             let slice = index.slice_at(si);
             if !matches!(slice.scope(), crate::pools::NodeScope::NodeName(_)) || slice.has_shared_counters() {
-                return false;
+                return NodeSummary::Undecided;
             }
             // Older generations, other nodes, incomplete and invalid pools: set aside by `gather`.
             let Some((pool, pos)) = index.slice_position(si) else {
@@ -568,7 +589,7 @@ impl Allocator {
                 continue;
             }
             if !slice.all_plain(f.device_taints, f.consumable_capacity) {
-                return false;
+                return NodeSummary::Undecided;
             }
             if alt
                 .required_driver
@@ -577,14 +598,19 @@ impl Allocator {
             {
                 continue;
             }
-            let Selection::Devices(matching) = self.selection(claim, alt, slice, pos, &key) else {
-                return false;
+            let Selection::Devices(matching) = self.selection(claim, alt, slice, pos, &alt.selection_key)
+            else {
+                return NodeSummary::Undecided;
             };
             if free < needed {
                 free += self.free_among(slice, &matching, needed - free);
             }
         }
-        free >= needed
+        if free >= needed {
+            NodeSummary::Fits
+        } else {
+            NodeSummary::Short { free }
+        }
     }
 
     /// The devices of `slice` that pass the alternative's class and request selectors (`key`

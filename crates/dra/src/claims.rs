@@ -13,7 +13,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use unisched_resource::Quantity;
 
-use crate::cel::{DeviceSelector, SelectorEngine};
+use crate::cel::{DeviceSelector, SelectorEngine, SelectorId};
 use crate::error::{FatalError, SelectorSource};
 
 /// Maximum number of devices in one allocation result (`AllocationResultsMaxSize`).
@@ -122,6 +122,10 @@ pub struct PreparedAlternative {
     pub tolerations: Vec<DeviceToleration>,
     /// `capacity.requests`, in name order.
     pub capacity: Vec<(String, Quantity)>,
+    /// The ids of the class selectors, then the request selectors: the order the allocator
+    /// evaluates them in, and the key of a prepared slice's cached selection for this alternative
+    /// (built once here rather than on every node the device summary looks at).
+    pub selection_key: Box<[SelectorId]>,
 }
 
 impl PreparedAlternative {
@@ -412,6 +416,11 @@ impl PreparedClaim {
                 .map_err(|e| Box::new(invalid(&format!("capacity request {name}: {e}"))))?;
             capacity.push((name.clone(), q));
         }
+        let selection_key = class_selectors
+            .iter()
+            .chain(&selectors)
+            .map(|s| s.selector.id())
+            .collect();
         Ok(PreparedAlternative {
             request: shape.name.clone(),
             subrequest: None,
@@ -424,6 +433,7 @@ impl PreparedClaim {
             admin_access: shape.admin_access == Some(true),
             tolerations: shape.tolerations.to_vec(),
             capacity,
+            selection_key,
         })
     }
 

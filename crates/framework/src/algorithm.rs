@@ -139,7 +139,7 @@ impl SchedulingAlgorithm {
                 diagnosis,
             };
             if let Ok(d) = state.read::<DiagnosisDetail>(DIAGNOSIS_DETAIL_KEY) {
-                let extra = d.0.detail(&fit.diagnosis.node_to_status);
+                let extra = d.0.detail(&fit.diagnosis.node_to_status, &snapshot);
                 fit.diagnosis.detail.extend(extra);
             }
             let mut nomination = None;
@@ -178,6 +178,8 @@ impl SchedulingAlgorithm {
     }
 
     /// PreFilter + Filter. Returns feasible nodes, the diagnosis, and how many nodes were evaluated.
+    /// The diagnosis records the rejected nodes only when no node is feasible (nobody reads them
+    /// otherwise).
     pub fn find_nodes_that_fit(
         &mut self,
         fwk: &Framework,
@@ -253,6 +255,7 @@ impl SchedulingAlgorithm {
         let nominations = nominator.nominations();
         let state_ref: &CycleState = state;
         let mut feasible = Vec::with_capacity(to_find.min(n));
+        let mut rejected: Vec<(usize, Status)> = Vec::new();
         let mut processed = 0usize;
         let mut offset = 0usize;
         let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads().max(1));
@@ -278,14 +281,23 @@ impl SchedulingAlgorithm {
                 } else if s.code() == Code::Error {
                     self.next_start_node_index = (start + processed) % n;
                     return Err(ScheduleError::Error(s));
-                } else {
-                    diagnosis.add_plugin_status(&s);
-                    diagnosis.node_to_status.set(node.name(), s);
+                } else if feasible.is_empty() {
+                    rejected.push((idx[k], s));
                 }
             }
             offset += batch;
         }
         self.next_start_node_index = (start + processed) % n;
+        // Only a pod that fits nowhere needs its rejections (the FailedScheduling message,
+        // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
+        // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
+        if feasible.is_empty() {
+            diagnosis.node_to_status.reserve(rejected.len());
+            for (i, s) in rejected {
+                diagnosis.add_plugin_status(&s);
+                diagnosis.node_to_status.set(candidates[i].name(), s);
+            }
+        }
         Ok((feasible, diagnosis, processed))
     }
 

@@ -9,7 +9,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::{Code, Status};
+use crate::{Code, Snapshot, Status};
 
 /// Statuses of the nodes that were rejected, plus one status for every node not listed.
 #[derive(Clone, Debug)]
@@ -31,6 +31,12 @@ impl NodeToStatus {
     /// Records a node's status.
     pub fn set(&mut self, node: impl Into<String>, status: Status) {
         self.statuses.insert(node.into(), status);
+    }
+
+    /// Makes room for `additional` more statuses (the algorithm knows how many nodes a batch
+    /// evaluates; growing the map one rehash at a time was a visible cost with thousands).
+    pub fn reserve(&mut self, additional: usize) {
+        self.statuses.reserve(additional);
     }
 
     /// The status of a node (the absent-nodes status when it was not rejected explicitly).
@@ -102,14 +108,14 @@ impl Diagnosis {
     /// Records which plugin produced a rejection.
     pub fn add_plugin_status(&mut self, status: &Status) {
         let Some(plugin) = status.plugin() else { return };
-        match status.code() {
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                self.unschedulable_plugins.insert(plugin.to_string());
-            }
-            Code::Pending => {
-                self.pending_plugins.insert(plugin.to_string());
-            }
-            _ => {}
+        let set = match status.code() {
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable => &mut self.unschedulable_plugins,
+            Code::Pending => &mut self.pending_plugins,
+            _ => return,
+        };
+        // Called for every rejected node, nearly always with a plugin already listed.
+        if !set.contains(plugin) {
+            set.insert(plugin.to_string());
         }
     }
 }
@@ -122,8 +128,10 @@ pub const DIAGNOSIS_DETAIL_KEY: &str = "unisched.io/DiagnosisDetail";
 
 /// Produces extra explanation for a failed attempt. See [`DIAGNOSIS_DETAIL_KEY`].
 pub trait DiagnosisDetailSource: Send + Sync {
-    /// Sentences to append, given the per-node statuses (empty: nothing to add).
-    fn detail(&self, statuses: &NodeToStatus) -> Vec<String>;
+    /// Sentences to append, given the per-node statuses and the attempt's node snapshot (empty:
+    /// nothing to add). The snapshot lets a plugin that rejected nodes cheaply in Filter work out
+    /// the finer reason now, for the nodes that need it, instead of on every Filter call.
+    fn detail(&self, statuses: &NodeToStatus, snapshot: &Snapshot) -> Vec<String>;
 }
 
 /// The value stored under [`DIAGNOSIS_DETAIL_KEY`].

@@ -31,8 +31,11 @@ impl NodeFootprints {
         self.0.read().get(node).cloned()
     }
 
-    /// Forgets `node`.
+    /// Forgets `node`. Filter calls this for every node it rejects, mostly nodes never recorded,
+    /// from several threads: the shared read lock answers those without serialising them.
     pub fn remove(&self, node: &str) {
-        self.0.write().remove(node);
+        if self.0.read().contains_key(node) {
+            self.0.write().remove(node);
+        }
     }
 }

@@ -164,6 +164,9 @@ pub struct Framework {
     queue_sort: Arc<dyn QueueSortPlugin>,
     pre_filter: Vec<Arc<dyn PreFilterPlugin>>,
     filter: Vec<Arc<dyn FilterPlugin>>,
+    /// `filter[i].name()`, shared: every rejection carries its plugin's name, and Filter rejects
+    /// thousands of nodes per pod.
+    filter_names: Vec<Arc<str>>,
     post_filter: Vec<Arc<dyn PostFilterPlugin>>,
     pre_score: Vec<Arc<dyn PreScorePlugin>>,
     score: Vec<WeightedScore>,
@@ -451,7 +454,7 @@ impl Framework {
             .filter(|(n, _)| used.contains(*n))
             .filter_map(|(_, p)| p.clone().as_assumed_pod())
             .collect();
-        Ok(Framework {
+        let mut fwk = Framework {
             profile_name: name,
             percentage_of_nodes_to_score: profile.percentage_of_nodes_to_score,
             pre_enqueue: take("preEnqueue")
@@ -504,7 +507,10 @@ impl Framework {
             plugins: built,
             waiting_pods: WaitingPods::default(),
             observer: Arc::new(NoObserver),
-        })
+            filter_names: Vec::new(),
+        };
+        fwk.filter_names = fwk.filter.iter().map(|p| Arc::from(p.name())).collect();
+        Ok(fwk)
     }
 
     /// Sets the observer that receives timings.
@@ -739,7 +745,7 @@ impl Framework {
 
     /// Filter on one node: the first rejection stops.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for p in &self.filter {
+        for (p, name) in self.filter.iter().zip(&self.filter_names) {
             if state.skip_filter_plugins.contains(p.name()) {
                 continue;
             }
@@ -751,7 +757,7 @@ impl Framework {
                 Status::code,
             );
             if !s.is_success() {
-                let s = s.with_plugin(p.name());
+                let s = s.with_plugin(Arc::clone(name));
                 if s.is_rejected() {
                     return s;
                 }

@@ -6,6 +6,7 @@
 //! more than it saves.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The outcome class of a plugin call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -60,7 +61,8 @@ pub struct Status {
     reasons: Vec<String>,
     /// The error text for `Code::Error`, shown before the reasons.
     error: Option<String>,
-    plugin: Option<String>,
+    /// Shared: the framework hands every rejection of a plugin the same name.
+    plugin: Option<Arc<str>>,
 }
 
 impl Status {
@@ -164,13 +166,13 @@ impl Status {
 
     /// Records the plugin that produced the status.
     #[must_use]
-    pub fn with_plugin(mut self, plugin: impl Into<String>) -> Self {
+    pub fn with_plugin(mut self, plugin: impl Into<Arc<str>>) -> Self {
         self.plugin = Some(plugin.into());
         self
     }
 
     /// Sets the plugin in place.
-    pub fn set_plugin(&mut self, plugin: impl Into<String>) {
+    pub fn set_plugin(&mut self, plugin: impl Into<Arc<str>>) {
         self.plugin = Some(plugin.into());
     }
 

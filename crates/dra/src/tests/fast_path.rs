@@ -1,6 +1,7 @@
-//! The per-node summary ([`crate::Allocator::fits_without_search`]) against the full allocator,
+//! The per-node summary ([`crate::Allocator::summarize`]) against the full allocator,
 //! over random clusters and claims: it never says "fits" where the allocator fails (or errors),
-//! and for the simple claim shape on plain nodes it decides exactly what the allocator decides.
+//! never says "short" unless the allocator reports the claim unschedulable there, and for the
+//! simple claim shape on plain nodes it decides (both ways) exactly what the allocator decides.
 //!
 //! The summary caches, per prepared slice, the matching devices of each selector list, so the
 //! property runs three rounds over one index (the caches warm from earlier rounds): a first claim
@@ -13,7 +14,8 @@ use proptest::prelude::*;
 
 use crate::testing::*;
 use crate::{
-    AllocatedState, AllocationError, Allocator, Deadline, DraSnapshotIndex, PreparedClaim, StateLayers,
+    AllocatedState, AllocationError, Allocator, Deadline, DraSnapshotIndex, NodeSummary, PreparedClaim,
+    StateLayers,
 };
 
 const DRIVER: &str = "drv.example.com";
@@ -208,7 +210,8 @@ fn agree(
         let node = node(&format!("n{ni}"));
         // Summary first, then the allocator on the same (shared) selector caches: the
         // order the plugin uses (Filter, then Reserve).
-        let fast = alloc.fits_without_search(&node, &claims);
+        let verdict = alloc.summarize(&node, &claims);
+        let fast = verdict == NodeSummary::Fits;
         let full = alloc.allocate(&node, Deadline::none());
         if fast {
             prop_assert!(
@@ -216,17 +219,43 @@ fn agree(
                 "round {round}: summary says fits on n{ni}, allocator: {full:?}"
             );
         }
+        if let NodeSummary::Short { free } = verdict {
+            prop_assert!(
+                free < c.count.max(1) as usize,
+                "round {round}: n{ni}: short with {free} free"
+            );
+            prop_assert!(
+                matches!(full, Err(AllocationError::Unschedulable(_))),
+                "round {round}: summary says short on n{ni}, allocator: {full:?}"
+            );
+        }
         let plain = n.devices.iter().all(|d| !d.multi && !d.tainted);
         if simple && plain && !matches!(full, Err(AllocationError::Fatal(_))) {
-            prop_assert_eq!(fast, full.is_ok(), "round {}: n{}: {:?}", round, ni, full);
+            // Decided both ways: a simple claim on plain devices is never left undecided.
+            prop_assert_eq!(
+                verdict == NodeSummary::Fits,
+                full.is_ok(),
+                "round {}: n{}: {:?} {:?}",
+                round,
+                ni,
+                verdict,
+                full
+            );
+            prop_assert_ne!(verdict, NodeSummary::Undecided, "round {}: n{}", round, ni);
         }
         if matches!(full, Err(AllocationError::Fatal(_))) {
-            prop_assert!(!fast, "round {round}: n{ni}: fatal error hidden by the summary");
+            prop_assert_eq!(
+                verdict,
+                NodeSummary::Undecided,
+                "round {}: n{}: fatal error hidden by the summary",
+                round,
+                ni
+            );
         }
         // A second look (now from the slice's cached selection) says the same.
         prop_assert_eq!(
-            alloc.fits_without_search(&node, &claims),
-            fast,
+            alloc.summarize(&node, &claims),
+            verdict,
             "round {}: n{}",
             round,
             ni
@@ -256,13 +285,14 @@ proptest! {
     }
 }
 
-/// The table the property relies on: the shapes and devices the summary leaves to the allocator.
+/// The table the property relies on: what the summary decides, and the shapes and devices it
+/// leaves to the allocator.
 #[test]
 fn summary_declines_what_it_cannot_decide() {
     struct Case {
         name: &'static str,
         fixture: Fixture,
-        want: bool,
+        want: NodeSummary,
     }
     let gpus = |n: usize| {
         let mut s = slice("s", DRIVER, "n", "n");
@@ -281,12 +311,12 @@ fn summary_declines_what_it_cannot_decide() {
         Case {
             name: "enough free devices",
             fixture: fx(gpus(2), claim("ns", "c").request(req("r", "cls").count(2))),
-            want: true,
+            want: NodeSummary::Fits,
         },
         Case {
-            name: "too few devices: undecided (the allocator gives the reason)",
+            name: "too few devices",
             fixture: fx(gpus(1), claim("ns", "c").request(req("r", "cls").count(2))),
-            want: false,
+            want: NodeSummary::Short { free: 1 },
         },
         Case {
             name: "constraint",
@@ -296,12 +326,12 @@ fn summary_declines_what_it_cannot_decide() {
                     .request(req("r", "cls"))
                     .match_attribute(&format!("{DRIVER}/color"), &[]),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "all mode",
             fixture: fx(gpus(2), claim("ns", "c").request(req("r", "cls").all())),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "two requests",
@@ -309,7 +339,7 @@ fn summary_declines_what_it_cannot_decide() {
                 gpus(2),
                 claim("ns", "c").request(req("a", "cls")).request(req("b", "cls")),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "first available",
@@ -317,12 +347,12 @@ fn summary_declines_what_it_cannot_decide() {
                 gpus(2),
                 claim("ns", "c").request(first_available("r", vec![req("x", "cls")])),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "admin access",
             fixture: fx(gpus(2), claim("ns", "c").request(req("r", "cls").admin())),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "capacity request",
@@ -330,7 +360,7 @@ fn summary_declines_what_it_cannot_decide() {
                 slice("s", DRIVER, "n", "n").device(dev("d0").cap("units", "4")),
                 claim("ns", "c").request(req("r", "cls").capacity("units", "1")),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "shared counters on the node",
@@ -338,7 +368,7 @@ fn summary_declines_what_it_cannot_decide() {
                 gpus(2).counter_set("cs", &[("c", "2")]),
                 claim("ns", "c").request(req("r", "cls")),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "multi-allocatable device",
@@ -346,7 +376,7 @@ fn summary_declines_what_it_cannot_decide() {
                 slice("s", DRIVER, "n", "n").device(dev("d0").multi()),
                 claim("ns", "c").request(req("r", "cls")),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "tainted device",
@@ -354,7 +384,7 @@ fn summary_declines_what_it_cannot_decide() {
                 slice("s", DRIVER, "n", "n").device(dev("d0").taint("k", "v", "NoSchedule")),
                 claim("ns", "c").request(req("r", "cls")),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
         Case {
             name: "CEL runtime error on another device",
@@ -365,20 +395,28 @@ fn summary_declines_what_it_cannot_decide() {
                 claim("ns", "c")
                     .request(req("r", "cls").selector(&format!("device.attributes[{DRIVER:?}].healthy"))),
             ),
-            want: false,
+            want: NodeSummary::Undecided,
         },
     ];
     for c in cases {
         let alloc = c.fixture.allocator().unwrap();
         let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
+        assert_eq!(alloc.summarize(&node("n"), &claims), c.want, "{}", c.name);
         assert_eq!(
             alloc.fits_without_search(&node("n"), &claims),
-            c.want,
+            c.want == NodeSummary::Fits,
             "{}",
             c.name
         );
-        if c.want {
-            assert!(alloc.allocate(&node("n"), Deadline::none()).is_ok(), "{}", c.name);
+        let full = alloc.allocate(&node("n"), Deadline::none());
+        match c.want {
+            NodeSummary::Fits => assert!(full.is_ok(), "{}: {full:?}", c.name),
+            NodeSummary::Short { .. } => assert!(
+                matches!(full, Err(AllocationError::Unschedulable(_))),
+                "{}: {full:?}",
+                c.name
+            ),
+            NodeSummary::Undecided => {}
         }
     }
 }
@@ -409,14 +447,15 @@ fn summary_with_many_layers() {
         Arc::new(st)
     };
     for (layers, want) in [(5, true), (6, false), (2, true)] {
+        let verdict = if want {
+            NodeSummary::Fits
+        } else {
+            NodeSummary::Short { free: 0 }
+        };
         let state = StateLayers::new((0..layers).map(layer).collect());
         let alloc = Allocator::new(Arc::clone(&index), state, prepared.clone(), f.features);
         let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
-        assert_eq!(
-            alloc.fits_without_search(&node("n"), &claims),
-            want,
-            "{layers} layers"
-        );
+        assert_eq!(alloc.summarize(&node("n"), &claims), verdict, "{layers} layers");
         assert_eq!(
             alloc.allocate(&node("n"), Deadline::none()).is_ok(),
             want,
@@ -448,7 +487,7 @@ fn summary_declines_again_after_a_cel_error() {
     for _ in 0..2 {
         let alloc = f.allocator_with_index(Arc::clone(&index)).unwrap();
         let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
-        assert!(!alloc.fits_without_search(&node("n"), &claims));
+        assert_eq!(alloc.summarize(&node("n"), &claims), NodeSummary::Undecided);
         assert!(matches!(
             alloc.allocate(&node("n"), Deadline::none()),
             Err(AllocationError::Fatal(_))

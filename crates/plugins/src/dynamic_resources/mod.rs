@@ -53,7 +53,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,9 +61,10 @@ use k8s_openapi::api::core::v1::{NodeAllocatableResourceClaimStatus, Pod};
 use k8s_openapi::api::resource::v1::AllocationResult;
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraCache;
+use unisched_dra::fast_hash::FastHashMap;
 use unisched_dra::nodesel::node_selector_matches;
 use unisched_dra::{
-    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, PreparedClaim,
+    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, NodeSummary, PreparedClaim,
 };
 use unisched_framework::{
     ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
@@ -248,13 +249,14 @@ impl DynamicResources {
         Ok(Some(PodState {
             snapshot,
             engine: self.engine.clone(),
+            features: self.features,
             claims: pod_claims,
             to_allocate,
             extended: ext,
             allocator,
             has_first_available,
             footprints: NodeFootprints::default(),
-            nodes: RwLock::new(HashMap::new()),
+            nodes: RwLock::new(FastHashMap::default()),
             failures: Arc::new(FailureLog::default()),
             unavailable: Mutex::new(BTreeSet::new()),
             binding: Mutex::new(BindingProgress::default()),
@@ -331,23 +333,27 @@ impl DynamicResources {
             // in preemption dry runs (their allocator sees victims' devices as free), not with
             // other claims of the pod whose node-allocatable statuses need the full path. (The
             // summary decides only nodes whose devices are plain, so the decided claim itself
-            // has no node-allocatable statuses to compute.)
+            // has no node-allocatable statuses to compute.) A node it finds short gets the same
+            // status the allocator's failure gives; why it failed is asked of the allocator only
+            // if no node fits ([`reasons::DetailSource`]), so Filter records nothing for it.
             let own_allocator = data
                 .allocator
                 .as_ref()
                 .is_some_and(|a| std::ptr::eq(a, allocator));
-            if self.summary
-                && own_allocator
-                && data.claims.len() + usize::from(variant.is_some()) == 1
-                && allocator.fits_without_search(node_obj, &list)
-            {
-                return Ok(NodeResult {
-                    deferred: Some(Deferred {
-                        node: node_obj.clone(),
-                        extended: variant,
-                    }),
-                    ..NodeResult::default()
-                });
+            if self.summary && own_allocator && data.claims.len() + usize::from(variant.is_some()) == 1 {
+                match allocator.summarize(node_obj, &list) {
+                    NodeSummary::Fits => {
+                        return Ok(NodeResult {
+                            deferred: Some(Deferred {
+                                node: node_obj.clone(),
+                                extended: variant,
+                            }),
+                            ..NodeResult::default()
+                        });
+                    }
+                    NodeSummary::Short => return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None)),
+                    NodeSummary::Undecided => {}
+                }
             }
             let deadline = match self.args.filter_timeout() {
                 Some(d) => Deadline::after(d),
@@ -363,28 +369,9 @@ impl DynamicResources {
                     }
                     allocations = results;
                 }
-                Err(AllocationError::Unschedulable(u)) => {
-                    let needed = needed_devices(&list, &u);
-                    return Err((
-                        Status::unresolvable(reason::CANNOT_ALLOCATE),
-                        Some(NodeFailure::Allocation { reason: u, needed }),
-                    ));
-                }
-                Err(AllocationError::Aborted(_)) => {
-                    return Err((
-                        Status::unresolvable(reason::TIMED_OUT),
-                        Some(NodeFailure::Timeout),
-                    ));
-                }
-                // Something is wrong with the claim or class itself (a CEL runtime error on some
-                // device, an `All` request contradicting its constraint): another node would only
-                // hide it, so the attempt ends with an error and the pod stays pending (upstream).
-                Err(AllocationError::Fatal(e)) => {
-                    let message = fatal_message(&e);
-                    return Err((
-                        Status::error(message.clone()),
-                        Some(NodeFailure::Invalid { message }),
-                    ));
+                Err(e) => {
+                    let (status, failure) = allocation_failure(&list, e);
+                    return Err((status, Some(failure)));
                 }
             }
         }
@@ -479,6 +466,27 @@ fn fatal_message(e: &FatalError) -> String {
 }
 
 /// The device count of the failing request, to say "fewer than N devices".
+/// The status and recorded reason of a node where the allocator failed.
+pub(crate) fn allocation_failure(list: &[&PreparedClaim], e: AllocationError) -> (Status, NodeFailure) {
+    match e {
+        AllocationError::Unschedulable(u) => {
+            let needed = needed_devices(list, &u);
+            (
+                Status::unresolvable(reason::CANNOT_ALLOCATE),
+                NodeFailure::Allocation { reason: u, needed },
+            )
+        }
+        AllocationError::Aborted(_) => (Status::unresolvable(reason::TIMED_OUT), NodeFailure::Timeout),
+        // Something is wrong with the claim or class itself (a CEL runtime error on some device,
+        // an `All` request contradicting its constraint): another node would only hide it, so
+        // the attempt ends with an error and the pod stays pending (upstream).
+        AllocationError::Fatal(e) => {
+            let message = fatal_message(&e);
+            (Status::error(message.clone()), NodeFailure::Invalid { message })
+        }
+    }
+}
+
 fn needed_devices(list: &[&PreparedClaim], u: &unisched_dra::Unschedulable) -> Option<usize> {
     let claim = list.iter().find(|c| c.key() == u.claim)?;
     let request = u.request.as_deref()?;
@@ -580,7 +588,7 @@ impl PreFilterPlugin for DynamicResources {
         state.write(NODE_FOOTPRINTS_KEY, data.footprints.clone());
         state.write(
             DIAGNOSIS_DETAIL_KEY,
-            DiagnosisDetail(Arc::new(DetailSource(data.failures.clone()))),
+            DiagnosisDetail(Arc::new(DetailSource(data.clone()))),
         );
         state.write(STATE_KEY, CycleData(data));
         (None, Status::success())
@@ -633,7 +641,11 @@ impl FilterPlugin for DynamicResources {
                 Status::success()
             }
             Err((status, failure)) => {
-                data.nodes.write().remove(node.name());
+                // Mostly nodes never recorded: a shared read lock answers those (Filter runs on
+                // several threads), the write lock is taken only to drop an earlier result.
+                if data.nodes.read().contains_key(node.name()) {
+                    data.nodes.write().remove(node.name());
+                }
                 data.footprints.remove(node.name());
                 if let Some(f) = failure {
                     data.failures.record(node.name(), f);

@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use unisched_dra::{Unschedulable, UnschedulableReason};
-use unisched_framework::{DiagnosisDetailSource, NodeToStatus};
+use unisched_framework::{Code, DiagnosisDetailSource, NodeToStatus, Snapshot, Status};
 
 use super::node_allocatable::Shortfall;
+use super::state::PodState;
 
 /// Groups shown before "and N more".
 const MAX_GROUPS: usize = 4;
@@ -54,12 +55,6 @@ pub(crate) struct FailureLog {
 impl FailureLog {
     pub fn record(&self, node: &str, failure: NodeFailure) {
         self.by_node.lock().insert(node.to_string(), failure);
-    }
-
-    /// The aggregated sentence, or `None` when nothing was recorded.
-    pub fn summary(&self) -> Option<String> {
-        let by_node = self.by_node.lock();
-        summarize(by_node.values())
     }
 }
 
@@ -249,11 +244,35 @@ pub(crate) fn summarize<'a>(failures: impl Iterator<Item = &'a NodeFailure>) -> 
     Some(format!("{}.", parts.join("; ")))
 }
 
-/// The framework hook: reads the attempt's failure log.
-pub(crate) struct DetailSource(pub Arc<FailureLog>);
+/// The framework hook: the attempt's recorded failures, plus the reason for every node Filter
+/// rejected from the device summary alone ([`unisched_dra::NodeSummary::Short`]), which Filter
+/// does not record: the allocator is asked for those now, once, instead of on every Filter call
+/// of every attempt that succeeds anyway.
+pub(crate) struct DetailSource(pub Arc<PodState>);
 
 impl DiagnosisDetailSource for DetailSource {
-    fn detail(&self, _statuses: &NodeToStatus) -> Vec<String> {
-        self.0.summary().into_iter().collect()
+    fn detail(&self, statuses: &NodeToStatus, snapshot: &Snapshot) -> Vec<String> {
+        let data = &self.0;
+        let recorded = data.failures.by_node.lock();
+        let mut explained = Vec::new();
+        for (name, status) in statuses.iter() {
+            if recorded.contains_key(name) || !rejected_by_summary(status) {
+                continue;
+            }
+            if let Some(failure) = snapshot.get(name).and_then(|node| data.explain_short(node)) {
+                explained.push(failure);
+            }
+        }
+        summarize(recorded.values().chain(&explained))
+            .into_iter()
+            .collect()
     }
+}
+
+/// A DynamicResources rejection with the allocator's status and nothing recorded: the device
+/// summary's `Short`.
+fn rejected_by_summary(status: &Status) -> bool {
+    status.plugin() == Some(super::NAME)
+        && status.code() == Code::UnschedulableAndUnresolvable
+        && status.reasons() == [super::reason::CANNOT_ALLOCATE]
 }

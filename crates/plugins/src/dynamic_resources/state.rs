@@ -7,7 +7,7 @@
 //! copied, when the cycle state is cloned (as upstream's `Clone` returns itself): the binding cycle
 //! then continues with what Reserve and PreBind recorded in [`BindingProgress`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
@@ -16,11 +16,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraSnapshot;
-use unisched_dra::{Allocator, CelSelectorEngine, Deadline, PreparedClaim};
-use unisched_framework::NodeFootprints;
+use unisched_dra::fast_hash::FastHashMap;
+use unisched_dra::{Allocator, CelSelectorEngine, Deadline, Features, PreparedClaim};
+use unisched_framework::{NodeFootprints, NodeInfo};
 
 use super::extended::{ExtendedPlan, Variant};
-use super::reasons::FailureLog;
+use super::reasons::{FailureLog, NodeFailure};
 
 /// Cycle-state key.
 pub(crate) const STATE_KEY: &str = "DynamicResources";
@@ -111,6 +112,8 @@ pub(crate) struct PodState {
     pub snapshot: Arc<DraSnapshot>,
     /// The plugin's CEL engine (compilations cached), for class matching outside the allocator.
     pub engine: Arc<CelSelectorEngine>,
+    /// The plugin's DRA feature gates.
+    pub features: Features,
     pub claims: Vec<PodClaim>,
     /// Indices into `claims` that need allocation, in allocator order.
     pub to_allocate: Vec<usize>,
@@ -118,7 +121,7 @@ pub(crate) struct PodState {
     pub allocator: Option<Allocator>,
     pub has_first_available: bool,
     pub footprints: NodeFootprints,
-    pub nodes: RwLock<HashMap<String, Arc<NodeResult>>>,
+    pub nodes: RwLock<FastHashMap<String, Arc<NodeResult>>>,
     pub failures: Arc<FailureLog>,
     /// Claims (indices) found unavailable on some node (PostFilter candidates).
     pub unavailable: Mutex<BTreeSet<usize>>,
@@ -170,6 +173,32 @@ impl PodState {
         });
         self.nodes.write().insert(node.to_string(), full.clone());
         Ok(Some(full))
+    }
+}
+
+impl PodState {
+    /// Why the claims do not allocate on `node`, for a node Filter rejected from the device
+    /// summary without recording a reason (see [`super::reasons::DetailSource`]): the allocator
+    /// runs on it now, for the claim the summary decided. `None` if it unexpectedly succeeds.
+    pub fn explain_short(&self, node: &NodeInfo) -> Option<NodeFailure> {
+        let allocator = self.allocator.as_ref()?;
+        let node_obj = node.node()?;
+        let variant = match &self.extended {
+            Some(plan) => plan
+                .variant_for(&node.allocatable, &self.snapshot, &*self.engine, &self.features)
+                .ok()?,
+            None => None,
+        };
+        let mut list = self.to_allocate_list();
+        if let Some(v) = &variant {
+            list.push(&v.prepared);
+        }
+        // The summary decides only claims whose search is a scan of one request's candidates,
+        // so no deadline is needed here.
+        match allocator.allocate_claims(node_obj, &list, Deadline::none()) {
+            Ok(_) => None,
+            Err(e) => Some(super::allocation_failure(&list, e).1),
+        }
     }
 }
 

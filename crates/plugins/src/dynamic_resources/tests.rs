@@ -18,9 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use unisched_cache::DraCache;
 use unisched_dra::testing::{DeviceBuilder, claim, class, dev, first_available, req, slice};
 use unisched_framework::{
-    Code, CycleState, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeToStatus,
-    PodInfo, PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, QueueingHint, ReservePlugin, ScorePlugin,
-    Status,
+    Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY,
+    NodeFootprints, NodeInfo, NodeToStatus, PodInfo, PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    QueueingHint, ReservePlugin, ScorePlugin, Snapshot, Status,
 };
 
 use super::testing::{ApiWrite, FakeDraApi};
@@ -79,6 +79,20 @@ impl Env {
     }
     fn filter(&self, st: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         self.plugin.filter(st, pod, node)
+    }
+    /// The sentence the framework appends to FailedScheduling when no node fits: the detail hook
+    /// PreFilter registered, given the rejected nodes with their Filter statuses (attributed to the
+    /// plugin, as the framework does).
+    fn detail(&self, st: &CycleState, rejected: &[(&NodeInfo, &Status)]) -> String {
+        let mut statuses = NodeToStatus::default();
+        for (n, s) in rejected {
+            statuses.set(n.name(), (*s).clone().with_plugin(NAME));
+        }
+        let snapshot = Snapshot::from_node_infos(rejected.iter().map(|(n, _)| (*n).clone()));
+        let hook = st.read::<DiagnosisDetail>(DIAGNOSIS_DETAIL_KEY).unwrap();
+        let sentences = hook.0.detail(&statuses, &snapshot);
+        assert!(sentences.len() <= 1, "{sentences:?}");
+        sentences.into_iter().next().unwrap_or_default()
     }
 }
 
@@ -480,6 +494,7 @@ fn filter_allocates_per_node() {
         node: &'static str,
         want: Result<(), &'static str>,
     }
+    let mut rejected = Vec::new();
     for c in [
         Case {
             node: "n1",
@@ -494,20 +509,23 @@ fn filter_allocates_per_node() {
             want: Err(reason::CANNOT_ALLOCATE),
         },
     ] {
-        let s = e.filter(&st, &pod, &node(c.node));
+        let n = node(c.node);
+        let s = e.filter(&st, &pod, &n);
         match c.want {
             Ok(()) => assert!(s.is_success(), "{}: {s:?}", c.node),
             Err(r) => {
                 assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
                 assert_eq!(s.message(), r, "{}", c.node);
+                rejected.push((n, s));
             }
         }
     }
     let data = DynamicResources::data(&st).unwrap();
     assert!(data.nodes.read().contains_key("n1"));
     assert!(!data.nodes.read().contains_key("n2"));
+    let rejected: Vec<(&NodeInfo, &Status)> = rejected.iter().map(|(n, s)| (n, s)).collect();
     assert_eq!(
-        data.failures.summary().unwrap(),
+        e.detail(&st, &rejected),
         "claim default/c request gpu: on 1 node no devices; \
          claim default/c request gpu: on 1 node fewer than 2 usable devices (at most 1)."
     );
@@ -620,16 +638,10 @@ fn filter_timeout_is_reported() {
     );
     let pod = info(&pod_with("p", &["c"]));
     let (st, _) = e.prefilter(&pod);
-    let s = e.filter(&st, &pod, &node("n1"));
+    let n1 = node("n1");
+    let s = e.filter(&st, &pod, &n1);
     assert_eq!(s.message(), reason::TIMED_OUT, "{s:?}");
-    assert!(
-        DynamicResources::data(&st)
-            .unwrap()
-            .failures
-            .summary()
-            .unwrap()
-            .contains("allocation timed out")
-    );
+    assert!(e.detail(&st, &[(&n1, &s)]).contains("allocation timed out"));
 }
 
 // ----- PostFilter -----
@@ -1211,7 +1223,7 @@ fn node_allocatable_capacity_key_and_overcommit() {
     let s = e.filter(&st, &pb, &n1_with_a);
     assert_eq!(s.code(), Code::Unschedulable);
     assert_eq!(s.message(), "Insufficient cpu");
-    let summary = DynamicResources::data(&st).unwrap().failures.summary().unwrap();
+    let summary = e.detail(&st, &[(&n1_with_a, &s)]);
     assert!(summary.contains("cpu short by at least 2"), "{summary}");
 }
 
@@ -1437,10 +1449,13 @@ fn aggregated_reason_sentence() {
     );
     let pod = info(&pod_with("p", &["train"]));
     let (st, _) = e.prefilter(&pod);
-    for n in ["n1", "n2", "n3"] {
-        assert_eq!(e.filter(&st, &pod, &node(n)).message(), reason::CANNOT_ALLOCATE);
+    let nodes: Vec<NodeInfo> = ["n1", "n2", "n3"].into_iter().map(node).collect();
+    let statuses: Vec<Status> = nodes.iter().map(|n| e.filter(&st, &pod, n)).collect();
+    for s in &statuses {
+        assert_eq!(s.message(), reason::CANNOT_ALLOCATE);
     }
-    let summary = DynamicResources::data(&st).unwrap().failures.summary().unwrap();
+    let rejected: Vec<(&NodeInfo, &Status)> = nodes.iter().zip(&statuses).collect();
+    let summary = e.detail(&st, &rejected);
     assert_eq!(
         summary,
         format!("claim default/train request gpu: on 3 nodes fewer than 2 devices matched selector '{sel}'.")
