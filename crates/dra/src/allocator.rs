@@ -80,6 +80,29 @@ pub enum NodeSummary {
     Undecided,
 }
 
+/// The claim shape the device summary decides ([`Allocator::summarize`]): one request with one
+/// alternative for an exact count, no constraints, subrequests, admin access or capacity. Returns
+/// that alternative and the count. For such a claim the free matching devices of a node decide
+/// everything, so a node with fewer of them than the count rejects it whatever else holds.
+pub fn summary_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative, usize)> {
+    if !claim.constraints().is_empty() {
+        return None;
+    }
+    let [request] = claim.requests() else {
+        return None;
+    };
+    let [alt] = request.alternatives.as_slice() else {
+        return None;
+    };
+    let AllocationMode::ExactCount(needed) = alt.mode else {
+        return None;
+    };
+    if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
+        return None;
+    }
+    Some((alt, needed))
+}
+
 /// When to give up.
 #[derive(Clone, Copy, Default)]
 pub struct Deadline<'a> {
@@ -553,21 +576,9 @@ impl Allocator {
         let [claim] = claims else {
             return NodeSummary::Undecided;
         };
-        if !claim.constraints().is_empty() {
-            return NodeSummary::Undecided;
-        }
-        let [request] = claim.requests() else {
+        let Some((alt, needed)) = summary_shape(claim) else {
             return NodeSummary::Undecided;
         };
-        let [alt] = request.alternatives.as_slice() else {
-            return NodeSummary::Undecided;
-        };
-        let AllocationMode::ExactCount(needed) = alt.mode else {
-            return NodeSummary::Undecided;
-        };
-        if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
-            return NodeSummary::Undecided;
-        }
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();

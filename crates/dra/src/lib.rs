@@ -56,7 +56,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-pub use allocator::{Allocator, Deadline, NodeSummary, Stats};
+pub use allocator::{Allocator, Deadline, NodeSummary, Stats, summary_shape};
 pub use cel::{CelSelectorEngine, DeviceSelector, EvalErrorKind, SelectorEngine, SelectorId};
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;

@@ -401,7 +401,8 @@ pub struct DraSnapshotIndex {
     slices: Vec<Arc<PreparedSlice>>,
     /// Pool index per slice, and position within the pool (None: older generation).
     slice_pool: Vec<(u32, Option<u32>)>,
-    by_node: FastHashMap<String, Vec<u32>>,
+    /// Per node with slices of its own: its slot ([`Self::node_slot`]) and those slices.
+    by_node: FastHashMap<String, (u32, Vec<u32>)>,
     shared: Vec<u32>,
     pools: Vec<PoolRecord>,
     pool_by_key: FastHashMap<PoolKey, u32>,
@@ -464,14 +465,21 @@ impl DraSnapshotIndex {
             }
         }
 
-        let mut by_node: FastHashMap<String, Vec<u32>> = FastHashMap::default();
+        let mut by_node: FastHashMap<String, (u32, Vec<u32>)> = FastHashMap::default();
         let mut shared = Vec::new();
         for (i, s) in slices.iter().enumerate() {
             if slice_pool[i].1.is_none() {
                 continue;
             }
             match &s.scope {
-                NodeScope::NodeName(n) => by_node.entry(n.clone()).or_default().push(i as u32),
+                NodeScope::NodeName(n) => {
+                    let slots = by_node.len() as u32;
+                    by_node
+                        .entry(n.clone())
+                        .or_insert_with(|| (slots, Vec::new()))
+                        .1
+                        .push(i as u32)
+                }
                 NodeScope::Unknown => {}
                 _ => shared.push(i as u32),
             }
@@ -595,9 +603,27 @@ impl DraSnapshotIndex {
         self.by_node
             .get(node_name)
             .into_iter()
-            .flatten()
+            .flat_map(|(_, own)| own)
             .chain(self.shared.iter())
             .copied()
+    }
+
+    /// A dense number (`0..node_slot_count()`) for each node that has slices of its own, fixed
+    /// for the life of this index: lets per-node facts derived from it live in flat arrays.
+    pub fn node_slot(&self, node_name: &str) -> Option<u32> {
+        self.by_node.get(node_name).map(|(slot, _)| *slot)
+    }
+
+    /// How many node slots there are (see [`Self::node_slot`]).
+    pub fn node_slot_count(&self) -> usize {
+        self.by_node.len()
+    }
+
+    /// Whether some slice of the newest generation is not bound to one node by name (all nodes, a
+    /// node selector, per-device selection): then a node without slices of its own may still
+    /// have devices.
+    pub fn has_node_independent_slices(&self) -> bool {
+        !self.shared.is_empty()
     }
 
     /// The slices that may publish devices for `node_name` (its own, then the node-independent

@@ -15,8 +15,8 @@ use std::{
 use rayon::prelude::*;
 
 use crate::{
-    Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FitError, Framework, NodeInfo,
-    NodePluginScores, PodInfo, ScoreTable, SeededRng, Snapshot, Status,
+    Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FitError, Framework, NODE_VETO_KEY,
+    NodeInfo, NodePluginScores, NodeVetoHandle, PodInfo, ScoreTable, SeededRng, Snapshot, Status,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -253,9 +253,15 @@ impl SchedulingAlgorithm {
         fwk.count_filter_evaluations(state);
         let start = self.next_start_node_index % n;
         let nominations = nominator.nominations();
+        let veto = state
+            .read::<NodeVetoHandle>(NODE_VETO_KEY)
+            .ok()
+            .filter(|h| !state.skip_filter_plugins.contains(&h.plugin))
+            .map(|h| h.veto.clone());
         let state_ref: &CycleState = state;
         let mut feasible = Vec::with_capacity(to_find.min(n));
-        let mut rejected: Vec<(usize, Status)> = Vec::new();
+        // Rejected nodes with their status, or `None` for a vetoed node (status not computed).
+        let mut rejected: Vec<(usize, Option<Status>)> = Vec::new();
         let mut processed = 0usize;
         let mut offset = 0usize;
         let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads().max(1));
@@ -263,8 +269,11 @@ impl SchedulingAlgorithm {
             let want = to_find - feasible.len();
             let batch = (want + want / 4).max(threads * 8).min(n - offset);
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
-            let check = |&i: &usize| check_node(fwk, state_ref, pod, &candidates[i], &nominations);
-            let statuses: Vec<Status> = match &self.pool {
+            let check = |&i: &usize| match &veto {
+                Some(v) if v.vetoes(&candidates[i]) => None,
+                _ => Some(check_node(fwk, state_ref, pod, &candidates[i], &nominations)),
+            };
+            let statuses: Vec<Option<Status>> = match &self.pool {
                 Some(pool) if batch > 2 && threads > 1 => {
                     pool.install(|| idx.par_iter().map(check).collect())
                 }
@@ -273,16 +282,22 @@ impl SchedulingAlgorithm {
             for (k, s) in statuses.into_iter().enumerate() {
                 let node = &candidates[idx[k]];
                 processed = offset + k + 1;
-                if s.is_success() {
-                    feasible.push(node.clone());
-                    if feasible.len() >= to_find {
-                        break;
+                match s {
+                    Some(s) if s.is_success() => {
+                        feasible.push(node.clone());
+                        if feasible.len() >= to_find {
+                            break;
+                        }
                     }
-                } else if s.code() == Code::Error {
-                    self.next_start_node_index = (start + processed) % n;
-                    return Err(ScheduleError::Error(s));
-                } else if feasible.is_empty() {
-                    rejected.push((idx[k], s));
+                    Some(s) if s.code() == Code::Error => {
+                        self.next_start_node_index = (start + processed) % n;
+                        return Err(ScheduleError::Error(s));
+                    }
+                    s => {
+                        if feasible.is_empty() {
+                            rejected.push((idx[k], s));
+                        }
+                    }
                 }
             }
             offset += batch;
@@ -292,6 +307,7 @@ impl SchedulingAlgorithm {
         // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
         // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
         if feasible.is_empty() {
+            let rejected = self.complete_vetoed(fwk, state_ref, pod, &candidates, &nominations, rejected)?;
             diagnosis.node_to_status.reserve(rejected.len());
             for (i, s) in rejected {
                 diagnosis.add_plugin_status(&s);
@@ -299,6 +315,56 @@ impl SchedulingAlgorithm {
             }
         }
         Ok((feasible, diagnosis, processed))
+    }
+
+    /// The statuses of vetoed nodes ([`crate::NodeVeto`]), for an attempt that found no node: the
+    /// whole filter chain runs on them now, so the diagnosis is the one the chain would have
+    /// given. An error there ends the attempt as it would have. A vetoed node the chain accepts
+    /// breaks the veto's contract; it is reported and kept rejected, with the status saying so.
+    fn complete_vetoed(
+        &self,
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        candidates: &[Arc<NodeInfo>],
+        nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
+        rejected: Vec<(usize, Option<Status>)>,
+    ) -> Result<Vec<(usize, Status)>, ScheduleError> {
+        let vetoed: Vec<usize> = rejected
+            .iter()
+            .filter(|(_, s)| s.is_none())
+            .map(|(i, _)| *i)
+            .collect();
+        let check = |&i: &usize| check_node(fwk, state, pod, &candidates[i], nominations);
+        let mut computed: HashMap<usize, Status> = match &self.pool {
+            Some(pool) if vetoed.len() > 2 => {
+                pool.install(|| vetoed.par_iter().map(|i| (*i, check(i))).collect())
+            }
+            _ => vetoed.iter().map(|i| (*i, check(i))).collect(),
+        };
+        let mut out = Vec::with_capacity(rejected.len());
+        for (i, s) in rejected {
+            let s = match s {
+                Some(s) => s,
+                None => computed.remove(&i).unwrap_or_else(Status::success),
+            };
+            if s.code() == Code::Error {
+                return Err(ScheduleError::Error(s));
+            }
+            if s.is_success() {
+                tracing::error!(
+                    node = candidates[i].name(),
+                    "a node veto rejected a node its plugin's Filter accepts; the node stays rejected for this attempt"
+                );
+                out.push((
+                    i,
+                    Status::unresolvable("node vetoed by a plugin whose Filter accepts it (a scheduler bug)"),
+                ));
+                continue;
+            }
+            out.push((i, s));
+        }
+        Ok(out)
     }
 
     /// PreScore + Score + normalisation + weights.

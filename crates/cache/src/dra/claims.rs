@@ -72,6 +72,14 @@ fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
     claim.status.as_ref().and_then(|s| s.allocation.as_ref())
 }
 
+/// Whether an allocation has results on shares of multi-allocatable devices.
+fn has_shares(a: &AllocationResult) -> bool {
+    a.devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .any(|r| r.share_id.is_some())
+}
+
 fn uid(claim: &ResourceClaim) -> Option<&str> {
     claim.metadata.uid.as_deref().filter(|u| !u.is_empty())
 }
@@ -119,6 +127,10 @@ pub(crate) struct ClaimStore {
     /// Pod UID → key of its extended-resource claim.
     extended_by_owner: HashMap<String, String>,
     allocated: Arc<AllocatedState>,
+    /// How many times an effective allocation was dropped or replaced (see [`DraSnapshot::frees`]).
+    ///
+    /// [`DraSnapshot::frees`]: super::DraSnapshot::frees
+    frees: u64,
 }
 
 impl ClaimStore {
@@ -147,6 +159,10 @@ impl ClaimStore {
 
     pub(crate) fn allocated(&self) -> Arc<AllocatedState> {
         self.allocated.clone()
+    }
+
+    pub(crate) fn frees(&self) -> u64 {
+        self.frees
     }
 
     pub(crate) fn recompute_allocated(&self) -> AllocatedState {
@@ -182,6 +198,13 @@ impl ClaimStore {
             }
             if let Some(a) = new_alloc {
                 state.add_allocation(a);
+            }
+            // A device is freed only if the new state no longer holds it; a rewritten allocation
+            // of the same devices (the API server's echo, a field the scheduler does not read)
+            // frees nothing. Shares are counted as freed whenever they change: their consumed
+            // capacity may have shrunk under the same share id.
+            if old_alloc.is_some_and(|a| has_shares(a) || !state.covers(a)) {
+                self.frees += 1;
             }
         }
         if let Some(o) = old.as_deref() {

@@ -104,6 +104,9 @@ pub struct InFlightAllocation {
 struct InFlight {
     by_uid: Arc<HashMap<String, InFlightAllocation>>,
     state: Arc<AllocatedState>,
+    /// How many in-flight allocations were replaced, or dropped while the committed claims did
+    /// not hold their devices (see [`DraSnapshot::frees`]).
+    frees: u64,
 }
 
 /// Hears the claim changes the scheduler makes itself (see the module documentation). The
@@ -342,13 +345,19 @@ impl DraCache {
     /// earlier in-flight allocation of the same claim.
     pub fn reserve_in_flight(&self, claim_uid: &str, allocation: AllocationResult) {
         let mut inner = self.inner.write();
-        let InFlight { by_uid, state } = &mut inner.in_flight;
+        let InFlight { by_uid, state, frees } = &mut inner.in_flight;
         let by_uid = Arc::make_mut(by_uid);
         let state = Arc::make_mut(state);
-        if let Some(old) = by_uid.remove(claim_uid) {
+        let old = by_uid.remove(claim_uid);
+        if let Some(old) = &old {
             state.remove_allocation(&old.allocation);
         }
         state.add_allocation(&allocation);
+        if let Some(old) = old
+            && *old.allocation != allocation
+        {
+            *frees += 1;
+        }
         by_uid.insert(
             claim_uid.to_string(),
             InFlightAllocation {
@@ -367,25 +376,28 @@ impl DraCache {
             if !inner.in_flight.by_uid.contains_key(claim_uid) {
                 return false;
             }
-            let InFlight { by_uid, state } = &mut inner.in_flight;
+            let InFlight { by_uid, state, .. } = &mut inner.in_flight;
             let old = Arc::make_mut(by_uid).remove(claim_uid);
             if let Some(old) = &old {
                 Arc::make_mut(state).remove_allocation(&old.allocation);
             }
             inner.snapshot = None;
-            old.filter(|o| !inner.claims.allocated().covers(&o.allocation))
-                .map(|o| {
-                    let claim = inner
-                        .claims
-                        .get_by_uid(claim_uid)
-                        .map(|c| (*c).clone())
-                        .unwrap_or_else(|| {
-                            let mut c = ResourceClaim::default();
-                            c.metadata.uid = Some(claim_uid.to_string());
-                            c
-                        });
-                    ClaimChange::released(claim, (*o.allocation).clone())
-                })
+            let freed = old.filter(|o| !inner.claims.allocated().covers(&o.allocation));
+            if freed.is_some() {
+                inner.in_flight.frees += 1;
+            }
+            freed.map(|o| {
+                let claim = inner
+                    .claims
+                    .get_by_uid(claim_uid)
+                    .map(|c| (*c).clone())
+                    .unwrap_or_else(|| {
+                        let mut c = ResourceClaim::default();
+                        c.metadata.uid = Some(claim_uid.to_string());
+                        c
+                    });
+                ClaimChange::released(claim, (*o.allocation).clone())
+            })
         };
         if let Some(change) = freed {
             self.observer.notify(&change);
@@ -421,6 +433,7 @@ impl DraCache {
             pending: inner.in_flight.by_uid.clone(),
             classes: inner.classes.map(),
             extended_resources: inner.classes.extended_map(),
+            frees: inner.claims.frees() + inner.in_flight.frees,
         });
         inner.snapshot = Some(snap.clone());
         snap
@@ -456,9 +469,21 @@ pub struct DraSnapshot {
     pending: Arc<HashMap<String, InFlightAllocation>>,
     classes: Arc<ClassMap>,
     extended_resources: Arc<HashMap<String, String>>,
+    frees: u64,
 }
 
 impl DraSnapshot {
+    /// A counter that only moves when devices may have been freed since an earlier snapshot: a
+    /// committed allocation dropped or replaced (deallocation, claim deletion, a forgotten
+    /// assumption), an in-flight allocation replaced, or one dropped without the committed claims
+    /// holding its devices (a binding that failed before its claim was written). Allocating
+    /// never moves it, nor does an in-flight allocation handing over to its written claim. Two
+    /// snapshots with the same counter and the same [`Self::index`] therefore differ only by
+    /// devices newly taken: a node short of free devices in the first is short in the second.
+    pub fn frees(&self) -> u64 {
+        self.frees
+    }
+
     /// The slice index.
     pub fn index(&self) -> &Arc<DraSnapshotIndex> {
         &self.index

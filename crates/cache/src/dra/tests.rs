@@ -457,6 +457,7 @@ proptest! {
         let cache = DraCache::new();
         let mut model = Model::default();
         let mut held = Vec::new();
+        let mut before = cache.snapshot();
         for op in ops {
             match op {
                 Op::Apply { name, uid, rv: v, devices } => {
@@ -526,6 +527,18 @@ proptest! {
             }
             prop_assert_eq!(&**snap.in_flight(), &want_in_flight);
             prop_assert_eq!(cache.claim_count(), model.claims.len());
+            // Nothing in use became free unless the frees counter moved.
+            if snap.frees() == before.frees() {
+                for (d, _) in DEVICES {
+                    prop_assert!(
+                        !before.state_layers().is_allocated(&id(d)) || snap.state_layers().is_allocated(&id(d)),
+                        "device {} freed without the counter moving",
+                        d
+                    );
+                }
+            }
+            prop_assert!(snap.frees() >= before.frees());
+            before = snap;
         }
         // Snapshots taken along the way were never modified afterwards.
         for (s, want) in held {
@@ -683,4 +696,64 @@ fn the_observer_hears_the_schedulers_own_claim_changes() {
     cache.apply_claim(rc("c", "u1", 7, Some(a))).unwrap();
     cache.release_in_flight("u1");
     assert!(take().is_empty());
+}
+
+/// `DraSnapshot::frees` moves when a device may have come free and not otherwise, so a node found
+/// short of devices in one snapshot is known short in a later one with the same counter.
+#[test]
+fn frees_counts_what_can_free_devices_and_nothing_else() {
+    let cache = DraCache::new();
+    let frees = |cache: &DraCache| cache.snapshot().frees();
+    let apply = |name: &str, uid: &str, rv: u64, a: Option<AllocationResult>| {
+        cache.apply_claim(rc(name, uid, rv, a)).unwrap();
+    };
+    let start = frees(&cache);
+    // Allocating, in flight then written (the normal binding), moves nothing.
+    cache.reserve_in_flight("u1", alloc(&[("a", None)]));
+    assert_eq!(frees(&cache), start, "reserve");
+    cache
+        .assume_claim(rc("c1", "u1", 2, Some(alloc(&[("a", None)]))))
+        .unwrap();
+    assert_eq!(frees(&cache), start, "assume");
+    assert!(cache.release_in_flight("u1"));
+    assert_eq!(frees(&cache), start, "hand-over to the written claim");
+    apply("c1", "u1", 3, Some(alloc(&[("a", None)])));
+    assert_eq!(frees(&cache), start, "watch echo of the same allocation");
+    let mut rewritten = alloc(&[("a", None)]);
+    rewritten.allocation_timestamp = Some(Time(Default::default()));
+    apply("c1", "u1", 4, Some(rewritten));
+    assert_eq!(frees(&cache), start, "the same devices, another field changed");
+    apply("c2", "u2", 4, Some(alloc(&[("b", None)])));
+    assert_eq!(frees(&cache), start, "someone else's allocation");
+    cache.reserve_in_flight("u4", alloc(&[("e", None)]));
+    cache.reserve_in_flight("u4", alloc(&[("e", None)]));
+    assert_eq!(
+        frees(&cache),
+        start,
+        "the same in-flight allocation recorded again"
+    );
+
+    // Each of these can free a device.
+    cache.reserve_in_flight("u4", alloc(&[("f", None)]));
+    let after_replace = frees(&cache);
+    assert!(after_replace > start, "an in-flight allocation replaced");
+    assert!(cache.release_in_flight("u4"));
+    let after_release = frees(&cache);
+    assert!(
+        after_release > after_replace,
+        "an in-flight allocation dropped unwritten"
+    );
+    apply("c2", "u2", 9, None);
+    let after_deallocate = frees(&cache);
+    assert!(after_deallocate > after_release, "deallocation");
+    apply("c3", "u3", 1, Some(alloc(&[("s", Some("1"))])));
+    let before_share = frees(&cache);
+    apply("c3", "u3", 2, Some(alloc(&[("s", Some("1")), ("b", None)])));
+    assert!(
+        frees(&cache) > before_share,
+        "a share rewritten under its id may have shrunk"
+    );
+    let before_delete = frees(&cache);
+    cache.remove_claim("default", "c1");
+    assert!(frees(&cache) > before_delete, "an allocated claim deleted");
 }

@@ -47,6 +47,7 @@ mod node_allocatable;
 mod prebind;
 mod preemption;
 mod reasons;
+mod short_nodes;
 mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -64,13 +65,14 @@ use unisched_cache::DraCache;
 use unisched_dra::fast_hash::FastHashMap;
 use unisched_dra::nodesel::node_selector_matches;
 use unisched_dra::{
-    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, NodeSummary, PreparedClaim,
+    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, NodeSummary,
+    PreparedClaim, summary_shape,
 };
 use unisched_framework::{
     ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
-    FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NodeFootprints, NodeInfo, NodeScore, NodeToStatus,
-    Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeScore,
+    NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin,
+    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use unisched_resource::node_allocatable_claim_footprint;
 
@@ -80,6 +82,7 @@ pub use claims::RESERVED_FOR_MAX_SIZE;
 pub use extended::PLACEHOLDER_NAME;
 
 use reasons::{DetailSource, FailureLog, NodeFailure};
+use short_nodes::{ShortNodeVeto, ShortNodes};
 use state::{BindingProgress, CycleData, Deferred, NodeResult, PodClaim, PodState, STATE_KEY};
 
 /// The plugin name.
@@ -126,6 +129,8 @@ pub struct DynamicResources {
     /// Filter may decide simple claims from the device summary (off with the environment
     /// variable [`NO_SUMMARY_ENV`], to measure or rule out the fast path; decisions are the same).
     summary: bool,
+    /// Nodes the summary found short, for the node veto ([`short_nodes`]).
+    short_nodes: ShortNodes,
 }
 
 /// Set (to anything) in the scheduler's environment, Filter runs the full allocator on every
@@ -159,6 +164,7 @@ impl DynamicResources {
             features: Features::default(),
             poll_interval: Duration::from_secs(5),
             summary: std::env::var_os(NO_SUMMARY_ENV).is_none(),
+            short_nodes: ShortNodes::default(),
         }
     }
 
@@ -238,6 +244,13 @@ impl DynamicResources {
                 prepared,
             });
         }
+        // One claim of the summary's shape and nothing else to allocate: remember short nodes.
+        let short = match (&prepared_list[..], &ext) {
+            ([only], None) if self.summary && pod_claims.len() == 1 => {
+                summary_shape(only).map(|(alt, _)| self.short_nodes.table_for(&snapshot, &alt.selection_key))
+            }
+            _ => None,
+        };
         let allocator = (!to_allocate.is_empty() || ext.is_some()).then(|| {
             Allocator::new(
                 snapshot.index().clone(),
@@ -250,6 +263,7 @@ impl DynamicResources {
             snapshot,
             engine: self.engine.clone(),
             features: self.features,
+            short,
             claims: pod_claims,
             to_allocate,
             extended: ext,
@@ -351,7 +365,14 @@ impl DynamicResources {
                             ..NodeResult::default()
                         });
                     }
-                    NodeSummary::Short => return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None)),
+                    NodeSummary::Short { free } => {
+                        if let Some(table) = &data.short
+                            && let Some(slot) = data.snapshot.index().node_slot(node_name)
+                        {
+                            table.record(slot, free);
+                        }
+                        return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None));
+                    }
                     NodeSummary::Undecided => {}
                 }
             }
@@ -590,6 +611,25 @@ impl PreFilterPlugin for DynamicResources {
             DIAGNOSIS_DETAIL_KEY,
             DiagnosisDetail(Arc::new(DetailSource(data.clone()))),
         );
+        if let Some(table) = &data.short
+            && let Some(needed) = data.claims[0]
+                .prepared
+                .as_deref()
+                .and_then(summary_shape)
+                .map(|(_, n)| n)
+        {
+            state.write(
+                NODE_VETO_KEY,
+                NodeVetoHandle {
+                    plugin: NAME.to_string(),
+                    veto: Arc::new(ShortNodeVeto {
+                        index: data.snapshot.index().clone(),
+                        table: table.clone(),
+                        needed,
+                    }),
+                },
+            );
+        }
         state.write(STATE_KEY, CycleData(data));
         (None, Status::success())
     }

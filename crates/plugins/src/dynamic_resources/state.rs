@@ -22,6 +22,7 @@ use unisched_framework::{NodeFootprints, NodeInfo};
 
 use super::extended::{ExtendedPlan, Variant};
 use super::reasons::{FailureLog, NodeFailure};
+use super::short_nodes::ShortTable;
 
 /// Cycle-state key.
 pub(crate) const STATE_KEY: &str = "DynamicResources";
@@ -114,6 +115,9 @@ pub(crate) struct PodState {
     pub engine: Arc<CelSelectorEngine>,
     /// The plugin's DRA feature gates.
     pub features: Features,
+    /// Where Filter records nodes the device summary finds short, when the pod's one claim has
+    /// the summary's shape ([`super::short_nodes`]).
+    pub short: Option<Arc<ShortTable>>,
     pub claims: Vec<PodClaim>,
     /// Indices into `claims` that need allocation, in allocator order.
     pub to_allocate: Vec<usize>,

@@ -19,8 +19,8 @@ use unisched_cache::DraCache;
 use unisched_dra::testing::{DeviceBuilder, claim, class, dev, first_available, req, slice};
 use unisched_framework::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY,
-    NodeFootprints, NodeInfo, NodeToStatus, PodInfo, PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin,
-    QueueingHint, ReservePlugin, ScorePlugin, Snapshot, Status,
+    NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeToStatus, NodeVetoHandle, PodInfo, PostFilterPlugin,
+    PreEnqueuePlugin, PreFilterPlugin, QueueingHint, ReservePlugin, ScorePlugin, Snapshot, Status,
 };
 
 use super::testing::{ApiWrite, FakeDraApi};
@@ -479,6 +479,74 @@ fn filter_fatal_errors_are_errors() {
             assert!(s.message().contains(text), "{} on {n}: {}", c.name, s.message());
         }
     }
+}
+
+/// A node the device summary found short is vetoed for the next pods with the same selectors
+/// (the algorithm then passes over it), until a device may have been freed; a node without
+/// devices is vetoed from the start. Pods the summary does not decide get no veto.
+#[test]
+fn short_nodes_are_vetoed_until_a_device_may_be_free() {
+    let e = env();
+    e.slice(gpus("n1", 1, "a100"));
+    e.slice(gpus("n2", 1, "a100"));
+    let taken = with_allocation(
+        gpu_claim("taken", 1),
+        allocation(vec![result("gpu", GPU, "n1", "gpu-0")]),
+        &["other"],
+    );
+    e.claim(taken.clone());
+    let veto = |st: &CycleState| {
+        st.read::<NodeVetoHandle>(NODE_VETO_KEY)
+            .ok()
+            .map(|h| (h.plugin.clone(), h.veto.clone()))
+    };
+    let (n1, n2, n3) = (node("n1"), node("n2"), node("n3"));
+
+    e.claim(gpu_claim("a", 1));
+    let pa = info(&pod_with("pa", &["a"]));
+    let (st, _) = e.prefilter(&pa);
+    let (plugin, v) = veto(&st).expect("a pod with one claim of the summary's shape gets a veto");
+    assert_eq!(plugin, NAME);
+    assert!(!v.vetoes(&n1), "nothing found yet");
+    assert!(v.vetoes(&n3), "a node without devices");
+    assert_eq!(e.filter(&st, &pa, &n1).message(), reason::CANNOT_ALLOCATE);
+    assert!(e.filter(&st, &pa, &n2).is_success());
+    assert!(v.vetoes(&n1), "found short by Filter");
+    assert!(!v.vetoes(&n2), "it fits there");
+
+    // The next pod with the same selectors starts from what the first one found.
+    e.claim(gpu_claim("b", 1));
+    let pb = info(&pod_with("pb", &["b"]));
+    let (st, _) = e.prefilter(&pb);
+    let (_, v) = veto(&st).unwrap();
+    assert!(v.vetoes(&n1) && !v.vetoes(&n2) && v.vetoes(&n3));
+
+    // Other selectors: their own record.
+    let sel = format!("device.attributes[\"{GPU}\"].model == \"a100\"");
+    e.claim(
+        claim("default", "c")
+            .request(req("gpu", GPU).selector(&sel))
+            .build(),
+    );
+    let pc = info(&pod_with("pc", &["c"]));
+    let (st, _) = e.prefilter(&pc);
+    assert!(!veto(&st).unwrap().1.vetoes(&n1));
+
+    // Two claims, or an allocation mode the summary leaves alone: no veto.
+    let (st, _) = e.prefilter(&info(&pod_with("pab", &["a", "b"])));
+    assert!(veto(&st).is_none());
+    e.claim(claim("default", "all").request(req("gpu", GPU).all()).build());
+    let (st, _) = e.prefilter(&info(&pod_with("pall", &["all"])));
+    assert!(veto(&st).is_none());
+
+    // n1's device is freed: what was found no longer holds.
+    let mut freed = taken;
+    freed.status = None;
+    e.claim(freed);
+    let (st, _) = e.prefilter(&pb);
+    let (_, v) = veto(&st).unwrap();
+    assert!(!v.vetoes(&n1), "a device may have been freed");
+    assert!(e.filter(&st, &pb, &n1).is_success());
 }
 
 #[test]

@@ -99,6 +99,48 @@ fn gpu_pods_never_share_devices() {
     assert!(err.contains("claim default/p6 request gpu: on 3 nodes"), "{err}");
 }
 
+/// Once the devices are taken, later pods get a node veto for the nodes found short and for the
+/// node without devices, so the algorithm passes over all of them. A pod that then fits nowhere
+/// still gets the message the whole filter chain gives: the node without devices is rejected by
+/// NodeResourcesFit (it runs first), not by DynamicResources, and the allocator explains the rest.
+#[test]
+fn vetoed_nodes_get_the_statuses_of_the_whole_filter_chain() {
+    let e = env();
+    let cache = Cache::new();
+    for n in ["n1", "n2"] {
+        add_node(&cache, n, "8");
+        e.slice(gpus(n, 1, "a100"));
+    }
+    add_node(&cache, "n3", "500m");
+    let (fwk, _) = framework(&e);
+    let mut algo = SchedulingAlgorithm::new(2, None, 7);
+    let mut placed = BTreeSet::new();
+    for i in 0..4 {
+        let name = format!("p{i}");
+        let mut c = gpu_claim(&name, 1);
+        c.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        e.claim(c);
+        match schedule(&fwk, &mut algo, &cache, pod_with(&name, &[&name])) {
+            Ok(node) => assert!(placed.insert(node), "{name}: a node used twice"),
+            Err(message) => {
+                assert_eq!(i, 2, "{name}: {message}");
+                assert!(
+                    message.starts_with(
+                        "0/3 nodes are available: 1 Insufficient cpu, 2 cannot allocate all claims. "
+                    ),
+                    "{message}"
+                );
+                assert!(
+                    message.contains("on 2 nodes the matching devices are already allocated"),
+                    "{message}"
+                );
+                break;
+            }
+        }
+    }
+    assert_eq!(placed, BTreeSet::from(["n1".to_string(), "n2".to_string()]));
+}
+
 #[test]
 fn cpu_ledger_counts_claims() {
     let e = env();
