@@ -103,6 +103,35 @@ pub fn summary_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative, usi
     Some((alt, needed))
 }
 
+/// The other claim shape the device summary decides: the summary's shape ([`summary_shape`])
+/// plus exactly one `matchAttribute` constraint over that one request. Returns the alternative,
+/// the count and the attribute. A set of devices satisfies it exactly when they all have the
+/// attribute with one value (for scalar values), so the free matching devices grouped by value
+/// decide it: some group must hold the count.
+fn match_attribute_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative, usize, &str)> {
+    let [constraint] = claim.constraints() else {
+        return None;
+    };
+    let [request] = claim.requests() else {
+        return None;
+    };
+    if constraint.distinct
+        || !(constraint.requests.is_empty() || constraint.requests == [request.name.as_str()])
+    {
+        return None;
+    }
+    let [alt] = request.alternatives.as_slice() else {
+        return None;
+    };
+    let AllocationMode::ExactCount(needed) = alt.mode else {
+        return None;
+    };
+    if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
+        return None;
+    }
+    Some((alt, needed, &constraint.attribute))
+}
+
 /// When to give up.
 #[derive(Clone, Copy, Default)]
 pub struct Deadline<'a> {
@@ -576,9 +605,15 @@ impl Allocator {
         let [claim] = claims else {
             return NodeSummary::Undecided;
         };
-        let Some((alt, needed)) = summary_shape(claim) else {
-            return NodeSummary::Undecided;
+        let (alt, needed, match_attribute) = match summary_shape(claim) {
+            Some((alt, needed)) => (alt, needed, None),
+            None => match match_attribute_shape(claim) {
+                Some((alt, needed, attribute)) => (alt, needed, Some(attribute)),
+                None => return NodeSummary::Undecided,
+            },
         };
+        // For a `matchAttribute` claim: free matching devices per value of the attribute.
+        let mut groups: Vec<(AttrScalar, usize)> = Vec::new();
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
@@ -613,9 +648,42 @@ impl Allocator {
             else {
                 return NodeSummary::Undecided;
             };
-            if free < needed {
-                free += self.free_among(slice, &matching, needed - free);
+            match match_attribute {
+                None => {
+                    if free < needed {
+                        free += self.free_among(slice, &matching, needed - free);
+                    }
+                }
+                Some(attribute) => {
+                    for &di in matching.iter() {
+                        if self
+                            .state
+                            .is_exclusively_allocated(&slice.devices()[di as usize].id)
+                        {
+                            continue;
+                        }
+                        // A device without the attribute cannot join the match.
+                        let Some(set) = device_attribute(slice, di, attribute)
+                            .and_then(|a| attribute_set(a, f.list_type_attributes))
+                        else {
+                            continue;
+                        };
+                        // A list value matches by intersection: left to the search.
+                        let [value] = set.as_slice() else {
+                            return NodeSummary::Undecided;
+                        };
+                        match groups.iter_mut().find(|(v, _)| v == value) {
+                            Some((_, n)) => *n += 1,
+                            None => groups.push((value.clone(), 1)),
+                        }
+                    }
+                }
             }
+        }
+        if match_attribute.is_some() {
+            // Devices of equal value can always be picked together; devices of different
+            // values never can.
+            free = groups.iter().map(|(_, n)| *n).max().unwrap_or(0);
         }
         if free >= needed {
             NodeSummary::Fits

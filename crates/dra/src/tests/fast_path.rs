@@ -205,7 +205,8 @@ fn agree(
         .allocator_with_index(Arc::clone(index))
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let claims: Vec<&PreparedClaim> = alloc.claims().iter().map(|c| &**c).collect();
-    let simple = !c.all && !c.match_color && !c.second_request;
+    // The shapes the summary decides: one exact-count request, with or without one matchAttribute.
+    let simple = !c.all && !c.second_request;
     for (ni, n) in nodes.iter().enumerate() {
         let node = node(&format!("n{ni}"));
         // Summary first, then the allocator on the same (shared) selector caches: the
@@ -319,11 +320,57 @@ fn summary_declines_what_it_cannot_decide() {
             want: NodeSummary::Short { free: 1 },
         },
         Case {
-            name: "constraint",
+            name: "matchAttribute, enough devices of one value",
+            fixture: fx(
+                gpus(2),
+                claim("ns", "c")
+                    .request(req("r", "cls").count(2))
+                    .match_attribute(&format!("{DRIVER}/color"), &[]),
+            ),
+            want: NodeSummary::Fits,
+        },
+        Case {
+            name: "matchAttribute, the free devices differ",
+            fixture: fx(
+                slice("s", DRIVER, "n", "n")
+                    .device(dev("d0").int("color", 0))
+                    .device(dev("d1").int("color", 1))
+                    .device(dev("d2")),
+                claim("ns", "c")
+                    .request(req("r", "cls").count(2))
+                    .match_attribute(&format!("{DRIVER}/color"), &["r"]),
+            ),
+            want: NodeSummary::Short { free: 1 },
+        },
+        Case {
+            name: "matchAttribute over a list attribute",
+            fixture: fx(
+                slice("s", DRIVER, "n", "n")
+                    .device(dev("d0").ints("numa", &[0, 1]))
+                    .device(dev("d1").ints("numa", &[1])),
+                claim("ns", "c")
+                    .request(req("r", "cls").count(2))
+                    .match_attribute(&format!("{DRIVER}/numa"), &[]),
+            ),
+            want: NodeSummary::Undecided,
+        },
+        Case {
+            name: "distinctAttribute",
             fixture: fx(
                 gpus(2),
                 claim("ns", "c")
                     .request(req("r", "cls"))
+                    .distinct_attribute(&format!("{DRIVER}/color"), &[]),
+            ),
+            want: NodeSummary::Undecided,
+        },
+        Case {
+            name: "two constraints",
+            fixture: fx(
+                gpus(2),
+                claim("ns", "c")
+                    .request(req("r", "cls"))
+                    .match_attribute(&format!("{DRIVER}/color"), &[])
                     .match_attribute(&format!("{DRIVER}/color"), &[]),
             ),
             want: NodeSummary::Undecided,

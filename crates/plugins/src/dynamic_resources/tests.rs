@@ -692,16 +692,17 @@ fn filter_timeout_is_reported() {
         ..DynamicResourcesArgs::default()
     };
     let e = env_with(args);
-    // 16 devices with distinct values and a matchAttribute over 8 of them: an exhaustive search.
+    // 16 devices with 7 distinct values and a distinctAttribute over 8 of them: an exhaustive
+    // search (a matchAttribute claim would be decided by the device summary without one).
     let mut s = slice("n1-gpu", GPU, "n1", "n1");
     for i in 0..16 {
-        s = s.device(dev(&format!("gpu-{i}")).int("group", i));
+        s = s.device(dev(&format!("gpu-{i}")).int("group", i % 7));
     }
     e.slice(s.build());
     e.claim(
         claim("default", "c")
             .request(req("gpu", GPU).count(8))
-            .match_attribute(&format!("{GPU}/group"), &[])
+            .distinct_attribute(&format!("{GPU}/group"), &[])
             .build(),
     );
     let pod = info(&pod_with("p", &["c"]));
