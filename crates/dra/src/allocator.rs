@@ -306,6 +306,44 @@ enum AttrScalar {
 /// Attribute values as a sorted set (scalars are singletons).
 type AttrSet = Vec<AttrScalar>;
 
+/// A scalar attribute value, borrowed: what the device summary groups `matchAttribute` devices
+/// by (equal exactly when the [`AttrScalar`]s are), without building a set per device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScalarRef<'a> {
+    Int(i64),
+    Bool(bool),
+    Str(&'a str),
+    Version(&'a str),
+}
+
+/// The value [`attribute_set`] would give as a singleton, borrowed: `Ok(None)` where it gives
+/// `None` (the device cannot join the match), `Err(())` for a list value (matched by
+/// intersection; the summary leaves it to the search).
+fn scalar_ref(attr: &DeviceAttribute, list_mode: bool) -> Result<Option<ScalarRef<'_>>, ()> {
+    if let Some(v) = attr.int {
+        return Ok(Some(ScalarRef::Int(v)));
+    }
+    if let Some(v) = attr.bool {
+        return Ok(Some(ScalarRef::Bool(v)));
+    }
+    if let Some(v) = &attr.string {
+        return Ok(Some(ScalarRef::Str(v)));
+    }
+    if let Some(v) = &attr.version {
+        return Ok(Some(ScalarRef::Version(v)));
+    }
+    let lists = [
+        attr.ints.as_ref().is_some_and(|v| !v.is_empty()),
+        attr.bools.as_ref().is_some_and(|v| !v.is_empty()),
+        attr.strings.as_ref().is_some_and(|v| !v.is_empty()),
+        attr.versions.as_ref().is_some_and(|v| !v.is_empty()),
+    ];
+    if list_mode && lists.contains(&true) {
+        return Err(());
+    }
+    Ok(None)
+}
+
 fn attribute_set(attr: &DeviceAttribute, list_mode: bool) -> Option<AttrSet> {
     let mut set: AttrSet = if let Some(v) = attr.int {
         vec![AttrScalar::Int(v)]
@@ -613,7 +651,7 @@ impl Allocator {
             },
         };
         // For a `matchAttribute` claim: free matching devices per value of the attribute.
-        let mut groups: Vec<(AttrScalar, usize)> = Vec::new();
+        let mut groups: Vec<(ScalarRef<'_>, usize)> = Vec::new();
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
@@ -662,19 +700,18 @@ impl Allocator {
                         {
                             continue;
                         }
-                        // A device without the attribute cannot join the match.
-                        let Some(set) = device_attribute(slice, di, attribute)
-                            .and_then(|a| attribute_set(a, f.list_type_attributes))
-                        else {
-                            continue;
+                        // A device without the attribute cannot join the match; a list value
+                        // matches by intersection: left to the search.
+                        let value = match device_attribute(slice, di, attribute)
+                            .map(|a| scalar_ref(a, f.list_type_attributes))
+                        {
+                            None | Some(Ok(None)) => continue,
+                            Some(Err(())) => return NodeSummary::Undecided,
+                            Some(Ok(Some(v))) => v,
                         };
-                        // A list value matches by intersection: left to the search.
-                        let [value] = set.as_slice() else {
-                            return NodeSummary::Undecided;
-                        };
-                        match groups.iter_mut().find(|(v, _)| v == value) {
+                        match groups.iter_mut().find(|(v, _)| *v == value) {
                             Some((_, n)) => *n += 1,
-                            None => groups.push((value.clone(), 1)),
+                            None => groups.push((value, 1)),
                         }
                     }
                 }
@@ -1895,6 +1932,64 @@ mod tests {
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "8");
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn scalar_refs_group_as_attribute_sets_compare() {
+        let attrs = [
+            DeviceAttribute {
+                int: Some(3),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                int: Some(4),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                bool: Some(true),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                string: Some("3".into()),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                version: Some("3".into()),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                string: Some("a".into()),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                ints: Some(vec![3]),
+                ..Default::default()
+            },
+            DeviceAttribute {
+                ints: Some(vec![]),
+                ..Default::default()
+            },
+            DeviceAttribute::default(),
+        ];
+        for list_mode in [false, true] {
+            for a in &attrs {
+                let set = attribute_set(a, list_mode);
+                match scalar_ref(a, list_mode) {
+                    Ok(None) => assert_eq!(set, None, "{a:?}"),
+                    Ok(Some(_)) => assert_eq!(set.as_ref().map(Vec::len), Some(1), "{a:?}"),
+                    Err(()) => assert!(list_mode && set.is_some(), "{a:?}"),
+                }
+                for b in &attrs {
+                    if let (Ok(Some(x)), Ok(Some(y))) = (scalar_ref(a, list_mode), scalar_ref(b, list_mode)) {
+                        assert_eq!(
+                            x == y,
+                            attribute_set(a, list_mode) == attribute_set(b, list_mode),
+                            "{a:?} {b:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
