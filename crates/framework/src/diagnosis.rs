@@ -33,8 +33,8 @@ impl NodeToStatus {
         self.statuses.insert(node.into(), status);
     }
 
-    /// Makes room for `additional` more statuses (the algorithm knows how many nodes a batch
-    /// evaluates; growing the map one rehash at a time was a visible cost with thousands).
+    /// Makes room for `additional` more statuses (the algorithm knows how many nodes it rejected;
+    /// growing the map one rehash at a time was a visible cost with thousands).
     pub fn reserve(&mut self, additional: usize) {
         self.statuses.reserve(additional);
     }

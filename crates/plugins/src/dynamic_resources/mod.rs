@@ -486,7 +486,6 @@ fn fatal_message(e: &FatalError) -> String {
     }
 }
 
-/// The device count of the failing request, to say "fewer than N devices".
 /// The status and recorded reason of a node where the allocator failed.
 pub(crate) fn allocation_failure(list: &[&PreparedClaim], e: AllocationError) -> (Status, NodeFailure) {
     match e {
@@ -508,6 +507,7 @@ pub(crate) fn allocation_failure(list: &[&PreparedClaim], e: AllocationError) ->
     }
 }
 
+/// The device count of the failing request, to say "fewer than N devices".
 fn needed_devices(list: &[&PreparedClaim], u: &unisched_dra::Unschedulable) -> Option<usize> {
     let claim = list.iter().find(|c| c.key() == u.claim)?;
     let request = u.request.as_deref()?;

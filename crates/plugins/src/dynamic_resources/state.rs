@@ -197,8 +197,9 @@ impl PodState {
         if let Some(v) = &variant {
             list.push(&v.prepared);
         }
-        // The summary decides only claims whose search is a scan of one request's candidates,
-        // so no deadline is needed here.
+        // The summary decides only one exact-count request with at most one matchAttribute; the
+        // search gives up on a value as soon as too few candidates share it, so it ends quickly
+        // without a deadline.
         match allocator.allocate_claims(node_obj, &list, Deadline::none()) {
             Ok(_) => None,
             Err(e) => Some(super::allocation_failure(&list, e).1),
