@@ -213,6 +213,33 @@ pub type QueueingHintFn = Arc<
     dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String> + Send + Sync,
 >;
 
+/// The keys an event carries for [`EventNarrowing`]: `None` when it may concern any pod.
+pub type EventKeysFn =
+    Arc<dyn Fn(Option<&EventObject>, Option<&EventObject>) -> Option<Vec<String>> + Send + Sync>;
+
+/// The keys a pod carries for [`EventNarrowing`].
+pub type PodKeysFn = Arc<dyn Fn(&Pod) -> Vec<String> + Send + Sync>;
+
+/// Tells the queue which waiting pods a hinted event can concern, so that it asks the hint only
+/// for those instead of for the whole unschedulable pool.
+///
+/// Why: a hint is asked once per pooled pod and event. With thousands of pods waiting for their
+/// claims and an event per claim written, that product (not the hints themselves) was the largest
+/// part of the runtime's CPU. A claim event concerns the pods that own or name the claim; keys say
+/// so in a form the queue can index.
+///
+/// The contract, which the plugin's tests must check: whenever `event_keys(old, new)` returns
+/// `Some(keys)` and none of `keys` is among `pod_keys(pod)`, the hint answers `Skip` for `pod`.
+/// `None` makes no promise (every pod the plugin rejected is asked). Narrowing never changes what
+/// the hints decide, only how many pods are asked.
+#[derive(Clone)]
+pub struct EventNarrowing {
+    /// The event's keys.
+    pub event_keys: EventKeysFn,
+    /// A pod's keys (computed when the pod enters the unschedulable pool).
+    pub pod_keys: PodKeysFn,
+}
+
 /// An event a plugin cares about, with an optional hint (no hint = always `Queue`).
 #[derive(Clone)]
 pub struct ClusterEventWithHint {
@@ -220,6 +247,8 @@ pub struct ClusterEventWithHint {
     pub event: ClusterEvent,
     /// The hint.
     pub hint: Option<QueueingHintFn>,
+    /// Which pooled pods the hint can answer other than `Skip` for (only with a hint).
+    pub narrowing: Option<EventNarrowing>,
 }
 
 impl fmt::Debug for ClusterEventWithHint {
@@ -227,6 +256,7 @@ impl fmt::Debug for ClusterEventWithHint {
         f.debug_struct("ClusterEventWithHint")
             .field("event", &self.event)
             .field("hint", &self.hint.is_some())
+            .field("narrowing", &self.narrowing.is_some())
             .finish()
     }
 }
@@ -234,7 +264,27 @@ impl fmt::Debug for ClusterEventWithHint {
 impl ClusterEventWithHint {
     /// An event without a hint.
     pub fn new(event: ClusterEvent) -> Self {
-        ClusterEventWithHint { event, hint: None }
+        ClusterEventWithHint {
+            event,
+            hint: None,
+            narrowing: None,
+        }
+    }
+
+    /// Adds [`EventNarrowing`] to an event with a hint (see its contract).
+    pub fn narrowed_by(
+        mut self,
+        event_keys: impl Fn(Option<&EventObject>, Option<&EventObject>) -> Option<Vec<String>>
+        + Send
+        + Sync
+        + 'static,
+        pod_keys: impl Fn(&Pod) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.narrowing = Some(EventNarrowing {
+            event_keys: Arc::new(event_keys),
+            pod_keys: Arc::new(pod_keys),
+        });
+        self
     }
 
     /// An event with a hint.
@@ -248,6 +298,7 @@ impl ClusterEventWithHint {
         ClusterEventWithHint {
             event,
             hint: Some(Arc::new(hint)),
+            narrowing: None,
         }
     }
 }

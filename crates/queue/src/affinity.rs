@@ -63,16 +63,23 @@ fn term_matches(owner_namespace: &str, term: &PodAffinityTerm, pod: &Pod) -> boo
     )
 }
 
-/// True when one of `waiting`'s required pod-affinity terms selects `pod`.
-pub(crate) fn required_affinity_selects(waiting: &Pod, pod: &Pod) -> bool {
-    let owner_ns = waiting.metadata.namespace.as_deref().unwrap_or("default");
-    waiting
-        .spec
+fn required_terms(pod: &Pod) -> Option<&Vec<PodAffinityTerm>> {
+    pod.spec
         .as_ref()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.pod_affinity.as_ref())
         .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-        .is_some_and(|terms| terms.iter().any(|t| term_matches(owner_ns, t, pod)))
+}
+
+/// True when one of `waiting`'s required pod-affinity terms selects `pod`.
+pub(crate) fn required_affinity_selects(waiting: &Pod, pod: &Pod) -> bool {
+    let owner_ns = waiting.metadata.namespace.as_deref().unwrap_or("default");
+    required_terms(waiting).is_some_and(|terms| terms.iter().any(|t| term_matches(owner_ns, t, pod)))
+}
+
+/// True when `pod` has a required pod-affinity term (only such pods can be selected above).
+pub(crate) fn has_required_affinity(pod: &Pod) -> bool {
+    required_terms(pod).is_some_and(|terms| !terms.is_empty())
 }
 
 #[cfg(test)]

@@ -17,11 +17,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use unisched_framework::{
-    ActionType, ClusterEvent, EventObject, EventResource, Framework, QueuedPodInfo, QueueingHint,
-    QueueingHintFn,
+    ActionType, ClusterEvent, EventNarrowing, EventObject, EventResource, Framework, PodKeysFn,
+    QueuedPodInfo, QueueingHint, QueueingHintFn,
 };
 
-use crate::events::is_wildcard;
+use crate::{events::is_wildcard, pool_index::PoolIndex};
 
 /// How a pod should be requeued after an event, in increasing urgency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,6 +37,7 @@ pub(crate) enum Strategy {
 struct HintFunction {
     plugin: String,
     hint: Option<QueueingHintFn>,
+    narrowing: Option<EventNarrowing>,
 }
 
 /// One profile's registered events.
@@ -93,10 +94,10 @@ impl ProfileHints {
                     node_add |= e.event.action.intersects(ActionType::ADD);
                     node_taint |= e.event.action.intersects(ActionType::UPDATE_NODE_TAINT);
                 }
-                hints.register(plugin, e.event, e.hint.clone());
+                hints.register(plugin, e.event, e.hint.clone(), e.narrowing.clone());
             }
             if node_add && !node_taint {
-                hints.register(plugin, NODE_TAINT, None);
+                hints.register(plugin, NODE_TAINT, None, None);
             }
         }
         let names = fwk.plugin_names();
@@ -104,17 +105,26 @@ impl ProfileHints {
         for point in rejecting_points {
             for name in names.get(point).into_iter().flatten() {
                 if !with_extensions.contains(name.as_str()) && hints.defaulted.insert(name.clone()) {
-                    hints.register(name, EVERYTHING, None);
+                    hints.register(name, EVERYTHING, None, None);
                 }
             }
         }
         hints
     }
 
-    fn register(&mut self, plugin: &str, event: ClusterEvent, hint: Option<QueueingHintFn>) {
+    fn register(
+        &mut self,
+        plugin: &str,
+        event: ClusterEvent,
+        hint: Option<QueueingHintFn>,
+        narrowing: Option<EventNarrowing>,
+    ) {
+        // Narrowing describes a hint's answers; without a hint the answer is always Queue.
+        let narrowing = narrowing.filter(|_| hint.is_some());
         let f = HintFunction {
             plugin: plugin.to_string(),
             hint,
+            narrowing,
         };
         match self.by_event.iter_mut().find(|(e, _)| *e == event) {
             Some((_, fns)) => fns.push(f),
@@ -139,6 +149,43 @@ impl ProfileHints {
         self.plugin_events
             .get(plugin)
             .is_some_and(|evs| evs.iter().any(|e| e.matches(event)))
+    }
+
+    /// The pod-key functions of this profile's narrowed events (see [`PoolIndex`]).
+    pub(crate) fn pod_key_fns(&self) -> impl Iterator<Item = &PodKeysFn> {
+        self.by_event
+            .iter()
+            .flat_map(|(_, fns)| fns)
+            .filter_map(|f| f.narrowing.as_ref().map(|n| &n.pod_keys))
+    }
+
+    /// Adds to `out` every pooled pod *rejected by a plugin* for which [`Self::evaluate`] can answer
+    /// other than Skip for `event`: the pods whose keys meet the event's keys for a narrowed hint,
+    /// and every pod the plugin rejected for any other hint. (Pods no plugin rejected are the
+    /// caller's: `precheck` decides them.)
+    pub(crate) fn candidates<'a>(
+        &self,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+        index: &'a PoolIndex,
+        out: &mut BTreeSet<&'a str>,
+    ) {
+        for (registered, fns) in &self.by_event {
+            if !registered.matches(event) {
+                continue;
+            }
+            for f in fns {
+                match f.narrowing.as_ref().and_then(|n| (n.event_keys)(old, new)) {
+                    Some(keys) => {
+                        for k in &keys {
+                            out.extend(index.with_key(k));
+                        }
+                    }
+                    None => out.extend(index.rejected_by(&f.plugin)),
+                }
+            }
+        }
     }
 
     /// Upstream `isPodWorthRequeuing`.

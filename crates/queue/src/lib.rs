@@ -23,6 +23,7 @@ mod events;
 mod heap;
 mod hints;
 mod nominator;
+mod pool_index;
 mod queue;
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 //! reads it. Lock order: queue state, then nominator.
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     fmt,
     sync::Arc,
     time::{Duration, Instant},
@@ -44,6 +44,7 @@ use crate::{
     heap::{Keyed, KeyedHeap},
     hints::{ProfileHints, Strategy, precheck},
     nominator::Nominator,
+    pool_index::PoolIndex,
 };
 
 impl Keyed for QueuedPodInfo {
@@ -190,6 +191,8 @@ struct State {
     backoff: KeyedHeap<QueuedPodInfo>,
     error_backoff: KeyedHeap<QueuedPodInfo>,
     unschedulable: BTreeMap<String, QueuedPodInfo>,
+    /// Which pooled pods an event can concern (see [`PoolIndex`]).
+    pool_index: PoolIndex,
     gated: usize,
     in_flight: BTreeMap<String, InFlight>,
     events: VecDeque<Recorded>,
@@ -244,19 +247,19 @@ impl State {
     }
 
     fn unsched_put(&mut self, qpi: QueuedPodInfo) {
-        let gated = qpi.gating_plugin.is_some();
-        if let Some(old) = self.unschedulable.insert(qpi.pod_info.uid.clone(), qpi)
-            && old.gating_plugin.is_some()
-        {
-            self.gated -= 1;
-        }
-        if gated {
+        let uid = qpi.pod_info.uid.clone();
+        // A pod already pooled is replaced: take it out first so the counter and index stay exact.
+        self.unsched_take(&uid);
+        if qpi.gating_plugin.is_some() {
             self.gated += 1;
         }
+        self.pool_index.insert(&qpi);
+        self.unschedulable.insert(uid, qpi);
     }
 
     fn unsched_take(&mut self, uid: &str) -> Option<QueuedPodInfo> {
         let q = self.unschedulable.remove(uid)?;
+        self.pool_index.remove(&q);
         if q.gating_plugin.is_some() {
             self.gated -= 1;
         }
@@ -338,13 +341,22 @@ impl SchedulingQueue {
             }
         }
         let epoch = config.clock.now();
+        let key_fns = hints
+            .values()
+            .flat_map(ProfileHints::pod_key_fns)
+            .cloned()
+            .collect();
+        let state = State {
+            pool_index: PoolIndex::new(key_fns),
+            ..State::default()
+        };
         Ok(SchedulingQueue {
             profiles: by_name,
             hints,
             sort: first,
             config,
             epoch,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             cond: Condvar::new(),
             nominator: RwLock::new(Nominator::default()),
         })
@@ -619,8 +631,44 @@ impl SchedulingQueue {
         if !self.interested(event) {
             return 0;
         }
-        let moves = self.decide_moves(st.unschedulable.iter(), event, old, new);
+        let moves = match self.pool_candidates(st, event, old, new) {
+            Some(uids) => {
+                let pooled = uids.iter().filter_map(|uid| st.unschedulable.get_key_value(*uid));
+                let moves = self.decide_moves(pooled, event, old, new);
+                #[cfg(test)]
+                assert_eq!(
+                    moves,
+                    self.decide_moves(st.unschedulable.iter(), event, old, new),
+                    "the pool index left out a pod {event} moves"
+                );
+                moves
+            }
+            None => self.decide_moves(st.unschedulable.iter(), event, old, new),
+        };
         self.apply_moves(st, moves, event, old, new)
+    }
+
+    /// A superset of the pooled pods `event` can move, in pool order; `None` when that is about
+    /// the whole pool anyway (a wildcard event, or more than half of the pool).
+    fn pool_candidates<'a>(
+        &self,
+        st: &'a State,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Option<BTreeSet<&'a str>> {
+        if is_wildcard(event) {
+            return None;
+        }
+        let mut out: BTreeSet<&str> = st.pool_index.unrejected().collect();
+        for hints in self.hints.values() {
+            hints.candidates(event, old, new, &st.pool_index, &mut out);
+            // (Tests always narrow, so that every narrowed decision is checked against the walk.)
+            if cfg!(not(test)) && out.len() * 2 > st.unschedulable.len() {
+                return None;
+            }
+        }
+        Some(out)
     }
 
     /// The pooled pods (uid, pod) that `event` moves, with how; the uids are copied only for them.
@@ -1266,6 +1314,7 @@ fn check(st: &State) -> Result<(), String> {
     for uid in st.unschedulable.keys() {
         note(uid, "unschedulable")?;
     }
+    st.pool_index.check(st.unschedulable.iter())?;
     for (uid, f) in &st.in_flight {
         if !f.deleted {
             note(uid, "in-flight")?;
@@ -1302,16 +1351,40 @@ fn check(st: &State) -> Result<(), String> {
     Ok(())
 }
 
+/// The pooled pods whose required affinity selects `pod`, or that PodTopologySpread rejected in its
+/// namespace, in pool order. Only those two kinds are looked at (through the pool index), so a bind
+/// costs nothing per pod waiting for something else.
 fn cross_topology_candidates(st: &State, pod: &Pod) -> Vec<String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    st.unschedulable
-        .iter()
-        .filter(|(_, q)| {
-            (q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD) && q.pod_info.namespace == ns)
-                || required_affinity_selects(&q.pod_info.pod, pod)
+    let spread = st.pool_index.rejected_by(POD_TOPOLOGY_SPREAD).filter(|uid| {
+        st.unschedulable.get(*uid).is_some_and(|q| {
+            q.pod_info.namespace == ns && q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD)
         })
-        .map(|(uid, _)| uid.clone())
-        .collect()
+    });
+    let affinity = st.pool_index.with_required_affinity().filter(|uid| {
+        st.unschedulable
+            .get(*uid)
+            .is_some_and(|q| required_affinity_selects(&q.pod_info.pod, pod))
+    });
+    let selected: BTreeSet<&str> = spread.chain(affinity).collect();
+    let selected: Vec<String> = selected.into_iter().map(str::to_string).collect();
+    #[cfg(test)]
+    {
+        let walked: Vec<String> = st
+            .unschedulable
+            .iter()
+            .filter(|(_, q)| {
+                (q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD) && q.pod_info.namespace == ns)
+                    || required_affinity_selects(&q.pod_info.pod, pod)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        assert_eq!(
+            selected, walked,
+            "the pool index left out a cross-topology candidate"
+        );
+    }
+    selected
 }
 
 /// `initial · 2^(count-1)` capped at `max` (overflow-safe); zero for `count == 0` or `max == 0`.

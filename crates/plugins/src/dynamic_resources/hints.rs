@@ -121,6 +121,67 @@ fn claim_hint_with(
     }
 }
 
+/// [`EventNarrowing`](unisched_framework::EventNarrowing) keys of a claim event: the claim's
+/// namespaced name and the uid of its controller. `None` (any pod) for a deallocation, which frees
+/// devices for everybody. The claim hint can only answer Queue for a pod in the claim's namespace
+/// that owns it ([`claims::is_for_pod`]) or names it ([`claims::names_claim`]), which is what the
+/// keys express (see [`claim_pod_keys`]).
+pub(crate) fn claim_event_keys(old: Option<&EventObject>, new: Option<&EventObject>) -> Option<Vec<String>> {
+    let (old, new) = (claim_of(old), claim_of(new));
+    if old.is_some_and(|c| claims::is_allocated(c)) && !new.is_some_and(|c| claims::is_allocated(c)) {
+        return None;
+    }
+    let Some(claim) = new.or(old) else {
+        return Some(Vec::new());
+    };
+    let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let owners = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.controller == Some(true))
+        .map(|o| owner_key(ns, &o.uid));
+    Some(std::iter::once(claim_name_key(ns, name)).chain(owners).collect())
+}
+
+/// A pod's keys for [`claim_event_keys`]: its uid as a claim owner, and every claim name it refers
+/// to (spec `resourceClaimName`s and generated claims in its status).
+pub(crate) fn claim_pod_keys(pod: &Pod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let in_spec = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    let in_status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    let names = in_spec.chain(in_status).map(|n| claim_name_key(ns, n));
+    pod.metadata
+        .uid
+        .as_deref()
+        .map(|uid| owner_key(ns, uid))
+        .into_iter()
+        .chain(names)
+        .collect()
+}
+
+fn claim_name_key(ns: &str, name: &str) -> String {
+    format!("ResourceClaim:{ns}/{name}")
+}
+
+fn owner_key(ns: &str, uid: &str) -> String {
+    format!("ResourceClaim owner:{ns}/{uid}")
+}
+
 /// The class hint: does the pod (its claims' requests, or its extended resources) name the class?
 pub(crate) fn class_hint(dra: Option<&DraCache>, pod: &Pod, new: Option<&EventObject>) -> QueueingHint {
     let Some(EventObject::DeviceClass(class)) = new else {
@@ -205,7 +266,8 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
                 "resource.k8s.io/ResourceClaim",
             ),
             move |pod, old, new| Ok(claim_hint(d1.as_deref(), pod, old, new)),
-        ),
+        )
+        .narrowed_by(claim_event_keys, claim_pod_keys),
         ClusterEventWithHint::with_hint(
             ClusterEvent::new(
                 EventResource::ResourceSlice,
@@ -378,10 +440,12 @@ mod tests {
 
     /// Every combination of pod shape, claim (name, namespace, owner, annotation) and event (add,
     /// delete, allocation, deallocation, metadata-only update): the shortcut for unrelated claims
-    /// gives the answer the full evaluation gives, and it does answer most of them.
+    /// gives the answer the full evaluation gives, and it does answer most of them; where the
+    /// event's narrowing keys miss the pod's, the hint says Skip (the narrowing contract).
     #[test]
     fn skipping_unrelated_claims_early_gives_the_same_hints() {
         let mut shortcut_taken = 0;
+        let mut narrowed_away = 0;
         let mut cases = 0;
         for shape in 0..6 {
             let pod = pod(shape);
@@ -409,6 +473,20 @@ mod tests {
                                     fast, full,
                                     "pod shape {shape}, claim {ns}/{name} owner {owner:?} extended {extended}, event {old:?} -> {new:?}"
                                 );
+                                let event_keys = claim_event_keys(old.as_ref(), new.as_ref());
+                                let pod_keys = claim_pod_keys(&pod);
+                                if event_keys
+                                    .as_ref()
+                                    .is_some_and(|k| !k.iter().any(|k| pod_keys.contains(k)))
+                                {
+                                    narrowed_away += 1;
+                                    assert_eq!(
+                                        full,
+                                        QueueingHint::Skip,
+                                        "narrowing keys {event_keys:?} / {pod_keys:?} leave out a pod the hint queues: \
+                                         pod shape {shape}, claim {ns}/{name} owner {owner:?} extended {extended}, event {old:?} -> {new:?}"
+                                    );
+                                }
                                 let related = owner == Some("pod-uid") || claims::names_claim(&pod, name);
                                 if ns == "ns" && !related {
                                     shortcut_taken += 1;
@@ -422,5 +500,8 @@ mod tests {
         assert_eq!(cases, 6 * 3 * 2 * 3 * 2 * 5);
         // Unrelated same-namespace claims: 240 of the 1,080 cases exercise the shortcut.
         assert_eq!(shortcut_taken, 240, "cases where the shortcut answers");
+        // The queue's narrowing leaves out every claim of the other namespace (432) and the
+        // unrelated ones of the pod's (192 = 240 less their deallocations, which concern everybody).
+        assert_eq!(narrowed_away, 432 + 192, "cases the queue's narrowing leaves out");
     }
 }

@@ -1,7 +1,10 @@
-//! Random operation sequences never lose or duplicate a pod.
+//! Random operation sequences never lose or duplicate a pod. The claim event is narrowed, so these
+//! sequences also exercise the pool index (in tests the queue checks every narrowed decision
+//! against a walk of the whole pool, and `check_consistency` the index against the pool).
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use k8s_openapi::api::{core::v1::Pod, resource::v1::ResourceClaim};
 use proptest::prelude::*;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueuedPodInfo, QueueingHint,
@@ -42,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::Pop),
         3 => (0usize..4, 0u8..4).prop_map(|(i, k)| Op::Fail(i, k)),
         1 => (0usize..4).prop_map(Op::Done),
-        2 => (0u8..4).prop_map(Op::Event),
+        3 => (0u8..6).prop_map(Op::Event),
         1 => (0..N).prop_map(Op::Delete),
         2 => (0..N).prop_map(Op::Update),
         1 => (0..N).prop_map(Op::Activate),
@@ -52,6 +55,30 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn name(i: u8) -> String {
     format!("p{i}")
+}
+
+/// Pod `p{i}` uses claim `c{i % 2}`; a claim event named `all` concerns every pod.
+fn claim_of_pod(pod: &Pod) -> String {
+    let i: u8 = pod
+        .metadata
+        .name
+        .as_deref()
+        .and_then(|n| n[1..].parse().ok())
+        .unwrap_or(0);
+    format!("c{}", i % 2)
+}
+
+fn claim_event(name: &str) -> Option<EventObject> {
+    let mut c = ResourceClaim::default();
+    c.metadata.name = Some(name.into());
+    Some(EventObject::ResourceClaim(Arc::new(c)))
+}
+
+fn claim_name(o: Option<&EventObject>) -> Option<&str> {
+    match o {
+        Some(EventObject::ResourceClaim(c)) => c.metadata.name.as_deref(),
+        _ => None,
+    }
 }
 
 proptest! {
@@ -64,7 +91,20 @@ proptest! {
         }));
         let (q, clock) = queue(vec![
             fake("NodeFit", vec![node_hint(well_known::NODE_ADD)]),
-            fake("Claims", vec![ev(CLAIM)]),
+            fake("Claims", vec![ClusterEventWithHint::with_hint(CLAIM, |pod, _, new| {
+                Ok(match claim_name(new) {
+                    Some("all") => QueueingHint::Queue,
+                    Some(n) if n == claim_of_pod(pod) => QueueingHint::Queue,
+                    _ => QueueingHint::Skip,
+                })
+            })
+            .narrowed_by(
+                |_, new| match claim_name(new) {
+                    Some("all") => None,
+                    n => Some(n.map(str::to_string).into_iter().collect()),
+                },
+                |pod| vec![claim_of_pod(pod)],
+            )]),
             Arc::new(Gate { name: "SchedulingGates", by_gates: true, events: vec![gates_hint] }),
         ]);
         // Model: pods that must be queued or in flight, pods done, pods deleted for good.
@@ -120,6 +160,9 @@ proptest! {
                         0 => q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n", true)),
                         1 => q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n", false)),
                         2 => q.move_all_to_active_or_backoff(CLAIM, None, None),
+                        3 => q.move_all_to_active_or_backoff(CLAIM, None, claim_event("c0")),
+                        4 => q.move_all_to_active_or_backoff(CLAIM, None, claim_event("c1")),
+                        5 => q.move_all_to_active_or_backoff(CLAIM, None, claim_event("all")),
                         _ => q.move_all_to_active_or_backoff(well_known::NODE_DELETE, None, None),
                     };
                 }
