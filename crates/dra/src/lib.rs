@@ -46,6 +46,7 @@ pub mod error;
 pub mod fast_hash;
 pub mod ids;
 pub mod nodesel;
+mod pool_shards;
 pub mod pools;
 pub mod state;
 pub mod taints;

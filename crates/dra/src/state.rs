@@ -13,10 +13,12 @@
 //! unavailable for others. Counter consumption is not stored here; the allocator derives it from
 //! the devices in use and the pool's counter definitions.
 //!
-//! Exclusive allocations are grouped by pool, each pool's devices in their own copy-on-write map:
-//! cloning a state (the cache does it whenever a claim changes while a snapshot holds the old one)
-//! copies one `Arc` per pool, and a change then copies only the pools it touches. The grouping
-//! also lets the allocator's per-node summary ask once per pool whether anything is in use there.
+//! Exclusive allocations are grouped by pool, each pool's devices in their own copy-on-write map,
+//! and the pools in copy-on-write shards ([`crate::pool_shards`]): cloning a state (the cache does
+//! it whenever a claim changes while a snapshot holds the old one) copies a fixed number of `Arc`s
+//! however many pools there are, and a change then copies one shard and the pools it touches. The
+//! grouping also lets the allocator's per-node summary ask once per pool whether anything is in use
+//! there.
 //!
 //! [`StateLayers`] stacks several states without copying (for example the informer-fed state
 //! plus the in-flight allocations of pods that are assumed but not yet bound).
@@ -29,9 +31,9 @@ use unisched_resource::Quantity;
 
 use crate::fast_hash::FastHashMap;
 use crate::ids::{DeviceId, PoolKey, PoolKeyView};
+use crate::pool_shards::PoolShards;
 
-/// The exclusively allocated devices of one pool: device name -> number of results naming it.
-pub(crate) type PoolExclusive = FastHashMap<Arc<str>, u32>;
+pub(crate) use crate::pool_shards::PoolExclusive;
 
 /// One share of a multi-allocatable device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,7 +59,7 @@ struct SharedUse {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatedState {
     /// Exclusively allocated devices by pool (no empty pool maps).
-    exclusive: FastHashMap<PoolKey, Arc<PoolExclusive>>,
+    exclusive: PoolShards,
     /// Number of distinct exclusively allocated devices.
     exclusive_len: usize,
     shared: FastHashMap<DeviceId, SharedUse>,
@@ -108,11 +110,7 @@ impl AllocatedState {
         for r in Self::results(allocation) {
             match &r.share_id {
                 None => {
-                    let pool = Arc::make_mut(
-                        self.exclusive
-                            .entry(PoolKey::new(&r.driver, &r.pool))
-                            .or_default(),
-                    );
+                    let pool = Arc::make_mut(self.exclusive.entry(PoolKey::new(&r.driver, &r.pool)));
                     let refs = pool.entry(Arc::from(r.device.as_str())).or_insert(0);
                     if *refs == 0 {
                         self.exclusive_len += 1;
@@ -213,7 +211,7 @@ impl AllocatedState {
 
     /// The exclusively allocated devices of a pool; `None` when there are none.
     pub(crate) fn pool_exclusive(&self, pool: &PoolKey) -> Option<&PoolExclusive> {
-        self.exclusive.get(pool).map(|p| &**p)
+        self.exclusive.get(pool as &dyn PoolKeyView).map(|p| &**p)
     }
 
     /// Whether the device has at least one share allocated.
