@@ -191,21 +191,31 @@ impl DraApi for MemDraApi {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        known: &ResourceClaim,
         status: Value,
     ) -> Result<ResourceClaim, DraApiError> {
-        let current = self.current(namespace, name, resource_version)?;
+        let current = self.current(namespace, name, rv_of(known))?;
         let c = merged(&current, &json!({"status": status}))?;
         self.count("patch", "resourceclaims/status");
         Ok(self.store(c))
     }
 
-    fn add_claim_finalizer(&self, ns: &str, name: &str, rv: &str) -> Result<ResourceClaim, DraApiError> {
-        self.finalizer(ns, name, rv, true)
+    fn add_claim_finalizer(
+        &self,
+        ns: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> Result<ResourceClaim, DraApiError> {
+        self.finalizer(ns, name, rv_of(current), true)
     }
 
-    fn remove_claim_finalizer(&self, ns: &str, name: &str, rv: &str) -> Result<ResourceClaim, DraApiError> {
-        self.finalizer(ns, name, rv, false)
+    fn remove_claim_finalizer(
+        &self,
+        ns: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> Result<ResourceClaim, DraApiError> {
+        self.finalizer(ns, name, rv_of(current), false)
     }
 
     fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {
@@ -354,4 +364,9 @@ impl EngineDra {
         }
         Ok(())
     }
+}
+
+/// The resourceVersion a write is conditioned on.
+fn rv_of(claim: &ResourceClaim) -> &str {
+    claim.metadata.resource_version.as_deref().unwrap_or_default()
 }

@@ -13,6 +13,7 @@
 //!   devices of a bound pod are never released by the scheduler.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     sync::{
         Arc,
@@ -317,10 +318,38 @@ impl RuntimeDraApi {
         Api::namespaced(self.writer.client().clone(), ns)
     }
 
-    fn finalizers(&self, ns: &str, name: &str, rv: &str, add: bool) -> Result<ResourceClaim, DraApiError> {
-        let current = self
-            .get_claim(ns, name)?
-            .ok_or_else(|| DraApiError::NotFound(format!("{ns}/{name}")))?;
+    /// The claim as it is on the server while `current`'s resourceVersion holds: `current`
+    /// itself, read only when it carries no version to make a precondition of.
+    fn at_version<'a>(
+        &self,
+        ns: &str,
+        name: &str,
+        current: &'a ResourceClaim,
+    ) -> Result<Cow<'a, ResourceClaim>, DraApiError> {
+        if current
+            .metadata
+            .resource_version
+            .as_deref()
+            .is_some_and(|rv| !rv.is_empty())
+        {
+            return Ok(Cow::Borrowed(current));
+        }
+        self.get_claim(ns, name)?
+            .map(Cow::Owned)
+            .ok_or_else(|| DraApiError::NotFound(format!("{ns}/{name}")))
+    }
+
+    /// The finalizer patch: `current`'s list with ours added or removed, conditioned on
+    /// `current`'s resourceVersion (so the list is the server's when it applies).
+    fn finalizers(
+        &self,
+        ns: &str,
+        name: &str,
+        current: &ResourceClaim,
+        add: bool,
+    ) -> Result<ResourceClaim, DraApiError> {
+        let current = self.at_version(ns, name, current)?;
+        let rv = current.metadata.resource_version.clone().unwrap_or_default();
         let mut list = current.metadata.finalizers.clone().unwrap_or_default();
         list.retain(|f| f != DELETE_PROTECTION_FINALIZER);
         if add {
@@ -601,24 +630,41 @@ impl DraApi for RuntimeDraApi {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
         status: Value,
     ) -> Result<ResourceClaim, DraApiError> {
-        // An undo: pods leave `reservedFor`. Refused while any of them is bound.
-        if let Some(reserved) = status.get("reservedFor")
-            && let Some(current) = self.get_claim(namespace, name)?
-        {
+        let current = self.at_version(namespace, name, current)?;
+        let resource_version = current.metadata.resource_version.clone().unwrap_or_default();
+        // An undo: pods leave `reservedFor`. Refused while any of them is bound. (Checked against
+        // `current`, which is the server's object whenever the write applies.)
+        if let Some(reserved) = status.get("reservedFor") {
             let kept: Vec<&str> = reserved
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(|r| r.get("uid")?.as_str())
                 .collect();
-            let leaving: Vec<(String, String)> = Self::pod_consumers(&current)
-                .into_iter()
-                .filter(|(_, uid)| !kept.contains(&uid.as_str()))
-                .collect();
-            self.refuse_undo_for_bound(namespace, name, &leaving)?;
+            let leaving = |claim: &ResourceClaim| -> Vec<(String, String)> {
+                Self::pod_consumers(claim)
+                    .into_iter()
+                    .filter(|(_, uid)| !kept.contains(&uid.as_str()))
+                    .collect()
+            };
+            if let Err(refused) = self.refuse_undo_for_bound(namespace, name, &leaving(&current)) {
+                // Refused on what the caller saw. If the claim changed since, the write would
+                // conflict anyway: say so, so that the caller re-reads and decides again.
+                let fresh = self.get_claim(namespace, name)?;
+                if fresh
+                    .as_ref()
+                    .and_then(|c| c.metadata.resource_version.as_deref())
+                    != Some(resource_version.as_str())
+                {
+                    return Err(DraApiError::Conflict(format!(
+                        "claim {namespace}/{name} changed since it was read"
+                    )));
+                }
+                return Err(refused);
+            }
         }
         let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
         let api = self.claims(namespace);
@@ -651,18 +697,18 @@ impl DraApi for RuntimeDraApi {
         &self,
         namespace: &str,
         name: &str,
-        rv: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
-        self.finalizers(namespace, name, rv, true)
+        self.finalizers(namespace, name, current, true)
     }
 
     fn remove_claim_finalizer(
         &self,
         namespace: &str,
         name: &str,
-        rv: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
-        self.finalizers(namespace, name, rv, false)
+        self.finalizers(namespace, name, current, false)
     }
 
     fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {

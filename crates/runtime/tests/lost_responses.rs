@@ -342,3 +342,63 @@ async fn a_lost_create_of_the_extended_resource_claim_leaves_exactly_one_claim()
     let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     server.shutdown().await;
 }
+
+/// Binding a pod with a claim writes the claim's finalizer and status from the cached claim and
+/// its resourceVersion, without reading the claim first: every GET of it fails here, and the pod
+/// still binds. A finalizer another controller put on the claim is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_a_claim_reads_nothing_and_keeps_other_finalizers() {
+    let (server, sched, task) = start().await;
+    let store = server.store().clone();
+    seed_cluster(&store);
+    wait_until("node and slice in cache", Duration::from_secs(10), || {
+        sched.cache().node_count() == 1
+    })
+    .await;
+    let faults = server.faults().clone();
+    faults.fail_next("GET", "/resourceclaims/claim-0", 500, 1000);
+    store
+        .create(
+            "resourceclaims",
+            Some("default"),
+            json!({"metadata": {"name": "claim-0", "namespace": "default",
+                                "finalizers": ["example.com/keep"]},
+                   "spec": {"devices": {"requests": [
+                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
+        )
+        .unwrap();
+    store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "p0", "namespace": "default"},
+                   "spec": {"schedulerName": "unisched",
+                            "resourceClaims": [{"name": "gpu", "resourceClaimName": "claim-0"}],
+                            "containers": [{"name": "c", "image": "x",
+                                            "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]}}]}}),
+        )
+        .unwrap();
+    wait_until("p0 bound", Duration::from_secs(30), || {
+        bound_pods(&store).len() == 1
+    })
+    .await;
+    assert_eq!(faults.injected(), 0, "the claim was read during binding");
+    let claim = store
+        .get("resourceclaims", Some("default"), "claim-0")
+        .unwrap()
+        .to_value();
+    let finalizers: Vec<&str> = claim["metadata"]["finalizers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        finalizers,
+        ["example.com/keep", "resource.kubernetes.io/delete-protection"]
+    );
+    assert_eq!(reserved_for(&store, "claim-0"), ["p0"]);
+    sched.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    server.shutdown().await;
+}

@@ -34,24 +34,28 @@ pub trait DraApi: Send + Sync {
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError>;
 
     /// JSON merge patch of `resourceclaims/<name>/status` with the body
-    /// `{"metadata":{"resourceVersion":<resource_version>},"status":<status>}`: fields present in
+    /// `{"metadata":{"resourceVersion":<current's>},"status":<status>}`: fields present in
     /// `status` replace the object's (lists wholesale, `null` deletes). Returns the updated claim.
-    /// A stale `resource_version` gives [`DraApiError::Conflict`].
+    /// `current` is the claim as the caller last saw it; a stale one gives
+    /// [`DraApiError::Conflict`]. While the precondition holds, `current` is the server's object,
+    /// so an implementation may check the write against it without reading the claim.
     fn patch_claim_status(
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
         status: serde_json::Value,
     ) -> Result<ResourceClaim, DraApiError>;
 
     /// Adds the `resource.kubernetes.io/delete-protection` finalizer (JSON merge patch of
-    /// `metadata.finalizers` with the `resourceVersion` precondition). Returns the updated claim.
+    /// `metadata.finalizers` with `current`'s `resourceVersion` as precondition). The precondition
+    /// guarantees that `current`'s list is the server's when the patch applies, so the patch is
+    /// that list plus ours, with no read first. Returns the updated claim.
     fn add_claim_finalizer(
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError>;
 
     /// Removes the `resource.kubernetes.io/delete-protection` finalizer (same precondition), so a
@@ -60,7 +64,7 @@ pub trait DraApi: Send + Sync {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError>;
 
     /// `POST resourceclaims` (the claim may use `generateName`). Returns the created claim.

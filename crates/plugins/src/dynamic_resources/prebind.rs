@@ -122,8 +122,7 @@ fn bind_claim(
             return Ok(claim);
         }
         if !has_finalizer(&claim) {
-            let rv = claim.metadata.resource_version.clone().unwrap_or_default();
-            match api.add_claim_finalizer(&ns, &name, &rv) {
+            match api.add_claim_finalizer(&ns, &name, &claim) {
                 Ok(c) => claim = c,
                 Err(DraApiError::Conflict(_)) => continue,
                 Err(DraApiError::NotFound(_)) => {
@@ -160,8 +159,7 @@ fn bind_claim(
                 serde_json::to_value(&a).map_err(|e| format!("claim {key}: {e}"))?,
             );
         }
-        let rv = claim.metadata.resource_version.clone().unwrap_or_default();
-        match api.patch_claim_status(&ns, &name, &rv, serde_json::Value::Object(status)) {
+        match api.patch_claim_status(&ns, &name, &claim, serde_json::Value::Object(status)) {
             Ok(c) => return Ok(c),
             Err(DraApiError::Conflict(_)) => continue,
             Err(DraApiError::NotFound(_)) => return Err(format!("claim {key} got deleted in the meantime")),
@@ -441,9 +439,8 @@ pub(crate) fn deallocate(
         if c.metadata.uid.as_deref() != Some(uid) {
             return Ok(());
         }
-        let rv = c.metadata.resource_version.clone().unwrap_or_default();
         let status = serde_json::json!({"allocation": null, "reservedFor": null, "devices": null});
-        match api.patch_claim_status(ns, name, &rv, status) {
+        match api.patch_claim_status(ns, name, &c, status) {
             Ok(updated) => {
                 if let Some(dra) = dra {
                     let _ = dra.assume_claim(Arc::new(updated));
@@ -475,8 +472,7 @@ pub(crate) fn delete_claim(
             return Ok(());
         }
         if has_finalizer(&c) {
-            let rv = c.metadata.resource_version.clone().unwrap_or_default();
-            match api.remove_claim_finalizer(ns, name, &rv) {
+            match api.remove_claim_finalizer(ns, name, &c) {
                 Ok(_) => {}
                 Err(DraApiError::Conflict(_)) => continue,
                 Err(DraApiError::NotFound(_)) => return Ok(()),
@@ -526,8 +522,7 @@ fn unreserve_claim(
         } else {
             serde_json::json!({"reservedFor": remaining})
         };
-        let rv = c.metadata.resource_version.clone().unwrap_or_default();
-        match api.patch_claim_status(&w.namespace, &w.name, &rv, status) {
+        match api.patch_claim_status(&w.namespace, &w.name, &c, status) {
             Ok(updated) => {
                 if let Some(dra) = dra {
                     let _ = dra.assume_claim(Arc::new(updated));

@@ -244,9 +244,10 @@ impl DraApi for FakeDraApi {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
         status: serde_json::Value,
     ) -> Result<ResourceClaim, DraApiError> {
+        let resource_version = current.metadata.resource_version.as_deref().unwrap_or_default();
         let record = ApiWrite::PatchClaimStatus {
             claim: key(namespace, name),
             status: status.clone(),
@@ -262,8 +263,9 @@ impl DraApi for FakeDraApi {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
+        let resource_version = current.metadata.resource_version.as_deref().unwrap_or_default();
         let record = ApiWrite::AddFinalizer {
             claim: key(namespace, name),
         };
@@ -279,8 +281,9 @@ impl DraApi for FakeDraApi {
         &self,
         namespace: &str,
         name: &str,
-        resource_version: &str,
+        current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
+        let resource_version = current.metadata.resource_version.as_deref().unwrap_or_default();
         let record = ApiWrite::RemoveFinalizer {
             claim: key(namespace, name),
         };

@@ -923,7 +923,7 @@ fn pre_bind_fails_when_allocated_elsewhere() {
         .patch_claim_status(
             "default",
             "c",
-            current.metadata.resource_version.as_deref().unwrap(),
+            &current,
             serde_json::json!({"allocation": allocation(vec![result("gpu", GPU, "n1", "gpu-1")])}),
         )
         .unwrap();
