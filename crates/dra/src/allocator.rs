@@ -88,6 +88,13 @@ pub fn summary_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative, usi
     if !claim.constraints().is_empty() {
         return None;
     }
+    single_exact_request(claim).map(|(_, alt, needed)| (alt, needed))
+}
+
+/// The request part of both shapes the summary decides: one request, with one alternative, asking
+/// for an exact count, without subrequests, admin access or capacity. Returns the request's name,
+/// the alternative and the count.
+fn single_exact_request(claim: &PreparedClaim) -> Option<(&str, &PreparedAlternative, usize)> {
     let [request] = claim.requests() else {
         return None;
     };
@@ -100,7 +107,7 @@ pub fn summary_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative, usi
     if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
         return None;
     }
-    Some((alt, needed))
+    Some((request.name.as_str(), alt, needed))
 }
 
 /// The other claim shape the device summary decides: the summary's shape ([`summary_shape`])
@@ -112,21 +119,8 @@ fn match_attribute_shape(claim: &PreparedClaim) -> Option<(&PreparedAlternative,
     let [constraint] = claim.constraints() else {
         return None;
     };
-    let [request] = claim.requests() else {
-        return None;
-    };
-    if constraint.distinct
-        || !(constraint.requests.is_empty() || constraint.requests == [request.name.as_str()])
-    {
-        return None;
-    }
-    let [alt] = request.alternatives.as_slice() else {
-        return None;
-    };
-    let AllocationMode::ExactCount(needed) = alt.mode else {
-        return None;
-    };
-    if request.has_subrequests || alt.admin_access || !alt.capacity.is_empty() {
+    let (request, alt, needed) = single_exact_request(claim)?;
+    if constraint.distinct || !(constraint.requests.is_empty() || constraint.requests == [request]) {
         return None;
     }
     Some((alt, needed, &constraint.attribute))

@@ -330,24 +330,18 @@ impl SchedulingAlgorithm {
         nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
         rejected: Vec<(usize, Option<Status>)>,
     ) -> Result<Vec<(usize, Status)>, ScheduleError> {
-        let vetoed: Vec<usize> = rejected
-            .iter()
-            .filter(|(_, s)| s.is_none())
-            .map(|(i, _)| *i)
-            .collect();
-        let check = |&i: &usize| check_node(fwk, state, pod, &candidates[i], nominations);
-        let mut computed: HashMap<usize, Status> = match &self.pool {
-            Some(pool) if vetoed.len() > 2 => {
-                pool.install(|| vetoed.par_iter().map(|i| (*i, check(i))).collect())
-            }
-            _ => vetoed.iter().map(|i| (*i, check(i))).collect(),
+        let vetoed = rejected.iter().filter(|(_, s)| s.is_none()).count();
+        // The whole chain's status for each vetoed node, in place, in order.
+        let complete = |(i, s): (usize, Option<Status>)| {
+            let s = s.unwrap_or_else(|| check_node(fwk, state, pod, &candidates[i], nominations));
+            (i, s)
         };
-        let mut out = Vec::with_capacity(rejected.len());
-        for (i, s) in rejected {
-            let s = match s {
-                Some(s) => s,
-                None => computed.remove(&i).unwrap_or_else(Status::success),
-            };
+        let statuses: Vec<(usize, Status)> = match &self.pool {
+            Some(pool) if vetoed > 2 => pool.install(|| rejected.into_par_iter().map(complete).collect()),
+            _ => rejected.into_iter().map(complete).collect(),
+        };
+        let mut out = Vec::with_capacity(statuses.len());
+        for (i, s) in statuses {
             if s.code() == Code::Error {
                 return Err(ScheduleError::Error(s));
             }

@@ -246,9 +246,8 @@ impl DynamicResources {
         }
         // One claim of the summary's shape and nothing else to allocate: remember short nodes.
         let short = match (&prepared_list[..], &ext) {
-            ([only], None) if self.summary && pod_claims.len() == 1 => {
-                summary_shape(only).map(|(alt, _)| self.short_nodes.table_for(&snapshot, &alt.selection_key))
-            }
+            ([only], None) if self.summary && pod_claims.len() == 1 => summary_shape(only)
+                .map(|(alt, needed)| (self.short_nodes.table_for(&snapshot, &alt.selection_key), needed)),
             _ => None,
         };
         let allocator = (!to_allocate.is_empty() || ext.is_some()).then(|| {
@@ -366,7 +365,7 @@ impl DynamicResources {
                         });
                     }
                     NodeSummary::Short { free } => {
-                        if let Some(table) = &data.short
+                        if let Some((table, _)) = &data.short
                             && let Some(slot) = data.snapshot.index().node_slot(node_name)
                         {
                             table.record(slot, free);
@@ -611,13 +610,7 @@ impl PreFilterPlugin for DynamicResources {
             DIAGNOSIS_DETAIL_KEY,
             DiagnosisDetail(Arc::new(DetailSource(data.clone()))),
         );
-        if let Some(table) = &data.short
-            && let Some(needed) = data.claims[0]
-                .prepared
-                .as_deref()
-                .and_then(summary_shape)
-                .map(|(_, n)| n)
-        {
+        if let Some((table, needed)) = &data.short {
             state.write(
                 NODE_VETO_KEY,
                 NodeVetoHandle {
@@ -625,7 +618,7 @@ impl PreFilterPlugin for DynamicResources {
                     veto: Arc::new(ShortNodeVeto {
                         index: data.snapshot.index().clone(),
                         table: table.clone(),
-                        needed,
+                        needed: *needed,
                     }),
                 },
             );

@@ -115,9 +115,9 @@ pub(crate) struct PodState {
     pub engine: Arc<CelSelectorEngine>,
     /// The plugin's DRA feature gates.
     pub features: Features,
-    /// Where Filter records nodes the device summary finds short, when the pod's one claim has
-    /// the summary's shape ([`super::short_nodes`]).
-    pub short: Option<Arc<ShortTable>>,
+    /// Where Filter records nodes the device summary finds short, and how many devices the
+    /// pod's one claim needs, when that claim has the summary's shape ([`super::short_nodes`]).
+    pub short: Option<(Arc<ShortTable>, usize)>,
     pub claims: Vec<PodClaim>,
     /// Indices into `claims` that need allocation, in allocator order.
     pub to_allocate: Vec<usize>,
