@@ -1351,32 +1351,38 @@ fn check(st: &State) -> Result<(), String> {
     Ok(())
 }
 
-/// The pooled pods whose required affinity selects `pod`, or that PodTopologySpread rejected in its
-/// namespace, in pool order. Only those two kinds are looked at (through the pool index), so a bind
-/// costs nothing per pod waiting for something else.
+/// Whether a bound `pod` can concern the pooled pod `q`: `q`'s required affinity selects it, or
+/// PodTopologySpread rejected `q` in its namespace (`ns`).
+fn is_cross_topology_candidate(q: &QueuedPodInfo, ns: &str, pod: &Pod) -> bool {
+    (q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD) && q.pod_info.namespace == ns)
+        || required_affinity_selects(&q.pod_info.pod, pod)
+}
+
+/// The pooled pods [`is_cross_topology_candidate`] selects for `pod`, in pool order. Only pods
+/// PodTopologySpread rejected or with a required affinity term can be (the pool index lists
+/// them), so a bind costs nothing per pod waiting for something else.
 fn cross_topology_candidates(st: &State, pod: &Pod) -> Vec<String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let spread = st.pool_index.rejected_by(POD_TOPOLOGY_SPREAD).filter(|uid| {
-        st.unschedulable.get(*uid).is_some_and(|q| {
-            q.pod_info.namespace == ns && q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD)
+    let possible: BTreeSet<&str> = st
+        .pool_index
+        .rejected_by(POD_TOPOLOGY_SPREAD)
+        .chain(st.pool_index.with_required_affinity())
+        .collect();
+    let selected: Vec<String> = possible
+        .into_iter()
+        .filter(|uid| {
+            st.unschedulable
+                .get(*uid)
+                .is_some_and(|q| is_cross_topology_candidate(q, ns, pod))
         })
-    });
-    let affinity = st.pool_index.with_required_affinity().filter(|uid| {
-        st.unschedulable
-            .get(*uid)
-            .is_some_and(|q| required_affinity_selects(&q.pod_info.pod, pod))
-    });
-    let selected: BTreeSet<&str> = spread.chain(affinity).collect();
-    let selected: Vec<String> = selected.into_iter().map(str::to_string).collect();
+        .map(str::to_string)
+        .collect();
     #[cfg(test)]
     {
         let walked: Vec<String> = st
             .unschedulable
             .iter()
-            .filter(|(_, q)| {
-                (q.unschedulable_plugins.contains(POD_TOPOLOGY_SPREAD) && q.pod_info.namespace == ns)
-                    || required_affinity_selects(&q.pod_info.pod, pod)
-            })
+            .filter(|(_, q)| is_cross_topology_candidate(q, ns, pod))
             .map(|(uid, _)| uid.clone())
             .collect();
         assert_eq!(
