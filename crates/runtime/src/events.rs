@@ -108,8 +108,6 @@ impl SeriesKey {
 struct Queued {
     event: PodEvent,
     occurrences: i32,
-    /// Its place in [`EventQueue::order`].
-    seq: u64,
 }
 
 /// What [`EventQueue::offer`] did with an event.
@@ -210,7 +208,6 @@ impl EventQueue {
             Queued {
                 event,
                 occurrences: 1,
-                seq,
             },
         );
         outcome
@@ -229,7 +226,6 @@ impl EventQueue {
         let key = self.order.remove(&seq)?;
         self.repeats.remove(&seq);
         let queued = self.entries.remove(&key)?;
-        debug_assert_eq!(queued.seq, seq);
         Some((key, queued))
     }
 }
@@ -416,7 +412,6 @@ async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: Ser
     let Queued {
         event: ev,
         occurrences,
-        ..
     } = queued;
     let series = {
         let mut st = shared.state.lock();
