@@ -644,13 +644,11 @@ impl DraApi for RuntimeDraApi {
                 .flatten()
                 .filter_map(|r| r.get("uid")?.as_str())
                 .collect();
-            let leaving = |claim: &ResourceClaim| -> Vec<(String, String)> {
-                Self::pod_consumers(claim)
-                    .into_iter()
-                    .filter(|(_, uid)| !kept.contains(&uid.as_str()))
-                    .collect()
-            };
-            if let Err(refused) = self.refuse_undo_for_bound(namespace, name, &leaving(&current)) {
+            let leaving: Vec<(String, String)> = Self::pod_consumers(&current)
+                .into_iter()
+                .filter(|(_, uid)| !kept.contains(&uid.as_str()))
+                .collect();
+            if let Err(refused) = self.refuse_undo_for_bound(namespace, name, &leaving) {
                 // Refused on what the caller saw. If the claim changed since, the write would
                 // conflict anyway: say so, so that the caller re-reads and decides again.
                 let fresh = self.get_claim(namespace, name)?;
