@@ -93,17 +93,27 @@ pub(crate) fn has_claims(pod: &Pod) -> bool {
 /// spec or a generated claim in `status.resourceClaimStatuses`. Every name [`resolve`] can return
 /// is one of these.
 pub(crate) fn names_claim(pod: &Pod, name: &str) -> bool {
+    claim_names(pod).any(|n| n == name)
+}
+
+/// The claim names the pod refers to, as [`names_claim`] reads them: spec `resourceClaimName`s,
+/// then generated claims in `status.resourceClaimStatuses` (duplicates possible).
+pub(crate) fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
     let in_spec = pod
         .spec
         .as_ref()
         .and_then(|s| s.resource_claims.as_ref())
-        .is_some_and(|l| l.iter().any(|c| c.resource_claim_name.as_deref() == Some(name)));
-    in_spec
-        || pod
-            .status
-            .as_ref()
-            .and_then(|s| s.resource_claim_statuses.as_ref())
-            .is_some_and(|l| l.iter().any(|c| c.resource_claim_name.as_deref() == Some(name)))
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    let in_status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.resource_claim_name.as_deref());
+    in_spec.chain(in_status)
 }
 
 /// Whether `claim` is controlled by `pod` (same namespace, controller owner reference).

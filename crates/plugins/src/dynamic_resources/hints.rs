@@ -150,21 +150,7 @@ pub(crate) fn claim_event_keys(old: Option<&EventObject>, new: Option<&EventObje
 /// to (spec `resourceClaimName`s and generated claims in its status).
 pub(crate) fn claim_pod_keys(pod: &Pod) -> Vec<String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let in_spec = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.resource_claim_name.as_deref());
-    let in_status = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.resource_claim_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.resource_claim_name.as_deref());
-    let names = in_spec.chain(in_status).map(|n| claim_name_key(ns, n));
+    let names = claims::claim_names(pod).map(|n| claim_name_key(ns, n));
     pod.metadata
         .uid
         .as_deref()
