@@ -3,13 +3,15 @@
 //! write), and a refusal based on a stale copy turns into a conflict so the caller re-reads.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use unisched_plugins::dynamic_resources::{DraApi, DraApiError};
 use unisched_runtime::{ApiWriter, LeaderFlag, Metrics, RuntimeDraApi};
-use unisched_sim::{ApiServer, Patch, Store};
+use unisched_sim::{Patch, Store};
 
 fn claim_in(store: &Store) -> ResourceClaim {
     serde_json::from_value(
@@ -62,14 +64,10 @@ fn seed(store: &Store) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
-    let server = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let server = support::serve().await;
     let store = server.store().clone();
     seed(&store);
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let client = support::client(&server);
     let metrics = Metrics::new().unwrap();
     let writer = ApiWriter::new(client, -1.0, 100, metrics.clone(), LeaderFlag::new(true));
     let api = Arc::new(RuntimeDraApi::new(

@@ -11,6 +11,10 @@
 //! allocations or a device over its capacity or counters.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::wait_until;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{ApiServer, Patch, RunningServer, Store};
+use unisched_sim::{Patch, RunningServer, Store};
 
 /// Shares of 2Gi on one 8Gi device per node.
 const SHARES_PER_NODE: usize = 4;
@@ -29,19 +33,11 @@ const NODES: usize = 2;
 /// 30 s period of the unschedulable-pods flush, so a pod bound in time was not bound by it.
 const BOUND_WITHIN: Duration = Duration::from_secs(10 + 15);
 
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn scheduler(server: &RunningServer, identity: &str) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
     let mut config = KubeSchedulerConfiguration::defaulted();
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let client = support::client(server);
     let options = SchedulerOptions {
         config,
         seed: 11,
@@ -296,11 +292,7 @@ fn leave_half_bound(store: &Store, claim: &str, pod: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dra_pods_that_fit_are_bound_after_a_restart_without_the_flush() {
-    let server = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let server = support::serve().await;
     let store = server.store().clone();
     let faults = server.faults().clone();
     seed_cluster(&store);

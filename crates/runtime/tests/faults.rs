@@ -2,12 +2,16 @@
 //! dropped watches are resumed, without losing or double-binding a pod.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod support;
+
+use support::wait_until;
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{ApiServer, RunningServer, Store};
+use unisched_sim::{RunningServer, Store};
 
 fn node(name: &str, labels: Value) -> Value {
     json!({"metadata": {"name": name, "labels": labels},
@@ -34,28 +38,16 @@ fn bound(store: &Store, prefix: &str) -> usize {
         .count()
 }
 
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn start() -> (
     RunningServer,
     std::sync::Arc<Scheduler>,
     tokio::task::JoinHandle<()>,
 ) {
-    let server = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let server = support::serve().await;
     let mut config = KubeSchedulerConfiguration::defaulted();
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let client = support::client(&server);
     let options = SchedulerOptions {
         config,
         seed: 3,

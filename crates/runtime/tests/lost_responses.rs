@@ -4,37 +4,29 @@
 //! not hand the GPU to two pods, bind a pod without its device, or overcommit the node.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::wait_until;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{ApiServer, RunningServer, Store};
+use unisched_sim::{RunningServer, Store};
 
 const PODS: usize = 8;
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn start() -> (
     RunningServer,
     std::sync::Arc<Scheduler>,
     tokio::task::JoinHandle<()>,
 ) {
-    let server = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let server = support::serve().await;
     let mut config = KubeSchedulerConfiguration::defaulted();
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let client = support::client(&server);
     let options = SchedulerOptions {
         config,
         seed: 7,
@@ -80,15 +72,18 @@ fn seed_cluster(store: &Store) {
 }
 
 fn create_pod_with_claim(store: &Store, i: usize) {
-    store
-        .create(
-            "resourceclaims",
-            Some("default"),
-            json!({"metadata": {"name": format!("claim-{i}"), "namespace": "default"},
-                   "spec": {"devices": {"requests": [
-                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
-        )
-        .unwrap();
+    create_pod_with_claim_finalized(store, i, &[]);
+}
+
+/// [`create_pod_with_claim`] with `finalizers` on the claim.
+fn create_pod_with_claim_finalized(store: &Store, i: usize, finalizers: &[&str]) {
+    let mut claim = json!({"metadata": {"name": format!("claim-{i}"), "namespace": "default"},
+                           "spec": {"devices": {"requests": [
+                               {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}});
+    if !finalizers.is_empty() {
+        claim["metadata"]["finalizers"] = json!(finalizers);
+    }
+    store.create("resourceclaims", Some("default"), claim).unwrap();
     store
         .create(
             "pods",
@@ -357,27 +352,7 @@ async fn binding_a_claim_reads_nothing_and_keeps_other_finalizers() {
     .await;
     let faults = server.faults().clone();
     faults.fail_next("GET", "/resourceclaims/claim-0", 500, 1000);
-    store
-        .create(
-            "resourceclaims",
-            Some("default"),
-            json!({"metadata": {"name": "claim-0", "namespace": "default",
-                                "finalizers": ["example.com/keep"]},
-                   "spec": {"devices": {"requests": [
-                       {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
-        )
-        .unwrap();
-    store
-        .create(
-            "pods",
-            Some("default"),
-            json!({"metadata": {"name": "p0", "namespace": "default"},
-                   "spec": {"schedulerName": "unisched",
-                            "resourceClaims": [{"name": "gpu", "resourceClaimName": "claim-0"}],
-                            "containers": [{"name": "c", "image": "x",
-                                            "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]}}]}}),
-        )
-        .unwrap();
+    create_pod_with_claim_finalized(&store, 0, &["example.com/keep"]);
     wait_until("p0 bound", Duration::from_secs(30), || {
         bound_pods(&store).len() == 1
     })

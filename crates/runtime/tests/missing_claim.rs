@@ -4,20 +4,16 @@
 //! scheduled as soon as the claim appears.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod support;
+
+use support::wait_until;
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{ApiServer, Store};
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use unisched_sim::Store;
 
 fn claim(name: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "default"},
@@ -51,11 +47,7 @@ fn scheduled_condition(store: &Store) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears() {
-    let server = ApiServer::builder()
-        .build()
-        .serve("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let server = support::serve().await;
     let store = server.store().clone();
     store
         .create(
@@ -86,7 +78,7 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
     let mut config = KubeSchedulerConfiguration::defaulted();
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let client = support::client(&server);
     let options = SchedulerOptions {
         config,
         seed: 5,
