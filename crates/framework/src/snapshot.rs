@@ -19,6 +19,9 @@ pub struct Snapshot {
     /// How many nodes hold pods with required anti-affinity terms: InterPodAffinity must look at
     /// every such node for every pod, and with none (the common case) it need not walk the nodes.
     required_anti_affinity_nodes: usize,
+    /// How many nodes hold pods with any (anti-)affinity terms: InterPodAffinity's PreScore walks
+    /// them for every pod, and with none it must not touch the nodes at all (a cache miss each).
+    affinity_nodes: usize,
 }
 
 impl Snapshot {
@@ -34,11 +37,13 @@ impl Snapshot {
             .iter()
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
             .count();
+        let affinity_nodes = nodes.iter().filter(|n| !n.pods_with_affinity.is_empty()).count();
         Snapshot {
             nodes,
             index: Arc::new(index),
             generation,
             required_anti_affinity_nodes,
+            affinity_nodes,
         }
     }
 
@@ -72,13 +77,17 @@ impl Snapshot {
         match self.index.get(node.name()) {
             Some(i) => {
                 self.generation = self.generation.max(node.generation);
-                let had = !self.nodes[*i].pods_with_required_anti_affinity.is_empty();
-                let has = !node.pods_with_required_anti_affinity.is_empty();
-                match (had, has) {
-                    (false, true) => self.required_anti_affinity_nodes += 1,
-                    (true, false) => self.required_anti_affinity_nodes -= 1,
-                    _ => {}
-                }
+                let old = &self.nodes[*i];
+                recount(
+                    &mut self.required_anti_affinity_nodes,
+                    !old.pods_with_required_anti_affinity.is_empty(),
+                    !node.pods_with_required_anti_affinity.is_empty(),
+                );
+                recount(
+                    &mut self.affinity_nodes,
+                    !old.pods_with_affinity.is_empty(),
+                    !node.pods_with_affinity.is_empty(),
+                );
                 self.nodes[*i] = node;
                 true
             }
@@ -86,9 +95,14 @@ impl Snapshot {
         }
     }
 
-    /// Nodes that hold pods with (anti-)affinity terms.
+    /// Nodes that hold pods with (anti-)affinity terms (none walked when the count says none).
     pub fn nodes_with_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
-        self.nodes.iter().filter(|n| !n.pods_with_affinity.is_empty())
+        let nodes = if self.affinity_nodes == 0 {
+            &[][..]
+        } else {
+            &self.nodes[..]
+        };
+        nodes.iter().filter(|n| !n.pods_with_affinity.is_empty())
     }
 
     /// How many nodes hold pods with required anti-affinity terms (kept up to date by `new` and
@@ -97,11 +111,25 @@ impl Snapshot {
         self.required_anti_affinity_nodes
     }
 
-    /// Nodes that hold pods with required anti-affinity terms.
+    /// Nodes that hold pods with required anti-affinity terms (none walked when the count says none).
     pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
-        self.nodes
+        let nodes = if self.required_anti_affinity_nodes == 0 {
+            &[][..]
+        } else {
+            &self.nodes[..]
+        };
+        nodes
             .iter()
             .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+    }
+}
+
+/// Keeps a count of nodes with some property across one node's replacement.
+fn recount(count: &mut usize, had: bool, has: bool) {
+    match (had, has) {
+        (false, true) => *count += 1,
+        (true, false) => *count -= 1,
+        _ => {}
     }
 }
 
@@ -109,25 +137,47 @@ impl Snapshot {
 mod tests {
     use super::*;
     use crate::PodInfo;
-    use k8s_openapi::api::core::v1::{Affinity, Node, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec};
+    use k8s_openapi::api::core::v1::{
+        Affinity, Node, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, WeightedPodAffinityTerm,
+    };
 
     fn node(name: &str, anti_affinity_pods: usize) -> Arc<NodeInfo> {
+        node_with(name, anti_affinity_pods, 0)
+    }
+
+    /// A node with `required` pods carrying a required anti-affinity term and `preferred` pods
+    /// carrying only a preferred one.
+    fn node_with(name: &str, required: usize, preferred: usize) -> Arc<NodeInfo> {
         let mut n = Node::default();
         n.metadata.name = Some(name.into());
         let mut info = NodeInfo::new(Arc::new(n));
-        for i in 0..anti_affinity_pods {
+        let term = || PodAffinityTerm {
+            topology_key: "kubernetes.io/hostname".into(),
+            ..Default::default()
+        };
+        for i in 0..required + preferred {
             let mut p = Pod::default();
             p.metadata.name = Some(format!("{name}-{i}"));
             p.metadata.uid = Some(format!("{name}-{i}"));
+            let anti = if i < required {
+                PodAntiAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![term()]),
+                    ..Default::default()
+                }
+            } else {
+                PodAntiAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        WeightedPodAffinityTerm {
+                            weight: 1,
+                            pod_affinity_term: term(),
+                        },
+                    ]),
+                    ..Default::default()
+                }
+            };
             p.spec = Some(PodSpec {
                 affinity: Some(Affinity {
-                    pod_anti_affinity: Some(PodAntiAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
-                            topology_key: "kubernetes.io/hostname".into(),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    }),
+                    pod_anti_affinity: Some(anti),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -135,6 +185,48 @@ mod tests {
             info.add_pod(Arc::new(PodInfo::new(p)));
         }
         Arc::new(info)
+    }
+
+    /// The walk the counts let callers skip.
+    fn walked(s: &Snapshot) -> (usize, usize) {
+        let affinity = s
+            .nodes()
+            .iter()
+            .filter(|n| !n.pods_with_affinity.is_empty())
+            .count();
+        let required = s
+            .nodes()
+            .iter()
+            .filter(|n| !n.pods_with_required_anti_affinity.is_empty())
+            .count();
+        (affinity, required)
+    }
+
+    #[test]
+    fn affinity_node_walks_follow_replacements() {
+        let mut s = Snapshot::new(vec![
+            node_with("a", 0, 0),
+            node_with("b", 0, 1),
+            node_with("c", 0, 0),
+        ]);
+        // (replacement, nodes with affinity pods, nodes with required anti-affinity pods)
+        let steps = [
+            (node_with("a", 0, 2), 2, 0),
+            (node_with("b", 0, 0), 1, 0),
+            (node_with("a", 0, 0), 0, 0),
+            (node_with("c", 1, 1), 1, 1),
+            (node_with("c", 0, 0), 0, 0),
+        ];
+        for (n, affinity, required) in steps {
+            let name = n.name().to_string();
+            assert!(s.replace(n));
+            let listed = (
+                s.nodes_with_affinity_pods().count(),
+                s.nodes_with_required_anti_affinity_pods().count(),
+            );
+            assert_eq!(listed, (affinity, required), "after replacing {name}");
+            assert_eq!(listed, walked(&s), "after replacing {name}");
+        }
     }
 
     #[test]
