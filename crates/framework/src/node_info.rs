@@ -18,7 +18,7 @@ use std::{
     },
 };
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use unisched_resource::{Resource, ResourceSum};
 
 use crate::{HostPort, PodInfo};
@@ -91,6 +91,11 @@ pub struct ImageStateSummary {
 pub struct NodeInfo {
     node: Option<Arc<Node>>,
     name: String,
+    /// `spec.unschedulable` and "has taints", kept beside the counters every Filter reads: the
+    /// first plugins of the chain read only these, and fetching them from the node object cost
+    /// a cache miss per node and attempt.
+    cordoned: bool,
+    tainted: bool,
     /// Pods on the node, assumed ones included.
     pub pods: Vec<Arc<PodInfo>>,
     /// Pods with (anti-)affinity terms.
@@ -142,9 +147,31 @@ impl NodeInfo {
         &self.name
     }
 
+    /// Whether the node is cordoned (`spec.unschedulable`); false without a node object.
+    pub fn is_unschedulable(&self) -> bool {
+        self.cordoned
+    }
+
+    /// The node's taints (none without a node object). An untainted node's object is not read.
+    pub fn taints(&self) -> &[Taint] {
+        if !self.tainted {
+            return &[];
+        }
+        self.node
+            .as_ref()
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or(&[])
+    }
+
     /// Replaces the node object and recomputes allocatable.
     pub fn set_node(&mut self, node: Arc<Node>) {
         self.name = node.metadata.name.clone().unwrap_or_default();
+        let spec = node.spec.as_ref();
+        self.cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        self.tainted = spec
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| !t.is_empty());
         self.allocatable = node
             .status
             .as_ref()
@@ -158,6 +185,8 @@ impl NodeInfo {
     /// Forgets the node object (keeping pods: a "ghost" until they are gone).
     pub fn remove_node(&mut self) {
         self.node = None;
+        self.cordoned = false;
+        self.tainted = false;
         self.generation = next_generation();
     }
 
@@ -229,5 +258,59 @@ impl NodeInfo {
             nz.add(p.non_zero_requests());
         }
         (req.to_resource(), nz.to_resource())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    use super::*;
+
+    fn node(unschedulable: Option<bool>, taints: Option<Vec<&str>>) -> Arc<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some("n".into());
+        n.spec = Some(NodeSpec {
+            unschedulable,
+            taints: taints.map(|keys| {
+                keys.into_iter()
+                    .map(|k| Taint {
+                        key: k.into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        });
+        Arc::new(n)
+    }
+
+    fn taint_keys(info: &NodeInfo) -> Vec<&str> {
+        info.taints().iter().map(|t| t.key.as_str()).collect()
+    }
+
+    /// The cordon and taint answers kept in the NodeInfo follow every change of the node object.
+    #[test]
+    fn cordon_and_taints_follow_the_node_object() {
+        // (unschedulable, taints, expected cordon, expected taint keys)
+        let steps: [(Option<bool>, Option<Vec<&str>>, bool, Vec<&str>); 5] = [
+            (Some(true), Some(vec!["a", "b"]), true, vec!["a", "b"]),
+            (Some(false), Some(vec![]), false, vec![]),
+            (None, Some(vec!["c"]), false, vec!["c"]),
+            (Some(true), None, true, vec![]),
+            (None, None, false, vec![]),
+        ];
+        let mut info = NodeInfo::placeholder("n");
+        assert!(!info.is_unschedulable() && info.taints().is_empty());
+        for (i, (unschedulable, taints, cordoned, keys)) in steps.into_iter().enumerate() {
+            info.set_node(node(unschedulable, taints));
+            assert_eq!(info.is_unschedulable(), cordoned, "step {i}");
+            assert_eq!(taint_keys(&info), keys, "step {i}");
+        }
+        info.set_node(node(Some(true), Some(vec!["d"])));
+        info.remove_node();
+        assert!(!info.is_unschedulable());
+        assert!(info.taints().is_empty());
     }
 }

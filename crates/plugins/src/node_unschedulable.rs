@@ -53,10 +53,10 @@ fn tolerates_cordon(pod: &Pod, comparison: bool) -> bool {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(n) = node.node() else {
+        if node.node().is_none() {
             return Status::unresolvable(ERR_REASON_UNKNOWN_CONDITION);
-        };
-        if is_cordoned(n) && !tolerates_cordon(&pod.pod, self.enable_comparison_operators) {
+        }
+        if node.is_unschedulable() && !tolerates_cordon(&pod.pod, self.enable_comparison_operators) {
             return Status::unresolvable(ERR_REASON_UNSCHEDULABLE);
         }
         Status::success()

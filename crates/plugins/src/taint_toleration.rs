@@ -43,11 +43,11 @@ impl Plugin for TaintToleration {
 
 impl FilterPlugin for TaintToleration {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(n) = node.node() else {
+        if node.node().is_none() {
             return Status::error("node not found");
-        };
+        }
         match find_untolerated_taint(
-            taints(n),
+            node.taints(),
             tolerations(&pod.pod),
             do_not_schedule,
             self.enable_comparison_operators,
@@ -98,10 +98,10 @@ impl ScorePlugin for TaintToleration {
     /// The number of `PreferNoSchedule` taints the pod does not tolerate (lower is better; the
     /// normalisation reverses it).
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Some(n) = node.node() else {
+        if node.node().is_none() {
             return Err(Status::error("node not found"));
-        };
-        let soft = taints(n).iter().filter(|t| t.effect == PREFER_NO_SCHEDULE);
+        }
+        let soft = node.taints().iter().filter(|t| t.effect == PREFER_NO_SCHEDULE);
         if soft.clone().next().is_none() {
             return Ok(0);
         }
@@ -123,7 +123,7 @@ impl ScorePlugin for TaintToleration {
         true
     }
 
-    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
         default_normalize_score(MAX_NODE_SCORE, true, scores);
         Status::success()
     }
@@ -303,10 +303,10 @@ mod tests {
             let nodes: Vec<Arc<NodeInfo>> = c.nodes.into_iter().map(|n| Arc::new(n.info())).collect();
             let mut state = CycleState::new();
             assert!(pl.pre_score(&mut state, &pod, &nodes).is_success(), "{}", c.name);
-            let mut scores: Vec<NodeScore> = nodes
+            let mut scores: Vec<NodeScore<'_>> = nodes
                 .iter()
                 .map(|n| NodeScore {
-                    name: n.name().to_string(),
+                    name: n.name(),
                     score: pl.score(&state, &pod, n).unwrap(),
                 })
                 .collect();
