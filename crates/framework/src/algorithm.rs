@@ -7,6 +7,7 @@
 //! keep the first N feasible nodes *in order*: the same inputs always give the same choice.
 
 use std::{
+    borrow::Cow,
     collections::{BTreeSet, HashMap},
     sync::Arc,
     time::Instant,
@@ -15,8 +16,9 @@ use std::{
 use rayon::prelude::*;
 
 use crate::{
-    Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FitError, Framework, NODE_VETO_KEY,
-    NodeInfo, NodePluginScores, NodeVetoHandle, PodInfo, ScoreTable, SeededRng, Snapshot, Status,
+    Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
+    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PodInfo, ScoreTable, SeededRng, Snapshot,
+    Status,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -225,7 +227,9 @@ impl SchedulingAlgorithm {
             }
         }
 
-        let candidates: Vec<Arc<NodeInfo>> = match pre_result.and_then(|r| r.node_names) {
+        // Borrowed unless PreFilter narrowed the nodes: copying the snapshot's list would touch
+        // every node's reference count twice per attempt.
+        let candidates: Cow<'_, [Arc<NodeInfo>]> = match pre_result.and_then(|r| r.node_names) {
             Some(names) => {
                 let restricted: Vec<Arc<NodeInfo>> =
                     all.iter().filter(|n| names.contains(n.name())).cloned().collect();
@@ -233,9 +237,9 @@ impl SchedulingAlgorithm {
                     "node(s) didn't satisfy plugin(s) [{}]",
                     fwk_prefilter_names(fwk)
                 )));
-                restricted
+                Cow::Owned(restricted)
             }
-            None => all.to_vec(),
+            None => Cow::Borrowed(all),
         };
         let n = candidates.len();
         if n == 0 {
@@ -250,7 +254,8 @@ impl SchedulingAlgorithm {
                 n,
             )
         };
-        fwk.count_filter_evaluations(state);
+        let chain = fwk.filter_chain(state);
+        fwk.count_filter_evaluations(&chain);
         let start = self.next_start_node_index % n;
         let nominations = nominator.nominations();
         let veto = state
@@ -271,7 +276,14 @@ impl SchedulingAlgorithm {
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
             let check = |&i: &usize| match &veto {
                 Some(v) if v.vetoes(&candidates[i]) => None,
-                _ => Some(check_node(fwk, state_ref, pod, &candidates[i], &nominations)),
+                _ => Some(check_node(
+                    fwk,
+                    &chain,
+                    state_ref,
+                    pod,
+                    &candidates[i],
+                    &nominations,
+                )),
             };
             let statuses: Vec<Option<Status>> = match &self.pool {
                 Some(pool) if batch > 2 && threads > 1 => {
@@ -307,7 +319,8 @@ impl SchedulingAlgorithm {
         // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
         // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
         if feasible.is_empty() {
-            let rejected = self.complete_vetoed(fwk, state_ref, pod, &candidates, &nominations, rejected)?;
+            let rejected =
+                self.complete_vetoed(fwk, &chain, state_ref, pod, &candidates, &nominations, rejected)?;
             diagnosis.node_to_status.reserve(rejected.len());
             for (i, s) in rejected {
                 diagnosis.add_plugin_status(&s);
@@ -321,9 +334,11 @@ impl SchedulingAlgorithm {
     /// whole filter chain runs on them now, so the diagnosis is the one the chain would have
     /// given. An error there ends the attempt as it would have. A vetoed node the chain accepts
     /// breaks the veto's contract; it is reported and kept rejected, with the status saying so.
+    #[allow(clippy::too_many_arguments)]
     fn complete_vetoed(
         &self,
         fwk: &Framework,
+        chain: &FilterChain<'_>,
         state: &CycleState,
         pod: &PodInfo,
         candidates: &[Arc<NodeInfo>],
@@ -333,7 +348,7 @@ impl SchedulingAlgorithm {
         let vetoed = rejected.iter().filter(|(_, s)| s.is_none()).count();
         // The whole chain's status for each vetoed node, in place, in order.
         let complete = |(i, s): (usize, Option<Status>)| {
-            let s = s.unwrap_or_else(|| check_node(fwk, state, pod, &candidates[i], nominations));
+            let s = s.unwrap_or_else(|| check_node(fwk, chain, state, pod, &candidates[i], nominations));
             (i, s)
         };
         let statuses: Vec<(usize, Status)> = match &self.pool {
@@ -481,14 +496,15 @@ fn fwk_prefilter_names(fwk: &Framework) -> String {
 
 fn check_node(
     fwk: &Framework,
+    chain: &FilterChain<'_>,
     state: &CycleState,
     pod: &PodInfo,
     node: &Arc<NodeInfo>,
     nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
 ) -> Status {
     match nominations.get(node.name()) {
-        Some(nominated) => fwk.run_filter_with_nominated(state, pod, node, nominated),
-        None => fwk.run_filter(state, pod, node),
+        Some(nominated) => fwk.run_filter_chain_with_nominated(chain, state, pod, node, nominated),
+        None => fwk.run_filter_chain(chain, state, pod, node),
     }
 }
 

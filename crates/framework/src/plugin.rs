@@ -223,11 +223,12 @@ pub trait PreScorePlugin: Plugin {
     fn pre_score(&self, state: &mut CycleState, pod: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Status;
 }
 
-/// One node's score from one plugin.
+/// One node's score from one plugin. The name is borrowed from the snapshot: a normalisation runs
+/// over every feasible node of every attempt, and owned names cost an allocation each.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeScore {
+pub struct NodeScore<'n> {
     /// The node.
-    pub name: String,
+    pub name: &'n str,
     /// The score.
     pub score: i64,
 }
@@ -243,7 +244,7 @@ pub trait ScorePlugin: Plugin {
     }
 
     /// Rescales all nodes' scores in place.
-    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore<'_>]) -> Status {
         Status::success()
     }
 }

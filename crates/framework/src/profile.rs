@@ -252,6 +252,12 @@ fn point_type(point: &str) -> String {
     }
 }
 
+/// The Filter plugins one attempt runs, PreFilter's skips applied once: the skip set is keyed by
+/// plugin name, and asking it per plugin and node hashed a name thousands of times per pod.
+pub struct FilterChain<'f> {
+    plugins: Vec<(&'f dyn FilterPlugin, &'f Arc<str>)>,
+}
+
 /// The [`FrameworkHandle`] PostFilter plugins get: this profile plus the queue's nominations.
 struct NominatingHandle<'a> {
     fwk: &'a Framework,
@@ -620,14 +626,8 @@ impl Framework {
     }
 
     /// Counts the Filter plugins that run for this attempt (those PreFilter did not skip).
-    pub fn count_filter_evaluations(&self, state: &CycleState) {
-        self.evaluated(
-            "Filter",
-            self.filter
-                .iter()
-                .map(|p| p.name())
-                .filter(|n| !state.skip_filter_plugins.contains(*n)),
-        );
+    pub fn count_filter_evaluations(&self, chain: &FilterChain<'_>) {
+        self.evaluated("Filter", chain.plugins.iter().map(|(p, _)| p.name()));
     }
 
     /// Times the Score extension point (the caller runs the plugins, possibly in parallel) and
@@ -743,12 +743,32 @@ impl Framework {
         })
     }
 
+    /// The Filter plugins this attempt runs (those PreFilter did not skip), in profile order.
+    pub fn filter_chain(&self, state: &CycleState) -> FilterChain<'_> {
+        let plugins = self
+            .filter
+            .iter()
+            .zip(&self.filter_names)
+            .filter(|(p, _)| !state.skip_filter_plugins.contains(p.name()))
+            .map(|(p, name)| (&**p, name))
+            .collect();
+        FilterChain { plugins }
+    }
+
     /// Filter on one node: the first rejection stops.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for (p, name) in self.filter.iter().zip(&self.filter_names) {
-            if state.skip_filter_plugins.contains(p.name()) {
-                continue;
-            }
+        self.run_filter_chain(&self.filter_chain(state), state, pod, node)
+    }
+
+    /// Filter on one node with the attempt's chain worked out beforehand (the per-node path).
+    pub fn run_filter_chain(
+        &self,
+        chain: &FilterChain<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for &(p, name) in &chain.plugins {
             let s = self.plugin_timed(
                 state.record_plugin_metrics,
                 "Filter",
@@ -776,13 +796,26 @@ impl Framework {
         node: &NodeInfo,
         nominated: &[Arc<PodInfo>],
     ) -> Status {
+        self.run_filter_chain_with_nominated(&self.filter_chain(state), state, pod, node, nominated)
+    }
+
+    /// [`Framework::run_filter_with_nominated`] with the attempt's chain worked out beforehand.
+    pub fn run_filter_chain_with_nominated(
+        &self,
+        chain: &FilterChain<'_>,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status {
         let relevant: Vec<&Arc<PodInfo>> = nominated
             .iter()
             .filter(|n| n.uid != pod.uid && n.priority >= pod.priority)
             .collect();
         if relevant.is_empty() {
-            return self.run_filter(state, pod, node);
+            return self.run_filter_chain(chain, state, pod, node);
         }
+        // The cloned state carries the same skips, so the chain serves it too.
         let mut state_with = state.deep_clone();
         let mut node_with = node.clone();
         for n in &relevant {
@@ -792,11 +825,11 @@ impl Framework {
                 return s;
             }
         }
-        let s = self.run_filter(&state_with, pod, &node_with);
+        let s = self.run_filter_chain(chain, &state_with, pod, &node_with);
         if !s.is_success() {
             return s;
         }
-        self.run_filter(state, pod, node)
+        self.run_filter_chain(chain, state, pod, node)
     }
 
     /// PreFilter AddPod extensions.
@@ -948,11 +981,11 @@ impl Framework {
             scores.resize(nodes.len(), 0);
             if ws.plugin.has_normalize() {
                 // The normalisation interface names nodes; only plugins that normalise pay for it.
-                let mut list: Vec<NodeScore> = nodes
+                let mut list: Vec<NodeScore<'_>> = nodes
                     .iter()
                     .zip(&scores)
                     .map(|(n, s)| NodeScore {
-                        name: n.name().to_string(),
+                        name: n.name(),
                         score: *s,
                     })
                     .collect();

@@ -11,7 +11,7 @@ use unisched_framework::{EventObject, NodeScore};
 /// `DefaultNormalizeScore`). With `reverse`, the scale is flipped: the highest raw score gets 0 and
 /// a raw 0 gets `max_priority`. When every raw score is 0, scores stay 0, or all become
 /// `max_priority` when reversed.
-pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore]) {
+pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [NodeScore<'_>]) {
     let max = scores.iter().map(|s| s.score).max().unwrap_or(0).max(0);
     if max == 0 {
         if reverse {
@@ -323,14 +323,12 @@ mod tests {
             },
         ];
         for c in cases {
-            let mut scores: Vec<NodeScore> = c
+            let names: Vec<String> = (0..c.raw.len()).map(|i| format!("n{i}")).collect();
+            let mut scores: Vec<NodeScore<'_>> = c
                 .raw
                 .iter()
-                .enumerate()
-                .map(|(i, s)| NodeScore {
-                    name: format!("n{i}"),
-                    score: *s,
-                })
+                .zip(&names)
+                .map(|(s, name)| NodeScore { name, score: *s })
                 .collect();
             default_normalize_score(100, c.reverse, &mut scores);
             let got: Vec<i64> = scores.iter().map(|s| s.score).collect();

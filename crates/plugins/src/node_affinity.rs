@@ -256,7 +256,7 @@ impl ScorePlugin for NodeAffinity {
         true
     }
 
-    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
         default_normalize_score(MAX_NODE_SCORE, false, scores);
         Status::success()
     }
@@ -549,10 +549,10 @@ mod tests {
                 None => assert!(s.is_skip(), "{}", c.name),
                 Some(want) => {
                     assert!(s.is_success(), "{}: {s}", c.name);
-                    let mut scores: Vec<NodeScore> = nodes
+                    let mut scores: Vec<NodeScore<'_>> = nodes
                         .iter()
                         .map(|n| NodeScore {
-                            name: n.name().to_string(),
+                            name: n.name(),
                             score: c.plugin.score(&state, &pod, n).unwrap(),
                         })
                         .collect();

@@ -752,7 +752,7 @@ impl ScorePlugin for DynamicResources {
         true
     }
 
-    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
         crate::default_normalize_score(unisched_framework::MAX_NODE_SCORE, false, scores);
         Status::success()
     }

@@ -1001,11 +1001,11 @@ fn score_prefers_higher_ranked_subrequests() {
     assert_eq!((s1, s2), (8, 7));
     let mut scores = vec![
         unisched_framework::NodeScore {
-            name: "n1".into(),
+            name: "n1",
             score: s1,
         },
         unisched_framework::NodeScore {
-            name: "n2".into(),
+            name: "n2",
             score: s2,
         },
     ];

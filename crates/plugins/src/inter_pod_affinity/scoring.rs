@@ -172,7 +172,7 @@ impl ScorePlugin for InterPodAffinity {
     }
 
     /// Maps the range of raw scores linearly onto 0..100 (all equal: 0).
-    fn normalize_score(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
         let s = match state.read::<PreScoreState>(PRE_SCORE_KEY) {
             Ok(s) => s,
             Err(e) => return Status::error(format!("error reading {PRE_SCORE_KEY:?} from cycleState: {e}")),

@@ -604,11 +604,11 @@ fn scores(pl: &InterPodAffinity, pod: &PodInfo, nodes: Vec<NodeInfo>) -> Result<
     if !s.is_success() {
         return Err(s.code());
     }
-    let mut list: Vec<NodeScore> = snapshot
+    let mut list: Vec<NodeScore<'_>> = snapshot
         .nodes()
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name(),
             score: pl.score(&state, pod, n).unwrap(),
         })
         .collect();

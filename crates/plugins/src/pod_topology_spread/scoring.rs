@@ -172,19 +172,19 @@ impl ScorePlugin for PodTopologySpread {
     }
 
     /// The lowest raw score becomes 100, the rest proportionally less; ignored nodes get 0.
-    fn normalize_score(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+    fn normalize_score(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore<'_>]) -> Status {
         let s = match read_state(state) {
             Ok(s) => s,
             Err(e) => return e,
         };
         let mut min = i64::MAX;
         let mut max = 0;
-        for ns in scores.iter().filter(|ns| !s.ignored.contains(&ns.name)) {
+        for ns in scores.iter().filter(|ns| !s.ignored.contains(ns.name)) {
             min = min.min(ns.score);
             max = max.max(ns.score);
         }
         for ns in scores.iter_mut() {
-            ns.score = if s.ignored.contains(&ns.name) {
+            ns.score = if s.ignored.contains(ns.name) {
                 0
             } else if max == 0 {
                 MAX_NODE_SCORE

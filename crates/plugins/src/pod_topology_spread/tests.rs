@@ -536,11 +536,11 @@ fn scores(pl: &PodTopologySpread, pod: &PodInfo, nodes: Vec<NodeInfo>) -> Result
     if !s.is_success() {
         return Err(s.code());
     }
-    let mut list: Vec<NodeScore> = snapshot
+    let mut list: Vec<NodeScore<'_>> = snapshot
         .nodes()
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name(),
             score: pl.score(&state, pod, n).unwrap(),
         })
         .collect();
@@ -1053,10 +1053,10 @@ fn score_counts_all_nodes_but_ranks_feasible_ones() {
     let (mut state, snapshot) = state_for(nodes);
     let feasible = &snapshot.nodes()[..3];
     assert!(pl.pre_score(&mut state, &pod, feasible).is_success());
-    let mut list: Vec<NodeScore> = feasible
+    let mut list: Vec<NodeScore<'_>> = feasible
         .iter()
         .map(|n| NodeScore {
-            name: n.name().to_string(),
+            name: n.name(),
             score: pl.score(&state, &pod, n).unwrap(),
         })
         .collect();
