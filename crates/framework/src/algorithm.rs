@@ -10,15 +10,14 @@ use std::{
     borrow::Cow,
     collections::{BTreeSet, HashMap},
     sync::Arc,
-    time::Instant,
 };
 
 use rayon::prelude::*;
 
 use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
-    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PodInfo, ScoreTable, SeededRng, Snapshot,
-    Status,
+    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PluginTiming, PodInfo, ScoreTable, SeededRng,
+    Snapshot, Status,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -393,41 +392,56 @@ impl SchedulingAlgorithm {
         }
         let plugins = fwk.active_score_plugins(state);
         let state_ref: &CycleState = state;
-        let record = state.record_plugin_metrics;
-        let score_node = |node: &Arc<NodeInfo>| -> Result<Vec<i64>, Status> {
-            plugins
-                .iter()
-                .map(|ws| {
-                    let start = record.then(Instant::now);
-                    let r = ws.plugin.score(state_ref, pod, node);
-                    if let Some(start) = start {
-                        let code = r.as_ref().map_or_else(Status::code, |_| Code::Success);
-                        fwk.observe_plugin(true, "Score", ws.plugin.name(), code, start.elapsed());
+        let timings: Vec<PluginTiming> = plugins
+            .iter()
+            .map(|ws| fwk.plugin_timing(state.record_plugin_metrics, "Score", ws.plugin.name()))
+            .collect();
+        // One row of scores per node, written in place: a vector per node cost an allocation each.
+        let width = plugins.len();
+        let score_node = |(row, node): (&mut [i64], &Arc<NodeInfo>)| -> Option<Status> {
+            for ((ws, timing), slot) in plugins.iter().zip(&timings).zip(row) {
+                let name = ws.plugin.name();
+                let r = fwk.run_timed(
+                    timing,
+                    "Score",
+                    name,
+                    || ws.plugin.score(state_ref, pod, node),
+                    |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
+                );
+                match r {
+                    Ok(score) => *slot = score,
+                    Err(s) => {
+                        return Some(
+                            s.with_plugin(name)
+                                .wrap_error(format!("running Score plugin {name:?}")),
+                        );
                     }
-                    r.map_err(|s| {
-                        s.with_plugin(ws.plugin.name())
-                            .wrap_error(format!("running Score plugin {:?}", ws.plugin.name()))
-                    })
-                })
-                .collect()
+                }
+            }
+            None
         };
         let pool = &self.pool;
         fwk.timed_score(&plugins, || {
-            let per_node: Vec<Result<Vec<i64>, Status>> = match pool {
-                Some(pool) if nodes.len() > 2 => pool.install(|| nodes.par_iter().map(score_node).collect()),
-                _ => nodes.iter().map(score_node).collect(),
+            let mut rows = vec![0i64; nodes.len() * width];
+            // The first failure in node order, as a sequential run would report.
+            let failure = match pool {
+                Some(pool) if nodes.len() > 2 && width > 0 => pool.install(|| {
+                    rows.par_chunks_mut(width)
+                        .zip(nodes.par_iter())
+                        .map(score_node)
+                        .collect::<Vec<Option<Status>>>()
+                        .into_iter()
+                        .flatten()
+                        .next()
+                }),
+                _ => rows.chunks_mut(width.max(1)).zip(nodes).find_map(score_node),
             };
-            let mut raw = vec![Vec::with_capacity(nodes.len()); plugins.len()];
-            for r in per_node {
-                match r {
-                    Ok(scores) => {
-                        for (pi, s) in scores.into_iter().enumerate() {
-                            raw[pi].push(s);
-                        }
-                    }
-                    Err(s) => return (Err(s), Code::Error),
-                }
+            if let Some(s) = failure {
+                return (Err(s), Code::Error);
             }
+            let raw: Vec<Vec<i64>> = (0..width)
+                .map(|pi| rows.iter().skip(pi).step_by(width).copied().collect())
+                .collect();
             match fwk.finish_scores(state_ref, pod, &plugins, nodes, raw) {
                 Ok(t) => (Ok(t), Code::Success),
                 Err(s) => (Err(s), Code::Error),

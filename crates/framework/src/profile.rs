@@ -38,6 +38,25 @@ pub trait FrameworkObserver: Send + Sync {
     fn plugin_evaluated(&self, _profile: &str, _point: &'static str, _plugin: &str) {}
     /// A pod that waited at Permit was allowed or rejected after `elapsed`.
     fn permit_wait(&self, _status: Code, _elapsed: Duration) {}
+    /// A recorder of `plugin`'s successful runs at `point`, for the points that run per node
+    /// (Filter, Score): resolved once per sampled attempt, it spares the per-call label lookup
+    /// that [`plugin`](Self::plugin) does. Each call must count exactly as a call of `plugin`
+    /// with [`Code::Success`] would. `None` (the default) sends every run to `plugin`.
+    fn plugin_success_recorder(&self, _point: &'static str, _plugin: &str) -> Option<DurationRecorder> {
+        None
+    }
+}
+
+/// Records one duration of one plugin at one extension point with one result (see
+/// [`FrameworkObserver::plugin_success_recorder`]).
+pub type DurationRecorder = Box<dyn Fn(Duration) + Send + Sync>;
+
+/// Where one plugin's timings go during one attempt at a point that runs per node: nowhere on
+/// attempts not sampled for plugin metrics; on sampled ones, successes to a recorder resolved
+/// once and any other result through [`FrameworkObserver::plugin`].
+pub struct PluginTiming {
+    record: bool,
+    success: Option<DurationRecorder>,
 }
 
 struct NoObserver;
@@ -255,7 +274,7 @@ fn point_type(point: &str) -> String {
 /// The Filter plugins one attempt runs, PreFilter's skips applied once: the skip set is keyed by
 /// plugin name, and asking it per plugin and node hashed a name thousands of times per pod.
 pub struct FilterChain<'f> {
-    plugins: Vec<(&'f dyn FilterPlugin, &'f Arc<str>)>,
+    plugins: Vec<(&'f dyn FilterPlugin, &'f Arc<str>, PluginTiming)>,
 }
 
 /// The [`FrameworkHandle`] PostFilter plugins get: this profile plus the queue's nominations.
@@ -618,6 +637,38 @@ impl Framework {
         out
     }
 
+    /// How `plugin`'s runs at `point` are timed during an attempt (`record`: sampled).
+    pub fn plugin_timing(&self, record: bool, point: &'static str, plugin: &str) -> PluginTiming {
+        PluginTiming {
+            record,
+            success: record
+                .then(|| self.observer.plugin_success_recorder(point, plugin))
+                .flatten(),
+        }
+    }
+
+    /// Runs one plugin call and reports its duration as `timing` says.
+    pub fn run_timed<T>(
+        &self,
+        timing: &PluginTiming,
+        point: &'static str,
+        plugin: &str,
+        f: impl FnOnce() -> T,
+        code: impl Fn(&T) -> Code,
+    ) -> T {
+        if !timing.record {
+            return f();
+        }
+        let start = Instant::now();
+        let out = f();
+        let elapsed = start.elapsed();
+        match (&timing.success, code(&out)) {
+            (Some(record), Code::Success) => record(elapsed),
+            (_, c) => self.observer.plugin(point, plugin, c, elapsed),
+        }
+        out
+    }
+
     /// Counts one evaluation of each plugin that will run at `point` for this attempt.
     fn evaluated<'a>(&self, point: &'static str, plugins: impl IntoIterator<Item = &'a str>) {
         for p in plugins {
@@ -627,7 +678,7 @@ impl Framework {
 
     /// Counts the Filter plugins that run for this attempt (those PreFilter did not skip).
     pub fn count_filter_evaluations(&self, chain: &FilterChain<'_>) {
-        self.evaluated("Filter", chain.plugins.iter().map(|(p, _)| p.name()));
+        self.evaluated("Filter", chain.plugins.iter().map(|(p, _, _)| p.name()));
     }
 
     /// Times the Score extension point (the caller runs the plugins, possibly in parallel) and
@@ -635,21 +686,6 @@ impl Framework {
     pub fn timed_score<T>(&self, plugins: &[&WeightedScore], f: impl FnOnce() -> (T, Code)) -> T {
         self.evaluated("Score", plugins.iter().map(|ws| ws.plugin.name()));
         self.timed("Score", f)
-    }
-
-    /// Reports one plugin's timing at `point` (sampled attempts only), for callers that run plugins
-    /// outside the framework (Score).
-    pub fn observe_plugin(
-        &self,
-        record: bool,
-        point: &'static str,
-        plugin: &str,
-        code: Code,
-        elapsed: Duration,
-    ) {
-        if record {
-            self.observer.plugin(point, plugin, code, elapsed);
-        }
     }
 
     /// PreEnqueue: the first rejecting plugin gates the pod.
@@ -750,7 +786,10 @@ impl Framework {
             .iter()
             .zip(&self.filter_names)
             .filter(|(p, _)| !state.skip_filter_plugins.contains(p.name()))
-            .map(|(p, name)| (&**p, name))
+            .map(|(p, name)| {
+                let timing = self.plugin_timing(state.record_plugin_metrics, "Filter", p.name());
+                (&**p, name, timing)
+            })
             .collect();
         FilterChain { plugins }
     }
@@ -768,9 +807,9 @@ impl Framework {
         pod: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        for &(p, name) in &chain.plugins {
-            let s = self.plugin_timed(
-                state.record_plugin_metrics,
+        for (p, name, timing) in &chain.plugins {
+            let s = self.run_timed(
+                timing,
                 "Filter",
                 p.name(),
                 || p.filter(state, pod, node),

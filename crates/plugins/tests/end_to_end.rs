@@ -1,12 +1,12 @@
 //! The default profile end to end: 1,000 pods through the framework's scheduling and binding cycles
 //! on 100 nodes, with an in-memory cache, checking placement rules and the ledger invariant.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use unisched_framework::{
-    CycleOutcome, NoNominations, NodeInfo, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
-    run_binding_cycle, run_scheduling_cycle,
+    Code, CycleOutcome, DurationRecorder, FrameworkObserver, NoNominations, NodeInfo, PodInfo,
+    SchedulerCache, SchedulingAlgorithm, Snapshot, run_binding_cycle, run_scheduling_cycle,
 };
 use unisched_plugins::{
     reasons::TAINT_NODE_UNSCHEDULABLE,
@@ -196,4 +196,94 @@ fn thousand_pods_on_hundred_nodes() {
         }
         other => panic!("the huge pod must not fit: {other:?}"),
     }
+}
+
+/// Plugin timings by (extension point, plugin, result), and how many arrived through
+/// `FrameworkObserver::plugin` rather than a recorder.
+#[derive(Default)]
+struct TimingCounts {
+    by_series: Mutex<BTreeMap<(String, String, String), usize>>,
+    through_plugin: Mutex<usize>,
+    offer_recorders: bool,
+}
+
+impl TimingCounts {
+    fn count(&self, point: &str, plugin: &str, code: Code) {
+        *self
+            .by_series
+            .lock()
+            .entry((point.to_string(), plugin.to_string(), code.as_str().to_string()))
+            .or_default() += 1;
+    }
+}
+
+/// Forwards to a shared [`TimingCounts`] (the framework owns its observer).
+struct Counting(Arc<TimingCounts>);
+
+impl FrameworkObserver for Counting {
+    fn plugin(&self, point: &'static str, plugin: &str, status: Code, _elapsed: Duration) {
+        *self.0.through_plugin.lock() += 1;
+        self.0.count(point, plugin, status);
+    }
+
+    fn plugin_success_recorder(&self, point: &'static str, plugin: &str) -> Option<DurationRecorder> {
+        if !self.0.offer_recorders {
+            return None;
+        }
+        let counts = Arc::clone(&self.0);
+        let plugin = plugin.to_string();
+        Some(Box::new(move |_| counts.count(point, &plugin, Code::Success)))
+    }
+}
+
+/// Sampled attempts time every plugin call at Filter and Score, per node. An observer that hands
+/// out per-attempt recorders for successes must see exactly the series an observer without them
+/// sees, call for call, rejections included.
+#[test]
+fn sampled_plugin_timings_are_the_same_through_recorders() {
+    let run = |offer_recorders: bool| {
+        let counts = Arc::new(TimingCounts {
+            offer_recorders,
+            ..Default::default()
+        });
+        let cache = cluster();
+        let fwk = default_framework()
+            .0
+            .with_observer(Arc::new(Counting(Arc::clone(&counts))));
+        let mut algo = SchedulingAlgorithm::new(4, None, 7);
+        for pod in workload().into_iter().take(200) {
+            if let CycleOutcome::Assumed(task) =
+                run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod.clone(), true)
+            {
+                assert!(
+                    run_binding_cycle(&fwk, &cache, *task).is_ok(),
+                    "{} binds",
+                    pod.name
+                );
+            }
+        }
+        let by_series = counts.by_series.lock().clone();
+        let through_plugin = *counts.through_plugin.lock();
+        (by_series, through_plugin)
+    };
+    let (plain, plain_calls) = run(false);
+    let (recorded, recorded_calls) = run(true);
+    assert_eq!(recorded, plain);
+    let at = |point: &str, code: &str| -> usize {
+        plain
+            .iter()
+            .filter(|((p, _, c), _)| p == point && c == code)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    // 200 pods on 100 nodes: every attempt filters and scores many nodes, and the tainted and
+    // cordoned nodes reject some.
+    assert!(at("Filter", "Success") > 200 * 50, "{plain:?}");
+    assert!(at("Score", "Success") > 200 * 50, "{plain:?}");
+    assert!(at("Filter", "UnschedulableAndUnresolvable") > 0, "{plain:?}");
+    // The recorders took the per-node successes; the rest still went through `plugin`.
+    assert_eq!(
+        plain_calls - recorded_calls,
+        at("Filter", "Success") + at("Score", "Success")
+    );
 }

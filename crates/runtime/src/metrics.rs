@@ -12,7 +12,7 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder, exponential_buckets,
 };
-use unisched_framework::{Code, FitError, FrameworkObserver};
+use unisched_framework::{Code, DurationRecorder, FitError, FrameworkObserver};
 use unisched_queue::QueueObserver;
 
 /// A metric could not be created or registered (a programming error: duplicate names).
@@ -375,6 +375,13 @@ impl FrameworkObserver for Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    fn plugin_success_recorder(&self, point: &'static str, plugin: &str) -> Option<DurationRecorder> {
+        let series = self
+            .plugin_duration
+            .with_label_values(&[plugin, point, Code::Success.as_str()]);
+        Some(Box::new(move |elapsed| series.observe(elapsed.as_secs_f64())))
+    }
+
     fn plugin_evaluated(&self, profile: &str, point: &'static str, plugin: &str) {
         self.plugin_evaluation
             .with_label_values(&[plugin, point, profile])
@@ -414,5 +421,36 @@ mod tests {
         assert!(text.contains("scheduler_framework_extension_point_duration_seconds_count{extension_point=\"Filter\",profile=\"unisched\",status=\"Success\"} 1"));
         assert!(text.contains("scheduler_pending_pods{queue=\"gated\"} 0"));
         assert!(text.contains("# TYPE scheduler_cache_size gauge"));
+    }
+
+    /// A success recorder feeds the series `plugin` feeds for a success: one histogram, counted
+    /// together.
+    #[test]
+    fn success_recorder_feeds_the_plugin_series() {
+        let m = Metrics::new().unwrap();
+        m.plugin("Filter", "NodeName", Code::Success, Duration::from_micros(3));
+        let record = m
+            .plugin_success_recorder("Filter", "NodeName")
+            .expect("the runtime resolves recorders");
+        record(Duration::from_micros(5));
+        record(Duration::from_micros(7));
+        m.plugin(
+            "Filter",
+            "NodeName",
+            Code::UnschedulableAndUnresolvable,
+            Duration::from_micros(2),
+        );
+        let text = m.render();
+        let count = |status: &str| {
+            let prefix = format!(
+                "scheduler_plugin_execution_duration_seconds_count{{extension_point=\"Filter\",plugin=\"NodeName\",status=\"{status}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+                .to_string()
+        };
+        assert_eq!(count("Success"), "3");
+        assert_eq!(count("UnschedulableAndUnresolvable"), "1");
     }
 }
