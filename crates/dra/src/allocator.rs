@@ -198,7 +198,7 @@ pub struct Allocator {
     features: Features,
     claims: Vec<Arc<PreparedClaim>>,
     /// Available counters per pool index (totals minus devices in use), computed on first use.
-    available_counters: RwLock<crate::fast_hash::FastHashMap<u32, Arc<Vec<Quantity>>>>,
+    available_counters: RwLock<unisched_fasthash::FastHashMap<u32, Arc<Vec<Quantity>>>>,
     search_steps: AtomicU64,
     selector_evaluations: AtomicU64,
     /// The first selector evaluation that ran out of its cost budget. Upstream ends the whole
@@ -477,7 +477,7 @@ impl Allocator {
             state,
             features,
             claims,
-            available_counters: RwLock::new(crate::fast_hash::FastHashMap::default()),
+            available_counters: RwLock::new(unisched_fasthash::FastHashMap::default()),
             search_steps: AtomicU64::new(0),
             selector_evaluations: AtomicU64::new(0),
             over_budget: OnceLock::new(),

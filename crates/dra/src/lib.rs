@@ -43,7 +43,6 @@ pub mod claims;
 pub mod class_selector;
 pub mod cost;
 pub mod error;
-pub mod fast_hash;
 pub mod ids;
 pub mod nodesel;
 mod pool_shards;

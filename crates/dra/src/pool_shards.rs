@@ -14,10 +14,9 @@ use std::{
     sync::Arc,
 };
 
-use crate::{
-    fast_hash::{FastBuildHasher, FastHashMap},
-    ids::{PoolKey, PoolKeyView},
-};
+use unisched_fasthash::{FastBuildHasher, FastHashMap};
+
+use crate::ids::{PoolKey, PoolKeyView};
 
 /// The exclusively allocated devices of one pool: device name -> number of results naming it.
 pub(crate) type PoolExclusive = FastHashMap<Arc<str>, u32>;

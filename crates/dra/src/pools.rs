@@ -33,9 +33,9 @@ use unisched_resource::Quantity;
 
 use crate::capacity::{CapacityPolicy, CapacityRange, PreparedCapacity};
 use crate::cel::{DeviceValueSlot, SelectorId};
-use crate::fast_hash::FastHashMap;
 use crate::ids::{DeviceId, PoolKey};
 use crate::nodesel::node_matches;
+use unisched_fasthash::FastHashMap;
 
 /// Entries a slice's match cache may hold per device before it is cleared.
 const MATCH_CACHE_PER_DEVICE: usize = 64;

@@ -29,9 +29,9 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceRequestAllocationResult, ResourceClaim};
 use unisched_resource::Quantity;
 
-use crate::fast_hash::FastHashMap;
 use crate::ids::{DeviceId, PoolKey, PoolKeyView};
 use crate::pool_shards::PoolShards;
+use unisched_fasthash::FastHashMap;
 
 pub(crate) use crate::pool_shards::PoolExclusive;
 

@@ -7,7 +7,9 @@
 //! is cheap; a plugin whose data is changed by `AddPod`/`RemovePod` stores it behind `StateData::clone_data`
 //! so that the clone is deep where it has to be.
 
-use std::{any::Any, collections::HashMap, collections::HashSet, fmt, sync::Arc};
+use std::{any::Any, collections::HashSet, fmt, sync::Arc};
+
+use unisched_fasthash::FastHashMap;
 
 use crate::Snapshot;
 
@@ -33,7 +35,8 @@ impl<T: Any + Send + Sync + Clone> StateData for T {
 /// Per-attempt key/value store shared by the plugins of one profile.
 #[derive(Default, Clone)]
 pub struct CycleState {
-    data: HashMap<String, Arc<dyn StateData>>,
+    /// Read by key in every plugin's Filter and Score, per node: hashed with the fast hasher.
+    data: FastHashMap<String, Arc<dyn StateData>>,
     snapshot: Option<Arc<Snapshot>>,
     /// Filter plugins whose PreFilter returned Skip.
     pub skip_filter_plugins: HashSet<String>,
@@ -83,6 +86,12 @@ impl CycleState {
     /// The snapshot this attempt schedules against (empty when none was set, as in unit tests).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.clone().unwrap_or_default()
+    }
+
+    /// How many nodes the attempt's snapshot has (without taking a reference to it: plugins ask
+    /// per node, from every filter worker at once).
+    pub fn node_count(&self) -> usize {
+        self.snapshot.as_ref().map_or(0, |s| s.len())
     }
 
     /// Stores a value under `key`.
@@ -172,5 +181,15 @@ mod tests {
         );
         s.delete("c");
         assert!(s.read::<Counter>("c").is_err());
+    }
+
+    #[test]
+    fn node_count_is_the_snapshot_size() {
+        use crate::NodeInfo;
+        assert_eq!(CycleState::new().node_count(), 0);
+        let snapshot = Snapshot::from_node_infos(["a", "b", "c"].map(NodeInfo::placeholder));
+        let state = CycleState::with_snapshot(Arc::new(snapshot));
+        assert_eq!(state.node_count(), 3);
+        assert_eq!(state.node_count(), state.snapshot().len());
     }
 }

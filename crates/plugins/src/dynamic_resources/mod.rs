@@ -62,12 +62,12 @@ use k8s_openapi::api::core::v1::{NodeAllocatableResourceClaimStatus, Pod};
 use k8s_openapi::api::resource::v1::AllocationResult;
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraCache;
-use unisched_dra::fast_hash::FastHashMap;
 use unisched_dra::nodesel::node_selector_matches;
 use unisched_dra::{
     AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, NodeSummary,
     PreparedClaim, summary_shape,
 };
+use unisched_fasthash::FastHashMap;
 use unisched_framework::{
     ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
     FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeScore,

@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraSnapshot;
-use unisched_dra::fast_hash::FastHashMap;
 use unisched_dra::{Allocator, CelSelectorEngine, Deadline, Features, PreparedClaim};
+use unisched_fasthash::FastHashMap;
 use unisched_framework::{NodeFootprints, NodeInfo};
 
 use super::extended::{ExtendedPlan, Variant};

@@ -1,11 +1,13 @@
-//! A fast, non-cryptographic hasher for the allocator's hot maps.
+//! A fast, non-cryptographic hasher for the scheduler's hot maps.
 //!
-//! The allocator looks up every candidate device in the allocated state (keyed by three strings)
-//! and in the per-slice selector cache, several times per node and pod. With std's SipHash the
-//! hashing alone was 7–10 % of the DynamicResources Filter's CPU. This is the multiply-rotate
-//! scheme rustc uses (FxHash), written out here instead of adding a dependency. It is not resistant
-//! to crafted collisions; keys are device, pool and driver names published by the cluster's own
-//! drivers, and a collision only costs time.
+//! Some maps are read per node and plugin of every attempt: the DRA allocator looks up every
+//! candidate device in the allocated state (keyed by three strings) and in the per-slice selector
+//! cache, and every plugin's Filter and Score read their per-attempt data from the cycle state by
+//! key. With std's SipHash the hashing alone was 7–10 % of the DynamicResources Filter's CPU. This
+//! is the multiply-rotate scheme rustc uses (FxHash), written out here instead of adding a
+//! dependency. It is not resistant to crafted collisions; keys are plugin state keys and device,
+//! pool and driver names published by the cluster's own drivers, and a collision only costs time.
+#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -79,24 +81,28 @@ pub type FastHashSet<T> = HashSet<T, FastBuildHasher>;
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::DeviceId;
     use std::hash::{BuildHasher, Hash};
 
     fn hash<T: Hash>(v: &T) -> u64 {
         FastBuildHasher::default().hash_one(v)
     }
 
+    /// A key of three names, as the allocator's device ids are.
+    fn id(driver: &str, pool: &str, device: &str) -> (String, String, String) {
+        (driver.to_string(), pool.to_string(), device.to_string())
+    }
+
     #[test]
     fn equal_keys_hash_equal_and_different_keys_spread() {
-        let a = DeviceId::new("gpu.example.com", "node-1", "gpu-0");
+        let a = id("gpu.example.com", "node-1", "gpu-0");
         assert_eq!(hash(&a), hash(&a.clone()));
         // Same bytes split differently across the three parts must not collide (str hashing
         // writes a terminator after each part).
-        let b = DeviceId::new("gpu.example.co", "mnode-1", "gpu-0");
+        let b = id("gpu.example.co", "mnode-1", "gpu-0");
         assert_ne!(hash(&a), hash(&b));
         let distinct: FastHashSet<u64> = (0..10_000)
             .map(|i| {
-                hash(&DeviceId::new(
+                hash(&id(
                     "gpu.example.com",
                     &format!("node-{}", i / 10),
                     &format!("gpu-{}", i % 10),
@@ -108,12 +114,12 @@ mod tests {
 
     #[test]
     fn map_works_as_a_map() {
-        let mut m: FastHashMap<DeviceId, u32> = FastHashMap::default();
+        let mut m: FastHashMap<(String, String, String), u32> = FastHashMap::default();
         for i in 0..100 {
-            *m.entry(DeviceId::new("d", "p", &i.to_string())).or_default() += 1;
+            *m.entry(id("d", "p", &i.to_string())).or_default() += 1;
         }
-        *m.entry(DeviceId::new("d", "p", "7")).or_default() += 1;
+        *m.entry(id("d", "p", "7")).or_default() += 1;
         assert_eq!(m.len(), 100);
-        assert_eq!(m.get(&DeviceId::new("d", "p", "7")), Some(&2));
+        assert_eq!(m.get(&id("d", "p", "7")), Some(&2));
     }
 }
