@@ -80,7 +80,12 @@ fn containers(pod: &PodInfo) -> impl Iterator<Item = &Container> {
 
 impl ScorePlugin for ImageLocality {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let total_nodes = state.snapshot().len();
+        // No image on the node: the sum is zero, which scores zero however many containers the pod
+        // has (below the minimum threshold); most nodes of a large cluster answer here.
+        if node.image_states.is_empty() {
+            return Ok(0);
+        }
+        let total_nodes = state.node_count();
         let mut sum: i64 = 0;
         let mut count = 0;
         for c in containers(pod) {

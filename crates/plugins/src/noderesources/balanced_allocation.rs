@@ -38,16 +38,12 @@ impl NodeResourcesBalancedAllocation {
         args.complete();
         args.validate()?;
         Ok(NodeResourcesBalancedAllocation {
-            scorer: ResourceAllocationScorer {
-                resources: args
-                    .resources
-                    .iter()
-                    .map(|r| (r.name.clone(), r.weight))
-                    .collect(),
-                strategy: Strategy::Balanced,
-                use_requested: true,
-                include_footprint: args.include_dra_footprint,
-            },
+            scorer: ResourceAllocationScorer::new(
+                args.resources.iter().map(|r| (r.name.clone(), r.weight)),
+                Strategy::Balanced,
+                true,
+                args.include_dra_footprint,
+            ),
         })
     }
 }
@@ -66,9 +62,8 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
         if best_effort {
             let has_footprint = pre.footprints.as_ref().is_some_and(|f| {
                 nodes.iter().any(|n| {
-                    f.get(n.name()).is_some_and(|extra| {
-                        self.scorer.resources.iter().any(|(name, _)| extra.get(name) != 0)
-                    })
+                    f.get(n.name())
+                        .is_some_and(|extra| self.scorer.resource_names().any(|name| extra.get(name) != 0))
                 })
             });
             if !has_footprint {

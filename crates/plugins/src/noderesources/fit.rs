@@ -222,16 +222,12 @@ impl NodeResourcesFit {
             ignored_resources: args.ignored_resources.iter().cloned().collect(),
             ignored_groups: args.ignored_resource_groups.iter().cloned().collect(),
             resolver,
-            scorer: ResourceAllocationScorer {
-                resources: strategy_args
-                    .resources
-                    .iter()
-                    .map(|r| (r.name.clone(), r.weight))
-                    .collect(),
+            scorer: ResourceAllocationScorer::new(
+                strategy_args.resources.iter().map(|r| (r.name.clone(), r.weight)),
                 strategy,
-                use_requested: false,
-                include_footprint: args.include_dra_footprint,
-            },
+                false,
+                args.include_dra_footprint,
+            ),
         })
     }
 

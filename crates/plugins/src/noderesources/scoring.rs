@@ -167,11 +167,47 @@ pub(crate) fn balance_improvement(with_pod: i64, without_pod: i64) -> i64 {
     half + (half + with_pod - without_pod) / 2
 }
 
+/// Which of a node's counters a configured resource reads, worked out once when the plugin is
+/// built: Score runs per node and resource, and matching the name there was a string comparison
+/// (and a scan for `/`) each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ResourceKind {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    /// Any other resource, read by name; `scalar` ones (upstream `IsScalarResourceName`) are left
+    /// out when the pod does not request them.
+    Named {
+        scalar: bool,
+    },
+}
+
+impl ResourceKind {
+    fn of(name: &str) -> Self {
+        match name {
+            CPU => ResourceKind::Cpu,
+            MEMORY => ResourceKind::Memory,
+            EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
+            other => ResourceKind::Named {
+                scalar: is_scalar_resource_name(other),
+            },
+        }
+    }
+}
+
+/// One configured resource of a scorer.
+#[derive(Clone, Debug)]
+struct ScoredResource {
+    name: String,
+    weight: i64,
+    kind: ResourceKind,
+}
+
 /// The scorer of one plugin: resources with weights, a strategy, and which requests it uses.
 #[derive(Clone, Debug)]
 pub(crate) struct ResourceAllocationScorer {
-    /// `(resource name, weight)` in configuration order.
-    pub(crate) resources: Vec<(String, i64)>,
+    /// The configured resources with their weights, in configuration order.
+    resources: Vec<ScoredResource>,
     pub(crate) strategy: Strategy,
     /// Exact requests (BalancedAllocation) rather than the non-zero variant (Fit) for cpu/memory.
     pub(crate) use_requested: bool,
@@ -192,6 +228,33 @@ pub(crate) struct ScorePreState {
 }
 
 impl ResourceAllocationScorer {
+    /// A scorer of `(resource name, weight)` pairs, in that order.
+    pub(crate) fn new(
+        resources: impl IntoIterator<Item = (String, i64)>,
+        strategy: Strategy,
+        use_requested: bool,
+        include_footprint: bool,
+    ) -> Self {
+        ResourceAllocationScorer {
+            resources: resources
+                .into_iter()
+                .map(|(name, weight)| ScoredResource {
+                    kind: ResourceKind::of(&name),
+                    name,
+                    weight,
+                })
+                .collect(),
+            strategy,
+            use_requested,
+            include_footprint,
+        }
+    }
+
+    /// The configured resources' names, in order.
+    pub(crate) fn resource_names(&self) -> impl Iterator<Item = &str> {
+        self.resources.iter().map(|r| r.name.as_str())
+    }
+
     /// The pod's request per configured resource (cpu in milli-cores, the rest in units).
     pub(crate) fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
         let r = if self.use_requested {
@@ -199,7 +262,7 @@ impl ResourceAllocationScorer {
         } else {
             pod.non_zero_requests()
         };
-        self.resources.iter().map(|(name, _)| r.get(name)).collect()
+        self.resources.iter().map(|res| r.get(&res.name)).collect()
     }
 
     /// The PreScore state for `pod`.
@@ -233,11 +296,11 @@ impl ResourceAllocationScorer {
             .resources
             .iter()
             .zip(&pre.pod_requests)
-            .map(|((name, _), &request)| {
-                if request <= 0 || !is_extended_resource_name(name) {
+            .map(|(res, &request)| {
+                if request <= 0 || !is_extended_resource_name(&res.name) {
                     return None;
                 }
-                ClassCapacity::new(state, &resolver.device_class_for(name)?)
+                ClassCapacity::new(state, &resolver.device_class_for(&res.name)?)
             })
             .collect();
         if classes.iter().any(Option::is_some) {
@@ -248,30 +311,28 @@ impl ResourceAllocationScorer {
 
     /// `(allocatable, requested including the pod)` of one resource on the node; `(0, 0)` leaves
     /// the resource out.
-    fn allocatable_requested(&self, node: &NodeInfo, name: &str, pod_request: i64) -> (i64, i64) {
+    fn allocatable_requested(&self, node: &NodeInfo, res: &ScoredResource, pod_request: i64) -> (i64, i64) {
         let requested = if self.use_requested {
             &node.requested
         } else {
             &node.non_zero_requested
         };
-        if pod_request == 0 && is_scalar_resource_name(name) {
-            return (0, 0);
-        }
-        match name {
-            CPU => (
+        match res.kind {
+            ResourceKind::Cpu => (
                 node.allocatable.milli_cpu,
                 requested.milli_cpu.saturating_add(pod_request),
             ),
-            MEMORY => (
+            ResourceKind::Memory => (
                 node.allocatable.memory,
                 requested.memory.saturating_add(pod_request),
             ),
-            EPHEMERAL_STORAGE => (
+            ResourceKind::EphemeralStorage => (
                 node.allocatable.ephemeral_storage,
                 node.requested.ephemeral_storage.saturating_add(pod_request),
             ),
-            other => match node.allocatable.scalar_resources.get(other) {
-                Some(alloc) => (*alloc, node.requested.get(other).saturating_add(pod_request)),
+            ResourceKind::Named { scalar: true } if pod_request == 0 => (0, 0),
+            ResourceKind::Named { .. } => match node.allocatable.scalar_resources.get(&res.name) {
+                Some(alloc) => (*alloc, node.requested.get(&res.name).saturating_add(pod_request)),
                 None => (0, 0),
             },
         }
@@ -284,19 +345,19 @@ impl ResourceAllocationScorer {
         }
         let extra: Option<Resource> = pre.footprints.as_ref().and_then(|f| f.get(node.name()));
         // `(requested with the pod, allocatable, weight)` and the pod's own part of the first.
-        let entry = |i: usize, (name, weight): &(String, i64)| {
+        let entry = |i: usize, res: &ScoredResource| {
             let mut pod_request = pre.pod_requests.get(i).copied().unwrap_or(0);
             if let Some(extra) = &extra {
-                pod_request = pod_request.saturating_add(extra.get(name));
+                pod_request = pod_request.saturating_add(extra.get(&res.name));
             }
-            let (mut alloc, mut req) = self.allocatable_requested(node, name, pod_request);
+            let (mut alloc, mut req) = self.allocatable_requested(node, res, pod_request);
             if alloc == 0
                 && let Some(Some(devices)) = pre.dra_classes.get(i)
             {
                 let (capacity, allocated) = devices.count(node);
                 (alloc, req) = (capacity, allocated.saturating_add(pod_request));
             }
-            ((req, alloc, *weight), pod_request)
+            ((req, alloc, res.weight), pod_request)
         };
         // Score runs for every feasible node: keep the usual handful of resources off the heap.
         const INLINE: usize = 8;
