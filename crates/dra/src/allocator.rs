@@ -58,7 +58,7 @@ use crate::claims::{
 };
 use crate::error::{AllocationError, FatalError, Unschedulable, UnschedulableReason};
 use crate::ids::PoolKey;
-use crate::pools::{DraSnapshotIndex, PoolRecord, PreparedDevice, PreparedSlice, Selection};
+use crate::pools::{AttributeGroups, DraSnapshotIndex, PoolRecord, PreparedDevice, PreparedSlice, Selection};
 use crate::state::{LayeredCapacity, PoolExclusive, StateLayers};
 use crate::taints::untolerated_taint;
 
@@ -633,6 +633,8 @@ impl Allocator {
     /// selectors are evaluated for every device of every relevant slice, in device order, so a
     /// CEL error anywhere makes this `Undecided` and the full allocator reports it; a list for
     /// which some device fails is not cached (the next call evaluates again, up to the failure).
+    /// For a `matchAttribute` claim the slice also keeps its matching devices grouped by the
+    /// attribute's value, and the free devices are counted per group the same way.
     pub fn summarize(&self, node: &Node, claims: &[&PreparedClaim]) -> NodeSummary {
         let [claim] = claims else {
             return NodeSummary::Undecided;
@@ -687,25 +689,22 @@ impl Allocator {
                     }
                 }
                 Some(attribute) => {
-                    for &di in matching.iter() {
-                        if self
-                            .state
-                            .is_exclusively_allocated(&slice.devices()[di as usize].id)
-                        {
+                    let AttributeGroups::Groups(here) =
+                        self.attribute_groups(slice, &matching, &alt.selection_key, attribute)
+                    else {
+                        // A list value matches by intersection: left to the search.
+                        return NodeSummary::Undecided;
+                    };
+                    for members in here.iter() {
+                        let free_here = self.free_among(slice, members, members.len());
+                        let value = device_attribute(slice, members[0], attribute)
+                            .and_then(|a| scalar_ref(a, f.list_type_attributes).ok().flatten());
+                        let Some(value) = value.filter(|_| free_here > 0) else {
                             continue;
-                        }
-                        // A device without the attribute cannot join the match; a list value
-                        // matches by intersection: left to the search.
-                        let value = match device_attribute(slice, di, attribute)
-                            .map(|a| scalar_ref(a, f.list_type_attributes))
-                        {
-                            None | Some(Ok(None)) => continue,
-                            Some(Err(())) => return NodeSummary::Undecided,
-                            Some(Ok(Some(v))) => v,
                         };
                         match groups.iter_mut().find(|(v, _)| *v == value) {
-                            Some((_, n)) => *n += 1,
-                            None => groups.push((value, 1)),
+                            Some((_, n)) => *n += free_here,
+                            None => groups.push((value, free_here)),
                         }
                     }
                 }
@@ -759,6 +758,45 @@ impl Allocator {
         let selection = Selection::Devices(matching.into());
         slice.store_selection(key, selection.clone());
         selection
+    }
+
+    /// `matching` (the devices of `slice` passing the selector list `key`) grouped by the scalar
+    /// value of `attribute`, from the slice's cache or worked out now and cached.
+    fn attribute_groups(
+        &self,
+        slice: &PreparedSlice,
+        matching: &[u32],
+        key: &[SelectorId],
+        attribute: &str,
+    ) -> AttributeGroups {
+        let list_mode = self.features.list_type_attributes;
+        if let Some(hit) = slice.cached_attribute_groups(key, attribute, list_mode) {
+            return hit;
+        }
+        let mut groups: Vec<(ScalarRef<'_>, Vec<u32>)> = Vec::new();
+        let mut lists = false;
+        for &di in matching {
+            // A device without the attribute cannot join the match.
+            let value = match device_attribute(slice, di, attribute).map(|a| scalar_ref(a, list_mode)) {
+                None | Some(Ok(None)) => continue,
+                Some(Err(())) => {
+                    lists = true;
+                    break;
+                }
+                Some(Ok(Some(v))) => v,
+            };
+            match groups.iter_mut().find(|(v, _)| *v == value) {
+                Some((_, members)) => members.push(di),
+                None => groups.push((value, vec![di])),
+            }
+        }
+        let grouped = if lists {
+            AttributeGroups::Lists
+        } else {
+            AttributeGroups::Groups(groups.into_iter().map(|(_, m)| m.into_boxed_slice()).collect())
+        };
+        slice.store_attribute_groups(key, attribute, list_mode, grouped.clone());
+        grouped
     }
 
     /// How many of the devices `matching` (indices into `slice`) no state layer allocates

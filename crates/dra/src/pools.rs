@@ -43,6 +43,19 @@ const MATCH_CACHE_PER_DEVICE: usize = 64;
 /// Selector lists a slice's selection cache may hold before it is cleared.
 const SELECTION_CACHE_LISTS: usize = 64;
 
+/// A slice's matching devices (one [`Selection`]) grouped by the scalar value of one attribute,
+/// for the summary of `matchAttribute` claims: per node it then counts the free devices of each
+/// group instead of looking the attribute up on every device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum AttributeGroups {
+    /// Per distinct value, in order of first appearance: the matching devices holding it,
+    /// ascending (the first one's attribute is the group's value). Devices without the attribute
+    /// are in no group.
+    Groups(Arc<[Box<[u32]>]>),
+    /// Some matching device holds a list value (matched by intersection): left to the search.
+    Lists,
+}
+
 /// Which devices of a slice pass a list of selectors (evaluated in list order, first rejection
 /// wins, as the allocator does).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +119,8 @@ pub struct PreparedSlice {
     has_multi_allocatable: bool,
     match_cache: RwLock<FastHashMap<(SelectorId, u32), bool>>,
     selection_cache: RwLock<FastHashMap<Box<[SelectorId]>, Selection>>,
+    /// Per selector list: `(attribute, list-type attributes enabled, groups)`.
+    attribute_groups_cache: RwLock<FastHashMap<Box<[SelectorId]>, Vec<(String, bool, AttributeGroups)>>>,
 }
 
 fn parse_q(
@@ -243,6 +258,7 @@ impl PreparedSlice {
             has_multi_allocatable,
             match_cache: RwLock::new(FastHashMap::default()),
             selection_cache: RwLock::new(FastHashMap::default()),
+            attribute_groups_cache: RwLock::new(FastHashMap::default()),
             slice,
         }
     }
@@ -344,6 +360,40 @@ impl PreparedSlice {
             cache.clear();
         }
         cache.insert(selectors.into(), selection);
+    }
+
+    /// The cached grouping of a selection by `attribute` (see [`AttributeGroups`]).
+    pub(crate) fn cached_attribute_groups(
+        &self,
+        selectors: &[SelectorId],
+        attribute: &str,
+        list_mode: bool,
+    ) -> Option<AttributeGroups> {
+        let cache = self.attribute_groups_cache.read();
+        cache
+            .get(selectors)?
+            .iter()
+            .find(|(a, l, _)| a == attribute && *l == list_mode)
+            .map(|(_, _, g)| g.clone())
+    }
+
+    /// Stores the grouping of a selection by `attribute`.
+    pub(crate) fn store_attribute_groups(
+        &self,
+        selectors: &[SelectorId],
+        attribute: &str,
+        list_mode: bool,
+        groups: AttributeGroups,
+    ) {
+        let mut cache = self.attribute_groups_cache.write();
+        if cache.len() >= SELECTION_CACHE_LISTS {
+            cache.clear();
+        }
+        let per_list = cache.entry(selectors.into()).or_default();
+        if per_list.len() >= SELECTION_CACHE_LISTS {
+            per_list.clear();
+        }
+        per_list.push((attribute.to_string(), list_mode, groups));
     }
 
     /// Cached result of a selector for one device.

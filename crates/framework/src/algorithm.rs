@@ -253,16 +253,20 @@ impl SchedulingAlgorithm {
                 n,
             )
         };
-        let chain = fwk.filter_chain(state);
-        fwk.count_filter_evaluations(&chain);
         let start = self.next_start_node_index % n;
-        let nominations = nominator.nominations();
         let veto = state
             .read::<NodeVetoHandle>(NODE_VETO_KEY)
             .ok()
             .filter(|h| !state.skip_filter_plugins.contains(&h.plugin))
             .map(|h| h.veto.clone());
-        let state_ref: &CycleState = state;
+        let node_check = NodeCheck {
+            fwk,
+            chain: fwk.filter_chain(state),
+            state,
+            pod,
+            nominations: nominator.nominations(),
+        };
+        fwk.count_filter_evaluations(&node_check.chain);
         let mut feasible = Vec::with_capacity(to_find.min(n));
         // Rejected nodes with their status, or `None` for a vetoed node (status not computed).
         let mut rejected: Vec<(usize, Option<Status>)> = Vec::new();
@@ -275,14 +279,7 @@ impl SchedulingAlgorithm {
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
             let check = |&i: &usize| match &veto {
                 Some(v) if v.vetoes(&candidates[i]) => None,
-                _ => Some(check_node(
-                    fwk,
-                    &chain,
-                    state_ref,
-                    pod,
-                    &candidates[i],
-                    &nominations,
-                )),
+                _ => Some(node_check.run(&candidates[i])),
             };
             let statuses: Vec<Option<Status>> = match &self.pool {
                 Some(pool) if batch > 2 && threads > 1 => {
@@ -318,8 +315,7 @@ impl SchedulingAlgorithm {
         // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
         // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
         if feasible.is_empty() {
-            let rejected =
-                self.complete_vetoed(fwk, &chain, state_ref, pod, &candidates, &nominations, rejected)?;
+            let rejected = self.complete_vetoed(&node_check, &candidates, rejected)?;
             diagnosis.node_to_status.reserve(rejected.len());
             for (i, s) in rejected {
                 diagnosis.add_plugin_status(&s);
@@ -333,21 +329,16 @@ impl SchedulingAlgorithm {
     /// whole filter chain runs on them now, so the diagnosis is the one the chain would have
     /// given. An error there ends the attempt as it would have. A vetoed node the chain accepts
     /// breaks the veto's contract; it is reported and kept rejected, with the status saying so.
-    #[allow(clippy::too_many_arguments)]
     fn complete_vetoed(
         &self,
-        fwk: &Framework,
-        chain: &FilterChain<'_>,
-        state: &CycleState,
-        pod: &PodInfo,
+        node_check: &NodeCheck<'_>,
         candidates: &[Arc<NodeInfo>],
-        nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
         rejected: Vec<(usize, Option<Status>)>,
     ) -> Result<Vec<(usize, Status)>, ScheduleError> {
         let vetoed = rejected.iter().filter(|(_, s)| s.is_none()).count();
         // The whole chain's status for each vetoed node, in place, in order.
         let complete = |(i, s): (usize, Option<Status>)| {
-            let s = s.unwrap_or_else(|| check_node(fwk, chain, state, pod, &candidates[i], nominations));
+            let s = s.unwrap_or_else(|| node_check.run(&candidates[i]));
             (i, s)
         };
         let statuses: Vec<(usize, Status)> = match &self.pool {
@@ -508,17 +499,25 @@ fn fwk_prefilter_names(fwk: &Framework) -> String {
     names.into_iter().collect::<Vec<_>>().join(" ")
 }
 
-fn check_node(
-    fwk: &Framework,
-    chain: &FilterChain<'_>,
-    state: &CycleState,
-    pod: &PodInfo,
-    node: &Arc<NodeInfo>,
-    nominations: &HashMap<String, Vec<Arc<PodInfo>>>,
-) -> Status {
-    match nominations.get(node.name()) {
-        Some(nominated) => fwk.run_filter_chain_with_nominated(chain, state, pod, node, nominated),
-        None => fwk.run_filter_chain(chain, state, pod, node),
+/// Everything the Filter of one node needs during one attempt, gathered once.
+struct NodeCheck<'a> {
+    fwk: &'a Framework,
+    chain: FilterChain<'a>,
+    state: &'a CycleState,
+    pod: &'a PodInfo,
+    nominations: HashMap<String, Vec<Arc<PodInfo>>>,
+}
+
+impl NodeCheck<'_> {
+    /// The Filter chain's verdict on `node`, with the pods nominated to it where there are any.
+    fn run(&self, node: &Arc<NodeInfo>) -> Status {
+        match self.nominations.get(node.name()) {
+            Some(nominated) => {
+                self.fwk
+                    .run_filter_chain_with_nominated(&self.chain, self.state, self.pod, node, nominated)
+            }
+            None => self.fwk.run_filter_chain(&self.chain, self.state, self.pod, node),
+        }
     }
 }
 

@@ -330,6 +330,59 @@ fn summary_declines_what_it_cannot_decide() {
             want: NodeSummary::Fits,
         },
         Case {
+            // Values are matched across the node's slices: two devices of colour 0, one per slice.
+            name: "matchAttribute, one value over two slices of the node",
+            fixture: Fixture {
+                slices: vec![
+                    slice("s", DRIVER, "n", "n")
+                        .device(dev("d0").int("color", 0))
+                        .device(dev("d1").int("color", 1))
+                        .build(),
+                    slice("s2", DRIVER, "n", "n2")
+                        .device(dev("e0").int("color", 0))
+                        .build(),
+                ],
+                classes: vec![class("cls", DRIVER)],
+                claims: vec![
+                    claim("ns", "c")
+                        .request(req("r", "cls").count(2))
+                        .match_attribute(&format!("{DRIVER}/color"), &[])
+                        .build(),
+                ],
+                ..Default::default()
+            },
+            want: NodeSummary::Fits,
+        },
+        Case {
+            // Three devices of colour 0, one of them allocated; two of colour 1: the largest free
+            // group is two.
+            name: "matchAttribute, an allocated device leaves its group",
+            fixture: Fixture {
+                slices: vec![
+                    slice("s", DRIVER, "n", "n")
+                        .device(dev("d0").int("color", 0))
+                        .device(dev("d1").int("color", 0))
+                        .device(dev("d2").int("color", 0))
+                        .device(dev("d3").int("color", 1))
+                        .device(dev("d4").int("color", 1))
+                        .build(),
+                ],
+                classes: vec![class("cls", DRIVER)],
+                claims: vec![
+                    claim("ns", "c")
+                        .request(req("r", "cls").count(3))
+                        .match_attribute(&format!("{DRIVER}/color"), &[])
+                        .build(),
+                ],
+                allocated: vec![allocated(
+                    claim("ns", "other").build(),
+                    one_device_allocation(DRIVER, "n", "d1"),
+                )],
+                ..Default::default()
+            },
+            want: NodeSummary::Short { free: 2 },
+        },
+        Case {
             name: "matchAttribute, the free devices differ",
             fixture: fx(
                 slice("s", DRIVER, "n", "n")
