@@ -88,6 +88,14 @@ impl CycleState {
         self.snapshot.clone().unwrap_or_default()
     }
 
+    /// Lets go of the attempt's snapshot. The scheduling cycle does so before handing the state
+    /// to the binding cycle, whose plugins do not read it: a snapshot held until the bind
+    /// finished pinned one per binding in flight, so the cache could no longer update its
+    /// snapshot in place and copied the whole node list for every attempt.
+    pub fn release_snapshot(&mut self) {
+        self.snapshot = None;
+    }
+
     /// How many nodes the attempt's snapshot has (without taking a reference to it: plugins ask
     /// per node, from every filter worker at once).
     pub fn node_count(&self) -> usize {

@@ -204,6 +204,7 @@ pub fn run_scheduling_cycle(
         let s = combine_forget(s, forget);
         return CycleOutcome::Failed(Box::new(SchedulingFailure::from_status(pod, s, true)));
     }
+    state.release_snapshot();
     CycleOutcome::Assumed(Box::new(BindingTask {
         state,
         pod,

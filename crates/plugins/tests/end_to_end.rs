@@ -287,3 +287,49 @@ fn sampled_plugin_timings_are_the_same_through_recorders() {
         at("Filter", "Success") + at("Score", "Success")
     );
 }
+
+/// Hands out the cache's snapshots and remembers the last one.
+struct KeepsLastSnapshot<'a> {
+    cache: &'a MemCache,
+    last: Mutex<Option<Arc<Snapshot>>>,
+}
+
+impl SchedulerCache for KeepsLastSnapshot<'_> {
+    fn update_snapshot(&self) -> Arc<Snapshot> {
+        let s = self.cache.update_snapshot();
+        *self.last.lock() = Some(Arc::clone(&s));
+        s
+    }
+
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
+        self.cache.assume_pod(pod)
+    }
+
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
+        self.cache.forget_pod(pod)
+    }
+}
+
+/// A pod handed to its binding cycle does not keep the snapshot it was scheduled on: the cache
+/// updates its snapshot in place only while nobody else holds it, and bindings in flight would
+/// otherwise make it copy the node list for every attempt.
+#[test]
+fn a_binding_in_flight_does_not_hold_the_snapshot() {
+    let inner = cluster();
+    let cache = KeepsLastSnapshot {
+        cache: &inner,
+        last: Mutex::new(None),
+    };
+    let (fwk, _) = default_framework();
+    let mut algo = SchedulingAlgorithm::new(2, None, 7);
+    let pod = workload().remove(4);
+    let CycleOutcome::Assumed(task) =
+        run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod, false)
+    else {
+        panic!("the pod fits");
+    };
+    let last = cache.last.lock().clone().expect("the cycle took a snapshot");
+    // Ours, and the copy just made: nobody else.
+    assert_eq!(Arc::strong_count(&last), 2);
+    assert!(run_binding_cycle(&fwk, &cache, *task).is_ok());
+}
