@@ -22,7 +22,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// One real control plane in a fresh directory, stopped when dropped.
+/// One real control plane in a fresh directory, stopped when dropped; the directory (etcd data,
+/// audit log: ~60 MB) is removed too unless the test failed, when its logs are the diagnosis.
 struct ControlPlane {
     dir: PathBuf,
 }
@@ -83,6 +84,9 @@ impl Drop for ControlPlane {
             .arg("stop")
             .arg(&self.dir)
             .output();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
