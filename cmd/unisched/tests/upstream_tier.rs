@@ -834,7 +834,8 @@ fn from_cluster_copies_the_real_cluster_read_only_and_decides_its_pending_pod() 
     let live_placements = placements(&live);
     assert_eq!(live["summary"]["scheduled"], 5, "{live:#}");
     // The what-if: a node big enough for too-big.
-    let dir = std::env::temp_dir().join(format!("unisched-upstream-whatif-{}", std::process::id()));
+    // Inside the control plane's directory, which goes when the test passes.
+    let dir = cp.dir.join("whatif");
     std::fs::create_dir_all(&dir).unwrap();
     let node = dir.join("huge.yaml");
     std::fs::write(

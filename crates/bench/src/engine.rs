@@ -173,11 +173,13 @@ impl Engine<'_> {
         match result {
             Ok(bound) => {
                 self.queue.done(&pod.uid);
-                // The watch would confirm the binding: the assumed pod becomes bound.
-                if let Err(e) = self.cache.add_pod(bound.assumed.clone()) {
+                // The watch would confirm the binding: the bound pod, kept lean as the runtime
+                // keeps it, replaces the assumed one.
+                let confirmed = Arc::new(PodInfo::clone(&bound.assumed).into_lean());
+                if let Err(e) = self.cache.add_pod(confirmed.clone()) {
                     tracing::debug!(error = %e, "engine: confirming a binding");
                 }
-                self.queue.assigned_pod_added(&bound.assumed);
+                self.queue.assigned_pod_added(&confirmed);
                 self.metrics
                     .schedule_attempts
                     .with_label_values(&["scheduled", &profile])
@@ -186,21 +188,21 @@ impl Engine<'_> {
                     .attempt_duration
                     .with_label_values(&["scheduled", &profile])
                     .observe(started.elapsed().as_secs_f64());
-                let ns = bound.assumed.namespace.clone();
+                let ns = confirmed.namespace.clone();
                 *self.scheduled_total.entry(ns.clone()).or_default() += 1;
                 if self.measured_ns.contains(&ns) {
                     self.measured.fetch_add(1, Ordering::SeqCst);
                 }
                 if self.steady.as_deref() == Some(ns.as_str()) {
-                    self.replace(&bound.assumed);
+                    self.replace(&confirmed);
                 } else {
-                    self.bound.entry(ns).or_default().push(bound.assumed);
+                    self.bound.entry(ns).or_default().push(confirmed);
                 }
             }
             Err(f) => {
                 self.queue.move_all_to_active_or_backoff(
                     well_known::ASSIGNED_POD_DELETE,
-                    Some(EventObject::Pod(pod.pod.clone())),
+                    Some(EventObject::Pod(pod.clone())),
                     None,
                 );
                 let _ = self.queue.handle_failure(qpi, &f);
@@ -208,13 +210,13 @@ impl Engine<'_> {
         }
     }
 
-    fn delete_bound(&self, pod: &PodInfo) {
+    fn delete_bound(&self, pod: &Arc<PodInfo>) {
         if let Err(e) = self.cache.remove_pod(pod) {
             tracing::debug!(error = %e, "engine: removing a pod");
         }
         self.queue.move_all_to_active_or_backoff(
             well_known::ASSIGNED_POD_DELETE,
-            Some(EventObject::Pod(pod.pod.clone())),
+            Some(EventObject::Pod(pod.clone())),
             None,
         );
         // The garbage collector deletes the claims the pod owned.
@@ -222,7 +224,7 @@ impl Engine<'_> {
     }
 
     /// Steady state: the scheduled pod is deleted and a new one takes its place.
-    fn replace(&mut self, pod: &PodInfo) {
+    fn replace(&mut self, pod: &Arc<PodInfo>) {
         self.delete_bound(pod);
         let ns = pod.namespace.clone();
         let next = self.created.get(&ns).copied().unwrap_or(0);
@@ -255,7 +257,7 @@ impl Engine<'_> {
             self.dra.claims_for_pod(&mut v)?;
         }
         let pod: Pod = api_object(v, "pod")?;
-        let info = Arc::new(PodInfo::new(pod));
+        let info = Arc::new(PodInfo::watched(pod));
         if pre_bound {
             self.cache
                 .add_pod(info.clone())

@@ -13,6 +13,8 @@ use k8s_openapi::api::{
     storage::v1::{CSINode, StorageClass},
 };
 
+use crate::PodInfo;
+
 /// The kind of object an event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventResource {
@@ -177,8 +179,10 @@ pub mod well_known {
 /// A changed object handed to queueing hints.
 #[derive(Clone, Debug)]
 pub enum EventObject {
-    /// A pod.
-    Pod(Arc<Pod>),
+    /// A pod, with what the scheduler derived from it. Hints read requests and host ports from
+    /// the derived fields, never from the containers: a bound pod's [`PodInfo`] is
+    /// [lean](PodInfo::lean) and its `pod` has no containers.
+    Pod(Arc<PodInfo>),
     /// A node.
     Node(Arc<Node>),
     /// A claim.
@@ -197,6 +201,14 @@ pub enum EventObject {
     CsiNode(Arc<CSINode>),
     /// Something the hint does not need to inspect.
     Other,
+}
+
+impl EventObject {
+    /// A pod event object for a pod that has no [`PodInfo`] yet: derived as the watch handler
+    /// derives it ([`PodInfo::watched`], lean when bound).
+    pub fn pod(pod: Pod) -> Self {
+        EventObject::Pod(Arc::new(PodInfo::watched(pod)))
+    }
 }
 
 /// What a hint says about one pod and one event.

@@ -5,7 +5,7 @@ use std::fmt::Display;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::de::DeserializeOwned;
-use unisched_framework::{EventObject, NodeScore};
+use unisched_framework::{EventObject, NodeScore, PodInfo};
 
 /// Rescales raw scores linearly so that the highest becomes `max_priority` (upstream
 /// `DefaultNormalizeScore`). With `reverse`, the scale is flipped: the highest raw score gets 0 and
@@ -208,11 +208,12 @@ pub(crate) fn event_nodes<'a>(
     }
 }
 
-/// The pods of a pod event: the old one (absent on Add) and the new one (absent on Delete).
+/// The pods of a pod event: the old one (absent on Add) and the new one (absent on Delete). A
+/// bound pod's `PodInfo` is lean: read its requests and host ports from the derived fields.
 pub(crate) fn event_pods<'a>(
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
-) -> Result<(Option<&'a Pod>, Option<&'a Pod>), String> {
+) -> Result<(Option<&'a PodInfo>, Option<&'a PodInfo>), String> {
     let conv = |o: Option<&'a EventObject>, which: &str| match o {
         None => Ok(None),
         Some(EventObject::Pod(p)) => Ok(Some(&**p)),
@@ -227,6 +228,16 @@ pub(crate) fn event_pods<'a>(
         return Err("a pod event without a pod".to_string());
     }
     Ok((old, new))
+}
+
+/// [`event_pods`] for hints that read only the pod objects' metadata and spec (labels,
+/// tolerations, gates, volumes, affinity), never their containers.
+pub(crate) fn event_pod_objects<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Result<(Option<&'a Pod>, Option<&'a Pod>), String> {
+    let (old, new) = event_pods(old, new)?;
+    Ok((old.map(|p| &*p.pod), new.map(|p| &*p.pod)))
 }
 
 pub(crate) fn object_kind(o: &EventObject) -> &'static str {

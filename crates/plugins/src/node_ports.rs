@@ -78,11 +78,13 @@ fn assigned_pod_deleted(
         return Ok(QueueingHint::Skip);
     };
     let assigned = deleted
+        .pod
         .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
     let nominated = deleted
+        .pod
         .status
         .as_ref()
         .and_then(|s| s.nominated_node_name.as_deref())
@@ -90,12 +92,12 @@ fn assigned_pod_deleted(
     if !assigned && !nominated {
         return Ok(QueueingHint::Skip);
     }
-    let freed = PodInfo::new(deleted.clone()).host_ports;
+    let freed = &deleted.host_ports;
     if freed.is_empty() {
         return Ok(QueueingHint::Skip);
     }
     let mut freed_ports = HostPortInfo::default();
-    for p in &freed {
+    for p in freed {
         freed_ports.add(p);
     }
     let wanted = PodInfo::new(pod.clone()).host_ports;
@@ -281,7 +283,7 @@ mod tests {
         ];
         let target = PodBuilder::new("p").host_port(80).build();
         for c in cases {
-            let old = EventObject::Pod(Arc::new(c.deleted.build()));
+            let old = EventObject::pod(c.deleted.build());
             assert_eq!(
                 assigned_pod_deleted(&target, Some(&old), None).unwrap(),
                 c.want,

@@ -8,7 +8,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{event_nodes, event_pods, pod_key, tolerations},
+    helper::{event_nodes, event_pod_objects, pod_key, tolerations},
     names::NODE_UNSCHEDULABLE,
     toleration::{NO_SCHEDULE, tolerations_tolerate},
 };
@@ -102,7 +102,7 @@ impl EnqueueExtensions for NodeUnschedulable {
                 ),
                 // The pod itself gained a toleration: queue only when it now tolerates the cordon.
                 move |pod, old, new| {
-                    let (_, modified) = event_pods(old, new)?;
+                    let (_, modified) = event_pod_objects(old, new)?;
                     Ok(match modified {
                         Some(m) if pod_key(m) == pod_key(pod) && tolerates_cordon(m, comparison) => {
                             QueueingHint::Queue
@@ -283,8 +283,8 @@ mod tests {
         let hint = events[1].hint.clone().unwrap();
         let target = PodBuilder::new("p").build();
         for c in cases {
-            let old = EventObject::Pod(Arc::new(target.clone()));
-            let new = EventObject::Pod(Arc::new(c.updated));
+            let old = EventObject::pod(target.clone());
+            let new = EventObject::pod(c.updated);
             assert_eq!(
                 hint(&target, Some(&old), Some(&new)).unwrap(),
                 c.want,

@@ -8,7 +8,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{event_pods, pod_key},
+    helper::{event_pod_objects, pod_key},
     names::SCHEDULING_GATES,
 };
 
@@ -47,7 +47,7 @@ fn gates_eliminated(
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Result<QueueingHint, String> {
-    let (_, modified) = event_pods(old, new)?;
+    let (_, modified) = event_pod_objects(old, new)?;
     match modified {
         Some(m) if pod_key(m) == pod_key(pod) => Ok(QueueingHint::Queue),
         _ => Ok(QueueingHint::Skip),
@@ -69,8 +69,6 @@ impl EnqueueExtensions for SchedulingGates {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use unisched_framework::Code;
 
     use super::*;
@@ -138,8 +136,8 @@ mod tests {
         assert_eq!(events.len(), 1);
         let hint = events[0].hint.clone().unwrap();
         for c in cases {
-            let old = EventObject::Pod(Arc::new(c.updated.clone()));
-            let new = EventObject::Pod(Arc::new(c.updated));
+            let old = EventObject::pod(c.updated.clone());
+            let new = EventObject::pod(c.updated);
             assert_eq!(
                 hint(&target, Some(&old), Some(&new)).unwrap(),
                 c.want,

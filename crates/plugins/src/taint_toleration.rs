@@ -17,7 +17,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{default_normalize_score, event_nodes, event_pods, pod_key, taints, tolerations},
+    helper::{default_normalize_score, event_nodes, event_pod_objects, pod_key, taints, tolerations},
     names::TAINT_TOLERATION,
     toleration::{PREFER_NO_SCHEDULE, do_not_schedule, find_untolerated_taint, tolerations_tolerate},
 };
@@ -171,7 +171,7 @@ fn is_same_pod(
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Result<QueueingHint, String> {
-    let (_, modified) = event_pods(old, new)?;
+    let (_, modified) = event_pod_objects(old, new)?;
     Ok(match modified {
         Some(m) if pod_key(m) == pod_key(pod) => QueueingHint::Queue,
         _ => QueueingHint::Skip,
@@ -372,10 +372,8 @@ mod tests {
             );
         }
         let pod_hint = events[1].hint.clone().unwrap();
-        let same = EventObject::Pod(Arc::new(
-            PodBuilder::new("p").toleration("x", "Exists", "", "").build(),
-        ));
-        let other = EventObject::Pod(Arc::new(PodBuilder::new("q").build()));
+        let same = EventObject::pod(PodBuilder::new("p").toleration("x", "Exists", "", "").build());
+        let other = EventObject::pod(PodBuilder::new("q").build());
         assert_eq!(
             pod_hint(&pod, Some(&same), Some(&same)).unwrap(),
             QueueingHint::Queue

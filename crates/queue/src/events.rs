@@ -6,8 +6,8 @@
 //! The runtime needs the same split for assigned pods, so the function is public.
 
 use k8s_openapi::api::core::v1::Pod;
-use unisched_framework::{ActionType, ClusterEvent, EventResource};
-use unisched_resource::{Resource, pod_resources};
+use unisched_framework::{ActionType, ClusterEvent, EventResource, PodInfo};
+use unisched_resource::Resource;
 
 /// The event label of a pod entering activeQ from the informer.
 pub const UNSCHEDULED_POD_ADD: &str = "UnscheduledPodAdd";
@@ -105,7 +105,8 @@ fn generated_claims_changed(old: &Pod, new: &Pod) -> bool {
 /// `AssignedPod` when the new pod has a node, else `UnscheduledPod`. When nothing specific changed,
 /// one generic update (`UPDATE_OTHER`) is returned, which only plugins registered for every pod update
 /// match.
-pub fn pod_scheduling_properties_change(old: &Pod, new: &Pod) -> Vec<ClusterEvent> {
+pub fn pod_scheduling_properties_change(old_info: &PodInfo, new_info: &PodInfo) -> Vec<ClusterEvent> {
+    let (old, new) = (&*old_info.pod, &*new_info.pod);
     let resource = if is_assigned(new) {
         EventResource::AssignedPod
     } else {
@@ -115,7 +116,8 @@ pub fn pod_scheduling_properties_change(old: &Pod, new: &Pod) -> Vec<ClusterEven
     if old.metadata.labels.clone().unwrap_or_default() != new.metadata.labels.clone().unwrap_or_default() {
         actions.push(ActionType::UPDATE_POD_LABEL);
     }
-    if scaled_down(&pod_resources(old).requests, &pod_resources(new).requests) {
+    // The derived requests: a bound pod's PodInfo has no containers to add up.
+    if scaled_down(old_info.requests(), new_info.requests()) {
         actions.push(ActionType::UPDATE_POD_SCALE_DOWN);
     }
     if gates(old) > 0 && gates(new) == 0 {
@@ -168,11 +170,16 @@ mod tests {
         p
     }
 
+    /// The events of an update, with the pods derived as the watch handler derives them (lean
+    /// once bound).
+    fn changes(old: &Pod, new: &Pod) -> Vec<ClusterEvent> {
+        let old = PodInfo::watched(old.clone());
+        let new = PodInfo::watched(new.clone());
+        pod_scheduling_properties_change(&old, &new)
+    }
+
     fn actions(old: &Pod, new: &Pod) -> Vec<ActionType> {
-        pod_scheduling_properties_change(old, new)
-            .into_iter()
-            .map(|e| e.action)
-            .collect()
+        changes(old, new).into_iter().map(|e| e.action).collect()
     }
 
     #[test]
@@ -250,17 +257,33 @@ mod tests {
                 vec![ActionType::UPDATE_POD_LABEL, ActionType::UPDATE_POD_SCALE_DOWN],
             ),
         ];
+        let bound = |p: &Pod| {
+            let mut p = p.clone();
+            if let Some(s) = p.spec.as_mut() {
+                s.node_name = Some("n".into());
+            }
+            p
+        };
         for (name, old, new, want) in cases {
             assert_eq!(actions(old, new), want, "{name}");
+            // The same update of a bound pod: its PodInfos are lean, without containers, and
+            // the scale-down still shows (from the derived requests).
+            let (old, new) = (bound(old), bound(new));
+            assert_eq!(actions(&old, &new), want, "{name}, bound");
+            assert!(
+                changes(&old, &new)
+                    .iter()
+                    .all(|e| e.resource == EventResource::AssignedPod)
+            );
         }
         let mut assigned = base.clone();
         if let Some(s) = assigned.spec.as_mut() {
             s.node_name = Some("n".into());
         }
-        let ev = pod_scheduling_properties_change(&base, &assigned);
+        let ev = changes(&base, &assigned);
         assert_eq!(ev[0].resource, EventResource::AssignedPod);
         assert_eq!(
-            pod_scheduling_properties_change(&base, &relabeled)[0].label,
+            changes(&base, &relabeled)[0].label,
             "UnscheduledPodUpdatePodLabel"
         );
     }

@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use unisched_framework::{
     ActionType, ClusterEvent, EventNarrowing, EventObject, EventResource, Framework, PodKeysFn,
     QueuedPodInfo, QueueingHint, QueueingHintFn,
@@ -62,18 +61,6 @@ const NODE_TAINT: ClusterEvent = ClusterEvent::new(
     ActionType::UPDATE_NODE_TAINT,
     "NodeUpdateNodeTaint",
 );
-
-/// The key the queue uses for a pod object (the same rule as `PodInfo::uid`).
-pub(crate) fn pod_uid(pod: &Pod) -> String {
-    match pod.metadata.uid.as_deref() {
-        Some(u) if !u.is_empty() => u.to_string(),
-        _ => format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        ),
-    }
-}
 
 impl ProfileHints {
     pub(crate) fn from_framework(fwk: &Framework) -> Self {
@@ -244,7 +231,7 @@ pub(crate) fn precheck(
         // A wildcard may target one pod (ForceActivate carries it as the new object).
         return Some(match new {
             None => Strategy::AfterBackoff,
-            Some(EventObject::Pod(p)) if pod_uid(p) == qpi.pod_info.uid => Strategy::AfterBackoff,
+            Some(EventObject::Pod(p)) if p.uid == qpi.pod_info.uid => Strategy::AfterBackoff,
             Some(_) => Strategy::Skip,
         });
     }

@@ -764,20 +764,20 @@ impl SchedulingQueue {
     /// kept for the requeue. In activeQ or backoffQ: updated in place. In the pool: each specific
     /// update event runs through the hints, so removing a scheduling gate re-runs PreEnqueue. Unknown:
     /// added. A pod that now has a node has been bound and is removed, as [`Self::delete`].
-    pub fn update(&self, old: Option<&PodInfo>, new: Arc<PodInfo>) {
+    pub fn update(&self, old: Option<&Arc<PodInfo>>, new: Arc<PodInfo>) {
         if new.node_name().is_some() {
             self.delete(&new);
             return;
         }
         let mut st = self.state.lock();
-        self.update_locked(&mut st, old.map(|o| o.pod.clone()), new);
+        self.update_locked(&mut st, old.cloned(), new);
     }
 
-    fn update_locked(&self, st: &mut State, old: Option<Arc<Pod>>, new: Arc<PodInfo>) {
+    fn update_locked(&self, st: &mut State, old: Option<Arc<PodInfo>>, new: Arc<PodInfo>) {
         let uid = new.uid.clone();
-        let old = old.or_else(|| st.current_pod(&uid).map(|p| p.pod.clone()));
+        let old = old.or_else(|| st.current_pod(&uid));
         let events = match &old {
-            Some(o) => pod_scheduling_properties_change(o, &new.pod),
+            Some(o) => pod_scheduling_properties_change(o, &new),
             None => vec![ClusterEvent::new(
                 EventResource::UnscheduledPod,
                 ActionType::UPDATE_OTHER,
@@ -785,7 +785,7 @@ impl SchedulingQueue {
             )],
         };
         let old_obj = old.clone().map(EventObject::Pod);
-        let new_obj = EventObject::Pod(new.pod.clone());
+        let new_obj = EventObject::Pod(new.clone());
 
         if let Some(f) = st.in_flight.get_mut(&uid).filter(|f| !f.deleted) {
             f.pod = new;
@@ -803,12 +803,12 @@ impl SchedulingQueue {
             || st.backoff.update(&uid, &*self.backoff_less(), set)
             || st.error_backoff.update(&uid, &*self.error_less(), set)
         {
-            self.nominator.write().update(old.as_deref(), new);
+            self.nominator.write().update(old.as_ref().map(|o| &*o.pod), new);
             return;
         }
         if let Some(mut qpi) = st.unsched_take(&uid) {
             qpi.pod_info = new.clone();
-            self.nominator.write().update(old.as_deref(), new);
+            self.nominator.write().update(old.as_ref().map(|o| &*o.pod), new);
             let mut current = Some(qpi);
             for e in &events {
                 let Some(q) = current.take() else { break };
@@ -865,14 +865,14 @@ impl SchedulingQueue {
     /// A pod was bound to a node (seen by the watch). Its nomination ends, a pod of ours waiting in
     /// `Done` is forgotten, and waiting pods whose required affinity selects it (or that
     /// PodTopologySpread rejected, in its namespace) are offered the `AssignedPodAdd` event.
-    pub fn assigned_pod_added(&self, pod: &PodInfo) {
+    pub fn assigned_pod_added(&self, pod: &Arc<PodInfo>) {
         let mut st = self.state.lock();
         self.nominator.write().delete(&pod.uid);
         if st.done.remove(&pod.uid).is_some() {
             st.forget_key(pod);
         }
         let candidates = cross_topology_candidates(&st, &pod.pod);
-        let new = EventObject::Pod(pod.pod.clone());
+        let new = EventObject::Pod(pod.clone());
         self.move_pods(
             &mut st,
             candidates,
@@ -885,10 +885,10 @@ impl SchedulingQueue {
     /// A bound pod changed. Each specific update event is offered to the waiting pods: a scale-down
     /// to all of them (freed resources help anyone), anything else only to the cross-topology
     /// candidates, as upstream.
-    pub fn assigned_pod_updated(&self, old: &PodInfo, new: &PodInfo) {
-        let events = pod_scheduling_properties_change(&old.pod, &new.pod);
-        let old_obj = EventObject::Pod(old.pod.clone());
-        let new_obj = EventObject::Pod(new.pod.clone());
+    pub fn assigned_pod_updated(&self, old: &Arc<PodInfo>, new: &Arc<PodInfo>) {
+        let events = pod_scheduling_properties_change(old, new);
+        let old_obj = EventObject::Pod(old.clone());
+        let new_obj = EventObject::Pod(new.clone());
         let mut st = self.state.lock();
         for e in events {
             if e.action.intersects(ActionType::UPDATE_POD_SCALE_DOWN) {
@@ -948,7 +948,7 @@ impl SchedulingQueue {
                 .in_flight
                 .get(&uid)
                 .filter(|f| !f.deleted)
-                .map(|f| f.pod.pod.clone())
+                .map(|f| f.pod.clone())
             {
                 st.record(well_known::FORCE_ACTIVATE, None, Some(EventObject::Pod(pod)));
             }

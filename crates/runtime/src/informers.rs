@@ -73,7 +73,7 @@ impl PodHandler {
         }
         self.queue.move_all_to_active_or_backoff(
             well_known::ASSIGNED_POD_DELETE,
-            Some(EventObject::Pod(old.pod.clone())),
+            Some(EventObject::Pod(old.clone())),
             None,
         );
     }
@@ -87,7 +87,9 @@ impl Handler for PodHandler {
     }
 
     fn apply(&self, pod: Pod) {
-        let new = Arc::new(PodInfo::new(pod));
+        // A bound pod is kept lean: its containers were summed into the derived requests and
+        // host ports, and at 150,000 bound pods they would be half of the process's memory.
+        let new = Arc::new(PodInfo::watched(pod));
         let old = self.known.lock().insert(new.uid.clone(), new.clone());
         let terminal = is_terminal(&new.pod);
         let old_assigned = old.as_ref().is_some_and(|o| o.node_name().is_some());
@@ -314,5 +316,76 @@ pub async fn run_watch<H, K>(
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use unisched_framework::{Framework, config::KubeSchedulerProfile};
+    use unisched_plugins::testing::{NodeBuilder, PodBuilder, in_tree_registry};
+    use unisched_queue::QueueConfig;
+
+    use super::*;
+
+    fn handler() -> (PodHandler, Arc<Cache>) {
+        let (registry, _binder) = in_tree_registry();
+        let profile = KubeSchedulerProfile {
+            scheduler_name: Some("unisched".into()),
+            ..Default::default()
+        };
+        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
+        let queue = Arc::new(SchedulingQueue::new(vec![fwk], QueueConfig::default()).unwrap());
+        let cache = Arc::new(Cache::new());
+        cache.add_node(Arc::new(
+            NodeBuilder::new("n1")
+                .alloc("cpu", "4")
+                .alloc("pods", "10")
+                .build(),
+        ));
+        (PodHandler::new(cache.clone(), queue), cache)
+    }
+
+    fn web(cpu: &str, node: Option<&str>) -> Pod {
+        let b = PodBuilder::new("web")
+            .uid("uid-web")
+            .scheduler_name("unisched")
+            .req("cpu", cpu)
+            .host_port(8080);
+        match node {
+            Some(n) => b.node_name(n).build(),
+            None => b.build(),
+        }
+    }
+
+    fn requested_cpu(cache: &Cache) -> i64 {
+        cache.update_snapshot().get("n1").unwrap().requested.milli_cpu
+    }
+
+    /// The watch handler keeps a pending pod whole and a bound pod lean, and the bound pod's
+    /// requests and ports still reach the node through add, scale-down and delete.
+    #[test]
+    fn bound_pods_are_kept_lean_and_still_counted() {
+        let (h, cache) = handler();
+        h.apply(web("2", None));
+        let pending = h.get("uid-web").unwrap();
+        assert!(!pending.lean);
+        assert_eq!(pending.pod.spec.as_ref().unwrap().containers.len(), 1);
+
+        h.apply(web("2", Some("n1")));
+        let bound = h.get("uid-web").unwrap();
+        assert!(bound.lean);
+        assert!(bound.pod.spec.as_ref().unwrap().containers.is_empty());
+        let in_cache = cache.get_pod("uid-web").unwrap();
+        assert!(Arc::ptr_eq(&in_cache, &bound), "one PodInfo per pod, shared");
+        assert_eq!(requested_cpu(&cache), 2000);
+        let snapshot = cache.update_snapshot();
+        assert_eq!(snapshot.get("n1").unwrap().used_ports.len(), 1);
+
+        h.apply(web("500m", Some("n1")));
+        assert_eq!(requested_cpu(&cache), 500, "a scale-down of a lean pod");
+
+        h.delete("uid-web");
+        assert_eq!(requested_cpu(&cache), 0);
+        assert!(cache.get_pod("uid-web").is_none());
     }
 }

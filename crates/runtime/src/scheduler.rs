@@ -719,7 +719,7 @@ fn schedule_one(
                     Err(f) => {
                         sh2.queue.move_all_to_active_or_backoff(
                             well_known::ASSIGNED_POD_DELETE,
-                            Some(EventObject::Pod(assumed.pod.clone())),
+                            Some(EventObject::Pod(assumed.clone())),
                             None,
                         );
                         handle_failure(&sh2, &fwk, qpi, *f, start);

@@ -23,7 +23,6 @@ use unisched_cache::{DraCache, IMPLICIT_EXTENDED_RESOURCE_PREFIX};
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
 };
-use unisched_resource::{PodRequestOptions, pod_requests};
 
 use super::claims;
 
@@ -289,6 +288,7 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
                 let Some(EventObject::Pod(updated)) = new else {
                     return Ok(QueueingHint::Skip);
                 };
+                let updated = &*updated.pod;
                 if updated.metadata.uid != pod.metadata.uid {
                     return Ok(QueueingHint::Skip);
                 }
@@ -316,8 +316,10 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
                 let Some(EventObject::Pod(deleted)) = old else {
                     return Ok(QueueingHint::Queue);
                 };
-                let freed = !pod_requests(deleted, &PodRequestOptions::default()).is_zero()
+                // The derived requests: a bound pod's PodInfo has no containers to add up.
+                let freed = !deleted.requests().is_zero()
                     || deleted
+                        .pod
                         .status
                         .as_ref()
                         .and_then(|s| s.node_allocatable_resource_claim_statuses.as_ref())
@@ -489,5 +491,60 @@ mod tests {
         // The queue's narrowing leaves out every claim of the other namespace (432) and the
         // unrelated ones of the pod's (192 = 240 less their deallocations, which concern everybody).
         assert_eq!(narrowed_away, 432 + 192, "cases the queue's narrowing leaves out");
+    }
+
+    /// A deleted bound pod frees something for a DRA pod when it held resources, whether they
+    /// came from its containers or from node-allocatable claim statuses. The bound pod arrives
+    /// lean, as the watch handler keeps it: the answer must come from the derived requests.
+    #[test]
+    fn assigned_pod_delete_hint_reads_the_derived_requests() {
+        let deleted = |requests: serde_json::Value, statuses: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "d", "namespace": "ns", "uid": "d"},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": requests}}]},
+                "status": {"nodeAllocatableResourceClaimStatuses": statuses}
+            }))
+            .expect("a valid pod")
+        };
+        let cases = [
+            (
+                "cpu from a container",
+                deleted(serde_json::json!({"cpu": "1"}), serde_json::json!([])),
+                QueueingHint::Queue,
+            ),
+            (
+                "an extended resource from a container",
+                deleted(serde_json::json!({"example.com/gpu": "1"}), serde_json::json!([])),
+                QueueingHint::Queue,
+            ),
+            (
+                "node-allocatable claim statuses only",
+                deleted(
+                    serde_json::json!({}),
+                    serde_json::json!([{"resourceClaimName": "c", "resources": {"cpu": "2"}}]),
+                ),
+                QueueingHint::Queue,
+            ),
+            (
+                "nothing held",
+                deleted(serde_json::json!({}), serde_json::json!([])),
+                QueueingHint::Skip,
+            ),
+        ];
+        let registered = events(None);
+        let hint = registered
+            .iter()
+            .find(|e| e.event.label == "AssignedPodDelete")
+            .and_then(|e| e.hint.clone())
+            .expect("DynamicResources registers AssignedPodDelete with a hint");
+        let waiting = pod(1);
+        for (name, deleted, want) in cases {
+            let old = EventObject::pod(deleted);
+            let EventObject::Pod(info) = &old else {
+                unreachable!()
+            };
+            assert!(info.lean, "{name}: a bound pod's event object is lean");
+            assert_eq!(hint(&waiting, Some(&old), None).unwrap(), want, "{name}");
+        }
     }
 }

@@ -47,7 +47,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, aggregate, event_nodes, event_pods, invalid},
+    helper::{PluginArgs, aggregate, event_nodes, event_pod_objects, invalid},
     label_selector::labels_of,
     names::INTER_POD_AFFINITY,
 };
@@ -197,7 +197,7 @@ impl InterPodAffinity {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> Result<QueueingHint, String> {
-        let (old, new) = event_pods(old, new)?;
+        let (old, new) = event_pod_objects(old, new)?;
         if new.is_some_and(|p| !is_assigned(p)) || old.is_some_and(|p| !is_assigned(p)) {
             return Ok(QueueingHint::Skip);
         }

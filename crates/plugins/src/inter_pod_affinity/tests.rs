@@ -812,7 +812,7 @@ fn args_validation() {
 }
 
 fn pod_obj(p: PodBuilder) -> Option<EventObject> {
-    Some(EventObject::Pod(Arc::new(p.build())))
+    Some(EventObject::pod(p.build()))
 }
 
 fn node_obj(n: NodeBuilder) -> Option<EventObject> {

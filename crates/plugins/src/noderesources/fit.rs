@@ -346,14 +346,15 @@ impl NodeResourcesFit {
         let Some(modified) = modified else {
             // Deleted: only a pod that held (or was about to hold) resources frees any.
             return Ok(match original {
-                Some(o) if assigned_or_nominated(o) => QueueingHint::Queue,
+                Some(o) if assigned_or_nominated(&o.pod) => QueueingHint::Queue,
                 _ => QueueingHint::Skip,
             });
         };
-        if pod_key(modified) == pod_key(pod) {
+        if pod_key(&modified.pod) == pod_key(pod) {
             return Ok(QueueingHint::Queue);
         }
         if modified
+            .pod
             .spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
@@ -364,8 +365,8 @@ impl NodeResourcesFit {
         let Some(original) = original else {
             return Ok(QueueingHint::Skip);
         };
-        let before = pod_resources(original).requests;
-        let after = pod_resources(modified).requests;
+        // The derived requests: a bound pod's PodInfo has no containers to add up.
+        let (before, after) = (original.requests(), modified.requests());
         let wanted = pod_resources(pod).requests;
         let decreased = wanted
             .iter_nonzero()
@@ -1157,8 +1158,8 @@ mod tests {
         assert_eq!(events.len(), 2, "no DeviceClass event without a resolver");
         let hint = events[0].hint.clone().unwrap();
         for c in cases {
-            let old = c.old.map(|p| EventObject::Pod(Arc::new(p)));
-            let new = c.new.map(|p| EventObject::Pod(Arc::new(p)));
+            let old = c.old.map(EventObject::pod);
+            let new = c.new.map(EventObject::pod);
             assert_eq!(
                 hint(&target, old.as_ref(), new.as_ref()).unwrap(),
                 c.want,

@@ -44,7 +44,7 @@ use unisched_framework::{
 
 use crate::{
     helper::{
-        PluginArgs, aggregate, event_pods, invalid, object_kind, pod_key, qualified_name_errors, quote,
+        PluginArgs, aggregate, event_pod_objects, invalid, object_kind, pod_key, qualified_name_errors, quote,
     },
     label_selector::labels_of,
     names::POD_TOPOLOGY_SPREAD,
@@ -283,7 +283,7 @@ impl PodTopologySpread {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> Result<QueueingHint, String> {
-        let (old, new) = event_pods(old, new)?;
+        let (old, new) = event_pod_objects(old, new)?;
         let target = pod_key(pod);
         // Only the rejected pod itself, or assigned pods in its namespace, change its counts.
         let involved =

@@ -816,7 +816,7 @@ fn args_validation_table() {
 }
 
 fn pod_obj(p: PodBuilder) -> Option<EventObject> {
-    Some(EventObject::Pod(Arc::new(p.build())))
+    Some(EventObject::pod(p.build()))
 }
 
 fn node_obj(n: NodeBuilder) -> Option<EventObject> {

@@ -23,7 +23,7 @@ use unisched_framework::{
 };
 
 use super::{claim_class, claim_volume_name, pod_claim_names, pod_namespace};
-use crate::helper::event_pods;
+use crate::helper::event_pod_objects;
 
 /// The plugin name.
 pub const NAME: &str = "NodeVolumeLimits";
@@ -163,7 +163,7 @@ impl EnqueueExtensions for NodeVolumeLimits {
                     "AssignedPodDelete",
                 ),
                 |_pod, old, new| {
-                    let (deleted, _) = event_pods(old, new)?;
+                    let (deleted, _) = event_pod_objects(old, new)?;
                     Ok(match deleted {
                         Some(d) if pod_claim_names(d).is_empty() => QueueingHint::Skip,
                         _ => QueueingHint::Queue,

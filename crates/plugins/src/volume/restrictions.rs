@@ -20,7 +20,7 @@ use unisched_framework::{
 };
 
 use super::{pod_claim_names, pod_namespace, resolve_claims};
-use crate::helper::event_pods;
+use crate::helper::event_pod_objects;
 
 /// The plugin name.
 pub const NAME: &str = "VolumeRestrictions";
@@ -241,7 +241,7 @@ impl EnqueueExtensions for VolumeRestrictions {
                     "AssignedPodDelete",
                 ),
                 |pod, old, new| {
-                    let (deleted, _) = event_pods(old, new)?;
+                    let (deleted, _) = event_pod_objects(old, new)?;
                     Ok(match deleted {
                         Some(d) if frees_something_for(pod, d) => QueueingHint::Queue,
                         Some(_) => QueueingHint::Skip,

@@ -40,7 +40,8 @@ fn scheduling_gates() -> Arc<dyn unisched_framework::Plugin> {
             GATES_ELIMINATED,
             |_, _, new| match new {
                 Some(EventObject::Pod(p)) => Ok(
-                    if p.spec
+                    if p.pod
+                        .spec
                         .as_ref()
                         .and_then(|s| s.scheduling_gates.as_ref())
                         .is_none_or(Vec::is_empty)
@@ -517,7 +518,7 @@ fn assigned_pod_events_prefilter_by_affinity_and_spread() {
     let mut other_ns = raw_pod("db", 0);
     other_ns.metadata.namespace = Some("other".into());
     other_ns.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
-    q.assigned_pod_added(&unisched_framework::PodInfo::new(other_ns));
+    q.assigned_pod_added(&Arc::new(unisched_framework::PodInfo::new(other_ns)));
     for n in ["w", "s", "f"] {
         assert_eq!(
             q.location(&uid(n)),

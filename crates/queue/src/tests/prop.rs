@@ -86,7 +86,7 @@ proptest! {
     #[test]
     fn never_loses_or_duplicates_a_pod(ops in proptest::collection::vec(op(), 1..80)) {
         let gates_hint = ClusterEventWithHint::with_hint(GATES, |_, _, new| Ok(match new {
-            Some(EventObject::Pod(p)) if p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_none_or(Vec::is_empty) => QueueingHint::Queue,
+            Some(EventObject::Pod(p)) if p.pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_none_or(Vec::is_empty) => QueueingHint::Queue,
             _ => QueueingHint::Skip,
         }));
         let (q, clock) = queue(vec![
