@@ -12,7 +12,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use unisched_resource::{InvalidQuantity, PodResources, Resource, pod_resources};
 
 /// A host port a container asks for.
@@ -129,8 +129,11 @@ impl PodInfo {
     }
 
     /// This pod as the scheduler keeps it once it is bound: the same derived fields, and a `pod`
-    /// without containers, init and ephemeral containers and their statuses. Everything else of
-    /// the object stays (metadata, affinity, tolerations, volumes, claims, conditions, phase).
+    /// without containers, init and ephemeral containers, their statuses, and the volumes no
+    /// scheduling decision reads (projected, ConfigMap, Secret, downward API and emptyDir
+    /// volumes: the service-account token volume every pod gets is ~6.7 KB decoded, more than
+    /// the rest of a lean pod together). Everything else of the object stays: metadata,
+    /// affinity, tolerations, claim and disk volumes, resource claims, conditions, phase.
     ///
     /// What was derived from the containers must be read from the derived fields on a lean pod:
     /// [`PodInfo::requests`], [`PodInfo::non_zero_requests`], [`PodInfo::host_ports`] and
@@ -146,6 +149,12 @@ impl PodInfo {
             spec.containers = Vec::new();
             spec.init_containers = None;
             spec.ephemeral_containers = None;
+            if let Some(volumes) = spec.volumes.as_mut() {
+                volumes.retain(|v| !unread_by_scheduling(v));
+                if volumes.is_empty() {
+                    spec.volumes = None;
+                }
+            }
         }
         if let Some(status) = pod.status.as_mut() {
             status.container_statuses = None;
@@ -223,6 +232,16 @@ impl PodInfo {
     pub fn is_terminating(&self) -> bool {
         self.pod.metadata.deletion_timestamp.is_some()
     }
+}
+
+/// A volume kind no plugin reads on a bound pod: no conflicts (VolumeRestrictions), no attach
+/// limits (NodeVolumeLimits), no topology, no claims.
+fn unread_by_scheduling(v: &Volume) -> bool {
+    v.projected.is_some()
+        || v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.empty_dir.is_some()
 }
 
 /// A pod in the scheduling queue, with the bookkeeping that decides when it is retried.
@@ -314,7 +333,18 @@ mod tests {
                      "ports": [{"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}],
                      "resources": {"requests": {"cpu": "1", "memory": "1Gi", "example.com/gpu": "2"}}}
                 ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                "volumes": [
+                    {"name": "kube-api-access", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+                    ]}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "disk", "csi": {"driver": "disk.example.com"}},
+                    {"name": "config", "configMap": {"name": "c"}},
+                    {"name": "creds", "secret": {"secretName": "s"}},
+                    {"name": "info", "downwardAPI": {"items": []}}
+                ],
                 "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]
             },
             "status": {
@@ -330,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lean_pod_keeps_what_it_derived_and_everything_but_containers() {
+    fn a_lean_pod_keeps_what_it_derived_and_what_scheduling_reads() {
         let full = PodInfo::new(pod_json(Some("n1")));
         let lean = full.clone().into_lean();
         assert!(lean.lean && !full.lean);
@@ -352,7 +382,10 @@ mod tests {
         assert_eq!(lean.pod.metadata, full.pod.metadata);
         let full_spec = full.pod.spec.as_ref().unwrap();
         assert_eq!(spec.affinity, full_spec.affinity);
-        assert_eq!(spec.volumes, full_spec.volumes);
+        // Claim and disk volumes stay (conflicts, attach limits); the others go.
+        let names: Vec<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["data", "disk"]);
+        assert_eq!(full_spec.volumes.as_ref().map(Vec::len), Some(7));
         assert_eq!(spec.resource_claims, full_spec.resource_claims);
         let full_status = full.pod.status.as_ref().unwrap();
         assert_eq!(status.phase, full_status.phase);
