@@ -810,17 +810,13 @@ impl DraApi for RuntimeDraApi {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use k8s_openapi::api::resource::v1::AllocationResult;
-    use unisched_cache::Cache;
-    use unisched_framework::{
-        CycleOutcome, Framework, PodInfo, SchedulingAlgorithm, config::KubeSchedulerProfile,
-        run_scheduling_cycle,
-    };
+    use unisched_framework::{CycleOutcome, PodInfo, SchedulingAlgorithm, run_scheduling_cycle};
     use unisched_plugins::{
         PluginContext, Registry,
         dynamic_resources::testing::FakeDraApi,
         testing::{NodeBuilder, RecordingBinder},
     };
-    use unisched_queue::{PodLocation, QueueConfig};
+    use unisched_queue::PodLocation;
 
     use super::*;
 
@@ -873,20 +869,12 @@ mod tests {
         let registry = Registry::in_tree(
             PluginContext::new(RecordingBinder::new()).with_dra(dra.clone(), FakeDraApi::new()),
         );
-        let profile = KubeSchedulerProfile {
-            scheduler_name: Some("unisched".into()),
-            ..Default::default()
-        };
-        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
-        let queue = Arc::new(SchedulingQueue::new(vec![fwk.clone()], QueueConfig::default()).unwrap());
+        let (fwk, queue) = crate::testing::unisched_profile(&registry);
         observe_own_claim_changes(&dra, &queue);
-        let cache = Arc::new(Cache::new());
-        cache.add_node(Arc::new(
-            NodeBuilder::new("n1")
-                .alloc("cpu", "4")
-                .alloc("pods", "10")
-                .build(),
-        ));
+        let cache = crate::testing::cache_with([NodeBuilder::new("n1")
+            .alloc("cpu", "4")
+            .alloc("pods", "10")
+            .build()]);
         dra.apply_class(Arc::new(obj(json!({"metadata": {"name": "gpu"},
             "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}))))
             .unwrap();

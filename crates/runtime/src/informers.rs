@@ -321,27 +321,17 @@ pub async fn run_watch<H, K>(
 
 #[cfg(test)]
 mod tests {
-    use unisched_framework::{Framework, config::KubeSchedulerProfile};
     use unisched_plugins::testing::{NodeBuilder, PodBuilder, in_tree_registry};
-    use unisched_queue::QueueConfig;
 
     use super::*;
 
     fn handler() -> (PodHandler, Arc<Cache>) {
         let (registry, _binder) = in_tree_registry();
-        let profile = KubeSchedulerProfile {
-            scheduler_name: Some("unisched".into()),
-            ..Default::default()
-        };
-        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
-        let queue = Arc::new(SchedulingQueue::new(vec![fwk], QueueConfig::default()).unwrap());
-        let cache = Arc::new(Cache::new());
-        cache.add_node(Arc::new(
-            NodeBuilder::new("n1")
-                .alloc("cpu", "4")
-                .alloc("pods", "10")
-                .build(),
-        ));
+        let (_, queue) = crate::testing::unisched_profile(&registry);
+        let cache = crate::testing::cache_with([NodeBuilder::new("n1")
+            .alloc("cpu", "4")
+            .alloc("pods", "10")
+            .build()]);
         (PodHandler::new(cache.clone(), queue), cache)
     }
 

@@ -18,6 +18,8 @@ mod preemption;
 mod process;
 mod rest_client;
 mod scheduler;
+#[cfg(test)]
+mod testing;
 mod volume;
 mod writer;
 

@@ -154,13 +154,9 @@ mod tests {
         api::core::v1::{Namespace, PodAffinityTerm},
         apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
     };
-    use unisched_cache::Cache;
-    use unisched_framework::{
-        CycleOutcome, Framework, PodInfo, SchedulingAlgorithm, config::KubeSchedulerProfile,
-        run_scheduling_cycle,
-    };
+    use unisched_framework::{CycleOutcome, PodInfo, SchedulingAlgorithm, run_scheduling_cycle};
     use unisched_plugins::testing::{NodeBuilder, PodBuilder, in_tree_registry};
-    use unisched_queue::{PodLocation, QueueConfig, SchedulingQueue};
+    use unisched_queue::PodLocation;
 
     use super::*;
 
@@ -264,20 +260,12 @@ mod tests {
     #[test]
     fn handler_feeds_the_store_and_wakes_pods_inter_pod_affinity_rejected() {
         let (registry, _binder) = in_tree_registry();
-        let profile = KubeSchedulerProfile {
-            scheduler_name: Some("unisched".into()),
-            ..Default::default()
-        };
-        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
-        let queue = Arc::new(SchedulingQueue::new(vec![fwk.clone()], QueueConfig::default()).unwrap());
-        let cache = Arc::new(Cache::new());
-        cache.add_node(Arc::new(
-            NodeBuilder::new("n1")
-                .alloc("cpu", "4")
-                .alloc("pods", "10")
-                .label("kubernetes.io/hostname", "n1")
-                .build(),
-        ));
+        let (fwk, queue) = crate::testing::unisched_profile(&registry);
+        let cache = crate::testing::cache_with([NodeBuilder::new("n1")
+            .alloc("cpu", "4")
+            .alloc("pods", "10")
+            .label("kubernetes.io/hostname", "n1")
+            .build()]);
         // An unrelated pod in the team-a namespace: the waiting pod's term does not select it,
         // so the waiting pod is not its own group's first member and is rejected.
         cache
@@ -328,19 +316,11 @@ mod tests {
     #[test]
     fn handler_leaves_pods_other_plugins_rejected() {
         let (registry, _binder) = in_tree_registry();
-        let profile = KubeSchedulerProfile {
-            scheduler_name: Some("unisched".into()),
-            ..Default::default()
-        };
-        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
-        let queue = Arc::new(SchedulingQueue::new(vec![fwk.clone()], QueueConfig::default()).unwrap());
-        let cache = Arc::new(Cache::new());
-        cache.add_node(Arc::new(
-            NodeBuilder::new("n1")
-                .alloc("cpu", "1")
-                .alloc("pods", "10")
-                .build(),
-        ));
+        let (fwk, queue) = crate::testing::unisched_profile(&registry);
+        let cache = crate::testing::cache_with([NodeBuilder::new("n1")
+            .alloc("cpu", "1")
+            .alloc("pods", "10")
+            .build()]);
         let pod = Arc::new(PodInfo::new(
             PodBuilder::new("big")
                 .uid("uid-big")

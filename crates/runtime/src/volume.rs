@@ -243,17 +243,13 @@ impl VolumeApi for RuntimeVolumeApi {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use unisched_cache::Cache;
-    use unisched_framework::{
-        CycleOutcome, Framework, PodInfo, SchedulingAlgorithm, config::KubeSchedulerProfile,
-        run_scheduling_cycle,
-    };
+    use unisched_framework::{CycleOutcome, PodInfo, SchedulingAlgorithm, run_scheduling_cycle};
     use unisched_plugins::{
         PluginContext, Registry,
         testing::{NodeBuilder, PodBuilder, RecordingBinder},
         volume::testing::{FakeVolumeApi, PvcBuilder, with_claims},
     };
-    use unisched_queue::{PodLocation, QueueConfig, SchedulingQueue};
+    use unisched_queue::PodLocation;
 
     use super::*;
 
@@ -263,19 +259,11 @@ mod tests {
         let registry = Registry::in_tree(
             PluginContext::new(RecordingBinder::new()).with_volumes(volumes.clone(), FakeVolumeApi::new()),
         );
-        let profile = KubeSchedulerProfile {
-            scheduler_name: Some("unisched".into()),
-            ..Default::default()
-        };
-        let fwk = Arc::new(Framework::new(&profile, &registry).unwrap());
-        let queue = Arc::new(SchedulingQueue::new(vec![fwk.clone()], QueueConfig::default()).unwrap());
-        let cache = Arc::new(Cache::new());
-        cache.add_node(Arc::new(
-            NodeBuilder::new("n1")
-                .alloc("cpu", "4")
-                .alloc("pods", "10")
-                .build(),
-        ));
+        let (fwk, queue) = crate::testing::unisched_profile(&registry);
+        let cache = crate::testing::cache_with([NodeBuilder::new("n1")
+            .alloc("cpu", "4")
+            .alloc("pods", "10")
+            .build()]);
         let pod = Arc::new(PodInfo::new(with_claims(
             PodBuilder::new("db")
                 .uid("uid-db")
