@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// External mode: the directory with upstream's kube-scheduler.
     #[arg(long = "upstream-bin", default_value = "e2e/upstream/bin")]
     pub upstream_bin: PathBuf,
+    /// External mode: the program started as `PROGRAM --v=0 run ...` for the unisched contender
+    /// (default: this binary). Another build, or a wrapper script that runs one under a profiler.
+    #[arg(long = "unisched-bin")]
+    pub unisched_bin: Option<PathBuf>,
     /// External mode: which schedulers, in order (kube-scheduler is `upstream`; `embedded` adds
     /// unisched on the embedded control plane, the full mode, to the same table).
     #[arg(long, value_delimiter = ',', default_values = ["upstream", "unisched"])]
@@ -285,7 +289,10 @@ fn external(args: &BenchArgs, verbosity: u8, catalog: &Catalog, names: &[String]
     let opts = unisched_bench::ExternalOptions {
         control_plane: args.control_plane.clone(),
         upstream_bin: args.upstream_bin.clone(),
-        unisched_bin: std::env::current_exe().context("locating the unisched binary")?,
+        unisched_bin: match &args.unisched_bin {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().context("locating the unisched binary")?,
+        },
         scheduler_config: args.scheduler_config.clone(),
         creator_qps: args.creator_qps,
         scheduler_qps: args.scheduler_qps,
