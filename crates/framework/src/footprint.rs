@@ -38,4 +38,16 @@ impl NodeFootprints {
             self.0.write().remove(node);
         }
     }
+
+    /// Forgets every node but `node`, and the room the others took: once Reserve has chosen a
+    /// node, the others' entries are never read again, yet the cycle state holding them lives
+    /// until the binding cycle ends.
+    pub fn retain_only(&self, node: &str) {
+        let mut map = self.0.write();
+        let kept = map.remove(node);
+        *map = HashMap::new();
+        if let Some(extra) = kept {
+            map.insert(node.to_string(), extra);
+        }
+    }
 }

@@ -186,6 +186,26 @@ impl DynamicResources {
         state.read::<CycleData>(STATE_KEY).ok().map(|d| d.0.clone())
     }
 
+    /// Reserve succeeded. The binding cycle, which can wait on the API server for seconds (and
+    /// hundreds of pods can be waiting), needs only the chosen node's result, the claims and the
+    /// binding progress. What only Filter, Score and PostFilter read is let go here: the allocator
+    /// and the DRA snapshot (which pins the cache's in-flight map and allocated state of its
+    /// moment, so each waiting pod kept its own copy of them), the short-node veto and the
+    /// diagnosis source. Nothing is let go while another holder of the state exists.
+    fn shed_filter_state(state: &mut CycleState) {
+        state.delete(NODE_VETO_KEY);
+        state.delete(DIAGNOSIS_DETAIL_KEY);
+        let Some(mut data) = Self::data(state) else {
+            return;
+        };
+        state.delete(STATE_KEY);
+        if let Some(only) = Arc::get_mut(&mut data) {
+            only.allocator = None;
+            only.snapshot = Arc::default();
+        }
+        state.write(STATE_KEY, CycleData(data));
+    }
+
     /// Claims (and the extended-resource plan) of a pod, checked, or the rejection.
     fn prepare(&self, dra: &DraCache, pod: &PodInfo) -> Result<Option<PodState>, Status> {
         let snapshot = dra.snapshot();
@@ -763,6 +783,7 @@ impl ReservePlugin for DynamicResources {
         let Some(data) = Self::data(state) else {
             return Status::success();
         };
+        data.retain_only(node);
         let Some(dra) = &self.dra else {
             return Status::success();
         };
@@ -797,6 +818,9 @@ impl ReservePlugin for DynamicResources {
             dra.reserve_in_flight(&plan.placeholder_uid, a.clone());
             progress.in_flight.push(plan.placeholder_uid.clone());
         }
+        drop(progress);
+        drop(data);
+        Self::shed_filter_state(state);
         Status::success()
     }
 

@@ -133,6 +133,23 @@ pub(crate) struct PodState {
 }
 
 impl PodState {
+    /// Reserve chose `node`: forgets Filter's results and footprints for every other node. The
+    /// binding cycle keeps this state alive while it waits on the API server (seconds under load,
+    /// for hundreds of pods at once), and a result per feasible node of each of them added up to
+    /// a tenth of the scheduler's memory at 5,000 nodes; nothing reads another node's entry after
+    /// Reserve (PreBind and Unreserve work on the chosen node only).
+    pub fn retain_only(&self, node: &str) {
+        {
+            let mut nodes = self.nodes.write();
+            let kept = nodes.remove(node);
+            *nodes = FastHashMap::default();
+            if let Some(result) = kept {
+                nodes.insert(node.to_string(), result);
+            }
+        }
+        self.footprints.retain_only(node);
+    }
+
     /// The claims to allocate, in allocator order.
     pub fn to_allocate_list(&self) -> Vec<&PreparedClaim> {
         self.to_allocate

@@ -649,6 +649,48 @@ fn summary_in_filter_allocation_in_reserve() {
     assert!(stored.deferred.is_none() && stored.allocations.len() == 1);
 }
 
+/// Reserve keeps Filter's result for the chosen node only and lets go of the allocator and the
+/// DRA snapshot: the binding cycle holds the cycle state while it waits on the API server, and
+/// none of that is read again. PreBind still works from what is kept.
+#[test]
+fn reserve_forgets_the_other_nodes_results() {
+    let e = env();
+    for n in ["n1", "n2", "n3"] {
+        e.slice(gpus(n, 2, "a100"));
+    }
+    let c = e.claim(gpu_claim("c", 1));
+    let pod = info(&pod_with("p", &["c"]));
+    let (mut st, s) = e.prefilter(&pod);
+    assert!(s.is_success());
+    for n in ["n1", "n2", "n3"] {
+        assert!(e.filter(&st, &pod, &node(n)).is_success(), "{n}");
+    }
+    let data = DynamicResources::data(&st).unwrap();
+    data.footprints.set("n3", Default::default());
+    data.footprints.set("n2", Default::default());
+    assert_eq!(data.nodes.read().len(), 3);
+    assert!(data.allocator.is_some());
+    let held_index = Arc::downgrade(data.snapshot.index());
+    drop(data);
+    assert!(e.plugin.reserve(&mut st, &pod, "n2").is_success());
+    let data = DynamicResources::data(&st).unwrap();
+    // The allocator and the DRA snapshot are let go (the cache still holds its own index).
+    assert!(data.allocator.is_none());
+    assert!(!Arc::ptr_eq(
+        &held_index.upgrade().unwrap(),
+        data.snapshot.index()
+    ));
+    let kept: Vec<String> = data.nodes.read().keys().cloned().collect();
+    assert_eq!(kept, vec!["n2".to_string()]);
+    assert!(data.footprints.get("n3").is_none());
+    assert!(data.footprints.get("n2").is_some());
+    // The chosen node's allocation is what Reserve put in flight.
+    let uid = c.metadata.uid.clone().unwrap();
+    let got = e.dra.in_flight(&uid).unwrap();
+    assert_eq!(device_names_of(&got.allocation).len(), 1);
+    assert!(e.plugin.pre_bind(&mut st, &pod, "n2").is_success());
+}
+
 fn device_names_of(a: &AllocationResult) -> Vec<String> {
     a.devices
         .iter()
