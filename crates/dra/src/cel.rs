@@ -254,6 +254,7 @@ impl CelSelectorEngine {
                 source: Arc::from(expression),
                 expr: c.expr,
                 required_driver: c.required_driver,
+                scalar_only: c.scalar_only,
                 static_cost: c.static_cost,
                 runtime_limit: self.limits.runtime,
                 shared: Arc::clone(&self.shared),
@@ -288,6 +289,8 @@ pub struct CelSelector {
     source: Arc<str>,
     expr: IdedExpr,
     required_driver: Option<String>,
+    /// The expression reads `device` only through its scalar fields ([`reads_only_scalar_fields`]).
+    scalar_only: bool,
     /// Units charged once per evaluation (see [`cost::static_cost`]).
     static_cost: u64,
     /// The runtime cost budget of one evaluation.
@@ -334,18 +337,9 @@ impl CelSelector {
             spent: 0,
             stopped: None,
         };
-        let slot = input.slot.get_or_init(|| {
-            let value: DeviceValue = build_device_value(&self.shared, input.driver, input.device);
-            Arc::new(value)
-        });
-        let value = match slot.downcast_ref::<DeviceValue>() {
-            Some(Ok(value)) => value.clone(),
-            Some(Err(message)) => return (Err(SelectorEvalError::runtime(message.clone())), idle),
-            // Another engine filled the slot; build a private copy.
-            None => match build_device_value(&self.shared, input.driver, input.device) {
-                Ok(v) => v,
-                Err(message) => return (Err(SelectorEvalError::runtime(message)), idle),
-            },
+        let value = match self.device_value(input) {
+            Ok(value) => value,
+            Err(message) => return (Err(SelectorEvalError::runtime(message)), idle),
         };
         let (outcome, report) = cost::metered(self.runtime_limit, self.static_cost, input.deadline, || {
             catch_unwind(AssertUnwindSafe(|| {
@@ -378,6 +372,38 @@ impl CelSelector {
             )),
         };
         (result, report)
+    }
+}
+
+impl CelSelector {
+    /// The `device` variable for one evaluation.
+    ///
+    /// The whole value (attribute and capacity maps) is built once per device and kept in its
+    /// slot for every later selector. An expression that reads only `device.driver` and
+    /// `device.allowMultipleAllocations` (every class selector of the form `device.driver ==
+    /// "..."`) gets a two-field value instead and leaves the slot alone unless it is already
+    /// filled: at 40,000 devices the kept whole values were ~100 MB that such selectors never
+    /// read. Its result is the same, errors included: the device's attributes and capacities are
+    /// still converted (and the conversions dropped), so a device whose whole value cannot be
+    /// built fails every selector alike, as upstream, which converts them before evaluating.
+    fn device_value(&self, input: SelectorInput<'_>) -> DeviceValue {
+        let stored = if self.scalar_only {
+            input.slot.0.get()
+        } else {
+            Some(input.slot.get_or_init(|| {
+                let value: DeviceValue = build_device_value(&self.shared, input.driver, input.device);
+                Arc::new(value)
+            }))
+        };
+        match stored.map(|v| v.downcast_ref::<DeviceValue>()) {
+            Some(Some(value)) => value.clone(),
+            // Another engine filled the slot: a private copy.
+            Some(None) => build_device_value(&self.shared, input.driver, input.device),
+            None => {
+                convert_device_maps(&self.shared, input.driver, input.device)?;
+                Ok(scalar_device_value(input.driver, input.device))
+            }
+        }
     }
 }
 
@@ -482,26 +508,58 @@ pub fn split_qualified_name<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a
     }
 }
 
-fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> DeviceValue {
-    let mut attributes: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+/// Converts every attribute and capacity of `device` into its CEL value, attributes first, each
+/// map in name order, and hands each to `sink` as `(is_capacity, domain, id, value)`. The first
+/// failing conversion ends it with the error every selector then reports for the device.
+fn convert_device_entries(
+    shared: &CelShared,
+    driver: &str,
+    device: &Device,
+    sink: &mut dyn FnMut(bool, &str, &str, Value),
+) -> Result<(), String> {
     for (name, attr) in device.attributes.iter().flatten() {
         let value = attribute_value(shared, attr).map_err(|e| format!("attribute {name}: {e}"))?;
         let (domain, id) = split_qualified_name(name, driver);
-        attributes
-            .entry(domain.to_string())
-            .or_default()
-            .insert(Key::String(Arc::new(id.to_string())), value);
+        sink(false, domain, id, value);
     }
-    let mut capacity: HashMap<String, HashMap<Key, Value>> = HashMap::new();
     for (name, cap) in device.capacity.iter().flatten() {
         let value = construct(shared, &shared.quantity_ctor, &cap.value.0)
             .map_err(|e| format!("capacity {name}: invalid quantity {:?}: {e}", cap.value.0))?;
         let (domain, id) = split_qualified_name(name, driver);
-        capacity
-            .entry(domain.to_string())
+        sink(true, domain, id, value);
+    }
+    Ok(())
+}
+
+/// [`convert_device_entries`] with the values dropped: only whether (and how) it fails.
+fn convert_device_maps(shared: &CelShared, driver: &str, device: &Device) -> Result<(), String> {
+    convert_device_entries(shared, driver, device, &mut |_, _, _, _| {})
+}
+
+/// `device` with only its scalar fields: what an expression that never reads the maps sees.
+fn scalar_device_value(driver: &str, device: &Device) -> Value {
+    let mut fields = HashMap::with_capacity(2);
+    fields.insert(Key::String(Arc::new("driver".into())), string_value(driver));
+    fields.insert(
+        Key::String(Arc::new("allowMultipleAllocations".into())),
+        Value::Bool(device.allow_multiple_allocations.unwrap_or(false)),
+    );
+    map_value(fields)
+}
+
+fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> DeviceValue {
+    let mut attributes: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    let mut capacity: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    convert_device_entries(shared, driver, device, &mut |is_capacity, domain, id, value| {
+        let maps = if is_capacity {
+            &mut capacity
+        } else {
+            &mut attributes
+        };
+        maps.entry(domain.to_string())
             .or_default()
             .insert(Key::String(Arc::new(id.to_string())), value);
-    }
+    })?;
     let outer = |m: HashMap<String, HashMap<Key, Value>>| {
         map_value(
             m.into_iter()
@@ -529,6 +587,7 @@ struct Compiled {
     expr: IdedExpr,
     /// The driver prefilter, if any.
     required_driver: Option<String>,
+    scalar_only: bool,
     static_cost: u64,
 }
 
@@ -572,13 +631,34 @@ fn compile_expression(source: &str, estimated_limit: Option<u64>) -> Result<Comp
     let mut scope = Vec::new();
     let rewritten = rewriter.rewrite(parsed, &mut scope)?;
     let required_driver = required_driver(&rewritten);
+    let scalar_only = reads_only_scalar_fields(&rewritten);
     let expr = cost::instrument(rewritten, &mut next_id);
     let static_cost = cost::static_cost(&expr);
     Ok(Compiled {
         expr,
         required_driver,
+        scalar_only,
         static_cost,
     })
+}
+
+/// Whether every use of the identifier `device` in `expr` selects `driver` or
+/// `allowMultipleAllocations` from it (`has()` tests included), so the attribute and capacity
+/// maps of the value can never be reached. Any other use (a bare `device`, `device.attributes`,
+/// a `cel.bind` alias) needs the whole value. A comprehension variable that happens to be called
+/// `device` is treated as the device: that only costs the cheaper path, never the answer.
+fn reads_only_scalar_fields(expr: &IdedExpr) -> bool {
+    match &expr.expr {
+        Expr::Select(sel) if matches!(&sel.operand.expr, Expr::Ident(n) if n == "device") => {
+            matches!(sel.field.as_str(), "driver" | "allowMultipleAllocations")
+        }
+        Expr::Ident(name) => name != "device",
+        _ => {
+            let mut only = true;
+            visit_children(expr, &mut |child| only &= reads_only_scalar_fields(child));
+            only
+        }
+    }
 }
 
 fn max_id(expr: &IdedExpr) -> u64 {
@@ -1079,6 +1159,69 @@ mod tests {
         let d = engine.compile(r#"device.driver == "a.com" || true"#).unwrap();
         assert_eq!(d.required_driver(), None);
         assert_ne!(a.id(), c.id());
+    }
+
+    /// A selector that reads only `device.driver` / `device.allowMultipleAllocations` evaluates
+    /// on a two-field value without filling the device's slot, and answers exactly what it
+    /// answers on the whole value (kept in a slot by an earlier selector), errors included.
+    #[test]
+    fn scalar_only_selectors_answer_as_on_the_whole_value() {
+        let engine = CelSelectorEngine::new();
+        let whole = engine
+            .compile_cel(r#"device.attributes["gpu.example.com"].model != """#)
+            .unwrap();
+        assert!(!whole.scalar_only);
+        let mut bad = gpu();
+        if let Some(attrs) = bad.attributes.as_mut() {
+            attrs.insert(
+                "bad".into(),
+                DeviceAttribute {
+                    version: Some("not-a-version".into()),
+                    ..Default::default()
+                },
+            );
+        }
+        let cases: &[(&str, bool)] = &[
+            (r#"device.driver == "gpu.example.com""#, true),
+            (
+                r#"device.driver.startsWith("gpu") && device.allowMultipleAllocations"#,
+                true,
+            ),
+            (
+                r#"has(device.driver) && !has(device.allowMultipleAllocations) || true"#,
+                true,
+            ),
+            ("true", true),
+            (r#"[1, 2].all(x, x > 0) && device.driver != "b""#, true),
+            (r#"has(device.attributes)"#, false),
+            (
+                r#"device.capacity["gpu.example.com"].memory.isGreaterThan(quantity("1Gi"))"#,
+                false,
+            ),
+            (r#"cel.bind(d, device, d.driver == "gpu.example.com")"#, false),
+            (r#"device == device"#, false),
+            (r#"device.nosuch == 1"#, false),
+        ];
+        for &(expr, scalar) in cases {
+            let sel = engine.compile_cel(expr).unwrap();
+            assert_eq!(sel.scalar_only, scalar, "{expr}");
+            for device in [gpu(), bad.clone()] {
+                let input = |slot| SelectorInput {
+                    driver: "gpu.example.com",
+                    device: &device,
+                    slot,
+                    deadline: None,
+                };
+                let fresh = DeviceValueSlot::default();
+                let got = sel.matches(input(&fresh)).map_err(|e| e.message);
+                assert_eq!(fresh.0.get().is_some(), !scalar, "{expr}: slot filled");
+                let filled = DeviceValueSlot::default();
+                let _ = whole.matches(input(&filled));
+                assert!(filled.0.get().is_some());
+                let want = sel.matches(input(&filled)).map_err(|e| e.message);
+                assert_eq!(got, want, "{expr}");
+            }
+        }
     }
 
     #[test]
