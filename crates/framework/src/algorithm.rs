@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
     NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PluginTiming, PodInfo, ScoreTable, SeededRng,
-    Snapshot, Status,
+    Snapshot, Status, TimingBatch,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -277,15 +277,21 @@ impl SchedulingAlgorithm {
             let want = to_find - feasible.len();
             let batch = (want + want / 4).max(threads * 8).min(n - offset);
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
-            let check = |&i: &usize| match &veto {
+            let check = |timings: &mut TimingBatch<'_>, &i: &usize| match &veto {
                 Some(v) if v.vetoes(&candidates[i]) => None,
-                _ => Some(node_check.run(&candidates[i])),
+                _ => Some(node_check.run(&candidates[i], timings)),
             };
+            // Each worker keeps its timed successes to itself until its share is done.
             let statuses: Vec<Option<Status>> = match &self.pool {
-                Some(pool) if batch > 2 && threads > 1 => {
-                    pool.install(|| idx.par_iter().map(check).collect())
+                Some(pool) if batch > 2 && threads > 1 => pool.install(|| {
+                    idx.par_iter()
+                        .map_init(|| node_check.chain.timing_batch(), check)
+                        .collect()
+                }),
+                _ => {
+                    let mut timings = node_check.chain.timing_batch();
+                    idx.iter().map(|i| check(&mut timings, i)).collect()
                 }
-                _ => idx.iter().map(check).collect(),
             };
             for (k, s) in statuses.into_iter().enumerate() {
                 let node = &candidates[idx[k]];
@@ -338,7 +344,7 @@ impl SchedulingAlgorithm {
         let vetoed = rejected.iter().filter(|(_, s)| s.is_none()).count();
         // The whole chain's status for each vetoed node, in place, in order.
         let complete = |(i, s): (usize, Option<Status>)| {
-            let s = s.unwrap_or_else(|| node_check.run(&candidates[i]));
+            let s = s.unwrap_or_else(|| node_check.run(&candidates[i], &mut node_check.chain.timing_batch()));
             (i, s)
         };
         let statuses: Vec<(usize, Status)> = match &self.pool {
@@ -389,28 +395,31 @@ impl SchedulingAlgorithm {
             .collect();
         // One row of scores per node, written in place: a vector per node cost an allocation each.
         let width = plugins.len();
-        let score_node = |(row, node): (&mut [i64], &Arc<NodeInfo>)| -> Option<Status> {
-            for ((ws, timing), slot) in plugins.iter().zip(&timings).zip(row) {
-                let name = ws.plugin.name();
-                let r = fwk.run_timed(
-                    timing,
-                    "Score",
-                    name,
-                    || ws.plugin.score(state_ref, pod, node),
-                    |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
-                );
-                match r {
-                    Ok(score) => *slot = score,
-                    Err(s) => {
-                        return Some(
-                            s.with_plugin(name)
-                                .wrap_error(format!("running Score plugin {name:?}")),
-                        );
+        let score_node =
+            |batch: &mut TimingBatch<'_>, (row, node): (&mut [i64], &Arc<NodeInfo>)| -> Option<Status> {
+                for (i, ((ws, timing), slot)) in plugins.iter().zip(&timings).zip(row).enumerate() {
+                    let name = ws.plugin.name();
+                    let r = fwk.run_timed_in(
+                        timing,
+                        batch,
+                        i,
+                        "Score",
+                        name,
+                        || ws.plugin.score(state_ref, pod, node),
+                        |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
+                    );
+                    match r {
+                        Ok(score) => *slot = score,
+                        Err(s) => {
+                            return Some(
+                                s.with_plugin(name)
+                                    .wrap_error(format!("running Score plugin {name:?}")),
+                            );
+                        }
                     }
                 }
-            }
-            None
-        };
+                None
+            };
         let pool = &self.pool;
         fwk.timed_score(&plugins, || {
             let mut rows = vec![0i64; nodes.len() * width];
@@ -419,13 +428,18 @@ impl SchedulingAlgorithm {
                 Some(pool) if nodes.len() > 2 && width > 0 => pool.install(|| {
                     rows.par_chunks_mut(width)
                         .zip(nodes.par_iter())
-                        .map(score_node)
+                        .map_init(|| TimingBatch::new(&timings), score_node)
                         .collect::<Vec<Option<Status>>>()
                         .into_iter()
                         .flatten()
                         .next()
                 }),
-                _ => rows.chunks_mut(width.max(1)).zip(nodes).find_map(score_node),
+                _ => {
+                    let mut batch = TimingBatch::new(&timings);
+                    rows.chunks_mut(width.max(1))
+                        .zip(nodes)
+                        .find_map(|x| score_node(&mut batch, x))
+                }
             };
             if let Some(s) = failure {
                 return (Err(s), Code::Error);
@@ -509,14 +523,17 @@ struct NodeCheck<'a> {
 }
 
 impl NodeCheck<'_> {
-    /// The Filter chain's verdict on `node`, with the pods nominated to it where there are any.
-    fn run(&self, node: &Arc<NodeInfo>) -> Status {
+    /// The Filter chain's verdict on `node`, with the pods nominated to it where there are any;
+    /// timed successes go to the worker's `timings` (from this chain).
+    fn run(&self, node: &Arc<NodeInfo>, timings: &mut TimingBatch<'_>) -> Status {
         match self.nominations.get(node.name()) {
             Some(nominated) => {
                 self.fwk
                     .run_filter_chain_with_nominated(&self.chain, self.state, self.pod, node, nominated)
             }
-            None => self.fwk.run_filter_chain(&self.chain, self.state, self.pod, node),
+            None => self
+                .fwk
+                .run_filter_chain_in(&self.chain, timings, self.state, self.pod, node),
         }
     }
 }

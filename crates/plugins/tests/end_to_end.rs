@@ -232,7 +232,11 @@ impl FrameworkObserver for Counting {
         }
         let counts = Arc::clone(&self.0);
         let plugin = plugin.to_string();
-        Some(Box::new(move |_| counts.count(point, &plugin, Code::Success)))
+        Some(Box::new(move |durations| {
+            for _ in durations {
+                counts.count(point, &plugin, Code::Success);
+            }
+        }))
     }
 }
 
