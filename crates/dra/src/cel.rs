@@ -536,15 +536,21 @@ fn convert_device_maps(shared: &CelShared, driver: &str, device: &Device) -> Res
     convert_device_entries(shared, driver, device, &mut |_, _, _, _| {})
 }
 
-/// `device` with only its scalar fields: what an expression that never reads the maps sees.
-fn scalar_device_value(driver: &str, device: &Device) -> Value {
-    let mut fields = HashMap::with_capacity(2);
+/// The scalar fields of `device`'s value (`driver`, `allowMultipleAllocations`), with room for
+/// `extra` more.
+fn scalar_fields(driver: &str, device: &Device, extra: usize) -> HashMap<Key, Value> {
+    let mut fields = HashMap::with_capacity(2 + extra);
     fields.insert(Key::String(Arc::new("driver".into())), string_value(driver));
     fields.insert(
         Key::String(Arc::new("allowMultipleAllocations".into())),
         Value::Bool(device.allow_multiple_allocations.unwrap_or(false)),
     );
-    map_value(fields)
+    fields
+}
+
+/// `device` with only its scalar fields: what an expression that never reads the maps sees.
+fn scalar_device_value(driver: &str, device: &Device) -> Value {
+    map_value(scalar_fields(driver, device, 0))
 }
 
 fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> DeviceValue {
@@ -567,14 +573,9 @@ fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> Devi
                 .collect(),
         )
     };
-    let mut fields = HashMap::new();
-    fields.insert(Key::String(Arc::new("driver".into())), string_value(driver));
+    let mut fields = scalar_fields(driver, device, 2);
     fields.insert(Key::String(Arc::new("attributes".into())), outer(attributes));
     fields.insert(Key::String(Arc::new("capacity".into())), outer(capacity));
-    fields.insert(
-        Key::String(Arc::new("allowMultipleAllocations".into())),
-        Value::Bool(device.allow_multiple_allocations.unwrap_or(false)),
-    );
     Ok(map_value(fields))
 }
 
@@ -646,7 +647,8 @@ fn compile_expression(source: &str, estimated_limit: Option<u64>) -> Result<Comp
 /// `allowMultipleAllocations` from it (`has()` tests included), so the attribute and capacity
 /// maps of the value can never be reached. Any other use (a bare `device`, `device.attributes`,
 /// a `cel.bind` alias) needs the whole value. A comprehension variable that happens to be called
-/// `device` is treated as the device: that only costs the cheaper path, never the answer.
+/// `device` is treated as the device: at worst that builds the whole value needlessly, it never
+/// changes an answer.
 fn reads_only_scalar_fields(expr: &IdedExpr) -> bool {
     match &expr.expr {
         Expr::Select(sel) if matches!(&sel.operand.expr, Expr::Ident(n) if n == "device") => {

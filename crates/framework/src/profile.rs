@@ -75,17 +75,18 @@ pub struct TimingBatch<'t> {
 
 impl<'t> TimingBatch<'t> {
     /// A batch for the plugins with these timings, in the order the calls will name them.
-    pub fn new(timings: impl IntoIterator<Item = &'t PluginTiming>) -> Self {
-        let recorders: Vec<Option<&'t DurationRecorder>> = timings
-            .into_iter()
-            .map(|t| t.success.as_ref().filter(|_| t.record))
-            .collect();
-        if recorders.iter().all(Option::is_none) {
+    pub fn new(timings: impl IntoIterator<Item = &'t PluginTiming, IntoIter: Clone>) -> Self {
+        let recorder = |t: &'t PluginTiming| t.success.as_ref().filter(|_| t.record);
+        let timings = timings.into_iter();
+        // Nine attempts in ten are not sampled: their batches (one per worker share) allocate
+        // nothing.
+        if timings.clone().all(|t| recorder(t).is_none()) {
             return TimingBatch {
                 recorders: Vec::new(),
                 pending: Vec::new(),
             };
         }
+        let recorders: Vec<Option<&'t DurationRecorder>> = timings.map(recorder).collect();
         let pending = recorders.iter().map(|_| Vec::new()).collect();
         TimingBatch { recorders, pending }
     }
@@ -696,30 +697,9 @@ impl Framework {
         }
     }
 
-    /// Runs one plugin call and reports its duration as `timing` says.
-    pub fn run_timed<T>(
-        &self,
-        timing: &PluginTiming,
-        point: &'static str,
-        plugin: &str,
-        f: impl FnOnce() -> T,
-        code: impl Fn(&T) -> Code,
-    ) -> T {
-        if !timing.record {
-            return f();
-        }
-        let start = Instant::now();
-        let out = f();
-        let elapsed = start.elapsed();
-        match (&timing.success, code(&out)) {
-            (Some(record), Code::Success) => record(std::slice::from_ref(&elapsed)),
-            (_, c) => self.observer.plugin(point, plugin, c, elapsed),
-        }
-        out
-    }
-
-    /// [`Framework::run_timed`] for the `index`th plugin of `batch`: a timed success waits in the
-    /// batch for its recorder.
+    /// Runs the `index`th plugin of `batch` once and reports its duration as `timing` says: a
+    /// timed success waits in the batch for its recorder, any other timed result goes to the
+    /// observer at once.
     #[allow(clippy::too_many_arguments)]
     pub fn run_timed_in<T>(
         &self,
