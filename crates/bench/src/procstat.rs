@@ -37,9 +37,15 @@ pub fn pid_peak_rss_bytes(pid: u32) -> u64 {
 }
 
 /// CPU seconds (utime + stime) of another process, its exited threads included and its children
-/// excluded (0 when it is gone).
+/// excluded (0 when it is gone). Whole clock ticks (10 ms on most kernels): the live threads'
+/// finer `schedstat` cannot be combined with the exited threads' ticks without the difference of
+/// two truncations adding more error than it removes.
 pub fn pid_cpu_seconds(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    ticks_seconds(&format!("/proc/{pid}/stat"))
+}
+
+fn ticks_seconds(stat_path: &str) -> f64 {
+    std::fs::read_to_string(stat_path)
         .ok()
         .and_then(|t| parse_stat(&t))
         .map_or(0.0, |(_, ticks)| ticks as f64 / clock_ticks())
@@ -72,42 +78,50 @@ fn parse_stat(text: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
-/// CPU seconds of the whole process (threads that exited included).
-pub fn process_cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|t| parse_stat(&t))
-        .map_or(0.0, |(_, ticks)| ticks as f64 / clock_ticks())
+/// Nanoseconds on the CPU, the first field of a `schedstat` file.
+fn parse_schedstat_nanos(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
 }
 
-/// CPU time per live thread, keyed by thread id, with its name.
+/// CPU seconds of the whole process (threads that exited included), in whole ticks as
+/// [`pid_cpu_seconds`].
+pub fn process_cpu_seconds() -> f64 {
+    ticks_seconds("/proc/self/stat")
+}
+
+/// CPU time per live thread, keyed by thread id, with its name, in nanoseconds.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadTimes {
     by_tid: BTreeMap<u64, (String, u64)>,
-    ticks: f64,
 }
 
 impl ThreadTimes {
-    /// Reads `/proc/self/task/*/stat`.
+    /// Reads `/proc/self/task/*/stat` for each thread's name and its CPU time from `schedstat`
+    /// (nanoseconds on the CPU). `stat`'s `utime + stime` count whole clock ticks (10 ms on most
+    /// kernels), too coarse for a thread that ran a few milliseconds in a short run: it would read
+    /// as zero. Without `schedstat` (a kernel built without it) the ticks are used.
     pub fn read() -> Self {
+        let ns_per_tick = 1e9 / clock_ticks();
         let mut by_tid = BTreeMap::new();
         if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
             for e in rd.flatten() {
                 let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) else {
                     continue;
                 };
-                if let Some(parsed) = std::fs::read_to_string(e.path().join("stat"))
+                let Some((name, ticks)) = std::fs::read_to_string(e.path().join("stat"))
                     .ok()
                     .and_then(|t| parse_stat(&t))
-                {
-                    by_tid.insert(tid, parsed);
-                }
+                else {
+                    continue;
+                };
+                let nanos = std::fs::read_to_string(e.path().join("schedstat"))
+                    .ok()
+                    .and_then(|t| parse_schedstat_nanos(&t))
+                    .unwrap_or((ticks as f64 * ns_per_tick) as u64);
+                by_tid.insert(tid, (name, nanos));
             }
         }
-        ThreadTimes {
-            by_tid,
-            ticks: clock_ticks(),
-        }
+        ThreadTimes { by_tid }
     }
 
     /// CPU seconds spent since `earlier`, grouped by `group(thread name)`. Threads that exited in
@@ -118,13 +132,13 @@ impl ThreadTimes {
         group: impl Fn(&str) -> &'static str,
     ) -> BTreeMap<&'static str, f64> {
         let mut out = BTreeMap::new();
-        for (tid, (name, ticks)) in &self.by_tid {
+        for (tid, (name, nanos)) in &self.by_tid {
             let before = earlier
                 .by_tid
                 .get(tid)
                 .filter(|(n, _)| n == name)
                 .map_or(0, |(_, t)| *t);
-            *out.entry(group(name)).or_insert(0.0) += ticks.saturating_sub(before) as f64 / self.ticks;
+            *out.entry(group(name)).or_insert(0.0) += nanos.saturating_sub(before) as f64 / 1e9;
         }
         out
     }
@@ -139,6 +153,8 @@ mod tests {
         let line = "1234 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
         assert_eq!(parse_stat(line), Some(("a (b) c".to_string(), 300)));
         assert!(parse_stat("garbage").is_none());
+        assert_eq!(parse_schedstat_nanos("21386467 1683545 70\n"), Some(21_386_467));
+        assert!(parse_schedstat_nanos("").is_none());
     }
 
     #[test]
@@ -148,6 +164,7 @@ mod tests {
         assert!(rss_bytes() > 0);
         let ticks = clock_ticks();
         assert!(ticks > 0.0);
+        let before = process_cpu_seconds();
         let t0 = ThreadTimes::read();
         let mut x = 0u64;
         for i in 0..5_000_000u64 {
@@ -156,10 +173,27 @@ mod tests {
         assert!(x != 1);
         let t1 = ThreadTimes::read();
         let total: f64 = t1.since(&t0, |_| "all").values().sum();
-        assert!(total >= 0.0);
-        assert!(process_cpu_seconds() >= 0.0);
+        // Nanosecond resolution: a few milliseconds of work never reads as zero.
+        assert!(total > 0.0, "{total}");
+        // Burn until this thread has run for more than two clock ticks (bounded by the loop, not
+        // by a clock): the process figures, in whole ticks, must then have grown.
+        let two_ticks = 2.0 / ticks;
+        let mut spent = total;
+        for _ in 0..10_000 {
+            if spent > two_ticks {
+                break;
+            }
+            for i in 0..200_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            spent = ThreadTimes::read().since(&t0, |_| "all").values().sum();
+        }
+        assert!(x != 1);
+        assert!(spent > two_ticks, "{spent}");
         let me = std::process::id();
-        assert!(pid_cpu_seconds(me) > 0.0);
+        let after = process_cpu_seconds();
+        assert!(after > before, "{before} -> {after}, thread {spent}");
+        assert!(pid_cpu_seconds(me) >= after);
         assert!(pid_peak_rss_bytes(me) > 0);
         assert_eq!(pid_cpu_seconds(u32::MAX), 0.0);
     }
