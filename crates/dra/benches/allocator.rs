@@ -183,6 +183,7 @@ fn bench_cel(c: &mut Criterion) {
     let engine = CelSelectorEngine::new();
     let s = gpu_slice("node-0", 1).build();
     let device = s.spec.devices.as_ref().unwrap()[0].clone();
+    let maps = unisched_dra::DeviceMaps::of(&device);
     let sel = engine
         .compile(r#"device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].model == "LATEST-GPU-MODEL" && device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0"#)
         .unwrap();
@@ -193,6 +194,7 @@ fn bench_cel(c: &mut Criterion) {
                 sel.matches(SelectorInput {
                     driver: GPU,
                     device: &device,
+                    maps: &maps,
                     slot: &slot,
                     deadline: None,
                 })
@@ -207,6 +209,7 @@ fn bench_cel(c: &mut Criterion) {
                 sel.matches(SelectorInput {
                     driver: GPU,
                     device: &device,
+                    maps: &maps,
                     slot: &slot,
                     deadline: None,
                 })

@@ -420,15 +420,15 @@ impl ConstraintState {
 
 /// Looks up a fully qualified attribute; a name in the driver's domain also matches the bare id.
 fn device_attribute<'a>(slice: &'a PreparedSlice, dev: u32, name: &str) -> Option<&'a DeviceAttribute> {
-    let attrs = slice.api_device(dev as usize)?.attributes.as_ref()?;
-    if let Some(a) = attrs.get(name) {
+    let maps = slice.device_maps(dev as usize);
+    if let Some(a) = maps.attribute(name) {
         return Some(a);
     }
     let (domain, id) = name.split_once('/')?;
     if domain != slice.driver() {
         return None;
     }
-    attrs.get(id)
+    maps.attribute(id)
 }
 
 /// FNV-1a over several byte strings with a separator.
@@ -954,6 +954,7 @@ impl Allocator {
                     let input = SelectorInput {
                         driver: d.slice.driver(),
                         device: api_device,
+                        maps: d.slice.device_maps(d.dev as usize),
                         slot: &dev.slot,
                         deadline,
                     };

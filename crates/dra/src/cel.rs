@@ -47,6 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use crate::device_maps::DeviceMaps;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 use kube_cel::KubeCelExt;
 use kube_cel::cel::common::ast::{
@@ -153,8 +154,10 @@ impl DeviceValueSlot {
 pub struct SelectorInput<'a> {
     /// The driver of the slice that publishes the device.
     pub driver: &'a str,
-    /// The device as published.
+    /// The device as stored: its attribute and capacity maps are in `maps`.
     pub device: &'a Device,
+    /// The device's attributes and capacities.
+    pub maps: &'a DeviceMaps,
     /// Engine-owned per-device storage.
     pub slot: &'a DeviceValueSlot,
     /// Stop evaluating at this instant (DynamicResources `filterTimeout`); `None`: no deadline.
@@ -391,16 +394,17 @@ impl CelSelector {
             input.slot.0.get()
         } else {
             Some(input.slot.get_or_init(|| {
-                let value: DeviceValue = build_device_value(&self.shared, input.driver, input.device);
+                let value: DeviceValue =
+                    build_device_value(&self.shared, input.driver, input.device, input.maps);
                 Arc::new(value)
             }))
         };
         match stored.map(|v| v.downcast_ref::<DeviceValue>()) {
             Some(Some(value)) => value.clone(),
             // Another engine filled the slot: a private copy.
-            Some(None) => build_device_value(&self.shared, input.driver, input.device),
+            Some(None) => build_device_value(&self.shared, input.driver, input.device, input.maps),
             None => {
-                convert_device_maps(&self.shared, input.driver, input.device)?;
+                convert_device_maps(&self.shared, input.driver, input.maps)?;
                 Ok(scalar_device_value(input.driver, input.device))
             }
         }
@@ -514,15 +518,15 @@ pub fn split_qualified_name<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a
 fn convert_device_entries(
     shared: &CelShared,
     driver: &str,
-    device: &Device,
+    maps: &DeviceMaps,
     sink: &mut dyn FnMut(bool, &str, &str, Value),
 ) -> Result<(), String> {
-    for (name, attr) in device.attributes.iter().flatten() {
+    for (name, attr) in maps.attributes() {
         let value = attribute_value(shared, attr).map_err(|e| format!("attribute {name}: {e}"))?;
         let (domain, id) = split_qualified_name(name, driver);
         sink(false, domain, id, value);
     }
-    for (name, cap) in device.capacity.iter().flatten() {
+    for (name, cap) in maps.capacity() {
         let value = construct(shared, &shared.quantity_ctor, &cap.value.0)
             .map_err(|e| format!("capacity {name}: invalid quantity {:?}: {e}", cap.value.0))?;
         let (domain, id) = split_qualified_name(name, driver);
@@ -532,8 +536,8 @@ fn convert_device_entries(
 }
 
 /// [`convert_device_entries`] with the values dropped: only whether (and how) it fails.
-fn convert_device_maps(shared: &CelShared, driver: &str, device: &Device) -> Result<(), String> {
-    convert_device_entries(shared, driver, device, &mut |_, _, _, _| {})
+fn convert_device_maps(shared: &CelShared, driver: &str, maps: &DeviceMaps) -> Result<(), String> {
+    convert_device_entries(shared, driver, maps, &mut |_, _, _, _| {})
 }
 
 /// The scalar fields of `device`'s value (`driver`, `allowMultipleAllocations`), with room for
@@ -553,10 +557,10 @@ fn scalar_device_value(driver: &str, device: &Device) -> Value {
     map_value(scalar_fields(driver, device, 0))
 }
 
-fn build_device_value(shared: &CelShared, driver: &str, device: &Device) -> DeviceValue {
+fn build_device_value(shared: &CelShared, driver: &str, device: &Device, maps: &DeviceMaps) -> DeviceValue {
     let mut attributes: HashMap<String, HashMap<Key, Value>> = HashMap::new();
     let mut capacity: HashMap<String, HashMap<Key, Value>> = HashMap::new();
-    convert_device_entries(shared, driver, device, &mut |is_capacity, domain, id, value| {
+    convert_device_entries(shared, driver, maps, &mut |is_capacity, domain, id, value| {
         let maps = if is_capacity {
             &mut capacity
         } else {
@@ -1038,6 +1042,7 @@ mod tests {
         sel.matches(SelectorInput {
             driver: "gpu.example.com",
             device: &device,
+            maps: &DeviceMaps::of(&device),
             slot: &slot,
             deadline: None,
         })
@@ -1208,9 +1213,11 @@ mod tests {
             let sel = engine.compile_cel(expr).unwrap();
             assert_eq!(sel.scalar_only, scalar, "{expr}");
             for device in [gpu(), bad.clone()] {
+                let maps = DeviceMaps::of(&device);
                 let input = |slot| SelectorInput {
                     driver: "gpu.example.com",
                     device: &device,
+                    maps: &maps,
                     slot,
                     deadline: None,
                 };
@@ -1245,6 +1252,7 @@ mod tests {
             .matches(SelectorInput {
                 driver: "d",
                 device: &device,
+                maps: &DeviceMaps::of(&device),
                 slot: &slot,
                 deadline: None,
             })
@@ -1273,6 +1281,7 @@ mod tests {
         sel.evaluate(SelectorInput {
             driver: "gpu.example.com",
             device: &device,
+            maps: &DeviceMaps::of(&device),
             slot: &slot,
             deadline,
         })

@@ -62,6 +62,7 @@ impl ClassSelector {
                     let m = s.matches(SelectorInput {
                         driver: slice.driver(),
                         device: api_device,
+                        maps: slice.device_maps(device),
                         slot: &prepared.slot,
                         deadline: None,
                     })?;

@@ -42,6 +42,7 @@ pub mod cel;
 pub mod claims;
 pub mod class_selector;
 pub mod cost;
+pub mod device_maps;
 pub mod error;
 pub mod ids;
 pub mod nodesel;
@@ -61,6 +62,7 @@ pub use cel::{CelSelectorEngine, DeviceSelector, EvalErrorKind, SelectorEngine, 
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;
 pub use cost::{CEL_SELECTOR_EXPRESSION_MAX_COST, CostLimits};
+pub use device_maps::{DeviceMaps, has_device_maps, restore_device_maps, split_device_maps};
 pub use error::{AllocationError, FatalError, SelectorSource, Unschedulable, UnschedulableReason};
 pub use ids::{DeviceId, PoolKey};
 pub use pools::{DraSnapshotIndex, PreparedSlice};

@@ -33,6 +33,7 @@ use unisched_resource::Quantity;
 
 use crate::capacity::{CapacityPolicy, CapacityRange, PreparedCapacity};
 use crate::cel::{DeviceValueSlot, SelectorId};
+use crate::device_maps::{DeviceMaps, has_device_maps, split_device_maps};
 use crate::ids::{DeviceId, PoolKey};
 use crate::nodesel::node_matches;
 use unisched_fasthash::FastHashMap;
@@ -101,7 +102,9 @@ pub struct PreparedDevice {
 /// A ResourceSlice parsed once. See the module documentation.
 #[derive(Debug)]
 pub struct PreparedSlice {
+    /// Without the devices' maps: those are in `maps`.
     slice: Arc<ResourceSlice>,
+    maps: Arc<[DeviceMaps]>,
     name: Arc<str>,
     pool: PoolKey,
     generation: i64,
@@ -130,9 +133,13 @@ fn parse_q(
     Quantity::from_api(q).map_err(|e| format!("{what}: {e}"))
 }
 
-fn prepare_device(slice: &ResourceSlice, device: &Device) -> Result<PreparedDevice, String> {
+fn prepare_device(
+    slice: &ResourceSlice,
+    device: &Device,
+    maps: &DeviceMaps,
+) -> Result<PreparedDevice, String> {
     let mut capacities = Vec::new();
-    for (name, cap) in device.capacity.iter().flatten() {
+    for (name, cap) in maps.capacity() {
         let what = format!("device {} capacity {name}", device.name);
         let policy = match &cap.request_policy {
             None => None,
@@ -184,7 +191,28 @@ fn prepare_device(slice: &ResourceSlice, device: &Device) -> Result<PreparedDevi
 impl PreparedSlice {
     /// Prepares a slice. Never fails: a slice with unparseable data is kept and makes its pool
     /// invalid (reported, never allocated from).
+    ///
+    /// Devices that still carry their attribute and capacity maps are split first (on a copy, so
+    /// the slice is kept once, without them); see [`crate::device_maps`].
     pub fn new(slice: Arc<ResourceSlice>) -> Self {
+        if has_device_maps(&slice) {
+            let mut stripped = (*slice).clone();
+            let maps = split_device_maps(&mut stripped);
+            return Self::with_maps(Arc::new(stripped), maps);
+        }
+        let maps = slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|_| DeviceMaps::default())
+            .collect();
+        Self::with_maps(slice, maps)
+    }
+
+    /// Prepares a slice whose devices' maps were taken out by [`split_device_maps`]; `maps` is
+    /// in device order.
+    pub fn with_maps(slice: Arc<ResourceSlice>, maps: Arc<[DeviceMaps]>) -> Self {
         let spec = &slice.spec;
         let scope = match (
             &spec.node_name,
@@ -200,8 +228,9 @@ impl PreparedSlice {
         };
         let mut invalid = None;
         let mut devices = Vec::new();
-        for device in spec.devices.iter().flatten() {
-            match prepare_device(&slice, device) {
+        for (i, device) in spec.devices.iter().flatten().enumerate() {
+            let device_maps = maps.get(i).unwrap_or(DeviceMaps::empty());
+            match prepare_device(&slice, device, device_maps) {
                 Ok(d) => devices.push(d),
                 Err(e) => {
                     invalid.get_or_insert(e);
@@ -260,12 +289,24 @@ impl PreparedSlice {
             selection_cache: RwLock::new(FastHashMap::default()),
             attribute_groups_cache: RwLock::new(FastHashMap::default()),
             slice,
+            maps,
         }
     }
 
-    /// The API object.
+    /// The API object, without its devices' attribute and capacity maps (see
+    /// [`PreparedSlice::device_maps`]).
     pub fn slice(&self) -> &Arc<ResourceSlice> {
         &self.slice
+    }
+
+    /// The attribute and capacity maps of every device, in device order.
+    pub fn all_device_maps(&self) -> &Arc<[DeviceMaps]> {
+        &self.maps
+    }
+
+    /// The attributes and capacities of the device at `index` (empty past the end).
+    pub fn device_maps(&self, index: usize) -> &DeviceMaps {
+        self.maps.get(index).unwrap_or(DeviceMaps::empty())
     }
 
     /// `metadata.name`.

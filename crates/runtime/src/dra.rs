@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 use unisched_cache::{ClaimChange, DraCache};
+use unisched_dra::{restore_device_maps, split_device_maps};
 use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
 use unisched_plugins::{DraApi, DraApiError};
 use unisched_queue::SchedulingQueue;
@@ -40,16 +41,17 @@ use crate::{ApiWriter, Handler, Metrics, WriteError};
 /// The finalizer that keeps an allocated claim from disappearing under a running pod.
 pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 
+/// A queue event of a DRA kind: the event, the new object and the old one.
+pub type KindEvent = (ClusterEvent, EventObject, Option<EventObject>);
+
 /// Which DRA kind a [`DraHandler`] feeds.
 pub trait DraKind: Clone + Send + Sync + 'static {
     /// Identity: name, or `namespace/name` for claims.
     fn key(&self) -> String;
-    /// Feeds the cache; returns the queue event to send, if any.
-    fn apply(
-        obj: Arc<Self>,
-        old: Option<Arc<Self>>,
-        dra: &DraCache,
-    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)>;
+    /// Feeds the cache with a freshly decoded object; returns what the handler keeps of it (the
+    /// `old` of the next event: the object itself, or a compacted form) and the queue event to
+    /// send, if any.
+    fn apply(obj: Self, old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>);
     /// Removes from the cache; returns the queue event to send, if any.
     fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)>;
 }
@@ -75,14 +77,19 @@ impl DraKind for ResourceSlice {
     fn key(&self) -> String {
         name_of(&self.metadata)
     }
-    fn apply(
-        obj: Arc<Self>,
-        old: Option<Arc<Self>>,
-        dra: &DraCache,
-    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
-        if let Err(e) = dra.apply_slice(obj.clone()) {
-            tracing::warn!(slice = %obj.key(), error = %e, "ignoring ResourceSlice");
-            return None;
+    /// The devices' attribute and capacity maps are taken out here and kept once, compactly, by
+    /// the cache (see `unisched_dra::device_maps`); the handler and the cache keep the slice
+    /// without them. The event's objects are those stripped slices, so DynamicResources' hint
+    /// (which skips an update whose spec is unchanged) would miss a change in the maps alone:
+    /// then the new object goes out with its maps put back.
+    fn apply(mut obj: Self, old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+        let maps = split_device_maps(&mut obj);
+        let key = obj.key();
+        let maps_changed = old.is_some() && dra.slice_device_maps(&key).as_deref() != Some(&*maps);
+        let obj = Arc::new(obj);
+        if let Err(e) = dra.apply_split_slice(obj.clone(), maps.clone()) {
+            tracing::warn!(slice = %key, error = %e, "ignoring ResourceSlice");
+            return (obj, None);
         }
         let ev = add_or_update(
             old.is_some(),
@@ -90,11 +97,17 @@ impl DraKind for ResourceSlice {
             "ResourceSliceAdd",
             "ResourceSliceUpdate",
         );
-        Some((
+        let new = if maps_changed && old.as_ref().is_some_and(|o| o.spec == obj.spec) {
+            Arc::new(restore_device_maps(&obj, &maps))
+        } else {
+            obj.clone()
+        };
+        let event = (
             ev,
-            EventObject::ResourceSlice(obj),
+            EventObject::ResourceSlice(new),
             old.map(EventObject::ResourceSlice),
-        ))
+        );
+        (obj, Some(event))
     }
     fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
         dra.remove_slice(&old.key());
@@ -111,14 +124,11 @@ impl DraKind for DeviceClass {
     fn key(&self) -> String {
         name_of(&self.metadata)
     }
-    fn apply(
-        obj: Arc<Self>,
-        old: Option<Arc<Self>>,
-        dra: &DraCache,
-    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+    fn apply(obj: Self, old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+        let obj = Arc::new(obj);
         if let Err(e) = dra.apply_class(obj.clone()) {
             tracing::warn!(class = %obj.key(), error = %e, "ignoring DeviceClass");
-            return None;
+            return (obj, None);
         }
         let ev = add_or_update(
             old.is_some(),
@@ -126,11 +136,12 @@ impl DraKind for DeviceClass {
             "DeviceClassAdd",
             "DeviceClassUpdate",
         );
-        Some((
+        let event = (
             ev,
-            EventObject::DeviceClass(obj),
+            EventObject::DeviceClass(obj.clone()),
             old.map(EventObject::DeviceClass),
-        ))
+        );
+        (obj, Some(event))
     }
     fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
         dra.remove_class(&old.key());
@@ -147,14 +158,11 @@ impl DraKind for DeviceTaintRule {
     fn key(&self) -> String {
         name_of(&self.metadata)
     }
-    fn apply(
-        obj: Arc<Self>,
-        _old: Option<Arc<Self>>,
-        dra: &DraCache,
-    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
+    fn apply(obj: Self, _old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+        let obj = Arc::new(obj);
         if let Err(e) = dra.apply_taint_rule(obj.clone()) {
             tracing::warn!(rule = %obj.key(), error = %e, "ignoring DeviceTaintRule");
-            return None;
+            return (obj, None);
         }
         // A taint rule changes what slices offer: tell pods waiting for devices.
         let ev = ClusterEvent::new(
@@ -162,7 +170,7 @@ impl DraKind for DeviceTaintRule {
             ActionType::UPDATE_OTHER,
             "DeviceTaintRuleChange",
         );
-        Some((ev, EventObject::Other, None))
+        (obj, Some((ev, EventObject::Other, None)))
     }
     fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
         dra.remove_taint_rule(&old.key());
@@ -209,21 +217,18 @@ impl DraKind for ResourceClaim {
             name_of(&self.metadata)
         )
     }
-    fn apply(
-        obj: Arc<Self>,
-        _old: Option<Arc<Self>>,
-        dra: &DraCache,
-    ) -> Option<(ClusterEvent, EventObject, Option<EventObject>)> {
-        match dra.apply_claim(obj.clone()) {
+    fn apply(obj: Self, _old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+        let obj = Arc::new(obj);
+        let event = match dra.apply_claim(obj.clone()) {
             Ok(change) => {
-                let (ev, old, new) = claim_event(&change)?;
-                Some((ev, new.unwrap_or(EventObject::Other), old))
+                claim_event(&change).map(|(ev, old, new)| (ev, new.unwrap_or(EventObject::Other), old))
             }
             Err(e) => {
                 tracing::warn!(claim = %obj.key(), error = %e, "ignoring ResourceClaim");
                 None
             }
-        }
+        };
+        (obj, event)
     }
     fn remove(old: Arc<Self>, dra: &DraCache) -> Option<(ClusterEvent, Option<EventObject>)> {
         let ns = old.metadata.namespace.clone().unwrap_or_default();
@@ -276,9 +281,12 @@ impl<K: DraKind> Handler for DraHandler<K> {
     }
 
     fn apply(&self, obj: K) {
-        let obj = Arc::new(obj);
-        let old = self.known.lock().insert(obj.key(), obj.clone());
-        if let Some((ev, new, old)) = K::apply(obj, old, &self.dra) {
+        // One watch feeds each handler, so nothing changes the entry between the two locks.
+        let key = obj.key();
+        let old = self.known.lock().get(&key).cloned();
+        let (kept, event) = K::apply(obj, old, &self.dra);
+        self.known.lock().insert(key, kept);
+        if let Some((ev, new, old)) = event {
             self.queue.move_all_to_active_or_backoff(ev, old, Some(new));
         }
     }

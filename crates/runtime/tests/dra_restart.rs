@@ -13,16 +13,13 @@
 
 mod support;
 
-use support::wait_until;
+use support::{incoming_by_event, wait_until};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use unisched_framework::config::KubeSchedulerConfiguration;
-use unisched_runtime::{Scheduler, SchedulerOptions};
-use unisched_sim::{Patch, RunningServer, Store};
+use unisched_sim::{Patch, Store};
 
 /// Shares of 2Gi on one 8Gi device per node.
 const SHARES_PER_NODE: usize = 4;
@@ -32,26 +29,6 @@ const NODES: usize = 2;
 /// `podMaxBackoffSeconds` (default 10 s) plus slack for two schedulers' start-up. Stays below the
 /// 30 s period of the unschedulable-pods flush, so a pod bound in time was not bound by it.
 const BOUND_WITHIN: Duration = Duration::from_secs(10 + 15);
-
-async fn scheduler(server: &RunningServer, identity: &str) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
-    let mut config = KubeSchedulerConfiguration::defaulted();
-    config.leader_election.leader_elect = false;
-    config.client_connection.qps = -1.0;
-    let client = support::client(server);
-    let options = SchedulerOptions {
-        config,
-        seed: 11,
-        identity: identity.into(),
-        health_addr: None,
-        default_namespace: "default".into(),
-    };
-    let s = Arc::new(Scheduler::new(client, options).await.unwrap());
-    let runner = s.clone();
-    let task = tokio::spawn(async move {
-        let _ = runner.run().await;
-    });
-    (s, task)
-}
 
 fn create(store: &Store, resource: &str, ns: Option<&str>, obj: Value) {
     store.create(resource, ns, obj).unwrap();
@@ -242,25 +219,6 @@ fn check_invariants(store: &Store) -> (usize, usize) {
 }
 
 /// `scheduler_queue_incoming_pods_total` by event label.
-fn incoming_by_event(s: &Scheduler) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for line in s.metrics().render().lines() {
-        if !line.starts_with("scheduler_queue_incoming_pods_total{") {
-            continue;
-        }
-        let Some(event) = line.split("event=\"").nth(1).and_then(|r| r.split('"').next()) else {
-            continue;
-        };
-        let n = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        *out.entry(event.to_string()).or_default() += n as u64;
-    }
-    out
-}
-
 /// What the previous leader left when it died between PreBind and Bind: `claim` allocated on a
 /// node with a free share and reserved for `pod`, which stays unbound.
 fn leave_half_bound(store: &Store, claim: &str, pod: &str) -> String {
@@ -299,7 +257,7 @@ async fn dra_pods_that_fit_are_bound_after_a_restart_without_the_flush() {
     claim(&store, "shared", "mem");
 
     // The first scheduler places phase 1 and stops.
-    let (first, task) = scheduler(&server, "first").await;
+    let (first, task) = support::start_scheduler(&server, "first", 11).await;
     faults.fail_after_commit("PATCH", "/resourceclaims/", 500, 2, 1000);
     let phase1 = workload(1);
     for (p, c, class) in &phase1 {
@@ -328,7 +286,7 @@ async fn dra_pods_that_fit_are_bound_after_a_restart_without_the_flush() {
     let half_node = leave_half_bound(&store, "mem-6", "m6");
 
     // The second scheduler starts; its informers list everything the first one allocated.
-    let (second, task) = scheduler(&server, "second").await;
+    let (second, task) = support::start_scheduler(&server, "second", 11).await;
     let total = phase1.len() + phase2.len();
     let start = Instant::now();
     while bound(&store).len() < total {

@@ -58,7 +58,7 @@ use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice,
 };
 use parking_lot::RwLock;
-use unisched_dra::{AllocatedState, ClassLookup, DraSnapshotIndex, StateLayers};
+use unisched_dra::{AllocatedState, ClassLookup, DeviceMaps, DraSnapshotIndex, StateLayers};
 
 pub use claims::ClaimChange;
 use claims::ClaimStore;
@@ -185,6 +185,25 @@ impl DraCache {
         inner.slices.apply(slice)?;
         inner.snapshot = None;
         Ok(())
+    }
+
+    /// A ResourceSlice was added or updated, its devices' attribute and capacity maps already
+    /// taken out by [`unisched_dra::split_device_maps`] (as the watch handler does, so that the
+    /// maps are kept once, compactly).
+    pub fn apply_split_slice(
+        &self,
+        slice: Arc<ResourceSlice>,
+        maps: Arc<[DeviceMaps]>,
+    ) -> Result<(), DraCacheError> {
+        let mut inner = self.inner.write();
+        inner.slices.apply_split(slice, maps)?;
+        inner.snapshot = None;
+        Ok(())
+    }
+
+    /// The devices' attribute and capacity maps of a slice as last applied, in device order.
+    pub fn slice_device_maps(&self, name: &str) -> Option<Arc<[DeviceMaps]>> {
+        self.inner.read().slices.device_maps(name)
     }
 
     /// A ResourceSlice was deleted. Returns whether it was known.

@@ -9,14 +9,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{DeviceTaintRule, ResourceSlice};
-use unisched_dra::{DraSnapshotIndex, PreparedSlice, apply_device_taint_rules};
+use unisched_dra::{
+    DeviceMaps, DraSnapshotIndex, PreparedSlice, apply_device_taint_rules, has_device_maps,
+    restore_device_maps, split_device_maps,
+};
 
 use super::DraCacheError;
 
+/// A slice as received from the watch, its devices' maps taken out (see
+/// [`unisched_dra::device_maps`]), and the maps in device order.
+type RawSlice = (Arc<ResourceSlice>, Arc<[DeviceMaps]>);
+
 #[derive(Debug, Default)]
 pub(crate) struct SliceStore {
-    /// As received from the watch.
-    raw: HashMap<String, Arc<ResourceSlice>>,
+    /// As received from the watch, without the devices' maps.
+    raw: HashMap<String, RawSlice>,
     /// With taint rules applied, prepared.
     prepared: HashMap<String, Arc<PreparedSlice>>,
     rules: BTreeMap<String, Arc<DeviceTaintRule>>,
@@ -39,11 +46,19 @@ impl SliceStore {
         self.raw.len()
     }
 
+    /// The whole slice (maps put back) as the allocator sees it, taint rules applied.
     pub(crate) fn prepared_slice(&self, name: &str) -> Option<Arc<ResourceSlice>> {
-        self.prepared.get(name).map(|p| p.slice().clone())
+        self.prepared
+            .get(name)
+            .map(|p| Arc::new(restore_device_maps(p.slice(), p.all_device_maps())))
     }
 
-    fn prepare(&self, raw: &Arc<ResourceSlice>) -> Arc<PreparedSlice> {
+    /// The devices' maps of the slice as last applied.
+    pub(crate) fn device_maps(&self, name: &str) -> Option<Arc<[DeviceMaps]>> {
+        self.raw.get(name).map(|(_, maps)| maps.clone())
+    }
+
+    fn prepare(&self, (raw, maps): &RawSlice) -> Arc<PreparedSlice> {
         let rules: Vec<DeviceTaintRule> = self
             .rules
             .values()
@@ -51,14 +66,36 @@ impl SliceStore {
             .map(|r| (**r).clone())
             .collect();
         if rules.is_empty() {
-            return Arc::new(PreparedSlice::new(raw.clone()));
+            return Arc::new(PreparedSlice::with_maps(raw.clone(), maps.clone()));
         }
         let mut tainted = (**raw).clone();
         apply_device_taint_rules(&mut tainted, &rules);
-        Arc::new(PreparedSlice::new(Arc::new(tainted)))
+        Arc::new(PreparedSlice::with_maps(Arc::new(tainted), maps.clone()))
     }
 
+    /// Applies a slice as received; its devices' maps are split off on a copy when present.
     pub(crate) fn apply(&mut self, slice: Arc<ResourceSlice>) -> Result<(), DraCacheError> {
+        if has_device_maps(&slice) {
+            let mut stripped = (*slice).clone();
+            let maps = split_device_maps(&mut stripped);
+            return self.apply_split(Arc::new(stripped), maps);
+        }
+        let maps = slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|_| DeviceMaps::default())
+            .collect();
+        self.apply_split(slice, maps)
+    }
+
+    /// Applies a slice whose devices' maps were split off by [`split_device_maps`].
+    pub(crate) fn apply_split(
+        &mut self,
+        slice: Arc<ResourceSlice>,
+        maps: Arc<[DeviceMaps]>,
+    ) -> Result<(), DraCacheError> {
         let name =
             slice
                 .metadata
@@ -68,8 +105,9 @@ impl SliceStore {
                 .ok_or(DraCacheError::MissingName {
                     kind: "ResourceSlice",
                 })?;
-        let prepared = self.prepare(&slice);
-        self.raw.insert(name.clone(), slice);
+        let raw = (slice, maps);
+        let prepared = self.prepare(&raw);
+        self.raw.insert(name.clone(), raw);
         self.prepared.insert(name, prepared);
         self.index = None;
         Ok(())
@@ -86,10 +124,10 @@ impl SliceStore {
 
     /// Re-prepares every slice selected by `a` or `b`.
     fn reprepare(&mut self, a: Option<&DeviceTaintRule>, b: Option<&DeviceTaintRule>) {
-        let affected: Vec<Arc<ResourceSlice>> = self
+        let affected: Vec<RawSlice> = self
             .raw
             .values()
-            .filter(|s| a.is_some_and(|r| rule_selects(r, s)) || b.is_some_and(|r| rule_selects(r, s)))
+            .filter(|(s, _)| a.is_some_and(|r| rule_selects(r, s)) || b.is_some_and(|r| rule_selects(r, s)))
             .cloned()
             .collect();
         if affected.is_empty() {
@@ -97,7 +135,7 @@ impl SliceStore {
         }
         for raw in affected {
             let prepared = self.prepare(&raw);
-            if let Some(name) = raw.metadata.name.clone() {
+            if let Some(name) = raw.0.metadata.name.clone() {
                 self.prepared.insert(name, prepared);
             }
         }

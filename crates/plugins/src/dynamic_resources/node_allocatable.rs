@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{
     NodeAllocatableMappedResources, NodeAllocatableOverheadResources, NodeAllocatableResourceClaimStatus, Pod,
 };
 use k8s_openapi::api::resource::v1::{AllocationResult, Device};
-use unisched_dra::{DraSnapshotIndex, PoolKey};
+use unisched_dra::{DeviceMaps, DraSnapshotIndex, PoolKey};
 use unisched_framework::{Code, NodeInfo, Status};
 use unisched_resource::{
     CPU, EPHEMERAL_STORAGE, MEMORY, PodRequestOptions, Quantity, Resource, is_hugepages,
@@ -42,14 +42,14 @@ pub(crate) fn find_device<'a>(
     driver: &str,
     pool: &str,
     device: &str,
-) -> Option<&'a Device> {
+) -> Option<(&'a Device, &'a DeviceMaps)> {
     let rec = index.pool(&PoolKey::new(driver, pool))?;
     let slices = index.slices();
     rec.slices.iter().find_map(|&si| {
-        slices
-            .get(si as usize)
-            .and_then(|s| s.slice().spec.devices.as_ref())
-            .and_then(|d| d.iter().find(|d| d.name == device))
+        let slice = slices.get(si as usize)?;
+        let devices = slice.slice().spec.devices.as_ref()?;
+        let i = devices.iter().position(|d| d.name == device)?;
+        Some((&devices[i], slice.device_maps(i)))
     })
 }
 
@@ -76,7 +76,7 @@ pub(crate) fn claim_allocatable(
     let mut any = false;
     let mut mapped = false;
     for r in allocation.devices.iter().flat_map(|d| d.results.iter().flatten()) {
-        let Some(device) = find_device(index, &r.driver, &r.pool, &r.device) else {
+        let Some((device, maps)) = find_device(index, &r.driver, &r.pool, &r.device) else {
             continue;
         };
         let Some(nar) = device
@@ -93,7 +93,7 @@ pub(crate) fn claim_allocatable(
                 if let Some(key) = m.capacity_key.as_deref() {
                     let base = match r.consumed_capacity.as_ref().and_then(|c| c.get(key)) {
                         Some(v) => q(v),
-                        None => match device.capacity.as_ref().and_then(|c| c.get(key)) {
+                        None => match maps.capacity_of(key) {
                             Some(c) => q(&c.value),
                             None => Err(format!("no capacity {key:?}")),
                         },

@@ -2,8 +2,12 @@
 //! a client for it, and polling until a condition holds.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use unisched_framework::config::KubeSchedulerConfiguration;
+use unisched_runtime::{Scheduler, SchedulerOptions};
 use unisched_sim::{ApiServer, RunningServer};
 
 /// The embedded API server with its default settings, listening on a free local port.
@@ -27,4 +31,49 @@ pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bo
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A scheduler on `server` (defaults, no leader election, no client rate limit, tie-breaks
+/// seeded with `seed`), running in a task.
+pub async fn start_scheduler(
+    server: &RunningServer,
+    identity: &str,
+    seed: u64,
+) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
+    let mut config = KubeSchedulerConfiguration::defaulted();
+    config.leader_election.leader_elect = false;
+    config.client_connection.qps = -1.0;
+    let options = SchedulerOptions {
+        config,
+        seed,
+        identity: identity.into(),
+        health_addr: None,
+        default_namespace: "default".into(),
+    };
+    let s = Arc::new(Scheduler::new(client(server), options).await.unwrap());
+    let runner = s.clone();
+    let task = tokio::spawn(async move {
+        let _ = runner.run().await;
+    });
+    (s, task)
+}
+
+/// `scheduler_queue_incoming_pods_total` summed per `event` label.
+pub fn incoming_by_event(s: &Scheduler) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in s.metrics().render().lines() {
+        if !line.starts_with("scheduler_queue_incoming_pods_total{") {
+            continue;
+        }
+        let Some(event) = line.split("event=\"").nth(1).and_then(|r| r.split('"').next()) else {
+            continue;
+        };
+        let n = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        *out.entry(event.to_string()).or_default() += n as u64;
+    }
+    out
 }

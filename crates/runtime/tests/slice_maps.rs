@@ -1,0 +1,119 @@
+//! ResourceSlices are kept without their devices' attribute and capacity maps (the maps live
+//! once, compactly, beside the slice: `unisched_dra::device_maps`). The queueing hint for slice
+//! updates still has to tell a change in those maps from an update that changes nothing in the
+//! spec: a pod waiting for a device attribute is moved by the first and not by the second.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{incoming_by_event, start_scheduler, wait_until};
+use unisched_sim::{Patch, Store};
+
+/// Well below the five minutes after which the unschedulable-pods flush would move the pod.
+const MOVED_WITHIN: Duration = Duration::from_secs(15);
+
+fn create(store: &Store, resource: &str, ns: Option<&str>, obj: Value) {
+    store.create(resource, ns, obj).unwrap();
+}
+
+fn pod_field(store: &Store, name: &str, pointer: &str) -> Option<Value> {
+    let pod = store.get("pods", Some("default"), name).ok()?;
+    pod.value().pointer(pointer).cloned()
+}
+
+fn unschedulable(store: &Store, name: &str) -> bool {
+    pod_field(store, name, "/status/conditions")
+        .and_then(|c| c.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_in_device_attributes_alone_moves_the_waiting_pod() {
+    let server = support::serve().await;
+    let store = server.store().clone();
+    create(
+        &store,
+        "deviceclasses",
+        None,
+        json!({"metadata": {"name": "gpu-b"},
+               "spec": {"selectors": [{"cel": {"expression":
+                   "device.driver == 'gpu.example.com' && device.attributes['gpu.example.com'].model == 'b'"}}]}}),
+    );
+    create(
+        &store,
+        "nodes",
+        None,
+        json!({"metadata": {"name": "n0"},
+               "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}),
+    );
+    create(
+        &store,
+        "resourceslices",
+        None,
+        json!({"metadata": {"name": "n0-gpu"},
+               "spec": {"driver": "gpu.example.com", "nodeName": "n0",
+                        "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+                        "devices": [{"name": "gpu-0",
+                                     "attributes": {"model": {"string": "a"}},
+                                     "capacity": {"memory": {"value": "40Gi"}}}]}}),
+    );
+    create(
+        &store,
+        "resourceclaims",
+        Some("default"),
+        json!({"metadata": {"name": "c", "namespace": "default"},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu-b"}}]}}}),
+    );
+    create(
+        &store,
+        "pods",
+        Some("default"),
+        json!({"metadata": {"name": "p", "namespace": "default"},
+               "spec": {"schedulerName": "unisched",
+                        "resourceClaims": [{"name": "dev", "resourceClaimName": "c"}],
+                        "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "dev"}]}}]}}),
+    );
+
+    let (sched, task) = start_scheduler(&server, "slice-maps", 3).await;
+    wait_until("the pod is unschedulable", MOVED_WITHIN, || {
+        unschedulable(&store, "p")
+    })
+    .await;
+
+    // An update that leaves the spec as it was (a label): the hint skips it.
+    store
+        .patch(
+            "resourceslices",
+            None,
+            "n0-gpu",
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .unwrap();
+    // The device's attribute alone changes (same generation, same everything else).
+    store
+        .patch(
+            "resourceslices",
+            None,
+            "n0-gpu",
+            &Patch::Json(json!([{"op": "replace",
+                                  "path": "/spec/devices/0/attributes/model/string",
+                                  "value": "b"}])),
+        )
+        .unwrap();
+    wait_until("the pod is bound", MOVED_WITHIN, || {
+        pod_field(&store, "p", "/spec/nodeName").is_some_and(|n| n == "n0")
+    })
+    .await;
+    // Both updates were seen (one watch, in order) before the second bound the pod; only the
+    // second moved it.
+    let moved = incoming_by_event(&sched);
+    assert_eq!(moved.get("ResourceSliceUpdate"), Some(&1), "{moved:?}");
+
+    sched.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+}
