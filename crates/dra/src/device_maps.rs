@@ -112,6 +112,24 @@ pub fn split_device_maps(slice: &mut ResourceSlice) -> Arc<[DeviceMaps]> {
         .collect()
 }
 
+/// A shared slice without its devices' maps, and the maps: split on a copy when some device
+/// still carries one, else the same slice and empty maps (nothing copied).
+pub fn split_shared_slice(slice: Arc<ResourceSlice>) -> (Arc<ResourceSlice>, Arc<[DeviceMaps]>) {
+    if has_device_maps(&slice) {
+        let mut stripped = (*slice).clone();
+        let maps = split_device_maps(&mut stripped);
+        return (Arc::new(stripped), maps);
+    }
+    let maps = slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|_| DeviceMaps::default())
+        .collect();
+    (slice, maps)
+}
+
 /// Whether any device of `slice` still carries a map.
 pub fn has_device_maps(slice: &ResourceSlice) -> bool {
     slice
@@ -180,5 +198,23 @@ mod tests {
         let maps = split_device_maps(&mut s);
         let back = restore_device_maps(&s, &maps);
         assert_eq!(back.spec.devices.unwrap()[0].attributes, None);
+    }
+
+    #[test]
+    fn a_shared_slice_is_copied_only_when_it_has_maps() {
+        let plain = Arc::new(
+            slice("s", "x.com", "n", "p")
+                .device(dev("a"))
+                .device(dev("b"))
+                .build(),
+        );
+        let (kept, maps) = split_shared_slice(plain.clone());
+        assert!(Arc::ptr_eq(&kept, &plain));
+        assert_eq!(&*maps, &[DeviceMaps::default(), DeviceMaps::default()]);
+
+        let whole = Arc::new(slice("s", "x.com", "n", "p").device(dev("a").int("i", 1)).build());
+        let (kept, maps) = split_shared_slice(whole.clone());
+        assert!(!Arc::ptr_eq(&kept, &whole) && !has_device_maps(&kept));
+        assert_eq!(restore_device_maps(&kept, &maps), *whole);
     }
 }

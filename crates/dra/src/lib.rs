@@ -62,7 +62,9 @@ pub use cel::{CelSelectorEngine, DeviceSelector, EvalErrorKind, SelectorEngine, 
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;
 pub use cost::{CEL_SELECTOR_EXPRESSION_MAX_COST, CostLimits};
-pub use device_maps::{DeviceMaps, has_device_maps, restore_device_maps, split_device_maps};
+pub use device_maps::{
+    DeviceMaps, has_device_maps, restore_device_maps, split_device_maps, split_shared_slice,
+};
 pub use error::{AllocationError, FatalError, SelectorSource, Unschedulable, UnschedulableReason};
 pub use ids::{DeviceId, PoolKey};
 pub use pools::{DraSnapshotIndex, PreparedSlice};

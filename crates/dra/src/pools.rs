@@ -33,7 +33,7 @@ use unisched_resource::Quantity;
 
 use crate::capacity::{CapacityPolicy, CapacityRange, PreparedCapacity};
 use crate::cel::{DeviceValueSlot, SelectorId};
-use crate::device_maps::{DeviceMaps, has_device_maps, split_device_maps};
+use crate::device_maps::{DeviceMaps, split_shared_slice};
 use crate::ids::{DeviceId, PoolKey};
 use crate::nodesel::node_matches;
 use unisched_fasthash::FastHashMap;
@@ -195,18 +195,7 @@ impl PreparedSlice {
     /// Devices that still carry their attribute and capacity maps are split first (on a copy, so
     /// the slice is kept once, without them); see [`crate::device_maps`].
     pub fn new(slice: Arc<ResourceSlice>) -> Self {
-        if has_device_maps(&slice) {
-            let mut stripped = (*slice).clone();
-            let maps = split_device_maps(&mut stripped);
-            return Self::with_maps(Arc::new(stripped), maps);
-        }
-        let maps = slice
-            .spec
-            .devices
-            .iter()
-            .flatten()
-            .map(|_| DeviceMaps::default())
-            .collect();
+        let (slice, maps) = split_shared_slice(slice);
         Self::with_maps(slice, maps)
     }
 

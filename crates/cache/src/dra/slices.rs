@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{DeviceTaintRule, ResourceSlice};
 use unisched_dra::{
-    DeviceMaps, DraSnapshotIndex, PreparedSlice, apply_device_taint_rules, has_device_maps,
-    restore_device_maps, split_device_maps,
+    DeviceMaps, DraSnapshotIndex, PreparedSlice, apply_device_taint_rules, restore_device_maps,
+    split_shared_slice,
 };
 
 use super::DraCacheError;
@@ -75,18 +75,7 @@ impl SliceStore {
 
     /// Applies a slice as received; its devices' maps are split off on a copy when present.
     pub(crate) fn apply(&mut self, slice: Arc<ResourceSlice>) -> Result<(), DraCacheError> {
-        if has_device_maps(&slice) {
-            let mut stripped = (*slice).clone();
-            let maps = split_device_maps(&mut stripped);
-            return self.apply_split(Arc::new(stripped), maps);
-        }
-        let maps = slice
-            .spec
-            .devices
-            .iter()
-            .flatten()
-            .map(|_| DeviceMaps::default())
-            .collect();
+        let (slice, maps) = split_shared_slice(slice);
         self.apply_split(slice, maps)
     }
 
