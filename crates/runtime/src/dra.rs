@@ -81,11 +81,11 @@ impl DraKind for ResourceSlice {
     /// the cache (see `unisched_dra::device_maps`); the handler and the cache keep the slice
     /// without them. The event's objects are those stripped slices, so DynamicResources' hint
     /// (which skips an update whose spec is unchanged) would miss a change in the maps alone:
-    /// then the new object goes out with its maps put back.
+    /// then both objects go out with their maps put back.
     fn apply(mut obj: Self, old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
         let maps = split_device_maps(&mut obj);
         let key = obj.key();
-        let maps_changed = old.is_some() && dra.slice_device_maps(&key).as_deref() != Some(&*maps);
+        let old_maps = old.as_ref().and_then(|_| dra.slice_device_maps(&key));
         let obj = Arc::new(obj);
         if let Err(e) = dra.apply_split_slice(obj.clone(), maps.clone()) {
             tracing::warn!(slice = %key, error = %e, "ignoring ResourceSlice");
@@ -97,10 +97,12 @@ impl DraKind for ResourceSlice {
             "ResourceSliceAdd",
             "ResourceSliceUpdate",
         );
-        let new = if maps_changed && old.as_ref().is_some_and(|o| o.spec == obj.spec) {
-            Arc::new(restore_device_maps(&obj, &maps))
-        } else {
-            obj.clone()
+        let (new, old) = match (old, old_maps) {
+            (Some(o), Some(om)) if o.spec == obj.spec && *om != *maps => (
+                Arc::new(restore_device_maps(&obj, &maps)),
+                Some(Arc::new(restore_device_maps(&o, &om))),
+            ),
+            (old, _) => (obj.clone(), old),
         };
         let event = (
             ev,

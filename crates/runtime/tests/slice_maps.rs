@@ -1,7 +1,8 @@
 //! ResourceSlices are kept without their devices' attribute and capacity maps (the maps live
 //! once, compactly, beside the slice: `unisched_dra::device_maps`). The queueing hint for slice
 //! updates still has to tell a change in those maps from an update that changes nothing in the
-//! spec: a pod waiting for a device attribute is moved by the first and not by the second.
+//! spec: a pod waiting for a device attribute is moved by the first and not by the second, also
+//! when the change takes the maps away altogether.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -32,17 +33,49 @@ fn unschedulable(store: &Store, name: &str) -> bool {
         .any(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
 }
 
+/// One waiting pod, one slice update that changes only the device's maps.
+struct Case {
+    name: &'static str,
+    /// What the class asks of the device, besides its driver.
+    selector: &'static str,
+    /// A JSON patch on the slice.
+    change: Value,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "an attribute's value changes",
+            selector: "device.attributes['gpu.example.com'].model == 'b'",
+            change: json!([{"op": "replace", "path": "/spec/devices/0/attributes/model/string", "value": "b"}]),
+        },
+        Case {
+            // The device is left without maps: stripped, the old and new slices look alike.
+            name: "the attributes and capacities go",
+            selector: "!has(device.attributes['gpu.example.com'].model)",
+            change: json!([{"op": "remove", "path": "/spec/devices/0/attributes"},
+                           {"op": "remove", "path": "/spec/devices/0/capacity"}]),
+        },
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_in_device_attributes_alone_moves_the_waiting_pod() {
+async fn a_change_in_device_maps_alone_moves_the_waiting_pod() {
+    for case in cases() {
+        run_case(&case).await;
+    }
+}
+
+async fn run_case(case: &Case) {
     let server = support::serve().await;
     let store = server.store().clone();
+    let expression = format!("device.driver == 'gpu.example.com' && {}", case.selector);
     create(
         &store,
         "deviceclasses",
         None,
-        json!({"metadata": {"name": "gpu-b"},
-               "spec": {"selectors": [{"cel": {"expression":
-                   "device.driver == 'gpu.example.com' && device.attributes['gpu.example.com'].model == 'b'"}}]}}),
+        json!({"metadata": {"name": "gpu"},
+               "spec": {"selectors": [{"cel": {"expression": expression}}]}}),
     );
     create(
         &store,
@@ -67,7 +100,7 @@ async fn a_change_in_device_attributes_alone_moves_the_waiting_pod() {
         "resourceclaims",
         Some("default"),
         json!({"metadata": {"name": "c", "namespace": "default"},
-               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu-b"}}]}}}),
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}}),
     );
     create(
         &store,
@@ -80,7 +113,8 @@ async fn a_change_in_device_attributes_alone_moves_the_waiting_pod() {
     );
 
     let (sched, task) = start_scheduler(&server, "slice-maps", 3).await;
-    wait_until("the pod is unschedulable", MOVED_WITHIN, || {
+    let what = |w: &str| format!("{}: {w}", case.name);
+    wait_until(&what("the pod is unschedulable"), MOVED_WITHIN, || {
         unschedulable(&store, "p")
     })
     .await;
@@ -94,25 +128,28 @@ async fn a_change_in_device_attributes_alone_moves_the_waiting_pod() {
             &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
         )
         .unwrap();
-    // The device's attribute alone changes (same generation, same everything else).
+    // The device's maps alone change (same generation, same everything else).
     store
         .patch(
             "resourceslices",
             None,
             "n0-gpu",
-            &Patch::Json(json!([{"op": "replace",
-                                  "path": "/spec/devices/0/attributes/model/string",
-                                  "value": "b"}])),
+            &Patch::Json(case.change.clone()),
         )
         .unwrap();
-    wait_until("the pod is bound", MOVED_WITHIN, || {
+    wait_until(&what("the pod is bound"), MOVED_WITHIN, || {
         pod_field(&store, "p", "/spec/nodeName").is_some_and(|n| n == "n0")
     })
     .await;
     // Both updates were seen (one watch, in order) before the second bound the pod; only the
     // second moved it.
     let moved = incoming_by_event(&sched);
-    assert_eq!(moved.get("ResourceSliceUpdate"), Some(&1), "{moved:?}");
+    assert_eq!(
+        moved.get("ResourceSliceUpdate"),
+        Some(&1),
+        "{}: {moved:?}",
+        case.name
+    );
 
     sched.stop();
     let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
