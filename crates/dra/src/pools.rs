@@ -138,7 +138,9 @@ fn prepare_device(
     device: &Device,
     maps: &DeviceMaps,
 ) -> Result<PreparedDevice, String> {
-    let mut capacities = Vec::new();
+    // Exact capacities: a vector grown by `push` keeps room for four, and 40,000 devices with
+    // one capacity each wasted ~27 MB that way.
+    let mut capacities = Vec::with_capacity(maps.capacity().len());
     for (name, cap) in maps.capacity() {
         let what = format!("device {} capacity {name}", device.name);
         let policy = match &cap.request_policy {
@@ -167,9 +169,9 @@ fn prepare_device(
             policy,
         });
     }
-    let mut consumes = Vec::new();
+    let mut consumes = Vec::with_capacity(device.consumes_counters.as_ref().map_or(0, Vec::len));
     for c in device.consumes_counters.iter().flatten() {
-        let mut counters = Vec::new();
+        let mut counters = Vec::with_capacity(c.counters.len());
         for (name, counter) in &c.counters {
             counters.push((
                 name.clone(),

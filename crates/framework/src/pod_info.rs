@@ -54,6 +54,13 @@ pub struct PodInfo {
     pub lean: bool,
 }
 
+/// Gives back a vector's spare room (it stays for as long as the object is kept).
+fn shrink<T>(v: &mut Option<Vec<T>>) {
+    if let Some(v) = v {
+        v.shrink_to_fit();
+    }
+}
+
 impl PodInfo {
     /// Derives everything from the pod.
     pub fn new(pod: Pod) -> Self {
@@ -163,12 +170,24 @@ impl PodInfo {
                     spec.volumes = None;
                 }
             }
+            // A vector decoded element by element keeps room for four: two default tolerations
+            // per pod left ~40 MB unused over 145,000 pods.
+            shrink(&mut spec.tolerations);
+            shrink(&mut spec.volumes);
+            shrink(&mut spec.resource_claims);
+            shrink(&mut spec.topology_spread_constraints);
         }
+        shrink(&mut pod.metadata.owner_references);
+        shrink(&mut pod.metadata.finalizers);
         if let Some(status) = pod.status.as_mut() {
             status.container_statuses = None;
             status.init_container_statuses = None;
             status.ephemeral_container_statuses = None;
             status.qos_class = None;
+            shrink(&mut status.conditions);
+            shrink(&mut status.resource_claim_statuses);
+            shrink(&mut status.pod_ips);
+            shrink(&mut status.host_ips);
         }
         self.pod = Arc::new(pod);
         self.lean = true;
@@ -374,13 +393,15 @@ mod tests {
         if let Some(node) = node {
             v["spec"]["nodeName"] = serde_json::json!(node);
         }
-        serde_json::from_value(v).expect("a valid pod")
+        // From text, as a watch decodes it (vectors grow by push: room is left over).
+        serde_json::from_str(&v.to_string()).expect("a valid pod")
     }
 
     #[test]
     fn a_lean_pod_keeps_what_it_derived_and_what_scheduling_reads() {
         let full = PodInfo::new(pod_json(Some("n1")));
-        let lean = full.clone().into_lean();
+        // Its own decoding, not a clone of `full` (a clone's vectors have no spare room).
+        let lean = PodInfo::new(pod_json(Some("n1"))).into_lean();
         assert!(lean.lean && !full.lean);
         let (spec, status) = (lean.pod.spec.as_ref().unwrap(), lean.pod.status.as_ref().unwrap());
         assert!(spec.containers.is_empty() && spec.init_containers.is_none());
@@ -398,6 +419,13 @@ mod tests {
         assert_eq!(spec.scheduler_name, full_spec.scheduler_name);
         assert_eq!(spec.preemption_policy, full_spec.preemption_policy);
         assert_eq!(spec.tolerations, full_spec.tolerations);
+        // Kept vectors give back the room decoding left.
+        let full_tolerations = full_spec.tolerations.as_ref().unwrap();
+        assert!(full_tolerations.capacity() > full_tolerations.len());
+        let tolerations = spec.tolerations.as_ref().unwrap();
+        assert_eq!(tolerations.capacity(), tolerations.len());
+        let claims = spec.resource_claims.as_ref().unwrap();
+        assert_eq!(claims.capacity(), claims.len());
         // Derived from the containers before they went.
         assert_eq!(lean.requests(), full.requests());
         assert_eq!(lean.requests().milli_cpu, 1100);

@@ -219,7 +219,8 @@ impl DraKind for ResourceClaim {
             name_of(&self.metadata)
         )
     }
-    fn apply(obj: Self, _old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+    fn apply(mut obj: Self, _old: Option<Arc<Self>>, dra: &DraCache) -> (Arc<Self>, Option<KindEvent>) {
+        crate::lean::shrink_claim(&mut obj);
         let obj = Arc::new(obj);
         let event = match dra.apply_claim(obj.clone()) {
             Ok(change) => {

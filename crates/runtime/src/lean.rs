@@ -14,6 +14,7 @@
 
 use std::{borrow::Cow, fmt};
 
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{
     Deserialize, Deserializer,
@@ -250,6 +251,49 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for MetadataSeed<S> {
     }
 }
 
+/// Gives back the spare room of a claim's decoded vectors, which the scheduler keeps for as long
+/// as the claim exists. Decoding grows each vector by `push`, which leaves room for four: one
+/// request and one allocation result per claim wasted ~45 MB over 30,000 claims.
+pub(crate) fn shrink_claim(claim: &mut ResourceClaim) {
+    if let Some(devices) = claim.spec.as_mut().and_then(|s| s.devices.as_mut()) {
+        shrink(&mut devices.requests);
+        shrink(&mut devices.constraints);
+        shrink(&mut devices.config);
+    }
+    let Some(status) = claim.status.as_mut() else {
+        return;
+    };
+    shrink(&mut status.reserved_for);
+    shrink(&mut status.devices);
+    if let Some(allocation) = status.allocation.as_mut() {
+        if let Some(devices) = allocation.devices.as_mut() {
+            shrink(&mut devices.results);
+            shrink(&mut devices.config);
+        }
+        if let Some(selector) = allocation.node_selector.as_mut() {
+            selector.node_selector_terms.shrink_to_fit();
+            for term in &mut selector.node_selector_terms {
+                shrink(&mut term.match_expressions);
+                shrink(&mut term.match_fields);
+                for r in term
+                    .match_expressions
+                    .iter_mut()
+                    .chain(term.match_fields.iter_mut())
+                    .flatten()
+                {
+                    shrink(&mut r.values);
+                }
+            }
+        }
+    }
+}
+
+fn shrink<T>(v: &mut Option<Vec<T>>) {
+    if let Some(v) = v {
+        v.shrink_to_fit();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::{core::v1::Pod, resource::v1::ResourceClaim};
@@ -398,5 +442,64 @@ mod tests {
             ResourceClaim::url_path(&(), None)
         );
         assert_eq!(Lean::<Pod>::api_version(&()), "v1");
+    }
+
+    #[test]
+    fn a_kept_claim_has_no_spare_room_and_the_same_content() {
+        let text = json!({
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+            "status": {
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+                "allocation": {
+                    "devices": {"results": [{"request": "r", "driver": "d", "pool": "p", "device": "x"}]},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": ["n-1"]}]}]}
+                }
+            }
+        })
+        .to_string();
+        // From text, as a watch decodes it: vectors grow by push and keep room.
+        let decoded: ResourceClaim = serde_json::from_str(&text).unwrap();
+        // Decoded anew, not cloned (a clone's vectors have no spare room).
+        let mut kept: ResourceClaim = serde_json::from_str(&text).unwrap();
+        shrink_claim(&mut kept);
+        assert_eq!(kept, decoded);
+        let requests = kept
+            .spec
+            .as_ref()
+            .and_then(|s| s.devices.as_ref())
+            .and_then(|d| d.requests.as_ref());
+        let status = kept.status.as_ref().unwrap();
+        let allocation = status.allocation.as_ref().unwrap();
+        let results = allocation.devices.as_ref().and_then(|d| d.results.as_ref());
+        let term = &allocation.node_selector.as_ref().unwrap().node_selector_terms[0];
+        let fields = term.match_fields.as_ref().unwrap();
+        for (what, len, capacity) in [
+            ("requests", requests.map(Vec::len), requests.map(Vec::capacity)),
+            ("results", results.map(Vec::len), results.map(Vec::capacity)),
+            (
+                "reservedFor",
+                status.reserved_for.as_ref().map(Vec::len),
+                status.reserved_for.as_ref().map(Vec::capacity),
+            ),
+            ("matchFields", Some(fields.len()), Some(fields.capacity())),
+            (
+                "values",
+                fields[0].values.as_ref().map(Vec::len),
+                fields[0].values.as_ref().map(Vec::capacity),
+            ),
+        ] {
+            assert_eq!(len, Some(1), "{what}");
+            assert_eq!(capacity, len, "{what}");
+        }
+        // Decoding alone leaves room: what the shrinking is for.
+        let decoded_results = decoded
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref());
+        assert!(decoded_results.map(Vec::capacity) > Some(1));
     }
 }
