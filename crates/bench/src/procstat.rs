@@ -168,7 +168,7 @@ mod tests {
         let t0 = ThreadTimes::read();
         let mut x = 0u64;
         for i in 0..5_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
         }
         assert!(x != 1);
         let t1 = ThreadTimes::read();
@@ -184,7 +184,7 @@ mod tests {
                 break;
             }
             for i in 0..200_000u64 {
-                x = x.wrapping_mul(31).wrapping_add(i);
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
             }
             spent = ThreadTimes::read().since(&t0, |_| "all").values().sum();
         }
