@@ -98,8 +98,9 @@ pub struct ApiWrites {
 pub struct Cpu {
     /// The whole process (threads that exited included).
     pub total_seconds: f64,
-    /// Per component, from live threads' names: `scheduling-cycle` (the scheduling thread),
-    /// `filter-workers` (the parallel Filter/Score pool), `scheduler-io` (the scheduler's tokio
+    /// Per component, from live threads' names: `scheduling-cycle` (the scheduling thread, which
+    /// also takes its share of Filter and Score as the pool's first worker), `filter-workers` (the
+    /// pool's other workers), `scheduler-io` (the scheduler's tokio
     /// runtime: watches, decoding, binding cycles, writes; engine mode: its binding thread),
     /// `apiserver` (the embedded API server and its controllers), `harness` (object creation,
     /// tracking, sampling), `other`.

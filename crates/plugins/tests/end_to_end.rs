@@ -337,3 +337,80 @@ fn a_binding_in_flight_does_not_hold_the_snapshot() {
     assert_eq!(Arc::strong_count(&last), 2);
     assert!(run_binding_cycle(&fwk, &cache, *task).is_ok());
 }
+
+/// Records which threads flushed timed Filter successes (a worker flushes at the end of its share).
+struct FilterThreads(Arc<Mutex<std::collections::BTreeSet<String>>>);
+
+impl FrameworkObserver for FilterThreads {
+    fn plugin_success_recorder(&self, point: &'static str, _plugin: &str) -> Option<DurationRecorder> {
+        let threads = Arc::clone(&self.0);
+        Some(Box::new(move |durations| {
+            if point == "Filter" && !durations.is_empty() {
+                threads
+                    .lock()
+                    .insert(format!("{:?}", std::thread::current().id()));
+            }
+        }))
+    }
+}
+
+/// The thread that builds an algorithm and runs its attempts filters nodes itself, beside the
+/// pool's other workers, instead of handing each attempt over and sleeping until it returns.
+#[test]
+fn the_scheduling_thread_filters_beside_the_workers() {
+    let scheduling = std::thread::spawn(|| {
+        let threads = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+        let cache = cluster();
+        let fwk = default_framework()
+            .0
+            .with_observer(Arc::new(FilterThreads(Arc::clone(&threads))));
+        let mut algo = SchedulingAlgorithm::new(4, None, 7);
+        for pod in workload().into_iter().take(100) {
+            let outcome = run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod.clone(), true);
+            if let CycleOutcome::Assumed(task) = outcome {
+                assert!(
+                    run_binding_cycle(&fwk, &cache, *task).is_ok(),
+                    "{} binds",
+                    pod.name
+                );
+            }
+        }
+        let me = format!("{:?}", std::thread::current().id());
+        let threads = threads.lock().clone();
+        (me, threads)
+    });
+    let (me, threads) = scheduling.join().expect("the scheduling thread finishes");
+    assert!(
+        threads.contains(&me),
+        "Filter ran only on {threads:?}, never on {me}"
+    );
+}
+
+/// An algorithm built on one thread still schedules when another thread drives it (its pool's
+/// other workers take the work), and a second algorithm on the same thread builds its own pool.
+#[test]
+fn an_algorithm_schedules_from_any_thread() {
+    let (first, second) = std::thread::spawn(|| {
+        (
+            SchedulingAlgorithm::new(4, None, 7),
+            SchedulingAlgorithm::new(4, None, 8),
+        )
+    })
+    .join()
+    .expect("the algorithms build");
+    for mut algo in [first, second] {
+        let driver = std::thread::spawn(move || {
+            let cache = cluster();
+            let (fwk, binder) = default_framework();
+            for pod in workload().into_iter().take(100) {
+                if let CycleOutcome::Assumed(task) =
+                    run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod, false)
+                {
+                    assert!(run_binding_cycle(&fwk, &cache, *task).is_ok());
+                }
+            }
+            binder.bindings().len()
+        });
+        assert_eq!(driver.join().expect("the driver finishes"), 100);
+    }
+}
