@@ -47,7 +47,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use crate::device_maps::DeviceMaps;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 use kube_cel::KubeCelExt;
 use kube_cel::cel::common::ast::{
@@ -62,6 +61,7 @@ use kube_cel::cel::{Context, ExecutionError, Value};
 use parking_lot::RwLock;
 
 use crate::cost::{self, CostLimits, MeterReport, MeterStop};
+use crate::device_maps::DeviceMaps;
 
 /// Maximum number of entries that `includes()` accepts in a list (ResourceSliceMaxAttributeValuesPerDevice).
 pub const MAX_INCLUDES_LIST_LEN: usize = 48;

@@ -20,6 +20,7 @@ use serde::{
     Deserialize, Deserializer,
     de::{self, DeserializeSeed, IgnoredAny, IntoDeserializer, MapAccess, Visitor},
 };
+use unisched_framework::shrink_vec;
 
 /// An API object of kind `K` whose `metadata.managedFields` was skipped while decoding.
 ///
@@ -256,41 +257,35 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for MetadataSeed<S> {
 /// request and one allocation result per claim wasted ~45 MB over 30,000 claims.
 pub(crate) fn shrink_claim(claim: &mut ResourceClaim) {
     if let Some(devices) = claim.spec.as_mut().and_then(|s| s.devices.as_mut()) {
-        shrink(&mut devices.requests);
-        shrink(&mut devices.constraints);
-        shrink(&mut devices.config);
+        shrink_vec(&mut devices.requests);
+        shrink_vec(&mut devices.constraints);
+        shrink_vec(&mut devices.config);
     }
     let Some(status) = claim.status.as_mut() else {
         return;
     };
-    shrink(&mut status.reserved_for);
-    shrink(&mut status.devices);
+    shrink_vec(&mut status.reserved_for);
+    shrink_vec(&mut status.devices);
     if let Some(allocation) = status.allocation.as_mut() {
         if let Some(devices) = allocation.devices.as_mut() {
-            shrink(&mut devices.results);
-            shrink(&mut devices.config);
+            shrink_vec(&mut devices.results);
+            shrink_vec(&mut devices.config);
         }
         if let Some(selector) = allocation.node_selector.as_mut() {
             selector.node_selector_terms.shrink_to_fit();
             for term in &mut selector.node_selector_terms {
-                shrink(&mut term.match_expressions);
-                shrink(&mut term.match_fields);
+                shrink_vec(&mut term.match_expressions);
+                shrink_vec(&mut term.match_fields);
                 for r in term
                     .match_expressions
                     .iter_mut()
                     .chain(term.match_fields.iter_mut())
                     .flatten()
                 {
-                    shrink(&mut r.values);
+                    shrink_vec(&mut r.values);
                 }
             }
         }
-    }
-}
-
-fn shrink<T>(v: &mut Option<Vec<T>>) {
-    if let Some(v) = v {
-        v.shrink_to_fit();
     }
 }
 
