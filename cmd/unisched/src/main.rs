@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 
 /// jemalloc instead of the C library's allocator. The scheduler allocates and frees many small
 /// objects across threads (decoded watch events, per-attempt state, request bodies), where glibc's
-/// malloc spent ~15 % of the real-control-plane profile (its free-list consolidation included).
+/// malloc spent ~17 % of the real-control-plane profile (its free-list consolidation included).
 /// Measured in back-to-back runs (docs/perf.md, issue 18, eighth round): 8–29 % less scheduler CPU
 /// per pod, ~40 MiB more peak RSS at SchedulingAtScale (still under the 1 GiB target).
 #[global_allocator]

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use parking_lot::{Mutex, RwLock};
 use unisched_framework::{
-    Code, CycleOutcome, DurationRecorder, FrameworkObserver, NoNominations, NodeInfo, PodInfo,
+    Code, CycleOutcome, DurationRecorder, Framework, FrameworkObserver, NoNominations, NodeInfo, PodInfo,
     SchedulerCache, SchedulingAlgorithm, Snapshot, run_binding_cycle, run_scheduling_cycle,
 };
 use unisched_plugins::{
@@ -93,6 +93,24 @@ fn workload() -> Vec<Arc<PodInfo>> {
             b.arc()
         })
         .collect()
+}
+
+/// Runs the first `count` pods of [`workload`] through a scheduling cycle (plugin timings sampled
+/// when `record`) and binds each one that was assumed; every binding must succeed.
+fn schedule_and_bind(
+    fwk: &Framework,
+    algo: &mut SchedulingAlgorithm,
+    cache: &MemCache,
+    count: usize,
+    record: bool,
+) {
+    for pod in workload().into_iter().take(count) {
+        if let CycleOutcome::Assumed(task) =
+            run_scheduling_cycle(fwk, algo, cache, &NoNominations, pod.clone(), record)
+        {
+            assert!(run_binding_cycle(fwk, cache, *task).is_ok(), "{} binds", pod.name);
+        }
+    }
 }
 
 #[test]
@@ -255,17 +273,7 @@ fn sampled_plugin_timings_are_the_same_through_recorders() {
             .0
             .with_observer(Arc::new(Counting(Arc::clone(&counts))));
         let mut algo = SchedulingAlgorithm::new(4, None, 7);
-        for pod in workload().into_iter().take(200) {
-            if let CycleOutcome::Assumed(task) =
-                run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod.clone(), true)
-            {
-                assert!(
-                    run_binding_cycle(&fwk, &cache, *task).is_ok(),
-                    "{} binds",
-                    pod.name
-                );
-            }
-        }
+        schedule_and_bind(&fwk, &mut algo, &cache, 200, true);
         let by_series = counts.by_series.lock().clone();
         let through_plugin = *counts.through_plugin.lock();
         (by_series, through_plugin)
@@ -365,16 +373,7 @@ fn the_scheduling_thread_filters_beside_the_workers() {
             .0
             .with_observer(Arc::new(FilterThreads(Arc::clone(&threads))));
         let mut algo = SchedulingAlgorithm::new(4, None, 7);
-        for pod in workload().into_iter().take(100) {
-            let outcome = run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod.clone(), true);
-            if let CycleOutcome::Assumed(task) = outcome {
-                assert!(
-                    run_binding_cycle(&fwk, &cache, *task).is_ok(),
-                    "{} binds",
-                    pod.name
-                );
-            }
-        }
+        schedule_and_bind(&fwk, &mut algo, &cache, 100, true);
         let me = format!("{:?}", std::thread::current().id());
         let threads = threads.lock().clone();
         (me, threads)
@@ -402,13 +401,7 @@ fn an_algorithm_schedules_from_any_thread() {
         let driver = std::thread::spawn(move || {
             let cache = cluster();
             let (fwk, binder) = default_framework();
-            for pod in workload().into_iter().take(100) {
-                if let CycleOutcome::Assumed(task) =
-                    run_scheduling_cycle(&fwk, &mut algo, &cache, &NoNominations, pod, false)
-                {
-                    assert!(run_binding_cycle(&fwk, &cache, *task).is_ok());
-                }
-            }
+            schedule_and_bind(&fwk, &mut algo, &cache, 100, false);
             binder.bindings().len()
         });
         assert_eq!(driver.join().expect("the driver finishes"), 100);
