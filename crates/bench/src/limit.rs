@@ -29,13 +29,13 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client,
-    discovery::ApiResource,
+    api::Patch,
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
 use tokio::sync::mpsc;
 use unisched_resource::{PodRequestOptions, Resource, pod_requests};
-use unisched_runtime::{ApiWriter, LeaderFlag, Metrics};
+use unisched_runtime::{ApiWriter, LeaderFlag, Metrics, patch_for_metadata};
 
 use crate::BenchError;
 
@@ -680,7 +680,6 @@ impl State {
             .filter_map(|c| c.metadata.uid.clone())
             .collect();
         tokio::spawn(async move {
-            let resource = ApiResource::erase::<ResourceClaim>(&());
             for c in claims {
                 let results: Vec<_> = c
                     .results
@@ -689,18 +688,27 @@ impl State {
                         json!({"request": request, "driver": driver, "pool": pool, "device": device})
                     })
                     .collect();
-                let patch = json!({"status": {
+                let patch = Patch::Merge(json!({"status": {
                     "allocation": {
                         "devices": {"results": results},
                         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                             {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
                     },
                     "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
-                }});
-                if let Err(e) = writer
-                    .merge_patch(&resource, Some(&c.namespace), &c.name, Some("status"), patch)
-                    .await
-                {
+                }}));
+                // Answered with metadata only, as the scheduler's own claim writes are.
+                let written = writer
+                    .write("patch", "resourceclaims/status", || {
+                        patch_for_metadata::<ResourceClaim>(
+                            writer.client(),
+                            Some(&c.namespace),
+                            &c.name,
+                            Some("status"),
+                            &patch,
+                        )
+                    })
+                    .await;
+                if let Err(e) = written {
                     tracing::debug!(claim = %c.name, error = %e, "limit scheduler: claim status");
                     let _ = tx.send(Ev::BindFailed(uid, claim_uids));
                     return;

@@ -23,9 +23,10 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{DeleteParams, ListParams, Patch, PostParams, Preconditions},
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -33,10 +34,10 @@ use tokio::runtime::Handle;
 use unisched_cache::{ClaimChange, DraCache};
 use unisched_dra::{restore_device_maps, split_device_maps};
 use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
-use unisched_plugins::{DraApi, DraApiError};
+use unisched_plugins::{DraApi, DraApiError, dynamic_resources::merge_patch};
 use unisched_queue::SchedulingQueue;
 
-use crate::{ApiWriter, Handler, Metrics, WriteError};
+use crate::{ApiWriter, Handler, Metrics, WriteError, writer::patch_for_metadata};
 
 /// The finalizer that keeps an allocated claim from disappearing under a running pod.
 pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
@@ -366,23 +367,14 @@ impl RuntimeDraApi {
         if add {
             list.push(DELETE_PROTECTION_FINALIZER.to_string());
         }
-        let patch = json!({"metadata": {"resourceVersion": rv, "finalizers": list}});
-        let api = self.claims(ns);
-        let writer = self.writer.clone();
-        let owned_name = name.to_string();
-        let result = self.handle.block_on(async move {
-            writer
-                .write("patch", "resourceclaims", || {
-                    let (api, patch, name) = (api.clone(), patch.clone(), owned_name.clone());
-                    async move {
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                    }
-                })
-                .await
-        });
+        let patch = Patch::Merge(json!({"metadata": {"resourceVersion": rv, "finalizers": list}}));
+        let result = self.patch_claim(ns, name, None, &patch, "resourceclaims");
         match result {
-            Ok(c) => Ok(c),
+            // Conditioned on `rv`, the patch changed nothing but the metadata.
+            Ok(metadata) => Ok(ResourceClaim {
+                metadata,
+                ..current.into_owned()
+            }),
             Err(e) if e.outcome_unknown() => {
                 let want = json!({ "finalizers": list });
                 self.resolve(ns, name, e, |c| {
@@ -392,6 +384,22 @@ impl RuntimeDraApi {
             }
             Err(e) => Err(to_dra(e)),
         }
+    }
+
+    /// One patch of a claim (or its `subresource`) through the writer, answered with the
+    /// claim's new metadata only (see [`patch_for_metadata`]).
+    fn patch_claim(
+        &self,
+        ns: &str,
+        name: &str,
+        subresource: Option<&str>,
+        patch: &Patch<Value>,
+        label: &str,
+    ) -> Result<ObjectMeta, WriteError> {
+        let client = self.writer.client();
+        self.handle.block_on(self.writer.write("patch", label, || {
+            patch_for_metadata::<ResourceClaim>(client, Some(ns), name, subresource, patch)
+        }))
     }
 
     /// Resolves a claim write whose outcome is unknown by reading the claim: `applied` decides
@@ -605,6 +613,18 @@ fn is_created_from(candidate: &ResourceClaim, wanted: &ResourceClaim, owner: &st
         && untouched
 }
 
+/// `current` after the status merge patch `status` applied, with the server's `metadata`; `None`
+/// when the merged status does not decode (the server accepted it, so the caller reads it back).
+fn with_status_patch(current: &ResourceClaim, metadata: ObjectMeta, status: &Value) -> Option<ResourceClaim> {
+    let mut merged = serde_json::to_value(&current.status).ok()?;
+    merge_patch(&mut merged, status);
+    Some(ResourceClaim {
+        metadata,
+        spec: current.spec.clone(),
+        status: serde_json::from_value(merged).ok()?,
+    })
+}
+
 /// True when `have` already holds every field of the merge patch `patch` (`null` = absent).
 fn merge_applied(have: &Value, patch: &Value) -> bool {
     match patch {
@@ -675,23 +695,18 @@ impl DraApi for RuntimeDraApi {
                 return Err(refused);
             }
         }
-        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
-        let api = self.claims(namespace);
-        let writer = self.writer.clone();
-        let owned_name = name.to_string();
-        let result = self.handle.block_on(async move {
-            writer
-                .write("patch", "resourceclaims/status", || {
-                    let (api, patch, name) = (api.clone(), patch.clone(), owned_name.clone());
-                    async move {
-                        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                    }
-                })
-                .await
-        });
+        let patch =
+            Patch::Merge(json!({"metadata": {"resourceVersion": resource_version}, "status": status}));
+        let result = self.patch_claim(namespace, name, Some("status"), &patch, "resourceclaims/status");
         let claim = match result {
-            Ok(c) => c,
+            // Conditioned on `resource_version`, the server's result is `current` with the patch
+            // applied and the reply's metadata.
+            Ok(metadata) => match with_status_patch(&current, metadata, &status) {
+                Some(claim) => claim,
+                None => self
+                    .get_claim(namespace, name)?
+                    .ok_or_else(|| DraApiError::NotFound(format!("{namespace}/{name}")))?,
+            },
             Err(e) if e.outcome_unknown() => self.resolve(namespace, name, e, |c| {
                 let have = serde_json::to_value(&c.status).unwrap_or(Value::Null);
                 merge_applied(&have, &status)

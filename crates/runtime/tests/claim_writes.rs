@@ -126,3 +126,97 @@ async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
     assert!(status.get("reservedFor").is_none_or(Value::is_null), "{status}");
     server.shutdown().await;
 }
+
+/// The claim writes are answered with metadata only, and the claim they return is built from the
+/// caller's copy with the patch applied: it must be exactly what the server now holds (what the
+/// binding cycle assumes in the cache until the watch catches up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_writes_return_the_claim_the_server_holds() {
+    let server = support::serve().await;
+    let store = server.store().clone();
+    seed(&store);
+    let client = support::client(&server);
+    let metrics = Metrics::new().unwrap();
+    let writer = ApiWriter::new(client, -1.0, 100, metrics.clone(), LeaderFlag::new(true));
+    let api = Arc::new(RuntimeDraApi::new(
+        writer,
+        tokio::runtime::Handle::current(),
+        metrics,
+    ));
+    // What the server holds, as the scheduler's watch would decode it (no managedFields).
+    let on_server = || {
+        let mut c = claim_in(&store);
+        c.metadata.managed_fields = None;
+        c
+    };
+
+    let (a, c) = (api.clone(), on_server());
+    let with_finalizer = tokio::task::spawn_blocking(move || a.add_claim_finalizer("default", "c0", &c))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        with_finalizer.metadata.finalizers.as_deref(),
+        Some(&["resource.kubernetes.io/delete-protection".to_string()][..])
+    );
+    assert_eq!(with_finalizer, on_server());
+
+    // Allocation added, a second consumer appended: lists are replaced whole, objects merge. (The
+    // consumer must exist: the embedded claim controller drops references to missing pods.)
+    let p1 = store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "p1", "namespace": "default"},
+                   "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap()
+        .to_value();
+    let mut reserved = serde_json::to_value(&on_server().status.unwrap().reserved_for).unwrap();
+    reserved
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"resource": "pods", "name": "p1", "uid": p1["metadata"]["uid"]}));
+    let status = json!({"reservedFor": reserved, "allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1",
+                                 "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}});
+    let (a, c) = (api.clone(), with_finalizer.clone());
+    let allocated = tokio::task::spawn_blocking(move || a.patch_claim_status("default", "c0", &c, status))
+        .await
+        .unwrap()
+        .unwrap();
+    let held = on_server();
+    assert_eq!(allocated, held);
+    assert_eq!(
+        held.status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_ne!(
+        allocated.metadata.resource_version,
+        with_finalizer.metadata.resource_version
+    );
+
+    // Deallocation (`null` deletes) and the finalizer removed.
+    let (a, c) = (api.clone(), allocated);
+    let cleared = tokio::task::spawn_blocking(move || {
+        a.patch_claim_status("default", "c0", &c, json!({"allocation": null}))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(cleared, on_server());
+    assert!(cleared.status.as_ref().is_some_and(|s| s.allocation.is_none()));
+    let (a, c) = (api.clone(), cleared);
+    let released = tokio::task::spawn_blocking(move || a.remove_claim_finalizer("default", "c0", &c))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(released, on_server());
+    assert!(released.metadata.finalizers.as_ref().is_none_or(Vec::is_empty));
+    server.shutdown().await;
+}

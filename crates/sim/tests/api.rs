@@ -1053,3 +1053,59 @@ async fn service_and_deployment_tables_have_upstream_columns() {
     );
     server.shutdown().await;
 }
+
+/// `as=PartialObjectMetadata` (client-go's metadata client; unisched's claim and pod-status writes)
+/// answers a GET or a write, of the object or its status, with the object's metadata only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_replies_for_reads_and_writes() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pods.create(&PostParams::default(), &pod("m")).await.unwrap();
+
+    let meta = pods.get_metadata("m").await.unwrap();
+    assert_eq!(meta.metadata.name.as_deref(), Some("m"));
+    assert_eq!(
+        meta.types
+            .as_ref()
+            .map(|t| (t.api_version.as_str(), t.kind.as_str())),
+        Some(("meta.k8s.io/v1", "PartialObjectMetadata"))
+    );
+
+    // A status patch with the metadata Accept header: the reply has the new version, no spec or status.
+    let req = axum::http::Request::patch("/api/v1/namespaces/default/pods/m/status")
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .header("Content-Type", "application/merge-patch+json")
+        .body(serde_json::to_vec(&json!({"status": {"nominatedNodeName": "n1"}})).unwrap())
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
+    assert_eq!(reply["kind"], "PartialObjectMetadata");
+    assert!(
+        reply.get("spec").is_none() && reply.get("status").is_none(),
+        "{reply}"
+    );
+    let stored = pods.get("m").await.unwrap();
+    assert_eq!(
+        stored.status.and_then(|s| s.nominated_node_name).as_deref(),
+        Some("n1"),
+        "the write applied"
+    );
+    assert_eq!(
+        reply["metadata"]["resourceVersion"].as_str(),
+        stored.metadata.resource_version.as_deref()
+    );
+    assert_ne!(meta.metadata.resource_version, stored.metadata.resource_version);
+
+    // Without the header the whole object comes back, as before.
+    let whole = pods
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .unwrap();
+    assert!(whole.spec.is_some());
+}

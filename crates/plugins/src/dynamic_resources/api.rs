@@ -12,6 +12,29 @@
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
+/// Applies a JSON merge patch (RFC 7386) to `target`: an object patch merges key by key, `null`
+/// deletes, anything else replaces. What a claim's status looks like after
+/// [`DraApi::patch_claim_status`], for implementations that build the result themselves.
+pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in fields {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
 /// Why an API call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DraApiError {

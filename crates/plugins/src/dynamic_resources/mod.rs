@@ -76,7 +76,7 @@ use unisched_framework::{
 };
 use unisched_resource::node_allocatable_claim_footprint;
 
-pub use api::{DraApi, DraApiError};
+pub use api::{DraApi, DraApiError, merge_patch};
 pub use args::{DEFAULT_BINDING_TIMEOUT, DEFAULT_FILTER_TIMEOUT, DynamicResourcesArgs};
 pub use claims::RESERVED_FOR_MAX_SIZE;
 pub use extended::PLACEHOLDER_NAME;

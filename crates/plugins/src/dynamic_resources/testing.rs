@@ -83,26 +83,7 @@ fn key(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
 }
 
-/// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
-    match patch {
-        serde_json::Value::Object(p) => {
-            if !target.is_object() {
-                *target = serde_json::Value::Object(serde_json::Map::new());
-            }
-            if let serde_json::Value::Object(t) = target {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge_patch(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
+pub use super::merge_patch;
 
 impl FakeDraApi {
     /// An empty fake.

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::ServerConfig;
 use super::discovery;
 use super::openapi;
-use super::table::{IncludeObject, table, wants_table};
+use super::table::{IncludeObject, partial_object_metadata, table, wants_metadata, wants_table};
 use crate::error::{StoreError, success_status};
 use crate::patch::Patch;
 use crate::registry::{KindId, ResourceType};
@@ -53,7 +53,13 @@ fn error_response(e: &StoreError) -> Response {
     r
 }
 
-fn object_response(code: StatusCode, o: &ObjectRef) -> Response {
+/// One object, or only its metadata when the client asked for `as=PartialObjectMetadata` (as
+/// client-go's metadata client and unisched's claim writes do: the reply of a write is mostly
+/// read for its new resourceVersion).
+fn object_response(code: StatusCode, o: &ObjectRef, headers: &HeaderMap) -> Response {
+    if wants_metadata(accept(headers)) {
+        return json_value(code, &partial_object_metadata(o, true));
+    }
     json_bytes(code, o.json_bytes().clone())
 }
 
@@ -350,7 +356,7 @@ fn get(
             &table(t.rt, &[o], include, meta, true),
         ));
     }
-    Ok(object_response(StatusCode::OK, &o))
+    Ok(object_response(StatusCode::OK, &o, headers))
 }
 
 /// How a write treats fields its kind does not declare (`fieldValidation`).
@@ -426,7 +432,10 @@ fn create(
     let o = app
         .store
         .create_in(t.kind, t.namespace.as_deref(), obj, dry_run(q))?;
-    Ok(with_warnings(object_response(StatusCode::CREATED, &o), &warnings))
+    Ok(with_warnings(
+        object_response(StatusCode::CREATED, &o, headers),
+        &warnings,
+    ))
 }
 
 fn update(
@@ -443,7 +452,10 @@ fn update(
     let o = app
         .store
         .update_in(t.kind, ns_of(t), name, obj, status, dry_run(q))?;
-    Ok(with_warnings(object_response(StatusCode::OK, &o), &warnings))
+    Ok(with_warnings(
+        object_response(StatusCode::OK, &o, headers),
+        &warnings,
+    ))
 }
 
 fn patch(
@@ -486,7 +498,7 @@ fn patch(
     } else {
         StatusCode::OK
     };
-    Ok(with_warnings(object_response(code, &o), &warnings))
+    Ok(with_warnings(object_response(code, &o, headers), &warnings))
 }
 
 fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, StoreError> {
@@ -543,8 +555,8 @@ fn delete(
 ) -> Result<Response, StoreError> {
     let opts = delete_options(q, headers, body)?;
     Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
-        Deletion::Removed(o) => object_response(StatusCode::OK, &o),
-        Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o),
+        Deletion::Removed(o) => object_response(StatusCode::OK, &o, headers),
+        Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o, headers),
     })
 }
 

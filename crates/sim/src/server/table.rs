@@ -32,6 +32,24 @@ pub(crate) fn wants_table(accept: &str) -> bool {
         .is_some_and(|first| first.contains("as=Table"))
 }
 
+/// Whether an `Accept` header asks for one object's metadata only (`as=PartialObjectMetadata`).
+pub(crate) fn wants_metadata(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.split(';').any(|p| p.trim() == "as=PartialObjectMetadata"))
+}
+
+/// The `meta.k8s.io/v1` `PartialObjectMetadata` of `o`. A Table's rows leave `managedFields` out;
+/// a plain metadata reply keeps them, as kube-apiserver does.
+pub(crate) fn partial_object_metadata(o: &ObjectRef, managed_fields: bool) -> Value {
+    let mut meta = o.get("metadata").cloned().unwrap_or(json!({}));
+    if !managed_fields && let Some(m) = meta.as_object_mut() {
+        m.remove("managedFields");
+    }
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta})
+}
+
 struct Column {
     name: &'static str,
     kind: &'static str,
@@ -488,13 +506,7 @@ fn row_object(o: &ObjectRef, include: IncludeObject) -> Option<Value> {
     match include {
         IncludeObject::None => None,
         IncludeObject::Object => Some(o.to_value()),
-        IncludeObject::Metadata => {
-            let mut meta = o.get("metadata").cloned().unwrap_or(json!({}));
-            if let Some(m) = meta.as_object_mut() {
-                m.remove("managedFields");
-            }
-            Some(json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}))
-        }
+        IncludeObject::Metadata => Some(partial_object_metadata(o, false)),
     }
 }
 
