@@ -53,14 +53,20 @@ enum Command {
     Version,
 }
 
+/// The async runtime: `run` sizes it with `--io-threads`; the other commands (whose embedded API
+/// server shares it) get one thread per core.
+fn async_runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Run(args) = command {
+        runtime.worker_threads(args.io_threads.max(1));
+    }
+    runtime.enable_all().thread_name("unisched-io").build()
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(cli.verbosity, &cli.logging_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("unisched-io")
-        .build()
-    {
+    let rt = match async_runtime(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");
@@ -89,5 +95,25 @@ fn main() -> std::process::ExitCode {
             }
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn workers(args: &[&str]) -> usize {
+        let cli = Cli::try_parse_from(args).unwrap();
+        async_runtime(&cli.command).unwrap().metrics().num_workers()
+    }
+
+    #[test]
+    fn io_threads_size_the_run_runtime_only() {
+        assert_eq!(workers(&["unisched", "run"]), 1);
+        assert_eq!(workers(&["unisched", "run", "--io-threads", "3"]), 3);
+        assert_eq!(workers(&["unisched", "run", "--io-threads", "0"]), 1);
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        assert_eq!(workers(&["unisched", "sim", "examples/quickstart"]), cores);
     }
 }
