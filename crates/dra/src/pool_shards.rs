@@ -8,13 +8,9 @@
 //! Split into [`SHARDS`] maps behind their own `Arc`s, a clone copies [`SHARDS`] pointers and a
 //! change copies the one shard it touches.
 
-use std::{
-    fmt,
-    hash::{BuildHasher, Hash},
-    sync::Arc,
-};
+use std::{fmt, sync::Arc};
 
-use unisched_fasthash::{FastBuildHasher, FastHashMap};
+use unisched_fasthash::FastHashMap;
 
 use crate::ids::{PoolKey, PoolKeyView};
 
@@ -34,10 +30,8 @@ pub(crate) struct PoolShards {
 }
 
 fn shard_of(key: &dyn PoolKeyView) -> usize {
-    let mut h = FastBuildHasher::default().build_hasher();
-    key.hash(&mut h);
     // The hasher's last step is a multiplication, so the top bits are the well-mixed ones.
-    (std::hash::Hasher::finish(&h) >> (64 - SHARDS.trailing_zeros())) as usize
+    (key.key_hash() >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
 impl PoolShards {
