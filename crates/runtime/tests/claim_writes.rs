@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use unisched_plugins::dynamic_resources::{DraApi, DraApiError};
 use unisched_runtime::{ApiWriter, LeaderFlag, Metrics, RuntimeDraApi};
-use unisched_sim::{Patch, Store};
+use unisched_sim::{Patch, RunningServer, Store};
 
 fn claim_in(store: &Store) -> ResourceClaim {
     serde_json::from_value(
@@ -62,8 +62,8 @@ fn seed(store: &Store) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
+/// An embedded API server holding [`seed`]'s objects, and the claim writer under test on it.
+async fn seeded() -> (RunningServer, Store, Arc<RuntimeDraApi>) {
     let server = support::serve().await;
     let store = server.store().clone();
     seed(&store);
@@ -75,6 +75,12 @@ async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
         tokio::runtime::Handle::current(),
         metrics,
     ));
+    (server, store, api)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
+    let (server, store, api) = seeded().await;
     let read = claim_in(&store);
 
     // Taking the bound pod out of reservedFor is refused, on the claim as read.
@@ -132,17 +138,7 @@ async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
 /// binding cycle assumes in the cache until the watch catches up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_writes_return_the_claim_the_server_holds() {
-    let server = support::serve().await;
-    let store = server.store().clone();
-    seed(&store);
-    let client = support::client(&server);
-    let metrics = Metrics::new().unwrap();
-    let writer = ApiWriter::new(client, -1.0, 100, metrics.clone(), LeaderFlag::new(true));
-    let api = Arc::new(RuntimeDraApi::new(
-        writer,
-        tokio::runtime::Handle::current(),
-        metrics,
-    ));
+    let (server, store, api) = seeded().await;
     // What the server holds, as the scheduler's watch would decode it (no managedFields).
     let on_server = || {
         let mut c = claim_in(&store);
