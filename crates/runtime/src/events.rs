@@ -32,15 +32,12 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
-use kube::{
-    Api,
-    api::{Patch, PatchParams, PostParams},
-};
+use kube::api::Patch;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::{ApiWriter, Metrics};
+use crate::{ApiWriter, Metrics, create_for_metadata, patch_for_metadata};
 
 /// Event writes under way at once (distinct series keys).
 pub const MAX_WRITES_IN_FLIGHT: usize = 16;
@@ -426,18 +423,14 @@ async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: Ser
             (s.name.clone(), s.namespace.clone(), s.count)
         })
     };
+    // Neither write reads its reply: both ask for the event's metadata only.
     if let Some((name, namespace, count)) = series {
-        let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &namespace);
-        let patch = json!({"series": {"count": count, "lastObservedTime": MicroTime(Timestamp::now())}});
+        let patch = Patch::Merge(
+            json!({"series": {"count": count, "lastObservedTime": MicroTime(Timestamp::now())}}),
+        );
         let result = writer
             .write("patch", "events", || {
-                let api = api.clone();
-                let patch = patch.clone();
-                let name = name.clone();
-                async move {
-                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                }
+                patch_for_metadata::<ApiEvent>(writer.client(), Some(&namespace), &name, None, &patch)
             })
             .await;
         if let Err(e) = result {
@@ -454,12 +447,9 @@ async fn write_one(writer: &ApiWriter, instance: &str, shared: &Shared, key: Ser
         });
     }
     let name = event.metadata.name.clone().unwrap_or_default();
-    let api: Api<ApiEvent> = Api::namespaced(writer.client().clone(), &ev.namespace);
     let result = writer
         .write("create", "events", || {
-            let api = api.clone();
-            let event = event.clone();
-            async move { api.create(&PostParams::default(), &event).await }
+            create_for_metadata(writer.client(), Some(&ev.namespace), &event)
         })
         .await;
     match result {

@@ -59,11 +59,34 @@ pub async fn patch_for_metadata<K: Resource<DynamicType = ()>>(
 ) -> Result<ObjectMeta, kube::Error> {
     let request = kube::core::Request::new(K::url_path(&(), namespace));
     let pp = PatchParams::default();
-    let mut req = match subresource {
+    let req = match subresource {
         Some(sub) => request.patch_subresource(sub, name, &pp, patch),
         None => request.patch(name, &pp, patch),
     }
     .map_err(kube::Error::BuildRequest)?;
+    send_for_metadata(client, req).await
+}
+
+/// Creates `object` (of kind `K`) and returns the server's metadata of it, without
+/// `managedFields`: the create counterpart of [`patch_for_metadata`], for writers that read
+/// nothing of the reply (events).
+pub async fn create_for_metadata<K: Resource<DynamicType = ()> + serde::Serialize>(
+    client: &Client,
+    namespace: Option<&str>,
+    object: &K,
+) -> Result<ObjectMeta, kube::Error> {
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let req = kube::core::Request::new(K::url_path(&(), namespace))
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    send_for_metadata(client, req).await
+}
+
+/// Sends `req` asking for a metadata-only reply, and decodes that.
+async fn send_for_metadata(
+    client: &Client,
+    mut req: http::Request<Vec<u8>>,
+) -> Result<ObjectMeta, kube::Error> {
     req.headers_mut().insert(
         http::header::ACCEPT,
         http::HeaderValue::from_static(METADATA_ONLY),
