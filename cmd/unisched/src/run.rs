@@ -4,7 +4,7 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use kube::{Client, Config, config::KubeConfigOptions, config::Kubeconfig};
+use kube::{Config, config::KubeConfigOptions, config::Kubeconfig};
 use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
 
@@ -84,8 +84,8 @@ fn own_namespace() -> String {
         .unwrap_or_else(|| "default".into())
 }
 
-/// Builds a client from an explicit kubeconfig or by inference.
-pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
+/// The client configuration from an explicit kubeconfig or by inference.
+pub async fn client_config(kubeconfig: Option<&PathBuf>) -> Result<Config> {
     let config = match kubeconfig {
         Some(p) => {
             let kc =
@@ -98,7 +98,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
             .await
             .context("no kubeconfig given and none could be inferred")?,
     };
-    unisched_runtime::instrumented_client(config).context("building the API client")
+    Ok(config)
 }
 
 /// Runs until the lease is lost (exit 1) or SIGTERM/SIGINT (graceful stop, exit 0).
@@ -121,7 +121,9 @@ pub async fn run(args: RunArgs) -> Result<u8> {
         let k = &config.client_connection.kubeconfig;
         (!k.is_empty()).then(|| PathBuf::from(k))
     });
-    let client = client(kubeconfig.as_ref()).await?;
+    let client_config = client_config(kubeconfig.as_ref()).await?;
+    let client =
+        unisched_runtime::instrumented_client(client_config.clone()).context("building the API client")?;
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -134,6 +136,8 @@ pub async fn run(args: RunArgs) -> Result<u8> {
         identity: identity(),
         health_addr: Some(args.metrics_bind_address),
         default_namespace: own_namespace(),
+        // Binding cycles send their writes on connections of their own (see `SyncWriter`).
+        binding_connections: Some(client_config),
     };
     let scheduler = Scheduler::new(client, options).await?;
     if let Some(addr) = scheduler.health_addr {

@@ -295,6 +295,7 @@ async fn start_scheduler(client: kube::Client, args: &SimArgs) -> Result<(InProc
         identity: "unisched-sim".into(),
         health_addr: None,
         default_namespace: "default".into(),
+        binding_connections: None,
     };
     let s = Arc::new(Scheduler::new(client, options).await?);
     s.explanations().set_recording(args.explain);

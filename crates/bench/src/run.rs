@@ -148,6 +148,7 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
                     identity: "unisched-bench".into(),
                     health_addr: None,
                     default_namespace: "default".into(),
+                    binding_connections: None,
                 };
                 let s = Arc::new(
                     Scheduler::new(client, options)

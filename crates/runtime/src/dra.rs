@@ -37,7 +37,7 @@ use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
 use unisched_plugins::{DraApi, DraApiError, dynamic_resources::merge_patch};
 use unisched_queue::SchedulingQueue;
 
-use crate::{ApiWriter, Handler, Metrics, WriteError, writer::patch_for_metadata};
+use crate::{ApiWriter, Handler, Metrics, SyncWriter, WriteError, writer::patch_for_metadata};
 
 /// The finalizer that keeps an allocated claim from disappearing under a running pod.
 pub const DELETE_PROTECTION_FINALIZER: &str = "resource.kubernetes.io/delete-protection";
@@ -311,8 +311,7 @@ impl<K: DraKind> Handler for DraHandler<K> {
 
 /// The DynamicResources plugin's API writes, made from the binding cycle's blocking thread.
 pub struct RuntimeDraApi {
-    writer: ApiWriter,
-    handle: Handle,
+    api: SyncWriter,
     metrics: Metrics,
 }
 
@@ -320,14 +319,9 @@ impl RuntimeDraApi {
     /// Writes through `writer`, blocking on `handle`.
     pub fn new(writer: ApiWriter, handle: Handle, metrics: Metrics) -> Self {
         RuntimeDraApi {
-            writer,
-            handle,
+            api: SyncWriter::new(writer, handle),
             metrics,
         }
-    }
-
-    fn claims(&self, ns: &str) -> Api<ResourceClaim> {
-        Api::namespaced(self.writer.client().clone(), ns)
     }
 
     /// The claim as it is on the server while `current`'s resourceVersion holds: `current`
@@ -396,10 +390,14 @@ impl RuntimeDraApi {
         patch: &Patch<Value>,
         label: &str,
     ) -> Result<ObjectMeta, WriteError> {
-        let client = self.writer.client();
-        self.handle.block_on(self.writer.write("patch", label, || {
-            patch_for_metadata::<ResourceClaim>(client, Some(ns), name, subresource, patch)
-        }))
+        self.api.run(async |writer| {
+            let client = writer.client();
+            writer
+                .write("patch", label, || {
+                    patch_for_metadata::<ResourceClaim>(client, Some(ns), name, subresource, patch)
+                })
+                .await
+        })
     }
 
     /// Resolves a claim write whose outcome is unknown by reading the claim: `applied` decides
@@ -425,11 +423,13 @@ impl RuntimeDraApi {
 
     /// The node a pod is bound to (`None`: unbound or gone, or recreated with another UID).
     fn bound_node(&self, ns: &str, name: &str, uid: &str) -> Result<Option<String>, DraApiError> {
-        let api: Api<Pod> = Api::namespaced(self.writer.client().clone(), ns);
-        let name = name.to_string();
         let pod = self
-            .handle
-            .block_on(async move { api.get_opt(&name).await })
+            .api
+            .run(async |writer| {
+                Api::<Pod>::namespaced(writer.client().clone(), ns)
+                    .get_opt(name)
+                    .await
+            })
             .map_err(|e| DraApiError::Other(format!("reading pod {ns}: {e}")))?;
         Ok(pod
             .filter(|p| uid.is_empty() || p.metadata.uid.as_deref() == Some(uid))
@@ -648,12 +648,15 @@ fn to_dra(e: WriteError) -> DraApiError {
     }
 }
 
+/// The claims of `ns`, through `writer`'s client.
+fn claims(writer: &ApiWriter, ns: &str) -> Api<ResourceClaim> {
+    Api::namespaced(writer.client().clone(), ns)
+}
+
 impl DraApi for RuntimeDraApi {
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
-        let api = self.claims(namespace);
-        let name = name.to_string();
-        self.handle
-            .block_on(async move { api.get_opt(&name).await })
+        self.api
+            .run(async |writer| claims(writer, namespace).get_opt(name).await)
             .map_err(|e| DraApiError::Other(e.to_string()))
     }
 
@@ -736,23 +739,21 @@ impl DraApi for RuntimeDraApi {
     }
 
     fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {
-        let api = self.claims(namespace);
-        let writer = self.writer.clone();
-        let wanted = claim.clone();
         // A retry after an attempt whose answer was lost first looks for the claim that attempt
         // may have created: with `generateName` a second POST would create a second claim.
         let sent = Arc::new(AtomicBool::new(false));
-        let result = self.handle.block_on(async move {
+        let result = self.api.run(async |writer| {
+            let api = claims(writer, namespace);
             writer
                 .write("create", "resourceclaims", || {
-                    let (api, wanted, sent) = (api.clone(), wanted.clone(), sent.clone());
+                    let (api, sent) = (api.clone(), sent.clone());
                     async move {
                         if sent.swap(true, Ordering::SeqCst)
-                            && let Some(found) = find_created(&api, &wanted).await?
+                            && let Some(found) = find_created(&api, claim).await?
                         {
                             return Ok(found);
                         }
-                        api.create(&PostParams::default(), &wanted).await
+                        api.create(&PostParams::default(), claim).await
                     }
                 })
                 .await
@@ -760,11 +761,9 @@ impl DraApi for RuntimeDraApi {
         let created = match result {
             Ok(c) => c,
             Err(e) if e.outcome_unknown() => {
-                let api = self.claims(namespace);
-                let wanted = claim.clone();
                 match self
-                    .handle
-                    .block_on(async move { find_created(&api, &wanted).await })
+                    .api
+                    .run(async |writer| find_created(&claims(writer, namespace), claim).await)
                 {
                     Ok(Some(c)) => c,
                     Ok(None) => return Err(DraApiError::Other(format!("{e}; no such claim was created"))),
@@ -783,9 +782,6 @@ impl DraApi for RuntimeDraApi {
         {
             self.refuse_undo_for_bound(namespace, name, &Self::pod_consumers(&current))?;
         }
-        let api = self.claims(namespace);
-        let writer = self.writer.clone();
-        let name = name.to_string();
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_string()),
@@ -793,11 +789,12 @@ impl DraApi for RuntimeDraApi {
             }),
             ..DeleteParams::default()
         };
-        let result = self.handle.block_on(async move {
+        let result = self.api.run(async |writer| {
+            let api = claims(writer, namespace);
             writer
                 .write("delete", "resourceclaims", || {
-                    let (api, name, dp) = (api.clone(), name.clone(), dp.clone());
-                    async move { api.delete(&name, &dp).await }
+                    let (api, dp) = (api.clone(), dp.clone());
+                    async move { api.delete(name, &dp).await }
                 })
                 .await
         });
@@ -824,10 +821,8 @@ impl DraApi for RuntimeDraApi {
                 "pod {namespace}/{name} is bound to node {node:?}: its DRA status is kept"
             )));
         }
-        let writer = self.writer.clone();
-        let (ns, name) = (namespace.to_string(), name.to_string());
-        self.handle
-            .block_on(async move { writer.patch_pod_status(&ns, &name, patch).await })
+        self.api
+            .run(async |writer| writer.patch_pod_status(namespace, name, patch).await)
             .map_err(to_dra)
     }
 }

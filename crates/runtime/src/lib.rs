@@ -3,6 +3,7 @@
 //! synchronous scheduling core.
 #![forbid(unsafe_code)]
 
+mod binding_threads;
 mod dra;
 mod events;
 mod explain;
@@ -23,6 +24,7 @@ mod testing;
 mod volume;
 mod writer;
 
+pub use binding_threads::{BINDING_THREAD_KEEP_ALIVE, SyncWriter};
 pub use dra::*;
 pub use events::*;
 pub use explain::*;

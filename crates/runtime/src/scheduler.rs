@@ -31,8 +31,8 @@ use unisched_queue::{QueueConfig, SchedulingQueue};
 
 use crate::{
     ApiWriter, DraHandler, EventRecorder, EventType, Explanations, Health, LeaderFlag, LeaseConfig, Metrics,
-    NodeHandler, PodEvent, PodHandler, RuntimeDraApi, WriteError, informers, run_leader_election,
-    spawn_event_writer,
+    NodeHandler, PodEvent, PodHandler, RuntimeDraApi, SyncWriter, WriteError,
+    binding_threads::BindingThreads, informers, run_leader_election, spawn_event_writer,
 };
 
 /// Why the scheduler could not start or stopped.
@@ -78,12 +78,16 @@ pub struct SchedulerOptions {
     pub health_addr: Option<SocketAddr>,
     /// Lease namespace when the configuration leaves it empty.
     pub default_namespace: String,
+    /// When set, each binding thread opens a connection of its own with this configuration and
+    /// sends its cycle's writes on it (see [`crate::SyncWriter`]); `None`: binding writes go
+    /// through the shared client. `unisched run` sets it; the embedded simulator, whose API server
+    /// shares the I/O runtime, does not.
+    pub binding_connections: Option<kube::Config>,
 }
 
-/// Binds through the API writer from a blocking thread.
+/// Binds through the API writer from a binding thread.
 struct RuntimeBinder {
-    writer: ApiWriter,
-    handle: Handle,
+    api: SyncWriter,
 }
 
 impl Binder for RuntimeBinder {
@@ -91,10 +95,8 @@ impl Binder for RuntimeBinder {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let writer = self.writer.clone();
-        let node = node.to_string();
-        self.handle
-            .block_on(async move { writer.bind(&ns, &name, &uid, &node).await })
+        self.api
+            .run(async |writer| writer.bind(&ns, &name, &uid, node).await)
             .map_err(|e| match e {
                 WriteError::Conflict(m) => BindError::Conflict(m),
                 WriteError::NotFound(m) => BindError::NotFound(m),
@@ -114,6 +116,8 @@ struct Shared {
     events: EventRecorder,
     metrics: Metrics,
     handle: Handle,
+    /// Where binding cycles run.
+    binding: BindingThreads,
     stop: AtomicBool,
     bindings_in_flight: AtomicUsize,
     namespaces: Arc<crate::NamespaceStore>,
@@ -162,8 +166,7 @@ impl Scheduler {
         );
         let handle = Handle::current();
         let binder: Arc<dyn Binder> = Arc::new(RuntimeBinder {
-            writer: writer.clone(),
-            handle: handle.clone(),
+            api: SyncWriter::new(writer.clone(), handle.clone()),
         });
         let dra = Arc::new(DraCache::new());
         let dra_api = Arc::new(RuntimeDraApi::new(
@@ -252,6 +255,11 @@ impl Scheduler {
             writer,
             events,
             metrics,
+            binding: BindingThreads::new(
+                handle.clone(),
+                options.binding_connections.clone(),
+                crate::BINDING_THREAD_KEEP_ALIVE,
+            ),
             handle,
             stop: AtomicBool::new(false),
             bindings_in_flight: AtomicUsize::new(0),
@@ -680,7 +688,7 @@ fn schedule_one(
             let sh2 = sh.clone();
             sh.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
             sh.metrics.goroutines.with_label_values(&["binding"]).inc();
-            sh.handle.spawn_blocking(move || {
+            sh.binding.spawn(Box::new(move || {
                 let assumed = task.assumed.clone();
                 let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
                 match result {
@@ -727,7 +735,7 @@ fn schedule_one(
                 }
                 sh2.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
                 sh2.metrics.goroutines.with_label_values(&["binding"]).dec();
-            });
+            }));
         }
     }
 }

@@ -24,7 +24,7 @@ use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
 use unisched_plugins::{VolumeApi, VolumeApiError};
 use unisched_queue::SchedulingQueue;
 
-use crate::{ApiWriter, Handler, WriteError};
+use crate::{ApiWriter, Handler, SyncWriter, WriteError};
 
 /// A storage kind a [`VolumeHandler`] feeds into the cache.
 pub trait VolumeKind: Clone + Send + Sync + 'static {
@@ -185,19 +185,21 @@ impl<K: VolumeKind> Handler for VolumeHandler<K> {
 
 /// VolumeBinding's API writes, made from the binding cycle's blocking thread.
 pub struct RuntimeVolumeApi {
-    writer: ApiWriter,
-    handle: Handle,
+    api: SyncWriter,
 }
 
 impl RuntimeVolumeApi {
     /// Writes through `writer`, blocking on `handle`.
     pub fn new(writer: ApiWriter, handle: Handle) -> Self {
-        RuntimeVolumeApi { writer, handle }
+        RuntimeVolumeApi {
+            api: SyncWriter::new(writer, handle),
+        }
     }
 
+    /// `api` gives the resource's `Api` through a writer's client.
     fn merge_patch<K>(
         &self,
-        api: Api<K>,
+        api: impl Fn(&ApiWriter) -> Api<K>,
         resource: &'static str,
         name: &str,
         patch: Value,
@@ -205,18 +207,13 @@ impl RuntimeVolumeApi {
     where
         K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
-        let writer = self.writer.clone();
-        let name = name.to_string();
-        self.handle
-            .block_on(async move {
+        let patch = Patch::Merge(patch);
+        let params = PatchParams::default();
+        self.api
+            .run(async |writer| {
+                let api = api(writer);
                 writer
-                    .write("patch", resource, || {
-                        let (api, patch, name) = (api.clone(), patch.clone(), name.clone());
-                        async move {
-                            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                                .await
-                        }
-                    })
+                    .write("patch", resource, || api.patch(name, &params, &patch))
                     .await
             })
             .map(|_| ())
@@ -230,13 +227,21 @@ impl RuntimeVolumeApi {
 
 impl VolumeApi for RuntimeVolumeApi {
     fn patch_pv(&self, name: &str, patch: Value) -> Result<(), VolumeApiError> {
-        let api: Api<PersistentVolume> = Api::all(self.writer.client().clone());
-        self.merge_patch(api, "persistentvolumes", name, patch)
+        self.merge_patch(
+            |w| Api::<PersistentVolume>::all(w.client().clone()),
+            "persistentvolumes",
+            name,
+            patch,
+        )
     }
 
     fn patch_pvc(&self, namespace: &str, name: &str, patch: Value) -> Result<(), VolumeApiError> {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.writer.client().clone(), namespace);
-        self.merge_patch(api, "persistentvolumeclaims", name, patch)
+        self.merge_patch(
+            |w| Api::<PersistentVolumeClaim>::namespaced(w.client().clone(), namespace),
+            "persistentvolumeclaims",
+            name,
+            patch,
+        )
     }
 }
 

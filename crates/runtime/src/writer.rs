@@ -280,6 +280,13 @@ fn api_message(err: &kube::Error) -> String {
 #[derive(Clone)]
 pub struct ApiWriter {
     client: Client,
+    /// Shared by every copy, whichever client it sends through (see [`ApiWriter::with_client`]).
+    limits: Arc<WriterLimits>,
+}
+
+/// What an [`ApiWriter`]'s copies share.
+struct WriterLimits {
+    /// Shared with copies whose retry policy differs (see [`ApiWriter::with_retry`]).
     limiter: Arc<TokenBucket>,
     metrics: Metrics,
     leader: LeaderFlag,
@@ -290,7 +297,7 @@ pub struct ApiWriter {
 impl std::fmt::Debug for ApiWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiWriter")
-            .field("field_manager", &self.field_manager)
+            .field("field_manager", &self.limits.field_manager)
             .finish()
     }
 }
@@ -300,19 +307,38 @@ impl ApiWriter {
     pub fn new(client: Client, qps: f32, burst: i32, metrics: Metrics, leader: LeaderFlag) -> Self {
         ApiWriter {
             client,
-            limiter: Arc::new(TokenBucket::new(qps, burst)),
-            metrics,
-            leader,
-            retry: RetryPolicy::default(),
-            field_manager: "unisched".into(),
+            limits: Arc::new(WriterLimits {
+                limiter: Arc::new(TokenBucket::new(qps, burst)),
+                metrics,
+                leader,
+                retry: RetryPolicy::default(),
+                field_manager: "unisched".into(),
+            }),
         }
     }
 
     /// Overrides the retry policy (tests use short backoffs).
     #[must_use]
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
+        let old = &self.limits;
+        self.limits = Arc::new(WriterLimits {
+            limiter: old.limiter.clone(),
+            metrics: old.metrics.clone(),
+            leader: old.leader.clone(),
+            retry,
+            field_manager: old.field_manager.clone(),
+        });
         self
+    }
+
+    /// This writer sending through `client` instead: same token bucket, leader fence, retry
+    /// policy and metrics (a binding thread's own connection, see [`crate::SyncWriter`]).
+    #[must_use]
+    pub fn with_client(&self, client: Client) -> Self {
+        ApiWriter {
+            client,
+            limits: self.limits.clone(),
+        }
     }
 
     /// The client (reads).
@@ -322,7 +348,7 @@ impl ApiWriter {
 
     /// The leader flag this writer checks.
     pub fn leader(&self) -> &LeaderFlag {
-        &self.leader
+        &self.limits.leader
     }
 
     /// Runs one logical write with leader check, rate limit, retries and metrics.
@@ -332,17 +358,17 @@ impl ApiWriter {
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
         let start = Instant::now();
-        let mut backoff = self.retry.initial;
+        let mut backoff = self.limits.retry.initial;
         let mut last = String::new();
         // Set once an attempt failed after the request may have reached the server.
         let mut ambiguous = false;
-        for attempt in 1..=self.retry.attempts.max(1) {
-            if !self.leader.is_leader() {
+        for attempt in 1..=self.limits.retry.attempts.max(1) {
+            if !self.limits.leader.is_leader() {
                 return Err(WriteError::NotLeader);
             }
-            self.limiter.acquire().await;
+            self.limits.limiter.acquire().await;
             // The wait for a token may have outlived the lease: check again right before sending.
-            if !self.leader.is_leader() {
+            if !self.limits.leader.is_leader() {
                 return Err(WriteError::NotLeader);
             }
             let result = op().await;
@@ -350,13 +376,15 @@ impl ApiWriter {
                 Ok(_) => "2xx".to_string(),
                 Err(e) => classify(e).map_or_else(|_| "transport".to_string(), |c| c.to_string()),
             };
-            self.metrics
+            self.limits
+                .metrics
                 .api_writes
                 .with_label_values(&[verb, resource, &code])
                 .inc();
             match result {
                 Ok(v) => {
-                    self.metrics
+                    self.limits
+                        .metrics
                         .api_write_duration
                         .with_label_values(&[verb, resource])
                         .observe(start.elapsed().as_secs_f64());
@@ -382,18 +410,18 @@ impl ApiWriter {
                     ambiguous |= classify(&e).map_or(true, |c| c >= 500);
                     last = e.to_string();
                     tracing::debug!(verb, resource, attempt, error = %last, "retrying API write");
-                    if attempt < self.retry.attempts {
-                        if !self.leader.is_leader() {
+                    if attempt < self.limits.retry.attempts {
+                        if !self.limits.leader.is_leader() {
                             return Err(WriteError::NotLeader);
                         }
                         tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.retry.max);
+                        backoff = (backoff * 2).min(self.limits.retry.max);
                     }
                 }
             }
         }
         Err(WriteError::Exhausted {
-            attempts: self.retry.attempts,
+            attempts: self.limits.retry.attempts,
             last,
         })
     }
@@ -450,9 +478,9 @@ impl ApiWriter {
         node: &str,
         err: WriteError,
     ) -> Result<(), WriteError> {
-        let mut backoff = self.retry.initial;
+        let mut backoff = self.limits.retry.initial;
         let mut last = err.to_string();
-        for attempt in 1..=self.retry.attempts.max(1) {
+        for attempt in 1..=self.limits.retry.attempts.max(1) {
             match api.get_opt(name).await {
                 Ok(None) => return Err(WriteError::NotFound(format!("pod {name} is gone"))),
                 Ok(Some(pod)) => {
@@ -476,9 +504,9 @@ impl ApiWriter {
                 }
                 Err(e) => {
                     last = e.to_string();
-                    if attempt < self.retry.attempts {
+                    if attempt < self.limits.retry.attempts {
                         tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.retry.max);
+                        backoff = (backoff * 2).min(self.limits.retry.max);
                     }
                 }
             }

@@ -256,8 +256,10 @@ async fn dra_pods_that_fit_are_bound_after_a_restart_without_the_flush() {
     seed_cluster(&store);
     claim(&store, "shared", "mem");
 
-    // The first scheduler places phase 1 and stops.
-    let (first, task) = support::start_scheduler(&server, "first", 11).await;
+    // The first scheduler places phase 1 and stops. It binds as `unisched run` does, on
+    // connections of its own (whose claim answers are the ones lost); the second through the
+    // shared client.
+    let (first, task) = support::start_scheduler_with(&server, "first", 11, true).await;
     faults.fail_after_commit("PATCH", "/resourceclaims/", 500, 2, 1000);
     let phase1 = workload(1);
     for (p, c, class) in &phase1 {

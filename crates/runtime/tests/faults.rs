@@ -54,6 +54,7 @@ async fn start() -> (
         identity: "faults-test".into(),
         health_addr: None,
         default_namespace: "default".into(),
+        binding_connections: None,
     };
     let s = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
     let runner = s.clone();

@@ -33,6 +33,9 @@ async fn start() -> (
         identity: "lost-responses".into(),
         health_addr: None,
         default_namespace: "default".into(),
+        // As `unisched run` does: binding cycles write on connections of their own, so the lost
+        // answers below are lost on those.
+        binding_connections: Some(kube::Config::new(server.url().parse().unwrap())),
     };
     let s = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
     let runner = s.clone();

@@ -85,6 +85,7 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
         identity: "missing-claim".into(),
         health_addr: None,
         default_namespace: "default".into(),
+        binding_connections: None,
     };
     let sched = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
     let runner = sched.clone();

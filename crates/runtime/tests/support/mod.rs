@@ -40,6 +40,17 @@ pub async fn start_scheduler(
     identity: &str,
     seed: u64,
 ) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
+    start_scheduler_with(server, identity, seed, false).await
+}
+
+/// [`start_scheduler`]; with `own_binding_connections` its binding cycles write on connections
+/// of their own, as under `unisched run`.
+pub async fn start_scheduler_with(
+    server: &RunningServer,
+    identity: &str,
+    seed: u64,
+    own_binding_connections: bool,
+) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
     let mut config = KubeSchedulerConfiguration::defaulted();
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
@@ -49,6 +60,8 @@ pub async fn start_scheduler(
         identity: identity.into(),
         health_addr: None,
         default_namespace: "default".into(),
+        binding_connections: own_binding_connections
+            .then(|| kube::Config::new(server.url().parse().unwrap())),
     };
     let s = Arc::new(Scheduler::new(client(server), options).await.unwrap());
     let runner = s.clone();
