@@ -652,18 +652,21 @@ impl Allocator {
         let index: &DraSnapshotIndex = &self.index;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
         let mut free = 0usize;
-        for si in index.candidate_slices(node_name) {
+        // A slice not bound to one node by name (all nodes, a selector, per-device selection) is
+        // the search's to judge.
+        if index.has_node_independent_slices() {
+            return NodeSummary::Undecided;
+        }
+        // The node's own slices name it, newest generation only: no name to compare.
+        for &si in index.own_slices(node_name) {
             let slice = index.slice_at(si);
-            if !matches!(slice.scope(), crate::pools::NodeScope::NodeName(_)) || slice.has_shared_counters() {
+            if slice.has_shared_counters() {
                 return NodeSummary::Undecided;
             }
-            // Older generations, other nodes, incomplete and invalid pools: set aside by `gather`.
+            // Incomplete and invalid pools: set aside by `gather`.
             let Some((pool, pos)) = index.slice_position(si) else {
                 continue;
             };
-            if !matches!(slice.targets(node), Ok(true)) {
-                continue;
-            }
             let rec = index.pool_at(pool);
             if !rec.complete || rec.invalid.is_some() {
                 continue;

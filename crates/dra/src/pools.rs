@@ -690,6 +690,11 @@ impl DraSnapshotIndex {
             .copied()
     }
 
+    /// The slices of the newest generation bound to `node_name` by name (`spec.nodeName`).
+    pub(crate) fn own_slices(&self, node_name: &str) -> &[u32] {
+        self.by_node.get(node_name).map_or(&[], |(_, own)| own.as_slice())
+    }
+
     /// A dense number (`0..node_slot_count()`) for each node that has slices of its own, fixed
     /// for the life of this index: lets per-node facts derived from it live in flat arrays.
     pub fn node_slot(&self, node_name: &str) -> Option<u32> {

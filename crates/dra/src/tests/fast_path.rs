@@ -471,6 +471,22 @@ fn summary_declines_what_it_cannot_decide() {
             want: NodeSummary::Undecided,
         },
         Case {
+            name: "a slice for all nodes",
+            fixture: fx(
+                slice("s", DRIVER, "", "shared").all_nodes().device(dev("d0")),
+                claim("ns", "c").request(req("r", "cls")),
+            ),
+            want: NodeSummary::Undecided,
+        },
+        Case {
+            name: "only another node's slice",
+            fixture: fx(
+                slice("s", DRIVER, "other", "other").device(dev("d0")),
+                claim("ns", "c").request(req("r", "cls")),
+            ),
+            want: NodeSummary::Short { free: 0 },
+        },
+        Case {
             name: "multi-allocatable device",
             fixture: fx(
                 slice("s", DRIVER, "n", "n").device(dev("d0").multi()),
