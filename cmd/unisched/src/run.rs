@@ -35,9 +35,9 @@ pub struct RunArgs {
     /// Seed for tie-breaks among equally scored nodes (default: random).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Threads of the async runtime that carries the API traffic: watches, writes, events, leader
-    /// election, the metrics server. (Filter and Score run on their own pool, binding cycles on
-    /// blocking threads.) One spends about a millisecond per DRA pod, several times less than the
+    /// Threads of the async runtime that carries the API traffic: watches, status writes, events,
+    /// leader election, the metrics server. (Filter and Score run on their own pool, binding
+    /// cycles on binding threads that write on connections of their own.) One spends about a millisecond per DRA pod, several times less than the
     /// kube-apiserver that commits the pod's writes; a second one made the scheduler spend ~10 %
     /// more CPU per pod, in thread wake-ups, at the same throughput (docs/perf.md, issue 18, ninth
     /// round).
