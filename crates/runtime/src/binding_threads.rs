@@ -354,6 +354,15 @@ mod tests {
             .unwrap()
     }
 
+    /// Waits until some thread of `pool` is idle (a thread registers right after its job).
+    fn wait_for_an_idle_thread(pool: &BindingThreads) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.idle_count() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(pool.idle_count() > 0, "no binding thread went idle");
+    }
+
     /// Waits until no thread of `pool` is left (each holds the pool's shared state).
     fn wait_for_no_threads(pool: &BindingThreads) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -392,11 +401,7 @@ mod tests {
         let t = tx.clone();
         pool.spawn(Box::new(move || t.send(std::thread::current().id()).unwrap()));
         let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        // The thread registers as idle right after its job.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.idle_count() == 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for_an_idle_thread(&pool);
         assert_eq!(pool.idle_count(), 1);
         let t = tx.clone();
         pool.spawn(Box::new(move || t.send(std::thread::current().id()).unwrap()));
@@ -569,10 +574,7 @@ mod tests {
         let t = tx.clone();
         pool.spawn(Box::new(move || t.send(()).unwrap()));
         rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.idle_count() == 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for_an_idle_thread(&pool);
         pool.close();
         wait_for_no_threads(&pool);
         pool.spawn(Box::new(move || tx.send(()).unwrap()));
