@@ -37,10 +37,10 @@ pub struct RunArgs {
     pub seed: Option<u64>,
     /// Threads of the async runtime that carries the API traffic: watches, status writes, events,
     /// leader election, the metrics server. (Filter and Score run on their own pool, binding
-    /// cycles on binding threads that write on connections of their own.) One spends about a millisecond per DRA pod, several times less than the
-    /// kube-apiserver that commits the pod's writes; a second one made the scheduler spend ~10 %
-    /// more CPU per pod, in thread wake-ups, at the same throughput (docs/perf.md, issue 18, ninth
-    /// round).
+    /// cycles on binding threads that write on connections of their own.) One spends about a
+    /// millisecond per DRA pod, several times less than the kube-apiserver that commits the pod's
+    /// writes; a second one made the scheduler spend ~10 % more CPU per pod, in thread wake-ups,
+    /// at the same throughput (docs/perf.md, issue 18, ninth round).
     #[arg(long = "io-threads", default_value_t = 1)]
     pub io_threads: usize,
 }

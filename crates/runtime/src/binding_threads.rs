@@ -107,11 +107,6 @@ impl SyncWriter {
         SyncWriter { writer, handle }
     }
 
-    /// The writer as configured (its client is the shared one).
-    pub fn writer(&self) -> &ApiWriter {
-        &self.writer
-    }
-
     /// Runs `op` and waits for its result. On a binding thread with a connection of its own,
     /// `op` gets this writer with that thread's client and runs on that thread; anywhere else it
     /// gets this writer and runs on the I/O runtime's handle. Must not be called from inside a

@@ -309,14 +309,16 @@ impl<K: DraKind> Handler for DraHandler<K> {
     }
 }
 
-/// The DynamicResources plugin's API writes, made from the binding cycle's blocking thread.
+/// The DynamicResources plugin's API writes, made from the binding cycle's thread (see
+/// [`SyncWriter`]).
 pub struct RuntimeDraApi {
     api: SyncWriter,
     metrics: Metrics,
 }
 
 impl RuntimeDraApi {
-    /// Writes through `writer`, blocking on `handle`.
+    /// Writes through `writer` (a binding thread's own connection where it has one), off the
+    /// binding threads blocking on `handle`.
     pub fn new(writer: ApiWriter, handle: Handle, metrics: Metrics) -> Self {
         RuntimeDraApi {
             api: SyncWriter::new(writer, handle),

@@ -183,13 +183,14 @@ impl<K: VolumeKind> Handler for VolumeHandler<K> {
     }
 }
 
-/// VolumeBinding's API writes, made from the binding cycle's blocking thread.
+/// VolumeBinding's API writes, made from the binding cycle's thread (see [`SyncWriter`]).
 pub struct RuntimeVolumeApi {
     api: SyncWriter,
 }
 
 impl RuntimeVolumeApi {
-    /// Writes through `writer`, blocking on `handle`.
+    /// Writes through `writer` (a binding thread's own connection where it has one), off the
+    /// binding threads blocking on `handle`.
     pub fn new(writer: ApiWriter, handle: Handle) -> Self {
         RuntimeVolumeApi {
             api: SyncWriter::new(writer, handle),

@@ -285,6 +285,7 @@ pub struct ApiWriter {
 }
 
 /// What an [`ApiWriter`]'s copies share.
+#[derive(Clone)]
 struct WriterLimits {
     /// Shared with copies whose retry policy differs (see [`ApiWriter::with_retry`]).
     limiter: Arc<TokenBucket>,
@@ -320,14 +321,9 @@ impl ApiWriter {
     /// Overrides the retry policy (tests use short backoffs).
     #[must_use]
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
-        let old = &self.limits;
-        self.limits = Arc::new(WriterLimits {
-            limiter: old.limiter.clone(),
-            metrics: old.metrics.clone(),
-            leader: old.leader.clone(),
-            retry,
-            field_manager: old.field_manager.clone(),
-        });
+        let mut limits = (*self.limits).clone();
+        limits.retry = retry;
+        self.limits = Arc::new(limits);
         self
     }
 
