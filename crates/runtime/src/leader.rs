@@ -44,6 +44,9 @@ pub struct LeaseConfig {
 enum Round {
     Leading,
     Following,
+    /// We led, but our renewal deadline passed before the round could write: the record read may
+    /// already be stale (another replica may have taken the lease meanwhile), so nothing was sent.
+    Expired,
 }
 
 /// How an election ended.
@@ -80,8 +83,15 @@ pub async fn run_leader_election(
         if *stop.borrow() {
             return stop_leading(&api, &cfg, &flag, &metrics, leading).await;
         }
+        // While leading, a round may only write before the fence it renews closes: a process
+        // paused past that point (SIGSTOP, a long GC-like stall of the host) must not renew a
+        // lease another replica may already hold by its own clock, nor send anything else.
+        let write_by = leading.then(|| last_renew + cfg.renew_deadline);
+        if write_by.is_some_and(|t| Instant::now() >= t) {
+            return renewal_missed(&flag, &metrics, &cfg);
+        }
         let sent = Instant::now();
-        match try_acquire_or_renew(&api, &cfg, &mut observed).await {
+        match try_acquire_or_renew(&api, &cfg, &mut observed, write_by).await {
             Ok(Round::Leading) => {
                 if !leading {
                     tracing::info!(lease = %cfg.name, identity = %cfg.identity, "acquired leader lease");
@@ -91,6 +101,7 @@ pub async fn run_leader_election(
                 flag.renewed(sent, cfg.renew_deadline);
                 metrics.leader.set(1);
             }
+            Ok(Round::Expired) => return renewal_missed(&flag, &metrics, &cfg),
             Ok(Round::Following) => {
                 if leading {
                     flag.set(false);
@@ -102,10 +113,7 @@ pub async fn run_leader_election(
             Err(e) => {
                 tracing::warn!(error = %e, "leader election round failed");
                 if leading && last_renew.elapsed() >= cfg.renew_deadline {
-                    flag.set(false);
-                    metrics.leader.set(0);
-                    tracing::error!(lease = %cfg.name, "failed to renew the leader lease within renewDeadline");
-                    return ElectionEnd::Lost;
+                    return renewal_missed(&flag, &metrics, &cfg);
                 }
             }
         }
@@ -114,6 +122,14 @@ pub async fn run_leader_election(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// The lease was not renewed within `renewDeadline`: stop writing at once; the caller exits.
+fn renewal_missed(flag: &LeaderFlag, metrics: &Metrics, cfg: &LeaseConfig) -> ElectionEnd {
+    flag.set(false);
+    metrics.leader.set(0);
+    tracing::error!(lease = %cfg.name, "failed to renew the leader lease within renewDeadline");
+    ElectionEnd::Lost
 }
 
 /// Stops writing, then gives the lease up if we hold it.
@@ -161,16 +177,23 @@ pub async fn release(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool, kube::
     }
 }
 
+/// One round: read the lease, then take or renew it if we may. `write_by` (set while leading) is
+/// when our fence closes; past it the round sends nothing and answers [`Round::Expired`].
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     observed: &mut Option<(String, Instant)>,
+    write_by: Option<Instant>,
 ) -> Result<Round, kube::Error> {
     let now = MicroTime(Timestamp::now());
     let duration_secs = i32::try_from(cfg.lease_duration.as_secs())
         .unwrap_or(i32::MAX)
         .max(1);
+    let late = || write_by.is_some_and(|t| Instant::now() >= t);
     let Some(lease) = api.get_opt(&cfg.name).await? else {
+        if late() {
+            return Ok(Round::Expired);
+        }
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(cfg.name.clone()),
@@ -210,6 +233,10 @@ async fn try_acquire_or_renew(
     if !held_by_me && !expired {
         return Ok(Round::Following);
     }
+    // The read may have been answered (or this process resumed) after our fence closed.
+    if late() {
+        return Ok(Round::Expired);
+    }
     let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!held_by_me);
     let mut spec_patch = json!({
         "holderIdentity": cfg.identity,
@@ -231,5 +258,106 @@ async fn try_acquire_or_renew(
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Round::Following),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn config(identity: &str) -> LeaseConfig {
+        LeaseConfig {
+            namespace: "default".into(),
+            name: "unisched".into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(250),
+        }
+    }
+
+    async fn lease_api() -> (unisched_sim::RunningServer, Api<Lease>) {
+        let server = unisched_sim::ApiServer::builder()
+            .build()
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+        (server, Api::namespaced(client, "default"))
+    }
+
+    /// The stored lease's holder and resourceVersion.
+    async fn holder_and_version(api: &Api<Lease>) -> (String, String) {
+        let lease = api.get("unisched").await.unwrap();
+        let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        (holder, lease.metadata.resource_version.unwrap())
+    }
+
+    /// Table: what one round does with a lease we hold, by where our fence stands when the read
+    /// comes back. Past it the round must not write, since the record it read may be stale.
+    #[tokio::test]
+    async fn a_leaders_round_writes_only_while_its_fence_is_open() {
+        let cases = [
+            ("no fence (not leading yet)", None, Round::Leading, true),
+            ("fence open", Some(Duration::from_secs(60)), Round::Leading, true),
+            ("fence closed", Some(Duration::ZERO), Round::Expired, false),
+        ];
+        for (name, fence_left, want, writes) in cases {
+            let (_server, api) = lease_api().await;
+            let cfg = config("me");
+            let mut observed = None;
+            // The first round creates the lease: we hold it.
+            let first = try_acquire_or_renew(&api, &cfg, &mut observed, None)
+                .await
+                .unwrap();
+            assert_eq!(first, Round::Leading, "{name}");
+            let before = holder_and_version(&api).await;
+            let write_by = fence_left.map(|d| Instant::now() + d);
+            let round = try_acquire_or_renew(&api, &cfg, &mut observed, write_by)
+                .await
+                .unwrap();
+            assert_eq!(round, want, "{name}");
+            let after = holder_and_version(&api).await;
+            assert_eq!(after.0, "me", "{name}");
+            assert_eq!(
+                after.1 != before.1,
+                writes,
+                "{name}: renewed {before:?} -> {after:?}"
+            );
+        }
+    }
+
+    /// A missing lease is not created by a leader whose fence closed either.
+    #[tokio::test]
+    async fn a_leader_past_its_fence_does_not_recreate_a_deleted_lease() {
+        let (_server, api) = lease_api().await;
+        let cfg = config("me");
+        let mut observed = None;
+        let round = try_acquire_or_renew(&api, &cfg, &mut observed, Some(Instant::now()))
+            .await
+            .unwrap();
+        assert_eq!(round, Round::Expired);
+        assert!(api.get_opt("unisched").await.unwrap().is_none());
+    }
+
+    /// A lease another replica holds is left alone, fence or not.
+    #[tokio::test]
+    async fn a_lease_held_by_another_is_followed_without_a_write() {
+        let (_server, api) = lease_api().await;
+        let mut observed = None;
+        try_acquire_or_renew(&api, &config("other"), &mut observed, None)
+            .await
+            .unwrap();
+        let before = holder_and_version(&api).await;
+        for write_by in [None, Some(Instant::now() + Duration::from_secs(60))] {
+            let mut mine = None;
+            let round = try_acquire_or_renew(&api, &config("me"), &mut mine, write_by)
+                .await
+                .unwrap();
+            assert_eq!(round, Round::Following);
+        }
+        assert_eq!(holder_and_version(&api).await, before);
     }
 }
