@@ -594,20 +594,20 @@ mod tests {
         assert!(q.repeats.is_empty() && q.entries.is_empty());
     }
 
+    /// The events.k8s.io Events the writer created, as (pod, reason, count). Read from that
+    /// resource itself, not from the core Events the embedded server's mirror controller copies
+    /// them to: the mirror runs on its own and may not have copied the last writes yet.
     fn events_in(store: &Store) -> Vec<(String, String, i64)> {
         let mut out: Vec<_> = store
-            .list_all("events", Some("default"))
+            .list_all("events.events.k8s.io", Some("default"))
             .unwrap()
             .iter()
             .map(|e| {
                 let e: Value = e.to_value();
-                let pod = e["involvedObject"]["name"]
-                    .as_str()
-                    .or(e["regarding"]["name"].as_str())
-                    .unwrap_or_default()
-                    .to_string();
+                let pod = e["regarding"]["name"].as_str().unwrap_or_default().to_string();
                 let reason = e["reason"].as_str().unwrap_or_default().to_string();
-                let count = e["count"].as_i64().or(e["series"]["count"].as_i64()).unwrap_or(1);
+                // A single occurrence has no series.
+                let count = e["series"]["count"].as_i64().unwrap_or(1);
                 (pod, reason, count)
             })
             .collect();
