@@ -23,14 +23,15 @@ fn claim(name: &str) -> Value {
 /// FailedScheduling events of pod `p` whose note mentions `text`, with their series counts.
 fn failed_events(store: &Store, text: &str) -> Vec<(String, i64)> {
     store
-        .list_all("events", Some("default"))
+        // The events.k8s.io Events the scheduler wrote (not the core copies the embedded server's
+        // mirror makes later, which could lag a series patch).
+        .list_all("events.events.k8s.io", Some("default"))
         .unwrap()
         .iter()
-        .filter(|e| e["reason"] == "FailedScheduling" && e["involvedObject"]["name"] == "p")
+        .filter(|e| e["reason"] == "FailedScheduling" && e["regarding"]["name"] == "p")
         .filter_map(|e| {
-            // The embedded server serves events.k8s.io/v1 writes as core/v1 Events too.
-            let note = e["message"].as_str().or(e["note"].as_str())?;
-            let count = e["count"].as_i64().or(e["series"]["count"].as_i64()).unwrap_or(1);
+            let note = e["note"].as_str()?;
+            let count = e["series"]["count"].as_i64().unwrap_or(1);
             note.contains(text).then(|| (note.to_string(), count))
         })
         .collect()
