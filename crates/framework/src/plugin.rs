@@ -85,6 +85,16 @@ macro_rules! serves {
 pub trait PreEnqueuePlugin: Plugin {
     /// Success lets the pod in.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+
+    /// What the user is told about `status`, a refusal of `pod` by this plugin (KEP-5501: the
+    /// runtime writes it as an event and a `PodScheduled=False` condition if the refusal lasts).
+    /// `None` opts out: for a wait on another component that ends in seconds in a healthy cluster
+    /// and that the component reports on itself if it does not, or for a state the API server
+    /// already shows. By default, the status message.
+    fn rejection_message(&self, pod: &PodInfo, status: &Status) -> Option<String> {
+        let _ = pod;
+        Some(status.message())
+    }
 }
 
 /// Orders the active queue. Exactly one per profile.

@@ -38,6 +38,11 @@ impl PreEnqueuePlugin for SchedulingGates {
         let names: Vec<&str> = gates.iter().map(|g| g.name.as_str()).collect();
         Status::unresolvable(format!("waiting for scheduling gates: [{}]", names.join(" ")))
     }
+
+    /// Nothing: the API server already gives a gated pod its `SchedulingGated` condition.
+    fn rejection_message(&self, _pod: &PodInfo, _status: &Status) -> Option<String> {
+        None
+    }
 }
 
 /// The pod itself lost its last gate. Upstream registers this for the target pod only; our event
@@ -109,6 +114,8 @@ mod tests {
             let s = SchedulingGates.pre_enqueue(&c.pod);
             assert_eq!(s.code(), c.code, "{}", c.name);
             assert_eq!(s.message(), c.message, "{}", c.name);
+            // The API server's `SchedulingGated` condition says it already: nothing to report.
+            assert_eq!(SchedulingGates.rejection_message(&c.pod, &s), None, "{}", c.name);
         }
     }
 

@@ -49,9 +49,10 @@ pub trait QueueObserver: Send + Sync + fmt::Debug {
     /// A cluster event the queue is interested in was handled in `elapsed`
     /// (`scheduler_event_handling_duration_seconds`).
     fn event_handled(&self, _event: &str, _elapsed: Duration) {}
-    /// PreEnqueue `plugin` of `profile` refused `pod` with `message` (called every time the pod
-    /// is checked, under the queue's lock: it must not block; the runtime reports each distinct
-    /// message once, off the scheduling cycle).
+    /// PreEnqueue `plugin` of `profile` refused `pod`, and `message` is what the plugin wants the
+    /// user told ([`unisched_framework::PreEnqueuePlugin::rejection_message`]; refusals it opts
+    /// out of are not passed on). Called every time the pod is checked, under the queue's lock: it
+    /// must not block; the runtime reports each distinct message once, off the scheduling cycle.
     fn gated(&self, _pod: &unisched_framework::PodInfo, _profile: &str, _plugin: &str, _message: &str) {}
 }
 

@@ -497,9 +497,15 @@ impl SchedulingQueue {
         }
         let plugin = status.plugin().unwrap_or("PreEnqueue").to_string();
         tracing::debug!(pod = %qpi.pod_info.key(), %plugin, %status, "pod gated by PreEnqueue");
-        self.config
-            .observer
-            .gated(&qpi.pod_info, fwk.profile_name(), &plugin, &status.message());
+        let message = match fwk.plugin(&plugin).and_then(|p| p.clone().as_pre_enqueue()) {
+            Some(p) => p.rejection_message(&qpi.pod_info, &status),
+            None => Some(status.message()),
+        };
+        if let Some(message) = message {
+            self.config
+                .observer
+                .gated(&qpi.pod_info, fwk.profile_name(), &plugin, &message);
+        }
         qpi.unschedulable_plugins.insert(plugin.clone());
         qpi.gating_plugin = Some(plugin);
     }

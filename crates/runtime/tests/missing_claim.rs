@@ -46,8 +46,16 @@ fn scheduled_condition(store: &Store) -> Option<Value> {
         .cloned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears() {
+/// A running scheduler on an embedded API server with one node and two GPUs of class
+/// `gpu.example.com` (no claim controller: tests create claims themselves).
+async fn cluster_with_scheduler(
+    identity: &str,
+) -> (
+    unisched_sim::RunningServer,
+    Store,
+    std::sync::Arc<Scheduler>,
+    tokio::task::JoinHandle<()>,
+) {
     let server = support::serve().await;
     let store = server.store().clone();
     store
@@ -83,7 +91,7 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
     let options = SchedulerOptions {
         config,
         seed: 5,
-        identity: "missing-claim".into(),
+        identity: identity.into(),
         health_addr: None,
         default_namespace: "default".into(),
         binding_connections: None,
@@ -94,6 +102,12 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
         let _ = runner.run().await;
     });
 
+    (server, store, sched, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears() {
+    let (server, store, sched, task) = cluster_with_scheduler("missing-claim").await;
     store
         .create(
             "pods",
@@ -159,6 +173,71 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
         .get("resourceclaims", Some("default"), "late-claim")
         .unwrap();
     assert_eq!(c["status"]["reservedFor"][0]["name"], "p");
+    sched.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    server.shutdown().await;
+}
+
+/// A pod whose claim comes from a template waits for the claim controller to create it. That wait
+/// is not reported (KEP-5501: DynamicResources opts out), however long it lasts: no event, no
+/// condition, no write. Once the claim exists and the pod's status names it, the pod schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_for_a_generated_claim_is_not_reported() {
+    let (server, store, sched, task) = cluster_with_scheduler("generated-claim").await;
+    let pod = store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "p", "namespace": "default"},
+                   "spec": {"schedulerName": "unisched",
+                            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}],
+                            "containers": [{"name": "c", "image": "x",
+                                            "resources": {"claims": [{"name": "gpu"}]}}]}}),
+        )
+        .unwrap()
+        .to_value();
+    // Longer than the reporting grace for a refusal that lasts.
+    let held = unisched_runtime::GATED_REPORT_GRACE + Duration::from_secs(2);
+    tokio::time::sleep(held).await;
+    let events: Vec<Value> = store
+        .list_all("events.events.k8s.io", Some("default"))
+        .unwrap()
+        .iter()
+        .map(|e| e.to_value())
+        .filter(|e| e["regarding"]["name"] == "p")
+        .collect();
+    assert!(events.is_empty(), "{events:?}");
+    assert!(
+        scheduled_condition(&store).is_none(),
+        "{:?}",
+        scheduled_condition(&store)
+    );
+    assert_eq!(
+        store.get("pods", Some("default"), "p").unwrap()["metadata"]["resourceVersion"],
+        pod["metadata"]["resourceVersion"],
+        "nothing wrote the pod"
+    );
+
+    // The claim controller's part: the claim, owned by the pod, then the pod's claim status.
+    let mut generated = claim("p-gpu-1");
+    generated["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "p",
+        "uid": pod["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
+    store
+        .create("resourceclaims", Some("default"), generated)
+        .unwrap();
+    store
+        .patch_status(
+            "pods",
+            Some("default"),
+            "p",
+            &unisched_sim::Patch::Merge(json!({"status": {"resourceClaimStatuses": [
+                {"name": "gpu", "resourceClaimName": "p-gpu-1"}]}})),
+        )
+        .unwrap();
+    wait_until("the pod bound", Duration::from_secs(20), || {
+        store.get("pods", Some("default"), "p").unwrap()["spec"]["nodeName"] == "n1"
+    })
+    .await;
     sched.stop();
     let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     server.shutdown().await;

@@ -33,6 +33,37 @@ fn pod_key(pod: &Pod) -> String {
     )
 }
 
+/// Whether the first claim reference [`resolve`] cannot resolve is one from a template that the
+/// ResourceClaim controller has not created yet (no entry in `status.resourceClaimStatuses`).
+pub(crate) fn awaits_generated_claim(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_deref())
+        .unwrap_or(&[]);
+    for pc in spec.resource_claims.iter().flatten() {
+        if pc.resource_claim_name.as_deref().is_some_and(|n| !n.is_empty()) {
+            continue;
+        }
+        if pc
+            .resource_claim_template_name
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+        {
+            if !statuses.iter().any(|s| s.name == pc.name) {
+                return true;
+            }
+            continue;
+        }
+        // An unsupported source: `resolve` fails here, and that is reported.
+        return false;
+    }
+    false
+}
+
 /// Resolves the pod's claim references, skipping claims intentionally not created.
 pub(crate) fn resolve(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
     let Some(spec) = pod.spec.as_ref() else {

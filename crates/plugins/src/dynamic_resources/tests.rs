@@ -395,6 +395,61 @@ fn pre_enqueue_and_pre_filter_claim_resolution() {
     }
 }
 
+/// KEP-5501: which PreEnqueue refusals are passed on to the user. The wait for the claim
+/// controller to create a template's claim is not (it ends in seconds, and the controller reports
+/// its own failures); a claim that is missing or being deleted is, with the refusal's message.
+#[test]
+fn pre_enqueue_reports_every_refusal_but_the_wait_for_a_generated_claim() {
+    let template_pod = |status: Option<&str>| {
+        let mut p = PodBuilder::new("p").build();
+        add_claim_ref(&mut p, "gpu", None, true);
+        if let Some(name) = status {
+            p.status
+                .get_or_insert_with(Default::default)
+                .resource_claim_statuses = Some(vec![PodResourceClaimStatus {
+                name: "gpu".into(),
+                resource_claim_name: Some(name.into()),
+            }]);
+        }
+        p
+    };
+    let cases: [(&str, Pod, Option<&str>); 4] = [
+        ("template claim not created yet", template_pod(None), None),
+        (
+            "template claim created but not seen",
+            template_pod(Some("p-gpu-x")),
+            Some("could not find ResourceClaim \"default/p-gpu-x\""),
+        ),
+        (
+            "named claim missing",
+            pod_with("p", &["c"]),
+            Some("could not find ResourceClaim \"default/c\""),
+        ),
+        (
+            // The first unresolved reference decides: once the claim controller is done, the
+            // missing named claim refuses the pod, and that is reported.
+            "named claim missing, template claim not created yet",
+            {
+                let mut p = pod_with("p", &["c"]);
+                add_claim_ref(&mut p, "gpu", None, true);
+                p
+            },
+            None,
+        ),
+    ];
+    for (name, pod, want) in cases {
+        let e = env();
+        let pod = info(&pod);
+        let status = e.plugin.pre_enqueue(&pod);
+        assert!(!status.is_success(), "{name}: {status:?}");
+        let got = e.plugin.rejection_message(&pod, &status);
+        assert_eq!(got.is_some(), want.is_some(), "{name}: {got:?}");
+        if let (Some(got), Some(want)) = (got, want) {
+            assert!(got.contains(want), "{name}: {got}");
+        }
+    }
+}
+
 #[test]
 fn missing_class_message_has_no_claim_prefix() {
     let e = env();

@@ -94,7 +94,7 @@ impl FilterPlugin for NoExtensions {
 }
 
 /// A PreEnqueue plugin that refuses pods carrying `spec.schedulingGates` (when `by_gates`) or the
-/// label `needs=<name>`.
+/// label `needs=<name>`; it opts out of telling the user about pods labelled `quiet`.
 pub struct Gate {
     pub name: &'static str,
     pub by_gates: bool,
@@ -126,6 +126,16 @@ impl PreEnqueuePlugin for Gate {
         } else {
             Status::success()
         }
+    }
+
+    fn rejection_message(&self, pod: &PodInfo, status: &Status) -> Option<String> {
+        let quiet = pod
+            .pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("quiet"));
+        (!quiet).then(|| status.message())
     }
 }
 impl EnqueueExtensions for Gate {

@@ -350,11 +350,12 @@ fn blocking_pop_and_close() {
 }
 
 /// Records what the queue reports for `scheduler_queue_incoming_pods_total` and
-/// `scheduler_unschedulable_pods`.
+/// `scheduler_unschedulable_pods`, and the PreEnqueue refusals passed on to be reported.
 #[derive(Debug, Default)]
 struct Recorder {
     incoming: parking_lot::Mutex<Vec<(String, String)>>,
     unschedulable: parking_lot::Mutex<std::collections::BTreeMap<(String, String), i64>>,
+    gated: parking_lot::Mutex<Vec<(String, String, String)>>,
 }
 
 impl crate::QueueObserver for Recorder {
@@ -368,6 +369,33 @@ impl crate::QueueObserver for Recorder {
             .entry((plugin.to_string(), profile.to_string()))
             .or_default() += delta;
     }
+    fn gated(&self, pod: &PodInfo, _profile: &str, plugin: &str, message: &str) {
+        self.gated
+            .lock()
+            .push((pod.name.clone(), plugin.to_string(), message.to_string()));
+    }
+}
+
+/// A refusal whose plugin opts out of telling the user (KEP-5501) gates the pod just the same,
+/// but is not passed on to the observer that reports refusals; every other refusal is, with the
+/// plugin's message.
+#[test]
+fn observer_gets_the_refusals_the_plugin_wants_reported() {
+    let rec = Arc::new(Recorder::default());
+    let obs: Arc<dyn crate::QueueObserver> = rec.clone();
+    let gate = Arc::new(Gate {
+        name: "G",
+        by_gates: false,
+        events: vec![],
+    });
+    let (q, _clock) = queue_with(vec![gate], |b| b.observer(obs));
+    q.add(labeled(&pod("loud", 0), "needs", "G"));
+    q.add(labeled(&labeled(&pod("quiet", 0), "needs", "G"), "quiet", "yes"));
+    for name in ["loud", "quiet"] {
+        assert_eq!(q.location(&uid(name)), Some(PodLocation::Gated), "{name}");
+    }
+    let gated = |name: &str| (name.to_string(), "G".to_string(), "gated by G".to_string());
+    assert_eq!(*rec.gated.lock(), vec![gated("loud")]);
 }
 
 #[test]
