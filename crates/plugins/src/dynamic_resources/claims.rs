@@ -33,39 +33,26 @@ fn pod_key(pod: &Pod) -> String {
     )
 }
 
-/// Whether the first claim reference [`resolve`] cannot resolve is one from a template that the
-/// ResourceClaim controller has not created yet (no entry in `status.resourceClaimStatuses`).
-pub(crate) fn awaits_generated_claim(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.resource_claim_statuses.as_deref())
-        .unwrap_or(&[]);
-    for pc in spec.resource_claims.iter().flatten() {
-        if pc.resource_claim_name.as_deref().is_some_and(|n| !n.is_empty()) {
-            continue;
+/// Why [`resolve`] could not resolve a pod's claim references. The message is upstream's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// A claim from a template that the ResourceClaim controller has not created yet (no entry in
+    /// `status.resourceClaimStatuses`).
+    NotCreatedYet(String),
+    /// An entry naming neither a claim nor a template.
+    UnsupportedSource(String),
+}
+
+impl From<Unresolved> for String {
+    fn from(e: Unresolved) -> String {
+        match e {
+            Unresolved::NotCreatedYet(m) | Unresolved::UnsupportedSource(m) => m,
         }
-        if pc
-            .resource_claim_template_name
-            .as_deref()
-            .is_some_and(|t| !t.is_empty())
-        {
-            if !statuses.iter().any(|s| s.name == pc.name) {
-                return true;
-            }
-            continue;
-        }
-        // An unsupported source: `resolve` fails here, and that is reported.
-        return false;
     }
-    false
 }
 
 /// Resolves the pod's claim references, skipping claims intentionally not created.
-pub(crate) fn resolve(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
+pub(crate) fn resolve(pod: &Pod) -> Result<Vec<ClaimRef>, Unresolved> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Vec::new());
     };
@@ -90,7 +77,12 @@ pub(crate) fn resolve(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
                 .and_then(|s| s.resource_claim_statuses.as_ref())
                 .and_then(|l| l.iter().find(|s| s.name == pc.name));
             match status {
-                None => return Err(format!("pod {:?}: ResourceClaim not created yet", pod_key(pod))),
+                None => {
+                    return Err(Unresolved::NotCreatedYet(format!(
+                        "pod {:?}: ResourceClaim not created yet",
+                        pod_key(pod)
+                    )));
+                }
                 Some(s) => {
                     if let Some(name) = s.resource_claim_name.as_deref().filter(|n| !n.is_empty()) {
                         out.push(ClaimRef {
@@ -103,11 +95,11 @@ pub(crate) fn resolve(pod: &Pod) -> Result<Vec<ClaimRef>, String> {
             }
             continue;
         }
-        return Err(format!(
+        return Err(Unresolved::UnsupportedSource(format!(
             "pod {:?}, spec.resourceClaim {:?}: unsupported ResourceClaim source",
             pod_key(pod),
             pc.name
-        ));
+        )));
     }
     Ok(out)
 }

@@ -610,7 +610,11 @@ impl PreEnqueuePlugin for DynamicResources {
     /// DynamicResources opts out of this case too (KEP-5501). A claim named by
     /// `resourceClaimName` that does not exist is the user's to fix and is reported.
     fn rejection_message(&self, pod: &PodInfo, status: &Status) -> Option<String> {
-        (!claims::awaits_generated_claim(&pod.pod)).then(|| status.message())
+        let awaits_controller = matches!(
+            claims::resolve(&pod.pod),
+            Err(claims::Unresolved::NotCreatedYet(_))
+        );
+        (!awaits_controller).then(|| status.message())
     }
 }
 
