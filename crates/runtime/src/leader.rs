@@ -87,7 +87,7 @@ pub async fn run_leader_election(
         // paused past that point (SIGSTOP, a long GC-like stall of the host) must not renew a
         // lease another replica may already hold by its own clock, nor send anything else.
         let write_by = leading.then(|| last_renew + cfg.renew_deadline);
-        if write_by.is_some_and(|t| Instant::now() >= t) {
+        if fence_closed(write_by) {
             return renewal_missed(&flag, &metrics, &cfg);
         }
         let sent = Instant::now();
@@ -112,7 +112,7 @@ pub async fn run_leader_election(
             }
             Err(e) => {
                 tracing::warn!(error = %e, "leader election round failed");
-                if leading && last_renew.elapsed() >= cfg.renew_deadline {
+                if fence_closed(write_by) {
                     return renewal_missed(&flag, &metrics, &cfg);
                 }
             }
@@ -122,6 +122,11 @@ pub async fn run_leader_election(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// Whether `write_by` (the fence of a leader, `None` for a candidate) has passed.
+fn fence_closed(write_by: Option<Instant>) -> bool {
+    write_by.is_some_and(|t| Instant::now() >= t)
 }
 
 /// The lease was not renewed within `renewDeadline`: stop writing at once; the caller exits.
@@ -189,9 +194,8 @@ async fn try_acquire_or_renew(
     let duration_secs = i32::try_from(cfg.lease_duration.as_secs())
         .unwrap_or(i32::MAX)
         .max(1);
-    let late = || write_by.is_some_and(|t| Instant::now() >= t);
     let Some(lease) = api.get_opt(&cfg.name).await? else {
-        if late() {
+        if fence_closed(write_by) {
             return Ok(Round::Expired);
         }
         let lease = Lease {
@@ -234,7 +238,7 @@ async fn try_acquire_or_renew(
         return Ok(Round::Following);
     }
     // The read may have been answered (or this process resumed) after our fence closed.
-    if late() {
+    if fence_closed(write_by) {
         return Ok(Round::Expired);
     }
     let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!held_by_me);
