@@ -1,7 +1,8 @@
 //! Issue 15.8: a pod that names a `resourceClaimName` that does not exist is held by
 //! DynamicResources' PreEnqueue. It must say so (a Warning `FailedScheduling` event and a
 //! `PodScheduled=False` condition naming the claim, once, not at every re-check), and it must be
-//! scheduled as soon as the claim appears.
+//! scheduled as soon as the claim appears. A pod waiting for the claim controller to create a
+//! claim from its template, in contrast, is not reported at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,8 +12,7 @@ use support::wait_until;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use unisched_framework::config::KubeSchedulerConfiguration;
-use unisched_runtime::{Scheduler, SchedulerOptions};
+use unisched_runtime::Scheduler;
 use unisched_sim::Store;
 
 fn claim(name: &str) -> Value {
@@ -84,24 +84,7 @@ async fn cluster_with_scheduler(
         )
         .unwrap();
 
-    let mut config = KubeSchedulerConfiguration::defaulted();
-    config.leader_election.leader_elect = false;
-    config.client_connection.qps = -1.0;
-    let client = support::client(&server);
-    let options = SchedulerOptions {
-        config,
-        seed: 5,
-        identity: identity.into(),
-        health_addr: None,
-        default_namespace: "default".into(),
-        binding_connections: None,
-    };
-    let sched = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
-    let runner = sched.clone();
-    let task = tokio::spawn(async move {
-        let _ = runner.run().await;
-    });
-
+    let (sched, task) = support::start_scheduler(&server, identity, 5).await;
     (server, store, sched, task)
 }
 
