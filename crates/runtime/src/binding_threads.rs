@@ -349,21 +349,23 @@ mod tests {
             .unwrap()
     }
 
-    /// Waits until some thread of `pool` is idle (a thread registers right after its job).
-    fn wait_for_an_idle_thread(pool: &BindingThreads) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.idle_count() == 0 && std::time::Instant::now() < deadline {
+    /// Polls `done` every 5 ms until it holds or `timeout` passes (the caller asserts after).
+    fn poll_until(timeout: Duration, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + timeout;
+        while !done() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Waits until some thread of `pool` is idle (a thread registers right after its job).
+    fn wait_for_an_idle_thread(pool: &BindingThreads) {
+        poll_until(Duration::from_secs(10), || pool.idle_count() > 0);
         assert!(pool.idle_count() > 0, "no binding thread went idle");
     }
 
     /// Waits until no thread of `pool` is left (each holds the pool's shared state).
     fn wait_for_no_threads(pool: &BindingThreads) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while Arc::strong_count(&pool.shared) > 1 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        poll_until(Duration::from_secs(10), || Arc::strong_count(&pool.shared) == 1);
         assert_eq!(
             Arc::strong_count(&pool.shared),
             1,
@@ -405,10 +407,7 @@ mod tests {
             first,
             "the idle thread ran it"
         );
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while pool.idle_count() > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_until(Duration::from_secs(10), || pool.idle_count() == 0);
         assert_eq!(pool.idle_count(), 0, "the idle thread left after the keep-alive");
         wait_for_no_threads(&pool);
         pool.spawn(Box::new(move || tx.send(std::thread::current().id()).unwrap()));
@@ -453,10 +452,7 @@ mod tests {
         for s in spawners {
             s.join().unwrap();
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while ran.load(Ordering::SeqCst) < 1000 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_until(Duration::from_secs(20), || ran.load(Ordering::SeqCst) >= 1000);
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(ran.load(Ordering::SeqCst), 1000);
     }
