@@ -201,6 +201,8 @@ impl BindingThreads {
             idle.next_id
         };
         let shared = self.shared.clone();
+        // The job goes to the new thread through a channel rather than into its closure, so that
+        // it is still ours if the thread cannot be started.
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
             .name(THREAD_NAME.into())
