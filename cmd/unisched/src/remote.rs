@@ -262,26 +262,24 @@ impl RemoteCluster {
     }
 
     /// Waits (up to `timeout`) until the claim controller has created the template claims of every
-    /// held pod, then releases them in creation order. Returns the pods whose claims never
-    /// appeared (they are released too; the scheduler reports them).
-    pub async fn release_held_pods(&mut self, timeout: Duration) -> Result<Vec<String>> {
-        let held: Vec<Created> = self
-            .created
-            .iter()
-            .filter(|c| c.kind == "Pod" && !self.released.contains(&(c.namespace.clone(), c.name.clone())))
-            .cloned()
-            .collect();
+    /// held pod. Returns the claims it created, so that an in-process scheduler can be waited for
+    /// before the pods are released, and the pods whose claims never appeared (they are released
+    /// too; the scheduler reports them).
+    pub async fn await_template_claims(&mut self, timeout: Duration) -> Result<TemplateClaims> {
         let start = Instant::now();
-        let mut waiting: Vec<String> = Vec::new();
-        for c in &held {
+        let mut out = TemplateClaims::default();
+        for c in self.held() {
             let api = self.api(&c.resource, c.namespace.as_deref());
             loop {
                 let pod = serde_json::to_value(api.get(&c.name).await?)?;
                 if claims_created(&pod) {
+                    let ns = c.namespace.clone().unwrap_or_default();
+                    out.claims
+                        .extend(generated_claim_names(&pod).into_iter().map(|n| (ns.clone(), n)));
                     break;
                 }
                 if start.elapsed() > timeout {
-                    waiting.push(format!(
+                    out.missing.push(format!(
                         "{}/{}",
                         c.namespace.as_deref().unwrap_or_default(),
                         c.name
@@ -291,7 +289,13 @@ impl RemoteCluster {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        for c in &held {
+        Ok(out)
+    }
+
+    /// Releases the held pods in creation order (see [`Self::await_template_claims`] for what to
+    /// wait for first).
+    pub async fn release_held_pods(&mut self) -> Result<()> {
+        for c in self.held() {
             let api = self.api(&c.resource, c.namespace.as_deref());
             let pod = serde_json::to_value(api.get(&c.name).await?)?;
             let gates: Vec<Value> = pod["spec"]["schedulingGates"]
@@ -312,7 +316,16 @@ impl RemoteCluster {
             .with_context(|| format!("releasing pod {}", c.name))?;
             self.released.insert((c.namespace.clone(), c.name.clone()));
         }
-        Ok(waiting)
+        Ok(())
+    }
+
+    /// The pods this run created and has not released yet, in creation order.
+    fn held(&self) -> Vec<Created> {
+        self.created
+            .iter()
+            .filter(|c| c.kind == "Pod" && !self.released.contains(&(c.namespace.clone(), c.name.clone())))
+            .cloned()
+            .collect()
     }
 
     /// Deletes an object a step names; only objects this run created may be deleted.
@@ -555,6 +568,27 @@ fn claims_created(pod: &Value) -> bool {
         })
 }
 
+/// What [`RemoteCluster::await_template_claims`] found.
+#[derive(Debug, Default)]
+pub struct TemplateClaims {
+    /// The generated claims of the held pods, as (namespace, name).
+    pub claims: Vec<(String, String)>,
+    /// The pods (`namespace/name`) whose claims were not created in time.
+    pub missing: Vec<String>,
+}
+
+/// The names of the claims the claim controller generated for a pod's template references.
+fn generated_claim_names(pod: &Value) -> Vec<String> {
+    pod["status"]["resourceClaimStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["resourceClaimName"].as_str())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Totals of the whole cluster (see [`RemoteCluster::cluster_inventory`]).
 #[derive(Debug, Default)]
 pub struct Inventory {
@@ -639,6 +673,18 @@ mod tests {
             json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
         )));
         assert!(claims_created(&json!({"spec": {"containers": []}})));
+    }
+
+    #[test]
+    fn generated_claim_names_are_the_named_statuses() {
+        let pod = json!({"status": {"resourceClaimStatuses": [
+            {"name": "gpu", "resourceClaimName": "p-gpu-x"},
+            {"name": "none"},
+            {"name": "empty", "resourceClaimName": ""},
+            {"name": "cpu", "resourceClaimName": "p-cpu-y"},
+        ]}});
+        assert_eq!(generated_claim_names(&pod), ["p-gpu-x", "p-cpu-y"]);
+        assert!(generated_claim_names(&json!({"status": {}})).is_empty());
     }
 
     #[test]

@@ -263,6 +263,18 @@ async fn wait_for_cache(inventory: &Inventory, scheduler: &Scheduler, timeout: D
     }
 }
 
+/// Waits (up to `timeout`) until the scheduler's claim cache holds every claim in `claims`.
+async fn wait_for_claims(claims: &[(String, String)], scheduler: &Scheduler, timeout: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        let dra = scheduler.dra();
+        if claims.iter().all(|(ns, name)| dra.claim(ns, name).is_some()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The in-process scheduler and its task.
 type InProcess = (
     Arc<Scheduler>,
@@ -622,9 +634,17 @@ async fn run_remote_steps(
         for o in step.apply.iter().filter(|o| o.kind == "Pod") {
             cluster.create(o).await?;
         }
-        for pod in cluster.release_held_pods(Duration::from_secs(30)).await? {
+        let generated = cluster.await_template_claims(Duration::from_secs(30)).await?;
+        for pod in &generated.missing {
             progress(&format!("pod {pod}: its claims were not created within 30s"));
         }
+        if let Some((s, _)) = scheduler {
+            // The claim watch and the pod watch are separate streams: a pod released before the
+            // scheduler has seen its claim waits for it while later pods go first, and the
+            // placements then depend on which stream was faster.
+            wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
+        }
+        cluster.release_held_pods().await?;
         let (ok, l) = settle_remote(
             cluster,
             quiet,
