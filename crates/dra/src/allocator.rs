@@ -484,6 +484,11 @@ impl Allocator {
         }
     }
 
+    /// The slice index given to [`Allocator::new`].
+    pub fn index(&self) -> &Arc<DraSnapshotIndex> {
+        &self.index
+    }
+
     /// The claims given to [`Allocator::new`].
     pub fn claims(&self) -> &[Arc<PreparedClaim>] {
         &self.claims
@@ -636,6 +641,18 @@ impl Allocator {
     /// For a `matchAttribute` claim the slice also keeps its matching devices grouped by the
     /// attribute's value, and the free devices are counted per group the same way.
     pub fn summarize(&self, node: &Node, claims: &[&PreparedClaim]) -> NodeSummary {
+        let slot = self
+            .index
+            .node_slot(node.metadata.name.as_deref().unwrap_or_default());
+        self.summarize_in_slot(slot, claims)
+    }
+
+    /// [`Self::summarize`] for the node in `slot` of this allocator's index
+    /// ([`DraSnapshotIndex::node_slot`] of its name), for a caller that already knows it, e.g.
+    /// remembered per node for the index's [`DraSnapshotIndex::id`]: the name look-up is skipped.
+    /// (The summary reads only the node's own slices; it decides nothing when slices not bound
+    /// to one node exist.)
+    pub fn summarize_in_slot(&self, slot: Option<u32>, claims: &[&PreparedClaim]) -> NodeSummary {
         let [claim] = claims else {
             return NodeSummary::Undecided;
         };
@@ -650,7 +667,6 @@ impl Allocator {
         let mut groups: Vec<(ScalarRef<'_>, usize)> = Vec::new();
         let f = &self.features;
         let index: &DraSnapshotIndex = &self.index;
-        let node_name = node.metadata.name.as_deref().unwrap_or_default();
         let mut free = 0usize;
         // A slice not bound to one node by name (all nodes, a selector, per-device selection) is
         // the search's to judge.
@@ -658,7 +674,7 @@ impl Allocator {
             return NodeSummary::Undecided;
         }
         // The node's own slices name it, newest generation only: no name to compare.
-        for &si in index.own_slices(node_name) {
+        for &si in index.own_slices_at(slot) {
             let slice = index.slice_at(si);
             if slice.has_shared_counters() {
                 return NodeSummary::Undecided;

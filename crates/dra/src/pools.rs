@@ -25,6 +25,7 @@
 //! answer for the common one-node pools.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
@@ -478,16 +479,29 @@ pub struct PoolRecord {
 }
 
 /// Index over all prepared slices. See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DraSnapshotIndex {
+    /// This index's identity ([`Self::id`]).
+    id: u64,
     slices: Vec<Arc<PreparedSlice>>,
     /// Pool index per slice, and position within the pool (None: older generation).
     slice_pool: Vec<(u32, Option<u32>)>,
-    /// Per node with slices of its own: its slot ([`Self::node_slot`]) and those slices.
-    by_node: FastHashMap<String, (u32, Vec<u32>)>,
+    /// Per node with slices of its own: its slot ([`Self::node_slot`]).
+    by_node: FastHashMap<String, u32>,
+    /// Per node slot: the node's own slices.
+    by_slot: Vec<Vec<u32>>,
     shared: Vec<u32>,
     pools: Vec<PoolRecord>,
     pool_by_key: FastHashMap<PoolKey, u32>,
+}
+
+/// The last [`DraSnapshotIndex::id`] handed out.
+static LAST_INDEX_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Default for DraSnapshotIndex {
+    fn default() -> Self {
+        Self::new(std::iter::empty())
+    }
 }
 
 impl DraSnapshotIndex {
@@ -547,7 +561,8 @@ impl DraSnapshotIndex {
             }
         }
 
-        let mut by_node: FastHashMap<String, (u32, Vec<u32>)> = FastHashMap::default();
+        let mut by_node: FastHashMap<String, u32> = FastHashMap::default();
+        let mut by_slot: Vec<Vec<u32>> = Vec::new();
         let mut shared = Vec::new();
         for (i, s) in slices.iter().enumerate() {
             if slice_pool[i].1.is_none() {
@@ -555,12 +570,11 @@ impl DraSnapshotIndex {
             }
             match &s.scope {
                 NodeScope::NodeName(n) => {
-                    let slots = by_node.len() as u32;
-                    by_node
-                        .entry(n.clone())
-                        .or_insert_with(|| (slots, Vec::new()))
-                        .1
-                        .push(i as u32)
+                    let slot = *by_node.entry(n.clone()).or_insert_with(|| {
+                        by_slot.push(Vec::new());
+                        (by_slot.len() - 1) as u32
+                    });
+                    by_slot[slot as usize].push(i as u32);
                 }
                 NodeScope::Unknown => {}
                 _ => shared.push(i as u32),
@@ -568,9 +582,11 @@ impl DraSnapshotIndex {
         }
 
         DraSnapshotIndex {
+            id: LAST_INDEX_ID.fetch_add(1, Ordering::Relaxed) + 1,
             slices,
             slice_pool,
             by_node,
+            by_slot,
             shared,
             pools,
             pool_by_key,
@@ -682,28 +698,35 @@ impl DraSnapshotIndex {
     /// Candidate slices for a node: its own slices, then the node-independent ones, newest
     /// generation only. (Relevance is decided by the caller.)
     pub(crate) fn candidate_slices<'s>(&'s self, node_name: &str) -> impl Iterator<Item = u32> + 's {
-        self.by_node
-            .get(node_name)
-            .into_iter()
-            .flat_map(|(_, own)| own)
+        self.own_slices_at(self.node_slot(node_name))
+            .iter()
             .chain(self.shared.iter())
             .copied()
     }
 
-    /// The slices of the newest generation bound to `node_name` by name (`spec.nodeName`).
-    pub(crate) fn own_slices(&self, node_name: &str) -> &[u32] {
-        self.by_node.get(node_name).map_or(&[], |(_, own)| own.as_slice())
+    /// The slices of the newest generation bound by name (`spec.nodeName`) to the node in `slot`
+    /// ([`Self::node_slot`]; none for `None`).
+    pub(crate) fn own_slices_at(&self, slot: Option<u32>) -> &[u32] {
+        slot.and_then(|s| self.by_slot.get(s as usize))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// A dense number (`0..node_slot_count()`) for each node that has slices of its own, fixed
-    /// for the life of this index: lets per-node facts derived from it live in flat arrays.
+    /// for the life of this index: lets per-node facts derived from it live in flat arrays, and
+    /// lets a caller that remembers it per node ([`Self::id`]) skip this name look-up.
     pub fn node_slot(&self, node_name: &str) -> Option<u32> {
-        self.by_node.get(node_name).map(|(slot, _)| *slot)
+        self.by_node.get(node_name).copied()
     }
 
     /// How many node slots there are (see [`Self::node_slot`]).
     pub fn node_slot_count(&self) -> usize {
-        self.by_node.len()
+        self.by_slot.len()
+    }
+
+    /// A number no other index built in this process has (never 0): a node slot remembered
+    /// together with it is valid for as long as the caller's index has the same id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Whether some slice of the newest generation is not bound to one node by name (all nodes, a

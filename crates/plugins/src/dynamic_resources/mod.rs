@@ -374,7 +374,8 @@ impl DynamicResources {
                 .as_ref()
                 .is_some_and(|a| std::ptr::eq(a, allocator));
             if self.summary && own_allocator && data.claims.len() + usize::from(variant.is_some()) == 1 {
-                match allocator.summarize(node_obj, &list) {
+                let slot = short_nodes::node_slot(allocator.index(), node);
+                match allocator.summarize_in_slot(slot, &list) {
                     NodeSummary::Fits => {
                         return Ok(NodeResult {
                             deferred: Some(Deferred {
@@ -385,8 +386,10 @@ impl DynamicResources {
                         });
                     }
                     NodeSummary::Short { free } => {
+                        // The table is for the snapshot's index, the allocator's too.
                         if let Some((table, _)) = &data.short
-                            && let Some(slot) = data.snapshot.index().node_slot(node_name)
+                            && Arc::ptr_eq(data.snapshot.index(), allocator.index())
+                            && let Some(slot) = slot
                         {
                             table.record(slot, free);
                         }

@@ -89,6 +89,14 @@ impl ShortNodes {
     }
 }
 
+/// The node's slot in `index` ([`DraSnapshotIndex::node_slot`]), remembered on the node for the
+/// index's id ([`unisched_framework::SlotMemo`]): the veto and Filter ask it for every node and
+/// attempt, and the index changes only when slices do.
+pub(crate) fn node_slot(index: &DraSnapshotIndex, node: &NodeInfo) -> Option<u32> {
+    node.dra_slot
+        .get_or_lookup(index.id(), || index.node_slot(node.name()))
+}
+
 /// The veto for one pod: its one claim of the summary's shape needs `needed` devices.
 pub(crate) struct ShortNodeVeto {
     pub index: Arc<DraSnapshotIndex>,
@@ -101,12 +109,49 @@ impl NodeVeto for ShortNodeVeto {
         if self.needed == 0 {
             return false;
         }
-        match self.index.node_slot(node.name()) {
+        match node_slot(&self.index, node) {
             Some(slot) => self
                 .table
                 .free(slot)
                 .is_some_and(|free| (free as usize) < self.needed),
             None => !self.index.has_node_independent_slices(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use unisched_dra::PreparedSlice;
+    use unisched_dra::testing::slice;
+
+    use super::*;
+    use crate::testing::NodeBuilder;
+
+    fn index(nodes: &[&str]) -> DraSnapshotIndex {
+        DraSnapshotIndex::new(nodes.iter().map(|n| {
+            Arc::new(PreparedSlice::new(Arc::new(
+                slice(&format!("{n}-slice"), "gpu.example.com", n, n).build(),
+            )))
+        }))
+    }
+
+    /// The slot remembered on a node is the one of the index asked: a new index (slices
+    /// changed) numbers its nodes anew, and the node's memo follows it.
+    #[test]
+    fn node_slot_follows_the_index_it_is_asked_for() {
+        let node = NodeBuilder::new("b").info();
+        let first = index(&["a", "b"]);
+        let second = index(&["b"]);
+        let third = index(&["a"]);
+        assert_ne!(
+            first.node_slot("b"),
+            second.node_slot("b"),
+            "the test needs the slot to move"
+        );
+        for idx in [&first, &second, &third, &first, &third, &second] {
+            assert_eq!(node_slot(idx, &node), idx.node_slot("b"));
+        }
+        // A copy of the NodeInfo (made when pods change) answers the same.
+        assert_eq!(node_slot(&second, &node.clone()), second.node_slot("b"));
     }
 }
