@@ -265,7 +265,7 @@ impl RemoteCluster {
     /// held pod. Returns the claims it created, so that an in-process scheduler can be waited for
     /// before the pods are released, and the pods whose claims never appeared (they are released
     /// too; the scheduler reports them).
-    pub async fn await_template_claims(&mut self, timeout: Duration) -> Result<TemplateClaims> {
+    pub async fn await_template_claims(&self, timeout: Duration) -> Result<TemplateClaims> {
         let start = Instant::now();
         let mut out = TemplateClaims::default();
         for c in self.held() {

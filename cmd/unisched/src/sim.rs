@@ -243,36 +243,38 @@ fn store_inventory(store: &Store) -> Inventory {
     }
 }
 
+/// Checks `done` every 5 ms until it holds or `timeout` passes (the callers go on either way:
+/// a scheduler that lags only makes the run slower to settle).
+async fn poll_until(timeout: Duration, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() && start.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until the scheduler has seen every node, slice, device class and namespace of the
 /// inventory (namespace labels decide which pods a `namespaceSelector` affinity term sees).
 async fn wait_for_cache(inventory: &Inventory, scheduler: &Scheduler, timeout: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
+    poll_until(timeout, || {
         let dra = scheduler.dra();
-        if scheduler.cache().node_count() == inventory.nodes
+        scheduler.cache().node_count() == inventory.nodes
             && dra.slice_count() == inventory.slices
             && inventory.classes.iter().all(|c| dra.class(c).is_some())
             && inventory
                 .namespaces
                 .iter()
                 .all(|n| scheduler.namespaces().contains(n))
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    })
+    .await;
 }
 
 /// Waits (up to `timeout`) until the scheduler's claim cache holds every claim in `claims`.
 async fn wait_for_claims(claims: &[(String, String)], scheduler: &Scheduler, timeout: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
+    poll_until(timeout, || {
         let dra = scheduler.dra();
-        if claims.iter().all(|(ns, name)| dra.claim(ns, name).is_some()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        claims.iter().all(|(ns, name)| dra.claim(ns, name).is_some())
+    })
+    .await;
 }
 
 /// The in-process scheduler and its task.

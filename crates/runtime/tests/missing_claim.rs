@@ -46,6 +46,23 @@ fn scheduled_condition(store: &Store) -> Option<Value> {
         .cloned()
 }
 
+/// Creates pod `default/p` for unisched, its one container using the pod claim `gpu` given by
+/// `entry` (its `spec.resourceClaims` entry); returns the pod as created.
+fn pod_with_claim(store: &Store, entry: Value) -> Value {
+    store
+        .create(
+            "pods",
+            Some("default"),
+            json!({"metadata": {"name": "p", "namespace": "default"},
+                   "spec": {"schedulerName": "unisched",
+                            "resourceClaims": [entry],
+                            "containers": [{"name": "c", "image": "x",
+                                            "resources": {"claims": [{"name": "gpu"}]}}]}}),
+        )
+        .unwrap()
+        .to_value()
+}
+
 /// A running scheduler on an embedded API server with one node and two GPUs of class
 /// `gpu.example.com` (no claim controller: tests create claims themselves).
 async fn cluster_with_scheduler(
@@ -91,17 +108,7 @@ async fn cluster_with_scheduler(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears() {
     let (server, store, sched, task) = cluster_with_scheduler("missing-claim").await;
-    store
-        .create(
-            "pods",
-            Some("default"),
-            json!({"metadata": {"name": "p", "namespace": "default"},
-                   "spec": {"schedulerName": "unisched",
-                            "resourceClaims": [{"name": "gpu", "resourceClaimName": "late-claim"}],
-                            "containers": [{"name": "c", "image": "x",
-                                            "resources": {"claims": [{"name": "gpu"}]}}]}}),
-        )
-        .unwrap();
+    pod_with_claim(&store, json!({"name": "gpu", "resourceClaimName": "late-claim"}));
     wait_until("the missing claim reported", Duration::from_secs(20), || {
         !failed_events(&store, "late-claim").is_empty()
             && scheduled_condition(&store).is_some_and(|c| c["status"] == "False")
@@ -167,18 +174,10 @@ async fn a_missing_claim_is_reported_once_and_the_pod_schedules_when_it_appears(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_for_a_generated_claim_is_not_reported() {
     let (server, store, sched, task) = cluster_with_scheduler("generated-claim").await;
-    let pod = store
-        .create(
-            "pods",
-            Some("default"),
-            json!({"metadata": {"name": "p", "namespace": "default"},
-                   "spec": {"schedulerName": "unisched",
-                            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}],
-                            "containers": [{"name": "c", "image": "x",
-                                            "resources": {"claims": [{"name": "gpu"}]}}]}}),
-        )
-        .unwrap()
-        .to_value();
+    let pod = pod_with_claim(
+        &store,
+        json!({"name": "gpu", "resourceClaimTemplateName": "gpu-template"}),
+    );
     // Longer than the reporting grace for a refusal that lasts.
     let held = unisched_runtime::GATED_REPORT_GRACE + Duration::from_secs(2);
     tokio::time::sleep(held).await;
