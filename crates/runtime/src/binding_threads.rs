@@ -239,6 +239,12 @@ impl BindingThreads {
         self.shared.idle.lock().waiting.len()
     }
 
+    /// Threads counted against the bound (for tests).
+    #[cfg(test)]
+    fn live_count(&self) -> usize {
+        self.shared.idle.lock().live
+    }
+
     /// Lets every idle thread exit now; busy ones exit when their job ends. Jobs spawned later
     /// still run, each on a thread of its own.
     pub(crate) fn close(&self) {
@@ -306,10 +312,14 @@ fn next_job(shared: &PoolShared, id: u64) -> Option<Job> {
         }
         idle.waiting.push((id, tx));
     }
+    // The timeout is built inside `block_on`, so that its timer belongs to this thread's runtime:
+    // built outside, it would take the I/O runtime's (entered for the whole thread), and the I/O
+    // runtime's shutdown would make an idle thread's wait panic.
+    let keep_alive = shared.keep_alive;
     let got = THREAD_IO.with(|t| {
         t.borrow().as_ref().map(|io| {
             io.runtime
-                .block_on(tokio::time::timeout(shared.keep_alive, &mut rx))
+                .block_on(async { tokio::time::timeout(keep_alive, &mut rx).await })
         })
     });
     if let Some(Ok(Ok(job))) = got {
@@ -557,6 +567,22 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         pool.spawn(Box::new(move || tx.send(1).unwrap()));
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_idle_thread_outlives_the_io_runtime_and_leaves_after_the_keep_alive() {
+        // At shutdown the I/O runtime goes first; an idle thread must still wait out its
+        // keep-alive on its own runtime and leave the count, not panic on a dead timer.
+        let rt = runtime();
+        let pool = BindingThreads::new(rt.handle().clone(), None, Duration::from_millis(300));
+        let (tx, rx) = mpsc::channel();
+        pool.spawn(Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        wait_for_an_idle_thread(&pool);
+        drop(rt);
+        poll_until(Duration::from_secs(10), || pool.live_count() == 0);
+        assert_eq!(pool.live_count(), 0, "the idle thread did not leave the count");
+        wait_for_no_threads(&pool);
     }
 
     #[test]
