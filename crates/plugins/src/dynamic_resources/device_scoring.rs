@@ -200,7 +200,9 @@ impl ScorePlugin for DeviceResources {
         let Some(data) = Self::data(state) else {
             return Ok(0);
         };
-        let result = data.node_result(node.name()).map_err(Status::error)?;
+        let result = data
+            .node_result(node.name(), || node.node().cloned())
+            .map_err(Status::error)?;
         let layers = layers_with(&data.snapshot, result.as_deref());
         let mut usage = node_device_usage(&data.snapshot, node.name(), node.node().map(|n| &**n), &layers);
         let classes = match state.read::<ConfiguredClasses>(PRE_SCORE_KEY) {

@@ -83,7 +83,7 @@ pub use extended::PLACEHOLDER_NAME;
 
 use reasons::{DetailSource, FailureLog, NodeFailure};
 use short_nodes::{ShortNodeVeto, ShortNodes};
-use state::{BindingProgress, CycleData, Deferred, NodeResult, PodClaim, PodState, STATE_KEY};
+use state::{BindingProgress, CycleData, Deferred, NodeResult, PodClaim, PodState, STATE_KEY, SummaryFits};
 
 /// The plugin name.
 pub const NAME: &str = "DynamicResources";
@@ -278,6 +278,13 @@ impl DynamicResources {
                 self.features,
             )
         });
+        // Room for a bit per node slot when the device summary may decide nodes in Filter.
+        let fits = match &allocator {
+            Some(a) if self.summary && pod_claims.len() + usize::from(ext.is_some()) == 1 => {
+                SummaryFits::with_slots(a.index().node_slot_count())
+            }
+            _ => SummaryFits::default(),
+        };
         Ok(Some(PodState {
             snapshot,
             engine: self.engine.clone(),
@@ -290,22 +297,23 @@ impl DynamicResources {
             has_first_available,
             footprints: NodeFootprints::default(),
             nodes: RwLock::new(FastHashMap::default()),
+            fits,
             failures: Arc::new(FailureLog::default()),
             unavailable: Mutex::new(BTreeSet::new()),
             binding: Mutex::new(BindingProgress::default()),
         }))
     }
 
-    /// Filter for one node, returning the result to record.
-    /// `allocator` is `data.allocator`, or in a preemption dry run the one that sees the victims'
-    /// devices as free.
+    /// Filter for one node, returning the result to record: `None` when the node is recorded in
+    /// `data.fits` instead. `allocator` is `data.allocator`, or in a preemption dry run the one
+    /// that sees the victims' devices as free.
     fn filter_node(
         &self,
         data: &PodState,
         allocator: Option<&Allocator>,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> Result<NodeResult, (Status, Option<NodeFailure>)> {
+    ) -> Result<Option<NodeResult>, (Status, Option<NodeFailure>)> {
         let Some(node_obj) = node.node() else {
             return Err((Status::unresolvable("node not found"), None));
         };
@@ -377,13 +385,19 @@ impl DynamicResources {
                 let slot = short_nodes::node_slot(allocator.index(), node);
                 match allocator.summarize_in_slot(slot, &list) {
                     NodeSummary::Fits => {
-                        return Ok(NodeResult {
+                        if variant.is_none()
+                            && let Some(slot) = slot
+                            && data.fits.insert(slot)
+                        {
+                            return Ok(None);
+                        }
+                        return Ok(Some(NodeResult {
                             deferred: Some(Deferred {
                                 node: node_obj.clone(),
                                 extended: variant,
                             }),
                             ..NodeResult::default()
-                        });
+                        }));
                     }
                     NodeSummary::Short { free } => {
                         // The table is for the snapshot's index, the allocator's too.
@@ -487,13 +501,13 @@ impl DynamicResources {
         } else {
             0
         };
-        Ok(NodeResult {
+        Ok(Some(NodeResult {
             allocations,
             extended: variant.zip(ext_alloc),
             statuses,
             score,
             deferred: None,
-        })
+        }))
     }
 }
 
@@ -703,19 +717,39 @@ impl FilterPlugin for DynamicResources {
         };
         let simulated = preemption::allocator_override(state);
         let allocator = simulated.as_deref().or(data.allocator.as_ref());
+        // A node is recorded once, in the map or in `fits`: an earlier Filter of the same node in
+        // this attempt (a preemption dry run, a run with nominated pods) may have recorded it the
+        // other way. Mostly nodes were never recorded: a shared read lock answers those (Filter
+        // runs on several threads), the write lock is taken only to drop an earlier result.
+        let forget_entry = || {
+            if data.nodes.read().contains_key(node.name()) {
+                data.nodes.write().remove(node.name());
+            }
+        };
+        let forget_bit = || {
+            if let Some(slot) = data
+                .allocator
+                .as_ref()
+                .and_then(|a| short_nodes::node_slot(a.index(), node))
+            {
+                data.fits.remove(slot);
+            }
+        };
         match self.filter_node(&data, allocator, pod, node) {
-            Ok(result) => {
+            Ok(Some(result)) => {
+                forget_bit();
                 data.nodes
                     .write()
                     .insert(node.name().to_string(), Arc::new(result));
                 Status::success()
             }
+            Ok(None) => {
+                forget_entry();
+                Status::success()
+            }
             Err((status, failure)) => {
-                // Mostly nodes never recorded: a shared read lock answers those (Filter runs on
-                // several threads), the write lock is taken only to drop an earlier result.
-                if data.nodes.read().contains_key(node.name()) {
-                    data.nodes.write().remove(node.name());
-                }
+                forget_entry();
+                forget_bit();
                 data.footprints.remove(node.name());
                 if let Some(f) = failure {
                     data.failures.record(node.name(), f);
@@ -807,7 +841,8 @@ impl ReservePlugin for DynamicResources {
         if data.to_allocate.is_empty() && data.extended.is_none() {
             return Status::success();
         }
-        let result = match data.node_result(node) {
+        let snapshot = state.snapshot();
+        let result = match data.node_result(node, || snapshot.get(node).and_then(|n| n.node().cloned())) {
             Ok(r) => r,
             Err(e) => return Status::error(e),
         };

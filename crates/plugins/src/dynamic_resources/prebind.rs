@@ -187,7 +187,8 @@ pub(crate) fn pre_bind(
     pod: &PodInfo,
     node: &str,
 ) -> Status {
-    let result = match data.node_result(node) {
+    // Reserve made the chosen node's allocation: the node object is not needed again.
+    let result = match data.node_result(node, || None) {
         Ok(r) => r,
         Err(e) => return Status::error(e),
     };

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{
     ContainerExtendedResourceRequest, Node, NodeAllocatableResourceClaimStatus, NodeSelector,
@@ -125,7 +126,10 @@ pub(crate) struct PodState {
     pub allocator: Option<Allocator>,
     pub has_first_available: bool,
     pub footprints: NodeFootprints,
+    /// Filter's result per node, where it has more to say than [`Self::fits`] does.
     pub nodes: RwLock<FastHashMap<String, Arc<NodeResult>>>,
+    /// Nodes the device summary passed without an extended-resource claim (see [`SummaryFits`]).
+    pub fits: SummaryFits,
     pub failures: Arc<FailureLog>,
     /// Claims (indices) found unavailable on some node (PostFilter candidates).
     pub unavailable: Mutex<BTreeSet<usize>>,
@@ -139,6 +143,15 @@ impl PodState {
     /// a tenth of the scheduler's memory at 5,000 nodes; nothing reads another node's entry after
     /// Reserve (PreBind and Unreserve work on the chosen node only).
     pub fn retain_only(&self, node: &str) {
+        let kept = self
+            .allocator
+            .as_ref()
+            .and_then(|a| a.index().node_slot(node))
+            .filter(|&slot| self.fits.contains(slot));
+        self.fits.clear_all();
+        if let Some(slot) = kept {
+            self.fits.insert(slot);
+        }
         {
             let mut nodes = self.nodes.write();
             let kept = nodes.remove(node);
@@ -158,23 +171,46 @@ impl PodState {
             .collect()
     }
 
-    /// Filter's result for `node`, with a deferred allocation (decided by the device summary)
-    /// completed now by the allocator and stored: the same allocator and allocated state as
-    /// Filter, so the devices are the ones a full Filter run would have chosen. `Err` when the
-    /// allocator disagrees with the summary (a bug, reported instead of binding).
-    pub fn node_result(&self, node: &str) -> Result<Option<Arc<NodeResult>>, String> {
-        let Some(result) = self.nodes.read().get(node).cloned() else {
-            return Ok(None);
+    /// Filter's result for `node`, with an allocation the device summary vouched for (a
+    /// [`Deferred`] entry or a bit of [`Self::fits`]) made now by the allocator and stored: the
+    /// same allocator and allocated state as Filter, so the devices are the ones a full Filter
+    /// run would have chosen. `node_obj` gives the node for a bit of `fits` (the map entry holds
+    /// its own). `Err` when the allocator disagrees with the summary (a bug, reported instead of
+    /// binding) or the node is gone from the snapshot.
+    pub fn node_result(
+        &self,
+        node: &str,
+        node_obj: impl FnOnce() -> Option<Arc<Node>>,
+    ) -> Result<Option<Arc<NodeResult>>, String> {
+        let Some(allocator) = &self.allocator else {
+            return Ok(self.nodes.read().get(node).cloned());
         };
-        let (Some(deferred), Some(allocator)) = (&result.deferred, &self.allocator) else {
-            return Ok(Some(result));
+        let entry = self.nodes.read().get(node).cloned();
+        let (node_obj, extended) = match entry {
+            Some(result) => match &result.deferred {
+                Some(deferred) => (deferred.node.clone(), deferred.extended.clone()),
+                None => return Ok(Some(result)),
+            },
+            None => {
+                let passed = allocator
+                    .index()
+                    .node_slot(node)
+                    .is_some_and(|slot| self.fits.contains(slot));
+                if !passed {
+                    return Ok(None);
+                }
+                let obj = node_obj().ok_or_else(|| {
+                    format!("node {node} passed Filter but is not in the scheduling snapshot")
+                })?;
+                (obj, None)
+            }
         };
         let mut list = self.to_allocate_list();
-        if let Some(v) = &deferred.extended {
+        if let Some(v) = &extended {
             list.push(&v.prepared);
         }
         let mut allocations = allocator
-            .allocate_claims(&deferred.node, &list, Deadline::none())
+            .allocate_claims(&node_obj, &list, Deadline::none())
             .map_err(|e| format!("allocating on node {node} after the device summary said it fits: {e}"))?;
         if allocations.len() != list.len() {
             return Err(format!(
@@ -183,7 +219,7 @@ impl PodState {
                 list.len()
             ));
         }
-        let extended = match &deferred.extended {
+        let extended = match &extended {
             Some(v) => allocations.pop().map(|a| (v.clone(), a)),
             None => None,
         };
@@ -194,6 +230,73 @@ impl PodState {
         });
         self.nodes.write().insert(node.to_string(), full.clone());
         Ok(Some(full))
+    }
+
+    /// Filter passed `node` and recorded it (a map entry or a bit of [`Self::fits`]).
+    #[cfg(test)]
+    pub fn passed(&self, node: &str) -> bool {
+        self.nodes.read().contains_key(node)
+            || self
+                .allocator
+                .as_ref()
+                .and_then(|a| a.index().node_slot(node))
+                .is_some_and(|slot| self.fits.contains(slot))
+    }
+}
+
+/// The nodes Filter passed on the device summary's word alone, for a pod whose one claim is not
+/// an extended-resource claim: a bit per node slot of the allocator's index
+/// ([`unisched_dra::DraSnapshotIndex::node_slot`]) instead of a map entry. Such a node's result
+/// holds nothing yet (no allocation, no statuses, score 0) and most feasible nodes of the common
+/// claim are such nodes: their entries (a name and a result allocated per node and attempt,
+/// inserted under the map's write lock) were the larger part of Filter's own cost. Slots the
+/// set has no room for, nodes without a slot and extended-resource claims keep map entries.
+#[derive(Debug, Default)]
+pub(crate) struct SummaryFits(Box<[AtomicU64]>);
+
+impl SummaryFits {
+    /// Room for `slots` node slots.
+    pub fn with_slots(slots: usize) -> Self {
+        SummaryFits((0..slots.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Records the node in `slot`; false if the set has no room for it.
+    pub fn insert(&self, slot: u32) -> bool {
+        let (word, bit) = Self::at(slot);
+        match self.0.get(word) {
+            Some(w) => {
+                w.fetch_or(bit, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets the node in `slot`.
+    pub fn remove(&self, slot: u32) {
+        let (word, bit) = Self::at(slot);
+        if let Some(w) = self.0.get(word) {
+            w.fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the node in `slot` is recorded.
+    pub fn contains(&self, slot: u32) -> bool {
+        let (word, bit) = Self::at(slot);
+        self.0
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & bit != 0)
+    }
+
+    /// Forgets every node.
+    pub fn clear_all(&self) {
+        for w in self.0.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn at(slot: u32) -> (usize, u64) {
+        ((slot / 64) as usize, 1 << (slot % 64))
     }
 }
 
@@ -227,3 +330,27 @@ impl PodState {
 /// The cycle-state value: a shared handle.
 #[derive(Clone, Debug)]
 pub(crate) struct CycleData(pub Arc<PodState>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_fits_records_each_slot_on_its_own() {
+        let fits = SummaryFits::with_slots(130);
+        for slot in [0, 63, 64, 129] {
+            assert!(fits.insert(slot), "{slot}");
+        }
+        let held: Vec<u32> = (0..130).filter(|&s| fits.contains(s)).collect();
+        assert_eq!(held, vec![0, 63, 64, 129]);
+        fits.remove(63);
+        assert!(!fits.contains(63) && fits.contains(0) && fits.contains(64));
+        // The last word's spare bits are room too; beyond them there is none.
+        assert!(fits.insert(191));
+        assert!(!fits.insert(192) && !fits.contains(192));
+        fits.clear_all();
+        assert!((0..192).all(|s| !fits.contains(s)));
+        // A pod the summary does not decide has no room at all.
+        assert!(!SummaryFits::default().insert(0));
+    }
+}
