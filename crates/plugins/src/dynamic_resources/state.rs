@@ -143,11 +143,7 @@ impl PodState {
     /// a tenth of the scheduler's memory at 5,000 nodes; nothing reads another node's entry after
     /// Reserve (PreBind and Unreserve work on the chosen node only).
     pub fn retain_only(&self, node: &str) {
-        let kept = self
-            .allocator
-            .as_ref()
-            .and_then(|a| a.index().node_slot(node))
-            .filter(|&slot| self.fits.contains(slot));
+        let kept = self.fits_slot(node);
         self.fits.clear_all();
         if let Some(slot) = kept {
             self.fits.insert(slot);
@@ -192,11 +188,7 @@ impl PodState {
                 None => return Ok(Some(result)),
             },
             None => {
-                let passed = allocator
-                    .index()
-                    .node_slot(node)
-                    .is_some_and(|slot| self.fits.contains(slot));
-                if !passed {
+                if self.fits_slot(node).is_none() {
                     return Ok(None);
                 }
                 let obj = node_obj().ok_or_else(|| {
@@ -232,15 +224,20 @@ impl PodState {
         Ok(Some(full))
     }
 
+    /// The slot of `node` in the allocator's index, if Filter recorded the node as a bit of
+    /// [`Self::fits`].
+    fn fits_slot(&self, node: &str) -> Option<u32> {
+        self.allocator
+            .as_ref()?
+            .index()
+            .node_slot(node)
+            .filter(|&slot| self.fits.contains(slot))
+    }
+
     /// Filter passed `node` and recorded it (a map entry or a bit of [`Self::fits`]).
     #[cfg(test)]
     pub fn passed(&self, node: &str) -> bool {
-        self.nodes.read().contains_key(node)
-            || self
-                .allocator
-                .as_ref()
-                .and_then(|a| a.index().node_slot(node))
-                .is_some_and(|slot| self.fits.contains(slot))
+        self.nodes.read().contains_key(node) || self.fits_slot(node).is_some()
     }
 }
 
