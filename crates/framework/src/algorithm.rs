@@ -1,5 +1,6 @@
-//! The placement algorithm of one attempt: PreFilter, Filter over nodes in parallel, PostFilter when
-//! nothing fits, PreScore/Score, and host selection.
+//! The placement algorithm of one attempt: PreFilter, Filter over nodes (split over the worker
+//! pool when the work pays for it, see [`crate::SPLIT_MIN_WORK`]), PostFilter when nothing fits,
+//! PreScore/Score, and host selection.
 //!
 //! Filtering stops once `num_feasible_nodes_to_find` nodes pass (upstream's adaptive percentage),
 //! starting where the previous attempt stopped so every node gets its turn. Unlike upstream, which
@@ -10,14 +11,15 @@ use std::{
     borrow::Cow,
     collections::{BTreeSet, HashMap},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use rayon::prelude::*;
 
 use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
-    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PluginTiming, PodInfo, ScoreTable, SeededRng,
-    Snapshot, Status, TimingBatch,
+    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PluginTiming, PodInfo, SPLIT_MIN_WORK,
+    ScoreTable, SeededRng, Snapshot, Status, TimingBatch, split::WorkEstimate,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -94,8 +96,13 @@ pub struct SchedulingAlgorithm {
     percentage_of_nodes_to_score: Option<i32>,
     next_start_node_index: usize,
     rng: SeededRng,
-    /// Worker pool; `None` (threads could not be spawned) runs everything on the calling thread.
+    /// Worker pool; `None` (one thread, or threads could not be spawned) runs everything on the
+    /// calling thread.
     pool: Option<Arc<rayon::ThreadPool>>,
+    /// Whether a Filter section is worth splitting over `pool` (see [`crate::SPLIT_MIN_WORK`]).
+    filter_work: WorkEstimate,
+    /// The same for Score sections.
+    score_work: WorkEstimate,
 }
 
 impl SchedulingAlgorithm {
@@ -113,18 +120,40 @@ impl SchedulingAlgorithm {
         // yet): the attempts it runs then split their Filter and Score work with the other
         // workers without handing the whole attempt over and sleeping until it comes back, two
         // wake-ups and two sleeps per attempt that cost more CPU than the work of many nodes.
-        // A pool of one thread would then have no thread to run work injected from elsewhere,
-        // so that one is always an ordinary pool.
-        let joined = (threads > 1)
-            .then(|| builder().use_current_thread().build().ok())
-            .flatten();
-        let pool = joined.or_else(|| builder().build().ok()).map(Arc::new);
+        // With one thread there is nothing to split: no pool, every attempt runs on the calling
+        // thread (a pool of one other thread would only hand the work over and back).
+        let pool = (threads > 1)
+            .then(|| {
+                builder()
+                    .use_current_thread()
+                    .build()
+                    .or_else(|_| builder().build())
+                    .ok()
+            })
+            .flatten()
+            .map(Arc::new);
         SchedulingAlgorithm {
             percentage_of_nodes_to_score,
             next_start_node_index: 0,
             rng: SeededRng::new(seed),
             pool,
+            filter_work: WorkEstimate::new(SPLIT_MIN_WORK),
+            score_work: WorkEstimate::new(SPLIT_MIN_WORK),
         }
+    }
+
+    /// Splits Filter and Score sections over the pool once they are expected to take `min_work`
+    /// on one thread (default [`SPLIT_MIN_WORK`]); `Duration::ZERO` splits every section of three
+    /// nodes or more, as tests of the parallel paths want.
+    pub fn with_split_min_work(mut self, min_work: Duration) -> Self {
+        self.filter_work = WorkEstimate::new(min_work);
+        self.score_work = WorkEstimate::new(min_work);
+        self
+    }
+
+    /// The pool's thread count (1 without a pool).
+    fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads().max(1))
     }
 
     /// Finds a node for `pod`. `state` must be fresh for this attempt.
@@ -282,7 +311,7 @@ impl SchedulingAlgorithm {
         let mut rejected: Vec<(usize, Option<Status>)> = Vec::new();
         let mut processed = 0usize;
         let mut offset = 0usize;
-        let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads().max(1));
+        let threads = self.threads();
         while offset < n && feasible.len() < to_find {
             let want = to_find - feasible.len();
             let batch = (want + want / 4).max(threads * 8).min(n - offset);
@@ -292,17 +321,22 @@ impl SchedulingAlgorithm {
                 _ => Some(node_check.run(&candidates[i], timings)),
             };
             // Each worker keeps its timed successes to itself until its share is done.
-            let statuses: Vec<Option<Status>> = match &self.pool {
-                Some(pool) if batch > 2 && threads > 1 => pool.install(|| {
-                    idx.par_iter()
-                        .map_init(|| node_check.chain.timing_batch(), check)
-                        .collect()
-                }),
+            let began = Instant::now();
+            let (statuses, used): (Vec<Option<Status>>, usize) = match &self.pool {
+                Some(pool) if self.filter_work.split(batch, threads) => (
+                    pool.install(|| {
+                        idx.par_iter()
+                            .map_init(|| node_check.chain.timing_batch(), check)
+                            .collect()
+                    }),
+                    threads,
+                ),
                 _ => {
                     let mut timings = node_check.chain.timing_batch();
-                    idx.iter().map(|i| check(&mut timings, i)).collect()
+                    (idx.iter().map(|i| check(&mut timings, i)).collect(), 1)
                 }
             };
+            self.filter_work.record(batch, used, began.elapsed());
             for (k, s) in statuses.into_iter().enumerate() {
                 let node = &candidates[idx[k]];
                 processed = offset + k + 1;
@@ -358,7 +392,9 @@ impl SchedulingAlgorithm {
             (i, s)
         };
         let statuses: Vec<(usize, Status)> = match &self.pool {
-            Some(pool) if vetoed > 2 => pool.install(|| rejected.into_par_iter().map(complete).collect()),
+            Some(pool) if self.filter_work.split(vetoed, self.threads()) => {
+                pool.install(|| rejected.into_par_iter().map(complete).collect())
+            }
             _ => rejected.into_iter().map(complete).collect(),
         };
         let mut out = Vec::with_capacity(statuses.len());
@@ -431,26 +467,35 @@ impl SchedulingAlgorithm {
                 None
             };
         let pool = &self.pool;
+        let threads = self.threads();
+        let score_work = &mut self.score_work;
         fwk.timed_score(&plugins, || {
             let mut rows = vec![0i64; nodes.len() * width];
             // The first failure in node order, as a sequential run would report.
-            let failure = match pool {
-                Some(pool) if nodes.len() > 2 && width > 0 => pool.install(|| {
-                    rows.par_chunks_mut(width)
-                        .zip(nodes.par_iter())
-                        .map_init(|| TimingBatch::new(&timings), score_node)
-                        .collect::<Vec<Option<Status>>>()
-                        .into_iter()
-                        .flatten()
-                        .next()
-                }),
+            let began = Instant::now();
+            let (failure, used) = match pool {
+                Some(pool) if width > 0 && score_work.split(nodes.len(), threads) => (
+                    pool.install(|| {
+                        rows.par_chunks_mut(width)
+                            .zip(nodes.par_iter())
+                            .map_init(|| TimingBatch::new(&timings), score_node)
+                            .collect::<Vec<Option<Status>>>()
+                            .into_iter()
+                            .flatten()
+                            .next()
+                    }),
+                    threads,
+                ),
                 _ => {
                     let mut batch = TimingBatch::new(&timings);
-                    rows.chunks_mut(width.max(1))
+                    let failure = rows
+                        .chunks_mut(width.max(1))
                         .zip(nodes)
-                        .find_map(|x| score_node(&mut batch, x))
+                        .find_map(|x| score_node(&mut batch, x));
+                    (failure, 1)
                 }
             };
+            score_work.record(nodes.len(), used, began.elapsed());
             if let Some(s) = failure {
                 return (Err(s), Code::Error);
             }

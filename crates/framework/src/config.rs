@@ -21,7 +21,8 @@ pub struct KubeSchedulerConfiguration {
     pub api_version: Option<String>,
     /// Must be `KubeSchedulerConfiguration` when set.
     pub kind: Option<String>,
-    /// Worker threads for Filter and Score (default 16, capped to the machine by the runtime).
+    /// Worker threads for Filter and Score (default 16, capped to the machine by the runtime; a
+    /// section is split over them only when its work pays for it, see `SPLIT_MIN_WORK`).
     pub parallelism: i32,
     /// Leader election.
     pub leader_election: LeaderElectionConfiguration,

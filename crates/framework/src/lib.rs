@@ -21,6 +21,7 @@ mod profile;
 mod rng;
 mod scheduler;
 mod snapshot;
+mod split;
 mod status;
 
 pub mod config;
@@ -39,4 +40,5 @@ pub use profile::*;
 pub use rng::SeededRng;
 pub use scheduler::*;
 pub use snapshot::*;
+pub use split::SPLIT_MIN_WORK;
 pub use status::*;

@@ -6,7 +6,7 @@
 //! an upstream-format reason, and that the same seed gives the same placement.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use unisched_cache::Cache;
 use unisched_framework::{
@@ -96,7 +96,9 @@ struct Outcome {
     cache: Arc<Cache>,
 }
 
-fn schedule_all(seed: u64) -> Outcome {
+/// Schedules every pod; Filter and Score sections expected to take `split_min_work` are split
+/// over two threads.
+fn schedule_all(seed: u64, split_min_work: Duration) -> Outcome {
     let (registry, binder) = in_tree_registry();
     let profile = KubeSchedulerProfile {
         scheduler_name: Some("unisched".into()),
@@ -111,7 +113,7 @@ fn schedule_all(seed: u64) -> Outcome {
     for p in pods() {
         assert!(queue.add(Arc::new(unisched_framework::PodInfo::new(p))));
     }
-    let mut algo = SchedulingAlgorithm::new(2, None, seed);
+    let mut algo = SchedulingAlgorithm::new(2, None, seed).with_split_min_work(split_min_work);
     let mut placement = BTreeMap::new();
     let mut failures = BTreeMap::new();
     while let Some(qpi) = queue.try_pop() {
@@ -145,7 +147,7 @@ fn schedule_all(seed: u64) -> Outcome {
 
 #[test]
 fn thousand_pods_on_hundred_nodes() {
-    let out = schedule_all(42);
+    let out = schedule_all(42, Duration::ZERO);
     assert_eq!(
         out.placement.len() + out.failures.len(),
         PODS,
@@ -265,8 +267,17 @@ fn thousand_pods_on_hundred_nodes() {
 
 #[test]
 fn same_seed_same_placement() {
-    let a = schedule_all(7);
-    let b = schedule_all(7);
+    let a = schedule_all(7, unisched_framework::SPLIT_MIN_WORK);
+    let b = schedule_all(7, unisched_framework::SPLIT_MIN_WORK);
     assert_eq!(a.placement, b.placement);
     assert_eq!(a.failures, b.failures);
+}
+
+/// Whether Filter and Score run on one thread or are split over two changes no decision.
+#[test]
+fn splitting_the_work_changes_no_placement() {
+    let split = schedule_all(11, Duration::ZERO);
+    let whole = schedule_all(11, Duration::MAX);
+    assert_eq!(split.placement, whole.placement);
+    assert_eq!(split.failures, whole.failures);
 }
