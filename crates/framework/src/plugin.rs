@@ -306,6 +306,13 @@ pub trait EnqueueExtensions: Plugin {
 /// accounts for it at once (DynamicResources: `status.nodeAllocatableResourceClaimStatuses`).
 /// Runs after host selection, before the pod is assumed.
 pub trait AssumedPodPlugin: Plugin {
-    /// Mutates the copy of the pod that will be assumed on `node`.
-    fn prepare_assumed_pod(&self, state: &CycleState, pod: &mut k8s_openapi::api::core::v1::Pod, node: &str);
+    /// Mutates the copy of the pod that will be assumed on `node`. Returns whether it changed
+    /// anything: an unchanged pod keeps what was derived from it (requests, affinity terms), a
+    /// changed one is derived anew.
+    fn prepare_assumed_pod(
+        &self,
+        state: &CycleState,
+        pod: &mut k8s_openapi::api::core::v1::Pod,
+        node: &str,
+    ) -> bool;
 }

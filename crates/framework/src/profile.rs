@@ -1135,11 +1135,16 @@ impl Framework {
         if self.assumed_pod.is_empty() {
             return assumed;
         }
-        let mut obj = (*assumed.pod).clone();
+        // One copy of the pod for all plugins; derived anew only if one of them changed it (a
+        // DRA pod whose claims carry no node-allocatable statuses, the common case, is not).
+        let mut changed = false;
+        let obj = Arc::make_mut(&mut assumed.pod);
         for p in &self.assumed_pod {
-            p.prepare_assumed_pod(state, &mut obj, node);
+            changed |= p.prepare_assumed_pod(state, obj, node);
         }
-        assumed = PodInfo::new(obj);
+        if changed {
+            assumed = PodInfo::from_arc(assumed.pod.clone());
+        }
         assumed
     }
 

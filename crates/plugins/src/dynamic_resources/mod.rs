@@ -891,19 +891,20 @@ impl ReservePlugin for DynamicResources {
 }
 
 impl unisched_framework::AssumedPodPlugin for DynamicResources {
-    fn prepare_assumed_pod(&self, state: &CycleState, pod: &mut Pod, node: &str) {
+    fn prepare_assumed_pod(&self, state: &CycleState, pod: &mut Pod, node: &str) -> bool {
         let Some(data) = Self::data(state) else {
-            return;
+            return false;
         };
         let Some(result) = data.nodes.read().get(node).cloned() else {
-            return;
+            return false;
         };
         if result.statuses.is_empty() {
-            return;
+            return false;
         }
         pod.status
             .get_or_insert_with(Default::default)
             .node_allocatable_resource_claim_statuses = Some(result.statuses.clone());
+        true
     }
 }
 

@@ -1395,7 +1395,21 @@ fn node_allocatable_capacity_key_and_overcommit() {
     assert_eq!(fp.milli_cpu, 4000);
     // The assumed pod carries the statuses, so the node's ledger counts 5 cpus.
     let mut assumed = (*pa.pod).clone();
-    unisched_framework::AssumedPodPlugin::prepare_assumed_pod(&*e.plugin, &st, &mut assumed, "n1");
+    // A node Filter never saw has no statuses: the pod is left as it is, and the plugin says so.
+    let before = assumed.clone();
+    assert!(!unisched_framework::AssumedPodPlugin::prepare_assumed_pod(
+        &*e.plugin,
+        &st,
+        &mut assumed,
+        "n2"
+    ));
+    assert_eq!(assumed, before);
+    assert!(unisched_framework::AssumedPodPlugin::prepare_assumed_pod(
+        &*e.plugin,
+        &st,
+        &mut assumed,
+        "n1"
+    ));
     let assumed = PodInfo::new(assumed);
     assert_eq!(assumed.requests().milli_cpu, 5000);
     // Pod B on the same node: 5 more do not fit in 8 − 5 (the device itself has room).
