@@ -332,11 +332,23 @@ impl SchedulingAlgorithm {
                     threads,
                 ),
                 _ => {
+                    // On one thread the batch ends at the node that completes the search: the
+                    // nodes after it would not be used (the loop below stops there too).
                     let mut timings = node_check.chain.timing_batch();
-                    (idx.iter().map(|i| check(&mut timings, i)).collect(), 1)
+                    let mut out = Vec::with_capacity(batch);
+                    let mut passed = 0usize;
+                    for i in &idx {
+                        let s = check(&mut timings, i);
+                        passed += usize::from(s.as_ref().is_some_and(Status::is_success));
+                        out.push(s);
+                        if passed >= want {
+                            break;
+                        }
+                    }
+                    (out, 1)
                 }
             };
-            self.filter_work.record(batch, used, began.elapsed());
+            self.filter_work.record(statuses.len(), used, began.elapsed());
             for (k, s) in statuses.into_iter().enumerate() {
                 let node = &candidates[idx[k]];
                 processed = offset + k + 1;
