@@ -385,17 +385,40 @@ async fn binding_sets_node_once_and_checks_uid() {
         .unwrap_err(),
     );
     assert_eq!(err.code, 409);
-    let st: Status = pods
-        .create_subresource(
+    // What a binding carries lands in the pod without the pod's validation, so a body that is
+    // not a Binding (an annotation that is not a string) is refused before anything is written.
+    let err = api_err(
+        pods.create_subresource::<_, Status>(
             "binding",
             "a",
             &PostParams::default(),
-            &binding(p.metadata.uid.clone()),
+            &serde_json::json!({"metadata": {"name": "a", "annotations": {"n": 1}},
+                                "target": {"kind": "Node", "name": "n1"}}),
         )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 400, "{}", err.message);
+    assert!(err.message.contains("annotations"), "{}", err.message);
+    assert_eq!(pods.get("a").await.unwrap().spec.unwrap().node_name, None);
+    let mut with_annotation = binding(p.metadata.uid.clone());
+    with_annotation.metadata.annotations =
+        Some([("example.com/bound-by".to_string(), "test".to_string())].into());
+    let st: Status = pods
+        .create_subresource("binding", "a", &PostParams::default(), &with_annotation)
         .await
         .unwrap();
     assert!(st.is_success());
     let got = pods.get("a").await.unwrap();
+    assert_eq!(
+        got.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("example.com/bound-by")
+            .map(String::as_str),
+        Some("test"),
+        "the binding's annotations are copied to the pod"
+    );
     assert_eq!(got.spec.unwrap().node_name.as_deref(), Some("n1"));
     let conditions = got.status.unwrap().conditions.unwrap_or_default();
     assert!(

@@ -13,6 +13,16 @@ fn store() -> Store {
     ApiServer::builder().controllers(false).build().store().clone()
 }
 
+/// A store that keeps only the last `history` events for watches to resume from.
+fn store_with_history(history: usize) -> Store {
+    ApiServer::builder()
+        .controllers(false)
+        .history(history)
+        .build()
+        .store()
+        .clone()
+}
+
 fn pod(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
            "spec": {"containers": [{"name": "c", "image": "x"}]}})
@@ -136,12 +146,7 @@ fn subscription_sees_every_change_and_selector_transitions() {
 
 #[test]
 fn subscription_falls_behind_history_with_410() {
-    let s = ApiServer::builder()
-        .controllers(false)
-        .history(10)
-        .build()
-        .store()
-        .clone();
+    let s = store_with_history(10);
     let mut sub = s.subscribe();
     for i in 0..20 {
         s.create("pods", None, pod(&format!("p{i}"))).unwrap();
@@ -290,6 +295,86 @@ async fn wait_helpers() {
         .unwrap_err();
     assert_eq!(err.code(), 504);
     let _ = StoreConfig::default();
+}
+
+/// A watch of one resource is woken by writes of that resource only (a scheduler holds a dozen
+/// watches, and each write used to wake them all); a subscription to everything by every write.
+#[test]
+fn a_watch_is_woken_by_writes_of_its_own_resource_only() {
+    use futures::FutureExt;
+    let s = store();
+    let mut pods = s.watch("pods", None, &WatchOptions::default()).unwrap();
+    let mut events = s.subscribe_kind(s.resolve("events.events.k8s.io").unwrap());
+    let mut all = s.subscribe();
+    s.create(
+        "nodes",
+        None,
+        json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "110"}}}),
+    )
+    .unwrap();
+    assert!(
+        pods.changed().now_or_never().is_none(),
+        "a node write woke the pod watch"
+    );
+    assert!(
+        events.changed().now_or_never().is_none(),
+        "a node write woke the event subscription"
+    );
+    assert!(matches!(all.changed().now_or_never(), Some(Ok(()))));
+    s.create("pods", Some("default"), pod("w")).unwrap();
+    assert!(matches!(pods.changed().now_or_never(), Some(Ok(()))));
+    assert!(matches!(all.changed().now_or_never(), Some(Ok(()))));
+    assert!(events.changed().now_or_never().is_none());
+    assert_eq!(pods.try_next().unwrap().unwrap().object.name(), "w");
+    assert!(
+        events.try_next().unwrap().is_none(),
+        "a one-kind subscription reads its kind only"
+    );
+    assert_eq!(all.try_next().unwrap().unwrap().object.name(), "n1");
+}
+
+/// A watch of one kind sleeps through other kinds' writes, so it may fall behind the retained
+/// history without having lost anything: it expires (410) only when events of its own kind were
+/// dropped, as a watch of kube-apiserver's per-resource cache does, and a bookmark's position
+/// catches up with the store.
+#[test]
+fn a_quiet_watch_outlives_other_kinds_history_but_not_its_own() {
+    let s = store_with_history(10);
+    let before = s.resource_version();
+    let mut nodes = s.watch("nodes", None, &WatchOptions::default()).unwrap();
+    let mut pods = s.watch("pods", None, &WatchOptions::default()).unwrap();
+    for i in 0..20 {
+        s.create("pods", None, pod(&format!("p{i}"))).unwrap();
+    }
+    assert!(s.oldest_resource_version() > nodes.position() + 1);
+    nodes.catch_up();
+    assert_eq!(
+        nodes.position(),
+        s.resource_version(),
+        "a bookmark would carry the current version"
+    );
+    s.create(
+        "nodes",
+        None,
+        json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "110"}}}),
+    )
+    .unwrap();
+    assert_eq!(nodes.try_next().unwrap().unwrap().object.name(), "n1");
+    assert_eq!(
+        pods.try_next().unwrap_err().code(),
+        410,
+        "pod events were dropped"
+    );
+    // Resuming from a version older than the history: fine for nodes, expired for pods.
+    let from_before = WatchOptions {
+        resource_version: Some(before.to_string()),
+        ..WatchOptions::default()
+    };
+    let mut resumed = s.watch("nodes", None, &from_before).unwrap();
+    assert_eq!(resumed.try_next().unwrap().unwrap().object.name(), "n1");
+    assert!(resumed.try_next().unwrap().is_none());
+    let mut resumed = s.watch("pods", None, &from_before).unwrap();
+    assert_eq!(resumed.try_next().unwrap_err().code(), 410);
 }
 
 #[test]

@@ -21,13 +21,15 @@ pub async fn run(store: Store, mut shutdown: tokio::sync::watch::Receiver<bool>)
     ) else {
         return;
     };
-    let mut sub = store.subscribe();
+    // Only events.k8s.io Events matter here; a subscription to that kind alone is not woken by
+    // every other write.
+    let mut sub = store.subscribe_kind(new_events);
     resync(&store);
     loop {
         match next_event(&mut sub, &mut shutdown).await {
             Next::Stop => return,
             Next::Resync => {
-                sub = store.subscribe();
+                sub = store.subscribe_kind(new_events);
                 resync(&store);
             }
             Next::Event(ev) if ev.kind == new_events => match ev.event_type {

@@ -736,6 +736,7 @@ impl WatchState {
                 }
                 _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
                     self.next_bookmark = tokio::time::Instant::now() + self.bookmark_every;
+                    self.sub.catch_up();
                     return Some(self.bookmark(false));
                 }
                 _ = tokio::time::sleep_until(self.deadline) => {

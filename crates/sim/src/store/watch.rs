@@ -131,7 +131,24 @@ impl Subscription {
         let mut out = Vec::new();
         let st = self.store.state().read();
         let first = st.first_rv();
-        if self.pos + 1 < first {
+        if let Some(kind) = self.kind {
+            // A watch of one kind is woken by its kind's writes only, so it may sleep through
+            // any number of other writes: it has lost something only if an event of its own
+            // kind past its position was dropped (as kube-apiserver's watch cache, which is per
+            // resource), and with nothing of its kind past its position it is simply current.
+            if st.kind_dropped[kind.0] > self.pos {
+                return Err(StoreError::Gone(format!(
+                    "too old resource version: {} ({})",
+                    self.pos,
+                    first - 1
+                )));
+            }
+            if st.kind_written[kind.0] <= self.pos {
+                self.pos = self.pos.max(st.rv);
+                return Ok(out);
+            }
+            self.pos = self.pos.max(first.saturating_sub(1));
+        } else if self.pos + 1 < first {
             return Err(StoreError::Gone(format!(
                 "too old resource version: {} ({})",
                 self.pos,
@@ -156,6 +173,20 @@ impl Subscription {
             self.pos = ev.resource_version();
         }
         Ok(out)
+    }
+
+    /// Moves a one-kind watch's position past the other kinds' writes when nothing of its own
+    /// kind is left to read, so that a bookmark carries a current resourceVersion although the
+    /// watch is not woken by those writes.
+    pub fn catch_up(&mut self) {
+        let Some(kind) = self.kind else { return };
+        if !self.pending.is_empty() {
+            return;
+        }
+        let st = self.store.state().read();
+        if st.kind_written[kind.0] <= self.pos && st.kind_dropped[kind.0] <= self.pos {
+            self.pos = self.pos.max(st.rv);
+        }
     }
 
     /// Waits until the store has changed since the last poll.
@@ -214,6 +245,15 @@ impl Store {
         }
     }
 
+    /// Every event of one resource from now on; it wakes only on writes of that resource.
+    pub fn subscribe_kind(&self, kind: KindId) -> Subscription {
+        Subscription {
+            kind: Some(kind),
+            rx: self.kind_notifier(kind),
+            ..self.subscribe()
+        }
+    }
+
     /// Every event of every resource after `resource_version` (410 later if that is too old).
     pub fn subscribe_from(&self, resource_version: u64) -> Subscription {
         let mut s = self.subscribe();
@@ -237,7 +277,7 @@ impl Store {
                 (Some(n), opts.send_initial_events == Some(true))
             }
         };
-        let rx = self.notifier();
+        let rx = self.kind_notifier(kind);
         let mut sub = Subscription {
             store: self.clone(),
             kind: Some(kind),
