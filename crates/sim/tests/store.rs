@@ -377,6 +377,34 @@ fn a_quiet_watch_outlives_other_kinds_history_but_not_its_own() {
     assert_eq!(resumed.try_next().unwrap_err().code(), 410);
 }
 
+/// A poll reads on past any number of events that do not match (here more than one poll's scan
+/// window): a watch of one kind or with a selector must not stop short of its next event and
+/// then wait for a wake-up that only its own kind's writes send.
+#[test]
+fn a_watch_reads_past_any_run_of_events_it_does_not_match() {
+    let s = store();
+    let mut nodes = s.watch("nodes", None, &WatchOptions::default()).unwrap();
+    let labelled = WatchOptions {
+        label_selector: unisched_sim::LabelSelector::parse("app=x").unwrap(),
+        ..WatchOptions::default()
+    };
+    let mut selected = s.watch("pods", None, &labelled).unwrap();
+    for i in 0..3_000 {
+        s.create("pods", None, pod(&format!("p{i}"))).unwrap();
+    }
+    s.create(
+        "nodes",
+        None,
+        json!({"metadata": {"name": "n1"}, "status": {"capacity": {"cpu": "4", "pods": "110"}}}),
+    )
+    .unwrap();
+    let mut x = pod("x");
+    x["metadata"]["labels"] = json!({"app": "x"});
+    s.create("pods", None, x).unwrap();
+    assert_eq!(nodes.try_next().unwrap().unwrap().object.name(), "n1");
+    assert_eq!(selected.try_next().unwrap().unwrap().object.name(), "x");
+}
+
 #[test]
 fn binding_marks_the_pod_scheduled_in_the_same_write() {
     let s = store();

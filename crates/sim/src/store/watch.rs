@@ -128,6 +128,21 @@ impl Subscription {
             return Ok(self.pending.drain(..n).collect());
         }
         self.rx.borrow_and_update();
+        // Window after window (the lock released between them) until something matches or the
+        // history is read to its end: a poll that came back empty with history left unread
+        // would leave the watch waiting for a wake-up, and a watch of one kind is woken only by
+        // its own kind's writes, which may not come.
+        loop {
+            let (out, more) = self.scan_window(max)?;
+            if !out.is_empty() || !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The matching events of the next [`SCAN`] history entries (at most `max`), and whether
+    /// history is left after them.
+    fn scan_window(&mut self, max: usize) -> Result<(Vec<WatchEvent>, bool), StoreError> {
         let mut out = Vec::new();
         let st = self.store.state().read();
         let first = st.first_rv();
@@ -145,7 +160,7 @@ impl Subscription {
             }
             if st.kind_written[kind.0] <= self.pos {
                 self.pos = self.pos.max(st.rv);
-                return Ok(out);
+                return Ok((out, false));
             }
             self.pos = self.pos.max(first.saturating_sub(1));
         } else if self.pos + 1 < first {
@@ -157,7 +172,7 @@ impl Subscription {
         }
         let start = (self.pos + 1 - first) as usize;
         if start >= st.history.len() {
-            return Ok(out);
+            return Ok((out, false));
         }
         let end = st.history.len().min(start + SCAN);
         for ev in st.history.range(start..end) {
@@ -165,14 +180,14 @@ impl Subscription {
                 out.push(we);
                 if out.len() >= max {
                     self.pos = ev.resource_version();
-                    return Ok(out);
+                    return Ok((out, true));
                 }
             }
         }
         if let Some(ev) = st.history.get(end - 1) {
             self.pos = ev.resource_version();
         }
-        Ok(out)
+        Ok((out, end < st.history.len()))
     }
 
     /// Moves a one-kind watch's position past the other kinds' writes when nothing of its own
