@@ -146,29 +146,27 @@ impl Subscription {
         let mut out = Vec::new();
         let st = self.store.state().read();
         let first = st.first_rv();
-        if let Some(kind) = self.kind {
-            // A watch of one kind is woken by its kind's writes only, so it may sleep through
-            // any number of other writes: it has lost something only if an event of its own
-            // kind past its position was dropped (as kube-apiserver's watch cache, which is per
-            // resource), and with nothing of its kind past its position it is simply current.
-            if st.kind_dropped[kind.0] > self.pos {
-                return Err(StoreError::Gone(format!(
-                    "too old resource version: {} ({})",
-                    self.pos,
-                    first - 1
-                )));
-            }
-            if st.kind_written[kind.0] <= self.pos {
-                self.pos = self.pos.max(st.rv);
-                return Ok((out, false));
-            }
-            self.pos = self.pos.max(first.saturating_sub(1));
-        } else if self.pos + 1 < first {
+        // A watch of one kind is woken by its kind's writes only, so it may sleep through any
+        // number of other writes: it has lost something only if an event of its own kind past
+        // its position was dropped (as with kube-apiserver's watch cache, which is per
+        // resource), and with nothing of its kind past its position it is simply current.
+        let expired = match self.kind {
+            Some(kind) => st.kind_dropped[kind.0] > self.pos,
+            None => self.pos + 1 < first,
+        };
+        if expired {
             return Err(StoreError::Gone(format!(
                 "too old resource version: {} ({})",
                 self.pos,
                 first - 1
             )));
+        }
+        if let Some(kind) = self.kind {
+            if st.kind_written[kind.0] <= self.pos {
+                self.pos = self.pos.max(st.rv);
+                return Ok((out, false));
+            }
+            self.pos = self.pos.max(first.saturating_sub(1));
         }
         let start = (self.pos + 1 - first) as usize;
         if start >= st.history.len() {
