@@ -1,7 +1,8 @@
 //! Throughput of the simulated API server alone (no controllers), printed as plain figures.
 //!
 //! `cargo bench -p unisched-sim --bench apiserver` (set `UNISCHED_BENCH_N` to change the object count,
-//! default 10 000, and `UNISCHED_BENCH_WATCHERS` for the fan-out, default 100).
+//! default 10 000, `UNISCHED_BENCH_WATCHERS` for the fan-out, default 100, and
+//! `UNISCHED_BENCH_IN_PROCESS_ONLY` to stop after the in-process figures).
 //!
 //! - in-process: `Store::create` / `Store::bind` / `Store::patch_status` from one thread;
 //! - HTTP: the same through kube-rs with 16 requests in flight;
@@ -331,6 +332,9 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
     in_process(n);
+    if std::env::var("UNISCHED_BENCH_IN_PROCESS_ONLY").is_ok() {
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

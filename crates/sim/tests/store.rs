@@ -107,6 +107,64 @@ fn apply_creates_then_merges_and_writes_status() {
     );
 }
 
+/// A write of the status subresource changes `status` and nothing else, whatever else its body
+/// changes, removes or adds; and one that leaves `status` as it was changes nothing at all.
+#[test]
+fn a_status_write_keeps_every_other_field_as_stored() {
+    let s = store();
+    let mut p = pod("a");
+    p["metadata"]["labels"] = json!({"app": "web"});
+    let created = s.create("pods", None, p).unwrap();
+    let stored = |s: &Store| s.get("pods", Some("default"), "a").unwrap().to_value();
+    let before = stored(&s);
+
+    // A patch that also edits the spec, drops the labels and adds a top-level field.
+    s.patch_status(
+        "pods",
+        Some("default"),
+        "a",
+        &Patch::Merge(json!({
+            "spec": {"nodeName": "n9", "containers": null},
+            "metadata": {"labels": null},
+            "extra": {"x": 1},
+            "status": {"phase": "Running"},
+        })),
+    )
+    .unwrap();
+    let after = stored(&s);
+    assert_eq!(after["status"]["phase"], "Running");
+    for field in ["spec", "apiVersion", "kind"] {
+        assert_eq!(after[field], before[field], "{field} kept");
+    }
+    assert_eq!(after["metadata"]["labels"], json!({"app": "web"}));
+    assert!(after.get("extra").is_none(), "no new top-level field: {after}");
+
+    // A full body without a spec, and with a null status: the spec stays, the status goes.
+    let mut body = after.clone();
+    body.as_object_mut().unwrap().remove("spec");
+    body["status"] = serde_json::Value::Null;
+    let updated = s.update_status("pods", Some("default"), body).unwrap();
+    assert_eq!(updated["spec"], before["spec"]);
+    assert!(
+        updated.get("status").is_none(),
+        "a null status is removed: {}",
+        updated.value()
+    );
+
+    // The same status again is no write: the resourceVersion stays.
+    let rv = updated.resource_version();
+    let again = s
+        .patch_status(
+            "pods",
+            Some("default"),
+            "a",
+            &Patch::Merge(json!({"spec": {"nodeName": "n1"}})),
+        )
+        .unwrap();
+    assert_eq!(again.resource_version(), rv);
+    assert!(rv > created.resource_version());
+}
+
 #[test]
 fn subscription_sees_every_change_and_selector_transitions() {
     let s = store();

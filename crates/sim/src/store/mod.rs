@@ -171,6 +171,47 @@ fn owner_uids(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// What a write of the status subresource stores: `cand`'s `status` (none when absent or `null`)
+/// and every other top-level field as `stored` has it.
+///
+/// Why not a copy of `stored` with the new status put in: the candidate of a status write is
+/// almost always `stored` itself with the status changed (a status patch applies to a copy of the
+/// stored object), so its other fields are already right. Putting back only those that differ
+/// saves a second copy of the whole object (the pod's spec, the claim's spec) on every status
+/// write (`cargo bench -p unisched-sim --bench apiserver`: in-process status patches of a pod
+/// 105,000 → 124,000 per second).
+fn keep_all_but_status(cand: Value, stored: &Value) -> Value {
+    let (Value::Object(mut m), Value::Object(stored)) = (cand, stored) else {
+        // Not objects (check_type has already refused such a body): keep the stored object.
+        let mut n = stored.clone();
+        if let Value::Object(m) = &mut n {
+            m.remove("status");
+        }
+        return n;
+    };
+    m.retain(|k, v| {
+        if k == "status" {
+            !v.is_null()
+        } else {
+            stored.contains_key(k)
+        }
+    });
+    for (k, v) in stored {
+        if k != "status" {
+            restore(&mut m, k, v);
+        }
+    }
+    Value::Object(m)
+}
+
+/// Sets `m[key]` to a copy of `want` unless it already equals it (comparing costs no allocation;
+/// copying a pod's spec does).
+fn restore(m: &mut serde_json::Map<String, Value>, key: &str, want: &Value) {
+    if m.get(key) != Some(want) {
+        m.insert(key.to_string(), want.clone());
+    }
+}
+
 /// kube-apiserver keeps objects as typed structs, whose empty `omitempty` metadata maps and lists
 /// vanish on the way through: a patch adding `annotations: {}` (as `kubectl diff` of an object
 /// created without annotations sends) leaves the object unchanged. The JSON store drops them too.
@@ -673,17 +714,7 @@ impl Store {
             }
         }
         let mut next = match mode {
-            UpdateMode::Status => {
-                let mut n = cur.to_value();
-                let status = cand.get("status").filter(|s| !s.is_null()).cloned();
-                if let Value::Object(m) = &mut n {
-                    match status {
-                        Some(s) => m.insert("status".into(), s),
-                        None => m.remove("status"),
-                    };
-                }
-                n
-            }
+            UpdateMode::Status => keep_all_but_status(cand, cur.value()),
             // A server-internal write (binding) may set status too (PodScheduled=True).
             UpdateMode::Internal => cand,
             UpdateMode::Main => {
@@ -691,15 +722,17 @@ impl Store {
                     && let Value::Object(m) = &mut cand
                 {
                     match cur.get("status") {
-                        Some(s) => m.insert("status".into(), s.clone()),
-                        None => m.remove("status"),
-                    };
+                        Some(s) => restore(m, "status", s),
+                        None => {
+                            m.remove("status");
+                        }
+                    }
                 }
                 cand
             }
         };
         drop_empty_metadata_collections(&mut next);
-        let cur_meta = cur.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let cur_meta = cur.get("metadata").unwrap_or(&Value::Null);
         let new_finalizers = finalizers_of(&next);
         {
             let meta = meta_mut(&mut next);
