@@ -107,6 +107,25 @@ fn default_node_readiness(node: &mut Value) {
     }
 }
 
+/// The metadata fields a write of `rt`'s status subresource cannot change (beyond the system
+/// fields every update keeps: uid, creation and deletion timestamps, generation), or `None` when
+/// it can change none of them.
+///
+/// kube-apiserver decides this per kind in the status strategy. The older core kinds only reset
+/// the spec, so a status write may change labels, annotations and finalizers (a kubelet's pod
+/// status update may carry them): Pods keep their owner references (old kubelets corrupted them)
+/// and Deployments their labels. The `resource.k8s.io` kinds reset the whole metadata the way
+/// `ResetObjectMetaForStatus` does, and so does every kind not listed here.
+pub(crate) fn metadata_kept_by_status_write(rt: &ResourceType) -> Option<&'static [&'static str]> {
+    match (rt.group, rt.kind) {
+        ("", "Pod") => Some(&["ownerReferences"]),
+        ("apps", "Deployment") => Some(&["labels"]),
+        ("", "Namespace" | "Node" | "PersistentVolume" | "PersistentVolumeClaim" | "Service")
+        | ("policy", "PodDisruptionBudget") => Some(&[]),
+        _ => None,
+    }
+}
+
 /// Kind-specific defaulting and immutability checks for an update. `new` already carries the
 /// preserved metadata and status.
 pub(crate) fn prepare_update(

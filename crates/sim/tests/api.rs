@@ -187,7 +187,8 @@ async fn stale_updates_conflict_and_status_is_separate() {
     );
     assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
 
-    // Main-resource writes ignore status; /status writes only status.
+    // Main-resource writes ignore status; /status writes status and, for pods (as upstream's
+    // pod status strategy allows), labels, but never the spec.
     pods.patch(
         "a",
         &PatchParams::default(),
@@ -204,13 +205,17 @@ async fn stale_updates_conflict_and_status_is_separate() {
     pods.patch_status(
         "a",
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running"}, "metadata": {"labels": {"s": "1"}}})),
+        &Patch::Merge(
+            json!({"status": {"phase": "Running"}, "metadata": {"labels": {"s": "1"}},
+                             "spec": {"nodeName": "elsewhere"}}),
+        ),
     )
     .await
     .unwrap();
     let got = pods.get("a").await.unwrap();
     assert_eq!(got.status.unwrap().phase.as_deref(), Some("Running"));
-    assert!(!got.metadata.labels.unwrap().contains_key("s"));
+    assert!(got.metadata.labels.unwrap().contains_key("s"));
+    assert_eq!(got.spec.unwrap().node_name, None);
 
     // Merge patch with a stale resourceVersion conflicts.
     let err = api_err(

@@ -107,25 +107,28 @@ fn apply_creates_then_merges_and_writes_status() {
     );
 }
 
-/// A write of the status subresource changes `status` and nothing else, whatever else its body
-/// changes, removes or adds; and one that leaves `status` as it was changes nothing at all.
+/// A write of the status subresource changes `status` and, for a pod, labels, annotations and
+/// finalizers: never the spec, the owner references or anything outside metadata, whatever else
+/// its body changes, removes or adds. One that changes nothing it may change is no write.
 #[test]
-fn a_status_write_keeps_every_other_field_as_stored() {
+fn a_pod_status_write_changes_status_and_metadata_only() {
     let s = store();
     let mut p = pod("a");
     p["metadata"]["labels"] = json!({"app": "web"});
+    p["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u-1"}]);
     let created = s.create("pods", None, p).unwrap();
     let stored = |s: &Store| s.get("pods", Some("default"), "a").unwrap().to_value();
     let before = stored(&s);
 
-    // A patch that also edits the spec, drops the labels and adds a top-level field.
+    // A patch that also edits the spec and the owner references, relabels, and adds a field.
     s.patch_status(
         "pods",
         Some("default"),
         "a",
         &Patch::Merge(json!({
             "spec": {"nodeName": "n9", "containers": null},
-            "metadata": {"labels": null},
+            "metadata": {"labels": {"app": "db"}, "ownerReferences": null},
             "extra": {"x": 1},
             "status": {"phase": "Running"},
         })),
@@ -136,7 +139,15 @@ fn a_status_write_keeps_every_other_field_as_stored() {
     for field in ["spec", "apiVersion", "kind"] {
         assert_eq!(after[field], before[field], "{field} kept");
     }
-    assert_eq!(after["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(
+        after["metadata"]["labels"],
+        json!({"app": "db"}),
+        "pods/status may relabel, as upstream's pod status strategy allows"
+    );
+    assert_eq!(
+        after["metadata"]["ownerReferences"], before["metadata"]["ownerReferences"],
+        "but not touch owner references"
+    );
     assert!(after.get("extra").is_none(), "no new top-level field: {after}");
 
     // A full body without a spec, and with a null status: the spec stays, the status goes.
@@ -151,7 +162,7 @@ fn a_status_write_keeps_every_other_field_as_stored() {
         updated.value()
     );
 
-    // The same status again is no write: the resourceVersion stays.
+    // Nothing it may change changes: no write, the resourceVersion stays.
     let rv = updated.resource_version();
     let again = s
         .patch_status(
@@ -163,6 +174,70 @@ fn a_status_write_keeps_every_other_field_as_stored() {
         .unwrap();
     assert_eq!(again.resource_version(), rv);
     assert!(rv > created.resource_version());
+}
+
+/// The status writes of a ResourceClaim keep its whole metadata, as upstream's claim status
+/// strategy does; a Deployment's keep only its labels.
+#[test]
+fn claim_and_deployment_status_writes_keep_the_metadata_their_kinds_protect() {
+    let s = store();
+    s.create(
+        "resourceclaims",
+        None,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c", "namespace": "default", "labels": {"a": "1"}},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}}),
+    )
+    .unwrap();
+    let claim = s
+        .patch_status(
+            "resourceclaims",
+            Some("default"),
+            "c",
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"a": "2"}, "annotations": {"x": "y"},
+                             "finalizers": ["example.com/f"]},
+                "status": {
+                    "allocation": {"devices": {"results": [{"request": "r",
+                        "driver": "gpu.example.com", "pool": "n1", "device": "d0"}]}},
+                    "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+                },
+            })),
+        )
+        .unwrap();
+    assert_eq!(claim["status"]["reservedFor"][0]["name"], "p");
+    assert_eq!(claim["metadata"]["labels"], json!({"a": "1"}));
+    assert!(
+        claim["metadata"].get("annotations").is_none(),
+        "{}",
+        claim.value()
+    );
+    assert!(claim["metadata"].get("finalizers").is_none(), "{}", claim.value());
+
+    s.create(
+        "deployments",
+        None,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "d", "namespace": "default", "labels": {"a": "1"}},
+               "spec": {"selector": {"matchLabels": {"app": "d"}},
+                        "template": {"metadata": {"labels": {"app": "d"}},
+                                     "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+    )
+    .unwrap();
+    let deployment = s
+        .patch_status(
+            "deployments",
+            Some("default"),
+            "d",
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"a": "2"}, "annotations": {"x": "y"}},
+                "status": {"replicas": 1},
+            })),
+        )
+        .unwrap();
+    assert_eq!(deployment["status"]["replicas"], 1);
+    assert_eq!(deployment["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(deployment["metadata"]["annotations"]["x"], "y");
 }
 
 #[test]

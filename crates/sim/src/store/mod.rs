@@ -172,7 +172,9 @@ fn owner_uids(v: &Value) -> Vec<String> {
 }
 
 /// What a write of the status subresource stores: `cand`'s `status` (none when absent or `null`)
-/// and every other top-level field as `stored` has it.
+/// and every other top-level field as `stored` has it, except that `cand`'s metadata is taken
+/// with the fields `kept` restored from `stored` when the kind lets a status write change
+/// metadata (`kept` is `Some`, see [`strategy::metadata_kept_by_status_write`]).
 ///
 /// Why not a copy of `stored` with the new status put in: the candidate of a status write is
 /// almost always `stored` itself with the status changed (a status patch applies to a copy of the
@@ -180,7 +182,7 @@ fn owner_uids(v: &Value) -> Vec<String> {
 /// saves a second copy of the whole object (the pod's spec, the claim's spec) on every status
 /// write (`cargo bench -p unisched-sim --bench apiserver`: in-process status patches of a pod
 /// 105,000 → 124,000 per second).
-fn keep_all_but_status(cand: Value, stored: &Value) -> Value {
+fn keep_all_but_status(cand: Value, stored: &Value, kept: Option<&[&str]>) -> Value {
     let (Value::Object(mut m), Value::Object(stored)) = (cand, stored) else {
         // Not objects (check_type has already refused such a body): keep the stored object.
         let mut n = stored.clone();
@@ -197,8 +199,25 @@ fn keep_all_but_status(cand: Value, stored: &Value) -> Value {
         }
     });
     for (k, v) in stored {
-        if k != "status" {
-            restore(&mut m, k, v);
+        match (k.as_str(), kept) {
+            ("status", _) => {}
+            ("metadata", Some(kept)) => {
+                let meta = m.entry("metadata").or_insert_with(|| json!({}));
+                if !meta.is_object() {
+                    *meta = json!({});
+                }
+                if let Value::Object(meta) = meta {
+                    for &field in kept {
+                        match v.get(field) {
+                            Some(want) => restore(meta, field, want),
+                            None => {
+                                meta.remove(field);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => restore(&mut m, k, v),
         }
     }
     Value::Object(m)
@@ -714,7 +733,9 @@ impl Store {
             }
         }
         let mut next = match mode {
-            UpdateMode::Status => keep_all_but_status(cand, cur.value()),
+            UpdateMode::Status => {
+                keep_all_but_status(cand, cur.value(), strategy::metadata_kept_by_status_write(rt))
+            }
             // A server-internal write (binding) may set status too (PodScheduled=True).
             UpdateMode::Internal => cand,
             UpdateMode::Main => {
