@@ -23,7 +23,9 @@ fn claim_in(store: &Store) -> ResourceClaim {
     .unwrap()
 }
 
-fn seed(store: &Store) {
+/// A node, the pod `p0` bound to it, and the claim `c0`; when `reserved`, the claim is allocated
+/// and reserved for `p0`.
+fn seed(store: &Store, reserved: bool) {
     store
         .create(
             "nodes",
@@ -51,22 +53,27 @@ fn seed(store: &Store) {
                        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}),
         )
         .unwrap();
+    if !reserved {
+        return;
+    }
     store
         .patch_status(
             "resourceclaims",
             Some("default"),
             "c0",
-            &Patch::Merge(json!({"status": {"reservedFor": [
-                {"resource": "pods", "name": "p0", "uid": uid}]}})),
+            &Patch::Merge(json!({"status": {
+                "allocation": {"devices": {"results": [{"request": "gpu",
+                    "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}]}},
+                "reservedFor": [{"resource": "pods", "name": "p0", "uid": uid}]}})),
         )
         .unwrap();
 }
 
 /// An embedded API server holding [`seed`]'s objects, and the claim writer under test on it.
-async fn seeded() -> (RunningServer, Store, Arc<RuntimeDraApi>) {
+async fn seeded(reserved: bool) -> (RunningServer, Store, Arc<RuntimeDraApi>) {
     let server = support::serve().await;
     let store = server.store().clone();
-    seed(&store);
+    seed(&store, reserved);
     let client = support::client(&server);
     let metrics = Metrics::new().unwrap();
     let writer = ApiWriter::new(client, -1.0, 100, metrics.clone(), LeaderFlag::new(true));
@@ -80,7 +87,7 @@ async fn seeded() -> (RunningServer, Store, Arc<RuntimeDraApi>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
-    let (server, store, api) = seeded().await;
+    let (server, store, api) = seeded(true).await;
     let read = claim_in(&store);
 
     // Taking the bound pod out of reservedFor is refused, on the claim as read.
@@ -138,7 +145,7 @@ async fn a_bound_pod_stays_reserved_and_a_stale_refusal_is_a_conflict() {
 /// binding cycle assumes in the cache until the watch catches up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_writes_return_the_claim_the_server_holds() {
-    let (server, store, api) = seeded().await;
+    let (server, store, api) = seeded(false).await;
     // What the server holds, as the scheduler's watch would decode it (no managedFields).
     let on_server = || {
         let mut c = claim_in(&store);
@@ -157,8 +164,8 @@ async fn claim_writes_return_the_claim_the_server_holds() {
     );
     assert_eq!(with_finalizer, on_server());
 
-    // Allocation added, a second consumer appended: lists are replaced whole, objects merge. (The
-    // consumer must exist: the embedded claim controller drops references to missing pods.)
+    // Allocation and a consumer added. (The consumer must exist: the embedded claim controller
+    // drops references to missing pods.)
     let p1 = store
         .create(
             "pods",
@@ -168,11 +175,7 @@ async fn claim_writes_return_the_claim_the_server_holds() {
         )
         .unwrap()
         .to_value();
-    let mut reserved = serde_json::to_value(&on_server().status.unwrap().reserved_for).unwrap();
-    reserved
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"resource": "pods", "name": "p1", "uid": p1["metadata"]["uid"]}));
+    let reserved = json!([{"resource": "pods", "name": "p1", "uid": p1["metadata"]["uid"]}]);
     let status = json!({"reservedFor": reserved, "allocation": {
         "devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1",
                                  "device": "gpu-0"}]},
@@ -190,17 +193,23 @@ async fn claim_writes_return_the_claim_the_server_holds() {
             .as_ref()
             .and_then(|s| s.reserved_for.as_ref())
             .map(Vec::len),
-        Some(2)
+        Some(1)
     );
     assert_ne!(
         allocated.metadata.resource_version,
         with_finalizer.metadata.resource_version
     );
 
-    // Deallocation (`null` deletes) and the finalizer removed.
+    // Deallocation (`null` deletes; the consumers go with the allocation) and the finalizer
+    // removed.
     let (a, c) = (api.clone(), allocated);
     let cleared = tokio::task::spawn_blocking(move || {
-        a.patch_claim_status("default", "c0", &c, json!({"allocation": null}))
+        a.patch_claim_status(
+            "default",
+            "c0",
+            &c,
+            json!({"allocation": null, "reservedFor": null}),
+        )
     })
     .await
     .unwrap()

@@ -163,6 +163,16 @@ pub(crate) fn prepare_update(
                 "Invalid value: field is immutable",
             ));
         }
+        ("resource.k8s.io", "ResourceClaim") if mode == UpdateMode::Status => {
+            let causes = claim_status_update_causes(old, new);
+            if !causes.is_empty() {
+                return Err(StoreError::Invalid {
+                    kind: rt.kind.to_string(),
+                    name,
+                    causes,
+                });
+            }
+        }
         ("scheduling.k8s.io", "PriorityClass") if old.get("value") != new.get("value") => {
             return Err(StoreError::invalid(
                 rt.kind,
@@ -188,6 +198,82 @@ fn check_path_segment(name: &str) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// kube-apiserver's `ResourceClaimReservedForMaxSize`.
+const RESERVED_FOR_MAX: usize = 256;
+
+/// `v.status[field]`, absent when null.
+fn status_field<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
+    v.get("status")
+        .and_then(|s| s.get(field))
+        .filter(|x| !x.is_null())
+}
+
+/// What upstream's claim status validation refuses in a status write (empty when nothing): the
+/// invariants that keep a device from being handed out twice. A claim is reserved only while it
+/// is allocated; an allocation is never replaced by another (only removed); a claim being deleted
+/// takes no new consumers; consumers are complete and unique by UID.
+fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let mut cause = |field: String, message: String| causes.push(Cause { field, message });
+    let empty = Vec::new();
+    let reserved = status_field(new, "reservedFor")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    if reserved.len() > RESERVED_FOR_MAX {
+        cause(
+            "status.reservedFor".into(),
+            format!(
+                "Too many: {}: must have at most {RESERVED_FOR_MAX} items",
+                reserved.len()
+            ),
+        );
+    }
+    let mut uids = std::collections::HashSet::new();
+    for (i, consumer) in reserved.iter().enumerate() {
+        for f in ["resource", "name", "uid"] {
+            if get_str(consumer, &[f]).is_none_or(str::is_empty) {
+                cause(format!("status.reservedFor[{i}].{f}"), "Required value".into());
+            }
+        }
+        if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
+            && !uids.insert(uid)
+        {
+            cause(
+                format!("status.reservedFor[{i}]"),
+                format!("Duplicate value: {uid:?}"),
+            );
+        }
+    }
+    let allocation = status_field(new, "allocation");
+    if !reserved.is_empty() {
+        if allocation.is_none() {
+            cause(
+                "status.reservedFor".into(),
+                "Forbidden: may not be specified when `allocated` is not set".into(),
+            );
+        } else if get_path(new, &["metadata", "deletionTimestamp"]).is_some() {
+            let before = status_field(old, "reservedFor")
+                .and_then(Value::as_array)
+                .unwrap_or(&empty);
+            if reserved.iter().any(|r| !before.contains(r)) {
+                cause(
+                    "status.reservedFor".into(),
+                    "Forbidden: new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set".into(),
+                );
+            }
+        }
+    }
+    if let (Some(was), Some(now)) = (status_field(old, "allocation"), allocation)
+        && was != now
+    {
+        cause(
+            "status.allocation".into(),
+            "Invalid value: field is immutable".into(),
+        );
+    }
+    causes
 }
 
 /// Decodes the object into its k8s-openapi type and runs the generic and kind-specific checks.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use unisched_sim::{
     ApiServer, DeleteOptions, Deletion, EventType, ListOptions, Patch, Propagation, Store, StoreConfig,
-    WatchOptions,
+    StoreError, WatchOptions,
 };
 
 fn store() -> Store {
@@ -238,6 +238,91 @@ fn claim_and_deployment_status_writes_keep_the_metadata_their_kinds_protect() {
     assert_eq!(deployment["status"]["replicas"], 1);
     assert_eq!(deployment["metadata"]["labels"], json!({"a": "1"}));
     assert_eq!(deployment["metadata"]["annotations"]["x"], "y");
+}
+
+/// The claim status invariants of upstream's validation, which keep a device from being handed
+/// out twice: reserved only while allocated, an allocation removed but never replaced, no new
+/// consumers while the claim is being deleted, consumers unique by UID.
+#[test]
+fn claim_status_writes_keep_upstreams_invariants() {
+    let s = store();
+    s.create(
+        "resourceclaims",
+        None,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c", "namespace": "default",
+                            "finalizers": ["resource.kubernetes.io/delete-protection"]},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}}),
+    )
+    .unwrap();
+    let write = |status: serde_json::Value| {
+        s.patch_status(
+            "resourceclaims",
+            Some("default"),
+            "c",
+            &Patch::Merge(json!({ "status": status })),
+        )
+    };
+    let refused_at = |status: serde_json::Value| match write(status) {
+        Err(StoreError::Invalid { causes, .. }) => causes
+            .into_iter()
+            .map(|c| (c.field, c.message))
+            .collect::<Vec<_>>(),
+        other => panic!("expected 422, got {other:?}"),
+    };
+    let allocation = |device: &str| {
+        json!({"devices": {"results": [{"request": "r", "driver": "gpu.example.com",
+                                          "pool": "n1", "device": device}]}})
+    };
+    let consumer = |uid: &str| json!({"resource": "pods", "name": format!("p-{uid}"), "uid": uid});
+
+    let causes = refused_at(json!({"reservedFor": [consumer("1")]}));
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0].0, "status.reservedFor");
+    assert!(
+        causes[0]
+            .1
+            .starts_with("Forbidden: may not be specified when `allocated`")
+    );
+
+    write(json!({"allocation": allocation("d0"), "reservedFor": [consumer("1")]})).unwrap();
+    let causes = refused_at(json!({"allocation": allocation("d1")}));
+    assert_eq!(
+        causes,
+        [(
+            "status.allocation".into(),
+            "Invalid value: field is immutable".into()
+        )]
+    );
+    // The same allocation again is no change.
+    write(json!({"allocation": allocation("d0")})).unwrap();
+
+    let causes = refused_at(json!({"reservedFor": [consumer("1"), consumer("1"), {"resource": "pods"}]}));
+    let fields: Vec<&str> = causes.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "status.reservedFor[1]",
+            "status.reservedFor[2].name",
+            "status.reservedFor[2].uid"
+        ],
+        "{causes:?}"
+    );
+
+    // Being deleted (the finalizer holds it): consumers may leave, none may join.
+    write(json!({"reservedFor": [consumer("1"), consumer("2")]})).unwrap();
+    s.delete("resourceclaims", Some("default"), "c", &DeleteOptions::default())
+        .unwrap();
+    let causes = refused_at(json!({"reservedFor": [consumer("1"), consumer("2"), consumer("3")]}));
+    assert!(
+        causes[0].1.starts_with("Forbidden: new entries may not be added"),
+        "{causes:?}"
+    );
+    write(json!({"reservedFor": [consumer("2")]})).unwrap();
+
+    // Deallocation: the allocation and its consumers go together.
+    let claim = write(json!({"allocation": null, "reservedFor": null})).unwrap();
+    assert!(claim.get("status").and_then(|st| st.get("allocation")).is_none());
 }
 
 #[test]
