@@ -230,19 +230,22 @@ fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
             ),
         );
     }
-    let mut uids = std::collections::HashSet::new();
+    // Each entry's own problems first, then the duplicates, in upstream's order.
     for (i, consumer) in reserved.iter().enumerate() {
         for f in ["resource", "name", "uid"] {
             if get_str(consumer, &[f]).is_none_or(str::is_empty) {
                 cause(format!("status.reservedFor[{i}].{f}"), "Required value".into());
             }
         }
+    }
+    let mut uids = std::collections::HashSet::new();
+    for (i, consumer) in reserved.iter().enumerate() {
         if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
             && !uids.insert(uid)
         {
             cause(
                 format!("status.reservedFor[{i}]"),
-                format!("Duplicate value: {uid:?}"),
+                format!("Duplicate value: {consumer}"),
             );
         }
     }
@@ -270,7 +273,8 @@ fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
     {
         cause(
             "status.allocation".into(),
-            "Invalid value: field is immutable".into(),
+            // kube-apiserver 1.37's wording, its `null` included.
+            "Invalid value: null: field cannot be modified once set".into(),
         );
     }
     causes
