@@ -202,17 +202,12 @@ fn keep_all_but_status(cand: Value, stored: &Value, kept: Option<&[&str]>) -> Va
         match (k.as_str(), kept) {
             ("status", _) => {}
             ("metadata", Some(kept)) => {
-                let meta = m.entry("metadata").or_insert_with(|| json!({}));
-                if !meta.is_object() {
-                    *meta = json!({});
-                }
-                if let Value::Object(meta) = meta {
-                    for &field in kept {
-                        match v.get(field) {
-                            Some(want) => restore(meta, field, want),
-                            None => {
-                                meta.remove(field);
-                            }
+                let meta = util::ensure_object(m.entry("metadata").or_insert(Value::Null));
+                for &field in kept {
+                    match v.get(field) {
+                        Some(want) => restore(meta, field, want),
+                        None => {
+                            meta.remove(field);
                         }
                     }
                 }
