@@ -455,6 +455,7 @@ impl SchedulingAlgorithm {
         let width = plugins.len();
         let score_node =
             |batch: &mut TimingBatch<'_>, (row, node): (&mut [i64], &Arc<NodeInfo>)| -> Option<Status> {
+                batch.start_node();
                 for (i, ((ws, timing), slot)) in plugins.iter().zip(&timings).zip(row).enumerate() {
                     let name = ws.plugin.name();
                     let r = fwk.run_timed_in(
