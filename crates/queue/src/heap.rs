@@ -5,8 +5,12 @@
 //! `less` closure because it comes from the QueueSort plugin, which is not an `Ord`. Elements that
 //! `less` considers equal come out in insertion order, so equal pods are FIFO and tests are
 //! deterministic even with a stopped clock.
+//!
+//! The position index is keyed by pod UID and hashed with [`FastHashMap`]: every sift step
+//! updates two positions, and SipHash over the two UIDs was the largest part of a swap. UIDs are
+//! the API server's, not chosen by whoever creates a pod.
 
-use std::collections::HashMap;
+use unisched_fasthash::FastHashMap;
 
 /// Something with a stable identity.
 pub(crate) trait Keyed {
@@ -23,7 +27,7 @@ struct Slot<T> {
 #[derive(Debug)]
 pub(crate) struct KeyedHeap<T> {
     slots: Vec<Slot<T>>,
-    index: HashMap<String, usize>,
+    index: FastHashMap<String, usize>,
     next_seq: u64,
 }
 
@@ -31,7 +35,7 @@ impl<T> Default for KeyedHeap<T> {
     fn default() -> Self {
         KeyedHeap {
             slots: Vec::new(),
-            index: HashMap::new(),
+            index: FastHashMap::default(),
             next_seq: 0,
         }
     }
