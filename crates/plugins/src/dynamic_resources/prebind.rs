@@ -2,10 +2,19 @@
 //!
 //! **PreBind**, per claim not yet reserved for the pod:
 //!
-//! 1. the `resource.kubernetes.io/delete-protection` finalizer, only when it is missing (a metadata
-//!    write: the finalizer cannot go into the `/status` patch);
+//! 1. when we allocated the claim, the `resource.kubernetes.io/delete-protection` finalizer, only
+//!    when it is missing (a metadata write: the finalizer cannot go into the `/status` patch). A
+//!    claim someone else allocated is only reserved, as upstream does: its finalizer is whoever
+//!    allocated it's business;
 //! 2. one JSON merge patch of `/status` with the allocation (if we allocated) and `reservedFor`
 //!    extended with the pod, carrying the `resourceVersion` it was based on.
+//!
+//! With binding conditions on (`DRADeviceBindingConditions`, on by default in Kubernetes 1.37),
+//! an allocation we write always carries `allocationTimestamp`, and reserving a claim that is no
+//! longer allocated fails ("got deallocated elsewhere in the meantime") instead of writing a
+//! reservation the API server would refuse. Upstream 1.37 also stamps an *existing* allocation
+//! that has no timestamp when it only reserves the claim; kube-apiserver refuses that write (an
+//! allocation is immutable once set), so an existing allocation is left as it is here.
 //!
 //! The first attempt uses the claim PreFilter saw (no GET); on a conflict the claim is re-read and
 //! the checks repeat ("got deleted / allocated elsewhere in the meantime"). So a pod with one claim
@@ -85,12 +94,14 @@ fn now() -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
 }
 
 /// Writes allocation (if any) and `reservedFor` for one claim, retrying on conflicts with a fresh
-/// read. `start` is the copy to base the first attempt on.
+/// read. `start` is the copy to base the first attempt on; `binding_conditions` is the feature
+/// (see the module documentation).
 fn bind_claim(
     api: &dyn DraApi,
     start: &ResourceClaim,
     allocation: Option<&AllocationResult>,
     pod: &PodInfo,
+    binding_conditions: bool,
 ) -> Result<ResourceClaim, String> {
     let ns = start.metadata.namespace.clone().unwrap_or_default();
     let name = start.metadata.name.clone().unwrap_or_default();
@@ -121,7 +132,10 @@ fn bind_claim(
         {
             return Ok(claim);
         }
-        if !has_finalizer(&claim) {
+        if binding_conditions && allocation.is_none() && current.is_none() {
+            return Err(format!("claim {key} got deallocated elsewhere in the meantime"));
+        }
+        if write_allocation.is_some() && !has_finalizer(&claim) {
             match api.add_claim_finalizer(&ns, &name, &claim) {
                 Ok(c) => claim = c,
                 Err(DraApiError::Conflict(_)) => continue,
@@ -151,7 +165,7 @@ fn bind_claim(
         );
         if let Some(a) = write_allocation {
             let mut a = a.clone();
-            if has_binding_conditions(&a) {
+            if binding_conditions || has_binding_conditions(&a) {
                 a.allocation_timestamp = now();
             }
             status.insert(
@@ -194,6 +208,7 @@ pub(crate) fn pre_bind(
     };
     let mut progress = data.binding.lock();
     let mut to_wait: Vec<(String, String)> = Vec::new();
+    let stamp = plugin.features.binding_conditions;
 
     for (i, c) in data.claims.iter().enumerate() {
         if c.allocated && c.reserved_for_pod {
@@ -206,7 +221,7 @@ pub(crate) fn pre_bind(
             },
             None => None,
         };
-        match bind_claim(api, &c.claim, allocation, pod) {
+        match bind_claim(api, &c.claim, allocation, pod, stamp) {
             Ok(updated) => {
                 if updated
                     .status
@@ -257,7 +272,7 @@ pub(crate) fn pre_bind(
         };
         let name = created.metadata.name.clone().unwrap_or_default();
         let uid = created.metadata.uid.clone().unwrap_or_default();
-        match bind_claim(api, &created, Some(allocation), pod) {
+        match bind_claim(api, &created, Some(allocation), pod, stamp) {
             Ok(updated) => {
                 if has_binding_conditions(allocation) {
                     to_wait.push((pod.namespace.clone(), name.clone()));

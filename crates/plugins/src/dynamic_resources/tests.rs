@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, NodeAllocatableMapping,
     NodeAllocatableOverhead, NodeAllocatableResource, ResourceClaim, ResourceClaimConsumerReference,
+    ResourceClaimStatus,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -1001,6 +1002,13 @@ fn pre_bind_writes_and_retries() {
             Some(1)
         );
         assert_eq!(status.reserved_for.as_ref().unwrap()[0].uid, "p");
+        // Binding conditions are on (Kubernetes 1.37's default): the allocation we write is
+        // stamped even without conditions, as upstream stamps it.
+        assert!(
+            status.allocation.as_ref().unwrap().allocation_timestamp.is_some(),
+            "{}",
+            c.name
+        );
         assert!(
             stored
                 .metadata
@@ -1017,6 +1025,72 @@ fn pre_bind_writes_and_retries() {
         assert!(stored.status.as_ref().unwrap().allocation.is_none(), "{}", c.name);
         assert!(stored.status.as_ref().unwrap().reserved_for.is_none());
         assert!(!claims::is_allocated(&e.dra.claim("default", "c").unwrap()));
+    }
+}
+
+/// A claim someone else allocated is only reserved: no finalizer of ours and its allocation as it
+/// was (upstream adds the finalizer only with an allocation of its own); one that was deallocated
+/// meanwhile fails with upstream's reason instead of a reservation the API server refuses.
+#[test]
+fn pre_bind_reserves_claims_allocated_by_others() {
+    struct Case {
+        name: &'static str,
+        deallocated_before_pre_bind: bool,
+        want_error: Option<&'static str>,
+    }
+    for c in [
+        Case {
+            name: "allocated by another scheduler, without our finalizer",
+            deallocated_before_pre_bind: false,
+            want_error: None,
+        },
+        Case {
+            name: "deallocated between Reserve and PreBind",
+            deallocated_before_pre_bind: true,
+            want_error: Some("claim default/c got deallocated elsewhere in the meantime"),
+        },
+    ] {
+        let e = env();
+        e.slice(gpus("n1", 2, "a100"));
+        let mut cl = gpu_claim("c", 1);
+        let theirs = allocation(vec![result("gpu", GPU, "n1", "gpu-0")]);
+        cl.status = Some(ResourceClaimStatus {
+            allocation: Some(theirs.clone()),
+            ..ResourceClaimStatus::default()
+        });
+        e.claim(cl);
+        let pod = info(&pod_with("p", &["c"]));
+        let mut st = scheduled(&e, &pod, "n1");
+        if c.deallocated_before_pre_bind {
+            let current = e.api.claim("default", "c").unwrap();
+            e.api
+                .patch_claim_status("default", "c", &current, serde_json::json!({"allocation": null}))
+                .unwrap();
+        }
+        e.api.inject_conflicts(0);
+        let writes_before = e.api.writes().len();
+        let s = e.plugin.pre_bind(&mut st, &pod, "n1");
+        let stored = e.api.claim("default", "c").unwrap();
+        let status = stored.status.clone().unwrap_or_default();
+        match c.want_error {
+            Some(want) => {
+                assert_eq!(s.code(), Code::Error, "{}", c.name);
+                assert!(s.message().contains(want), "{}: {s:?}", c.name);
+                assert!(status.reserved_for.is_none(), "{}: {status:?}", c.name);
+            }
+            None => {
+                assert!(s.is_success(), "{}: {s:?}", c.name);
+                let writes = &e.api.writes()[writes_before..];
+                assert!(
+                    matches!(writes, [ApiWrite::PatchClaimStatus { .. }]),
+                    "{}: {writes:?}",
+                    c.name
+                );
+                assert!(stored.metadata.finalizers.is_none(), "{}: {stored:?}", c.name);
+                assert_eq!(status.allocation, Some(theirs), "{}", c.name);
+                assert_eq!(status.reserved_for.unwrap()[0].uid, "p", "{}", c.name);
+            }
+        }
     }
 }
 
