@@ -56,6 +56,11 @@ impl WaitingPods {
         cv.notify_all();
     }
 
+    /// True while the pod waits at Permit (or its rejection has not been collected yet).
+    pub fn contains(&self, uid: &str) -> bool {
+        self.inner.0.lock().contains_key(uid)
+    }
+
     /// UIDs of waiting pods.
     pub fn uids(&self) -> Vec<String> {
         self.inner.0.lock().keys().cloned().collect()

@@ -284,10 +284,21 @@ pub trait PreBindPlugin: Plugin {
     fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
 }
 
+/// A plugin's work as a future that owns what it needs: it runs on an async runtime, and it
+/// must never block that runtime's thread.
+pub type StatusFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Status> + Send + 'static>>;
+
 /// Binds the pod. The first plugin that does not return Skip decides.
 pub trait BindPlugin: Plugin {
     /// Success, Skip, or an error.
     fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+
+    /// The same binding as a future that waits without a thread of its own (an API write), or
+    /// `None` (the default) when this plugin binds only synchronously. When `Some`, awaiting it
+    /// must have exactly the effect and result [`bind`](Self::bind) would have had.
+    fn bind_async(&self, _state: &CycleState, _pod: &PodInfo, _node: &str) -> Option<StatusFuture> {
+        None
+    }
 }
 
 /// Informational, after a successful bind.

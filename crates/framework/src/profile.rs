@@ -15,7 +15,7 @@ use crate::{
     AssumedPodPlugin, BindPlugin, ClusterEventWithHint, Code, CycleState, FilterPlugin, FrameworkHandle,
     NodeInfo, NodeScore, NodeToStatus, PermitPlugin, Plugin, PodInfo, PodNominator, PostBindPlugin,
     PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, QueueSortPlugin, QueuedPodInfo, ReservePlugin, ScorePlugin, Status,
+    PreScorePlugin, QueueSortPlugin, QueuedPodInfo, ReservePlugin, ScorePlugin, Status, StatusFuture,
     config::{DEFAULT_MULTI_POINT, KubeSchedulerProfile, PluginRef, PluginSet, merge_plugin_set},
     permit::WaitingPods,
 };
@@ -58,6 +58,22 @@ pub type DurationRecorder = Box<dyn Fn(&[Duration]) + Send + Sync>;
 pub struct PluginTiming {
     record: bool,
     success: Option<DurationRecorder>,
+}
+
+/// A Bind plugin's run as a future ([`Framework::bind_future`]), to be awaited through
+/// [`Framework::complete_bind`].
+pub struct BindInFlight {
+    plugin: Arc<dyn BindPlugin>,
+    record: bool,
+    future: StatusFuture,
+}
+
+impl std::fmt::Debug for BindInFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BindInFlight")
+            .field("plugin", &self.plugin.name())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The successful per-node runs one worker timed during one sampled attempt, per plugin, handed
@@ -1259,7 +1275,7 @@ impl Framework {
 
     /// Blocks until every plugin that asked the pod to wait allows it, one rejects it, or a timeout.
     pub fn wait_on_permit(&self, pod: &PodInfo) -> Status {
-        if !self.waiting_pods.uids().contains(&pod.uid) {
+        if !self.waiting_pods.contains(&pod.uid) {
             return self.waiting_pods.wait(&pod.uid);
         }
         let start = Instant::now();
@@ -1335,6 +1351,63 @@ impl Framework {
             }
             (Status::skip(), Code::Skip)
         })
+    }
+
+    /// True while `uid` waits at Permit: its binding cycle may block in
+    /// [`wait_on_permit`](Self::wait_on_permit).
+    pub fn waits_at_permit(&self, uid: &str) -> bool {
+        self.waiting_pods.contains(uid)
+    }
+
+    /// Bind as a future, when the profile has a single Bind plugin and it can bind without a
+    /// thread ([`BindPlugin::bind_async`]); `None` otherwise (use [`run_bind`](Self::run_bind)).
+    /// Nothing runs until [`complete_bind`](Self::complete_bind) awaits it.
+    pub fn bind_future(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Option<BindInFlight> {
+        let [plugin] = self.bind.as_slice() else {
+            return None;
+        };
+        let future = plugin.bind_async(state, pod, node)?;
+        Some(BindInFlight {
+            plugin: Arc::clone(plugin),
+            record: state.record_plugin_metrics,
+            future,
+        })
+    }
+
+    /// Awaits a [`bind_future`](Self::bind_future) and reports it as [`run_bind`](Self::run_bind)
+    /// reports the same plugin's run: the Bind extension point's duration, the plugin's on
+    /// sampled attempts, and the same status.
+    pub async fn complete_bind(&self, bind: BindInFlight) -> Status {
+        let BindInFlight {
+            plugin,
+            record,
+            future,
+        } = bind;
+        let start = Instant::now();
+        let s = future.await;
+        let elapsed = start.elapsed();
+        if record {
+            self.observer.plugin("Bind", plugin.name(), s.code(), elapsed);
+        }
+        let (s, code) = if s.is_skip() {
+            (Status::skip(), Code::Skip)
+        } else if s.is_success() {
+            (s, Code::Success)
+        } else {
+            let s = s.with_plugin(plugin.name());
+            if s.is_rejected() {
+                let code = s.code();
+                (s, code)
+            } else {
+                (
+                    s.wrap_error(format!("running Bind plugin {:?}", plugin.name())),
+                    Code::Error,
+                )
+            }
+        };
+        self.observer
+            .extension_point(&self.profile_name, "Bind", code, elapsed);
+        s
     }
 
     /// PostBind.

@@ -242,40 +242,88 @@ pub fn run_binding_cycle(
     cache: &dyn SchedulerCache,
     task: BindingTask,
 ) -> Result<BoundPod, Box<SchedulingFailure>> {
+    let binding = start_binding_cycle(fwk, cache, task)?;
+    let s = fwk.run_bind(&binding.task.state, &binding.task.assumed, &binding.task.node);
+    finish_binding_cycle(fwk, cache, binding, s)
+}
+
+/// A binding cycle past PreBind, waiting for its Bind ([`start_binding_cycle`]).
+#[derive(Debug)]
+pub struct BindingInProgress {
+    task: BindingTask,
+}
+
+impl BindingInProgress {
+    /// The cycle's state (for [`Framework::bind_future`]).
+    pub fn state(&self) -> &CycleState {
+        &self.task.state
+    }
+
+    /// The pod as assumed.
+    pub fn assumed(&self) -> &Arc<PodInfo> {
+        &self.task.assumed
+    }
+
+    /// The chosen node.
+    pub fn node(&self) -> &str {
+        &self.task.node
+    }
+}
+
+/// True when the pod's binding cycle can run without a thread of its own: it does not wait at
+/// Permit, no PreBind plugin has work for it, and the profile's Bind is a future
+/// ([`Framework::bind_future`]). Then [`start_binding_cycle`] returns at once and the cycle's
+/// only wait is the Bind future's.
+pub fn binds_without_waiting(fwk: &Framework, task: &BindingTask) -> bool {
+    !fwk.waits_at_permit(&task.assumed.uid) && !fwk.has_pre_bind_work(&task.state, &task.assumed, &task.node)
+}
+
+/// The binding cycle up to Bind: Permit-wait and PreBind. On failure: Unreserve and forget, and
+/// the failure is returned for requeueing.
+pub fn start_binding_cycle(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    task: BindingTask,
+) -> Result<BindingInProgress, Box<SchedulingFailure>> {
+    let mut binding = BindingInProgress { task };
+    let s = fwk.wait_on_permit(&binding.task.assumed);
+    if !s.is_success() {
+        return Err(fail_binding(fwk, cache, binding, s));
+    }
     let BindingTask {
-        mut state,
-        pod,
+        state, assumed, node, ..
+    } = &mut binding.task;
+    let s = fwk.run_pre_bind(state, assumed, node);
+    if !s.is_success() {
+        return Err(fail_binding(fwk, cache, binding, s));
+    }
+    Ok(binding)
+}
+
+/// The binding cycle after Bind returned `bind`: PostBind on success; on failure (a Skip means
+/// no plugin bound the pod), Unreserve and forget, and the failure is returned for requeueing.
+pub fn finish_binding_cycle(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    binding: BindingInProgress,
+    bind: Status,
+) -> Result<BoundPod, Box<SchedulingFailure>> {
+    if !bind.is_success() {
+        let s = if bind.is_skip() {
+            Status::error("no bind plugin bound the pod")
+        } else {
+            bind
+        };
+        return Err(fail_binding(fwk, cache, binding, s));
+    }
+    let BindingTask {
+        state,
         assumed,
         node,
         result,
         started,
-    } = task;
-    let fail = |state: &mut CycleState, s: Status| {
-        fwk.run_unreserve(state, &assumed, &node);
-        let forget = cache.forget_pod(&assumed);
-        Box::new(SchedulingFailure::from_status(
-            pod.clone(),
-            combine_forget(s, forget),
-            true,
-        ))
-    };
-    let s = fwk.wait_on_permit(&assumed);
-    if !s.is_success() {
-        return Err(fail(&mut state, s));
-    }
-    let s = fwk.run_pre_bind(&mut state, &assumed, &node);
-    if !s.is_success() {
-        return Err(fail(&mut state, s));
-    }
-    let s = fwk.run_bind(&state, &assumed, &node);
-    if !s.is_success() {
-        let s = if s.is_skip() {
-            Status::error("no bind plugin bound the pod")
-        } else {
-            s
-        };
-        return Err(fail(&mut state, s));
-    }
+        ..
+    } = binding.task;
     cache.finish_binding(&assumed);
     fwk.run_post_bind(&state, &assumed, &node);
     Ok(BoundPod {
@@ -284,4 +332,27 @@ pub fn run_binding_cycle(
         result,
         started,
     })
+}
+
+/// Undoes a failed binding cycle: Unreserve, then forget the assumed pod.
+fn fail_binding(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    binding: BindingInProgress,
+    s: Status,
+) -> Box<SchedulingFailure> {
+    let BindingTask {
+        mut state,
+        pod,
+        assumed,
+        node,
+        ..
+    } = binding.task;
+    fwk.run_unreserve(&mut state, &assumed, &node);
+    let forget = cache.forget_pod(&assumed);
+    Box::new(SchedulingFailure::from_status(
+        pod,
+        combine_forget(s, forget),
+        true,
+    ))
 }

@@ -1,11 +1,15 @@
 //! `DefaultBinder`: binds the pod to the chosen node through a [`Binder`], which the runtime
 //! implements by POSTing `pods/binding` (upstream `defaultbinder`). Keeping the API call behind a
 //! trait keeps this crate free of HTTP and lets tests record bindings.
+//!
+//! A binder that can also hand the write over as a future ([`Binder::bind_later`]) lets a binding
+//! cycle with nothing else to wait for run on the runtime's I/O threads instead of holding a
+//! thread of its own for the length of one API round trip.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use unisched_framework::{BindPlugin, CycleState, Plugin, PodInfo, Status};
+use unisched_framework::{BindPlugin, CycleState, Plugin, PodInfo, Status, StatusFuture};
 
 use crate::names::DEFAULT_BINDER;
 
@@ -24,10 +28,31 @@ pub enum BindError {
     Api(String),
 }
 
+/// The binding write as a future (see [`Binder::bind_later`]).
+pub type BindFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), BindError>> + Send + 'static>>;
+
 /// Writes a binding of `pod` to `node`.
 pub trait Binder: Send + Sync {
     /// Binds the pod; must not be retried by the caller on `Conflict`.
     fn bind(&self, pod: &Pod, node: &str) -> Result<(), BindError>;
+
+    /// The same write as a future that needs no thread of its own while it waits, or `None` (the
+    /// default) when this binder only binds synchronously.
+    fn bind_later(&self, _pod: &Pod, _node: &str) -> Option<BindFuture> {
+        None
+    }
+}
+
+/// What a binding's outcome means for the cycle (the same for both ways of binding).
+fn bind_status(pod: &str, node: &str, result: Result<(), BindError>) -> Status {
+    match result {
+        Ok(()) => Status::success(),
+        Err(e) => {
+            tracing::debug!(pod, node, error = %e, "binding failed");
+            Status::error(e)
+        }
+    }
 }
 
 /// Binds every pod through the configured [`Binder`].
@@ -58,13 +83,13 @@ impl Plugin for DefaultBinder {
 
 impl BindPlugin for DefaultBinder {
     fn bind(&self, _state: &CycleState, pod: &PodInfo, node: &str) -> Status {
-        match self.binder.bind(&pod.pod, node) {
-            Ok(()) => Status::success(),
-            Err(e) => {
-                tracing::debug!(pod = %pod.key(), node, error = %e, "binding failed");
-                Status::error(e)
-            }
-        }
+        bind_status(&pod.key(), node, self.binder.bind(&pod.pod, node))
+    }
+
+    fn bind_async(&self, _state: &CycleState, pod: &PodInfo, node: &str) -> Option<StatusFuture> {
+        let write = self.binder.bind_later(&pod.pod, node)?;
+        let (key, node) = (pod.key(), node.to_string());
+        Some(Box::pin(async move { bind_status(&key, &node, write.await) }))
     }
 }
 
@@ -74,6 +99,27 @@ mod tests {
 
     use super::*;
     use crate::testing::{PodBuilder, RecordingBinder};
+
+    /// Offers every binding as a future that writes when first polled.
+    struct Later(Arc<RecordingBinder>);
+    impl Binder for Later {
+        fn bind(&self, pod: &Pod, node: &str) -> Result<(), BindError> {
+            self.0.bind(pod, node)
+        }
+        fn bind_later(&self, pod: &Pod, node: &str) -> Option<BindFuture> {
+            let (inner, pod, node) = (Arc::clone(&self.0), pod.clone(), node.to_string());
+            Some(Box::pin(async move { inner.bind(&pod, &node) }))
+        }
+    }
+
+    /// Polls a future that never waits.
+    fn poll_ready(mut future: StatusFuture) -> Status {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(s) => s,
+            std::task::Poll::Pending => panic!("the test binder never waits"),
+        }
+    }
 
     #[test]
     fn bind_table() {
@@ -118,9 +164,32 @@ mod tests {
         ];
         for c in cases {
             let rec = RecordingBinder::new();
-            rec.fail_with(c.fail);
+            rec.fail_with(c.fail.clone());
             let pl = DefaultBinder::new(rec.clone());
             let s = pl.bind(&CycleState::new(), &PodBuilder::new("p").info(), "n1");
+            assert_eq!(s.code(), c.code, "{}", c.name);
+            assert_eq!(s.message(), c.message, "{}", c.name);
+            assert_eq!(rec.bindings().len(), c.recorded, "{}", c.name);
+            // A binder without futures: Bind runs only synchronously.
+            assert!(
+                pl.bind_async(&CycleState::new(), &PodBuilder::new("p").info(), "n1")
+                    .is_none(),
+                "{}",
+                c.name
+            );
+            // Through a binder's future, the same write and the same status.
+            let rec = RecordingBinder::new();
+            rec.fail_with(c.fail);
+            let pl = DefaultBinder::new(Arc::new(Later(rec.clone())));
+            let Some(future) = pl.bind_async(&CycleState::new(), &PodBuilder::new("p").info(), "n1") else {
+                panic!("{}: a binder with futures binds asynchronously", c.name);
+            };
+            assert!(
+                rec.bindings().is_empty(),
+                "{}: nothing runs before it is awaited",
+                c.name
+            );
+            let s = poll_ready(future);
             assert_eq!(s.code(), c.code, "{}", c.name);
             assert_eq!(s.message(), c.message, "{}", c.name);
             assert_eq!(rec.bindings().len(), c.recorded, "{}", c.name);

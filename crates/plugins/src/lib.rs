@@ -54,7 +54,7 @@ pub mod volume;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use default_binder::{BindError, Binder, DefaultBinder};
+pub use default_binder::{BindError, BindFuture, Binder, DefaultBinder};
 pub use default_preemption::{
     DefaultPreemption, DefaultPreemptionArgs, PdbLister, PreemptionPlan, Preemptor, RecordingPreemptor,
     StaticPdbs,

@@ -151,6 +151,8 @@ struct PoolShared {
     keep_alive: Duration,
     max_threads: usize,
     idle: Mutex<IdleThreads>,
+    /// Jobs ever handed to the pool.
+    jobs: std::sync::atomic::AtomicU64,
 }
 
 /// The pool's threads: those waiting for work (most recently idle last; a job is handed to one
@@ -176,12 +178,16 @@ impl BindingThreads {
                 keep_alive,
                 max_threads: MAX_BINDING_THREADS,
                 idle: Mutex::new(IdleThreads::default()),
+                jobs: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
 
     /// Runs `job` on an idle thread, or on a new one when none is idle.
     pub(crate) fn spawn(&self, job: Job) {
+        self.shared
+            .jobs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut job = job;
         let id = {
             let mut idle = self.shared.idle.lock();
@@ -222,6 +228,11 @@ impl BindingThreads {
                 self.shared.main.spawn_blocking(job);
             }
         }
+    }
+
+    /// Jobs handed to the pool so far.
+    pub(crate) fn jobs(&self) -> u64 {
+        self.shared.jobs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Lowers the bound on threads (for tests; before any job is spawned).

@@ -23,10 +23,11 @@ use tokio::runtime::Handle;
 use unisched_cache::Cache;
 use unisched_cache::DraCache;
 use unisched_framework::{
-    CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure,
-    SeededRng, config::KubeSchedulerConfiguration, run_binding_cycle, run_scheduling_cycle, well_known,
+    BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm,
+    SchedulingFailure, SeededRng, binds_without_waiting, config::KubeSchedulerConfiguration,
+    finish_binding_cycle, run_binding_cycle, run_scheduling_cycle, start_binding_cycle, well_known,
 };
-use unisched_plugins::{BindError, Binder, PluginContext, Registry};
+use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
 
 use crate::{
@@ -85,23 +86,44 @@ pub struct SchedulerOptions {
     pub binding_connections: Option<kube::Config>,
 }
 
-/// Binds through the API writer from a binding thread.
+/// Binds through the API writer: from a binding thread ([`Binder::bind`]), or as a future on the
+/// I/O runtime ([`Binder::bind_later`], for binding cycles with nothing else to wait for).
 struct RuntimeBinder {
     api: SyncWriter,
+    writer: ApiWriter,
+}
+
+/// The binding's pod coordinates: namespace, name, UID.
+fn binding_target(pod: &Pod) -> (String, String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn to_bind_error(e: WriteError) -> BindError {
+    match e {
+        WriteError::Conflict(m) => BindError::Conflict(m),
+        WriteError::NotFound(m) => BindError::NotFound(m),
+        other => BindError::Api(other.to_string()),
+    }
 }
 
 impl Binder for RuntimeBinder {
     fn bind(&self, pod: &Pod, node: &str) -> Result<(), BindError> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let (ns, name, uid) = binding_target(pod);
         self.api
             .run(async |writer| writer.bind(&ns, &name, &uid, node).await)
-            .map_err(|e| match e {
-                WriteError::Conflict(m) => BindError::Conflict(m),
-                WriteError::NotFound(m) => BindError::NotFound(m),
-                other => BindError::Api(other.to_string()),
-            })
+            .map_err(to_bind_error)
+    }
+
+    fn bind_later(&self, pod: &Pod, node: &str) -> Option<BindFuture> {
+        let (ns, name, uid) = binding_target(pod);
+        let (writer, node) = (self.writer.clone(), node.to_string());
+        Some(Box::pin(async move {
+            writer.bind(&ns, &name, &uid, &node).await.map_err(to_bind_error)
+        }))
     }
 }
 
@@ -167,6 +189,7 @@ impl Scheduler {
         let handle = Handle::current();
         let binder: Arc<dyn Binder> = Arc::new(RuntimeBinder {
             api: SyncWriter::new(writer.clone(), handle.clone()),
+            writer: writer.clone(),
         });
         let dra = Arc::new(DraCache::new());
         let dra_api = Arc::new(RuntimeDraApi::new(
@@ -288,6 +311,13 @@ impl Scheduler {
     /// The metrics (for tests and the benchmark).
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics
+    }
+
+    /// Binding cycles (and undos of failed bindings) that ran on binding threads so far. A cycle
+    /// with nothing to wait for but its binding write runs on the I/O runtime instead and is not
+    /// counted.
+    pub fn binding_thread_jobs(&self) -> u64 {
+        self.shared.binding.jobs()
     }
 
     /// The cache (for reports and tests).
@@ -685,59 +715,103 @@ fn schedule_one(
                 .algorithm_duration
                 .with_label_values::<&str>(&[])
                 .observe(start.elapsed().as_secs_f64());
-            let sh2 = sh.clone();
             sh.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
             sh.metrics.goroutines.with_label_values(&["binding"]).inc();
-            sh.binding.spawn(Box::new(move || {
-                let assumed = task.assumed.clone();
-                let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
-                match result {
-                    Ok(bound) => {
-                        sh2.queue.done(&bound.assumed.uid);
-                        let profile = fwk.profile_name();
-                        sh2.metrics
-                            .schedule_attempts
-                            .with_label_values(&["scheduled", profile])
-                            .inc();
-                        sh2.metrics
-                            .attempt_duration
-                            .with_label_values(&["scheduled", profile])
-                            .observe(start.elapsed().as_secs_f64());
-                        let attempts = qpi.attempts.max(1);
-                        sh2.metrics
-                            .pod_scheduling_attempts
-                            .with_label_values::<&str>(&[])
-                            .observe(f64::from(attempts));
-                        let first = qpi.initial_attempt_timestamp.unwrap_or(qpi.timestamp);
-                        sh2.metrics
-                            .sli_duration
-                            .with_label_values(&[&attempts.to_string()])
-                            .observe(first.elapsed().as_secs_f64());
-                        sh2.events.record(PodEvent {
-                            namespace: bound.assumed.namespace.clone(),
-                            name: bound.assumed.name.clone(),
-                            uid: bound.assumed.uid.clone(),
-                            type_: EventType::Normal,
-                            reason: "Scheduled".into(),
-                            action: "Binding".into(),
-                            note: format!("Successfully assigned {} to {}", bound.assumed.key(), bound.node),
-                            controller: profile.to_string(),
+            let bind = binds_without_waiting(&fwk, &task)
+                .then(|| fwk.bind_future(&task.state, &task.assumed, &task.node))
+                .flatten();
+            let assumed = task.assumed.clone();
+            match bind {
+                // Nothing to wait for but the binding write: Permit and PreBind return at once
+                // (here, as a Reserve failure's Unreserve runs here), and the write runs on the
+                // I/O runtime, holding no thread while it is in flight.
+                Some(bind) => match start_binding_cycle(&fwk, sh.cache.as_ref(), *task) {
+                    Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
+                    Ok(binding) => {
+                        let sh2 = sh.clone();
+                        sh.handle.spawn(async move {
+                            let s = fwk.complete_bind(bind).await;
+                            if s.is_success() {
+                                let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
+                                binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                                return;
+                            }
+                            // Unreserve plugins may write and wait: the undo runs on a binding
+                            // thread, as the whole cycle would have.
+                            let sh3 = sh2.clone();
+                            sh2.binding.spawn(Box::new(move || {
+                                let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
+                                binding_done(&sh3, &fwk, qpi, start, &assumed, result);
+                            }));
                         });
                     }
-                    Err(f) => {
-                        sh2.queue.move_all_to_active_or_backoff(
-                            well_known::ASSIGNED_POD_DELETE,
-                            Some(EventObject::Pod(assumed.clone())),
-                            None,
-                        );
-                        handle_failure(&sh2, &fwk, qpi, *f, start);
-                    }
+                },
+                None => {
+                    let sh2 = sh.clone();
+                    sh.binding.spawn(Box::new(move || {
+                        let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
+                        binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                    }));
                 }
-                sh2.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
-                sh2.metrics.goroutines.with_label_values(&["binding"]).dec();
-            }));
+            }
         }
     }
+}
+
+/// After a binding cycle of `assumed`: the `Scheduled` event and metrics, or the failure
+/// handled; then the cycle no longer counts as in flight.
+fn binding_done(
+    sh: &Arc<Shared>,
+    fwk: &Framework,
+    qpi: QueuedPodInfo,
+    start: Instant,
+    assumed: &Arc<PodInfo>,
+    result: Result<BoundPod, Box<SchedulingFailure>>,
+) {
+    match result {
+        Ok(bound) => {
+            sh.queue.done(&bound.assumed.uid);
+            let profile = fwk.profile_name();
+            sh.metrics
+                .schedule_attempts
+                .with_label_values(&["scheduled", profile])
+                .inc();
+            sh.metrics
+                .attempt_duration
+                .with_label_values(&["scheduled", profile])
+                .observe(start.elapsed().as_secs_f64());
+            let attempts = qpi.attempts.max(1);
+            sh.metrics
+                .pod_scheduling_attempts
+                .with_label_values::<&str>(&[])
+                .observe(f64::from(attempts));
+            let first = qpi.initial_attempt_timestamp.unwrap_or(qpi.timestamp);
+            sh.metrics
+                .sli_duration
+                .with_label_values(&[&attempts.to_string()])
+                .observe(first.elapsed().as_secs_f64());
+            sh.events.record(PodEvent {
+                namespace: bound.assumed.namespace.clone(),
+                name: bound.assumed.name.clone(),
+                uid: bound.assumed.uid.clone(),
+                type_: EventType::Normal,
+                reason: "Scheduled".into(),
+                action: "Binding".into(),
+                note: format!("Successfully assigned {} to {}", bound.assumed.key(), bound.node),
+                controller: profile.to_string(),
+            });
+        }
+        Err(f) => {
+            sh.queue.move_all_to_active_or_backoff(
+                well_known::ASSIGNED_POD_DELETE,
+                Some(EventObject::Pod(assumed.clone())),
+                None,
+            );
+            handle_failure(sh, fwk, qpi, *f, start);
+        }
+    }
+    sh.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+    sh.metrics.goroutines.with_label_values(&["binding"]).dec();
 }
 
 /// Requeues, tells the user (event + PodScheduled=False), records metrics.

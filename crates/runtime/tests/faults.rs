@@ -114,6 +114,13 @@ async fn rejected_writes_are_retried_and_dropped_watches_resumed() {
     })
     .await;
     assert_eq!(faults.injected(), 6, "every injected fault was hit");
+    // Plain pods bind from the I/O runtime; only the undo of the binding refused with 409 (the
+    // 500s are retried inside the write) went to a binding thread.
+    assert_eq!(
+        sched.binding_thread_jobs(),
+        1,
+        "binding cycles that held a thread"
+    );
     assert!(metric(&sched, "500") >= 3, "the writer saw and retried the 500s");
     assert!(
         metric(&sched, "409") >= 1,
