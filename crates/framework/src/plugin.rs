@@ -282,6 +282,15 @@ pub trait PreBindPlugin: Plugin {
     }
     /// Do it.
     fn pre_bind(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+
+    /// The same work as a future that waits without a thread of its own (API writes only), or
+    /// `None` (the default) when this pod's PreBind needs a thread (it may sleep or poll, or the
+    /// plugin has no such form). When `Some`, awaiting it must have exactly the effect and
+    /// result [`pre_bind`](Self::pre_bind) would have had; what it records for Unreserve lives in
+    /// state it shares with the cycle's [`CycleState`].
+    fn pre_bind_async(&self, _state: &CycleState, _pod: &PodInfo, _node: &str) -> Option<StatusFuture> {
+        None
+    }
 }
 
 /// A plugin's work as a future that owns what it needs: it runs on an async runtime, and it

@@ -60,6 +60,21 @@ pub struct PluginTiming {
     success: Option<DurationRecorder>,
 }
 
+/// PreBind plugins' runs as futures ([`Framework::pre_bind_future`]), to be awaited through
+/// [`Framework::complete_pre_bind`].
+pub struct PreBindInFlight {
+    runs: Vec<(Arc<dyn PreBindPlugin>, StatusFuture)>,
+    record: bool,
+}
+
+impl std::fmt::Debug for PreBindInFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.runs.iter().map(|(p, _)| p.name()))
+            .finish()
+    }
+}
+
 /// A Bind plugin's run as a future ([`Framework::bind_future`]), to be awaited through
 /// [`Framework::complete_bind`].
 pub struct BindInFlight {
@@ -1357,6 +1372,58 @@ impl Framework {
     /// [`wait_on_permit`](Self::wait_on_permit).
     pub fn waits_at_permit(&self, uid: &str) -> bool {
         self.waiting_pods.contains(uid)
+    }
+
+    /// PreBind as futures, when every PreBind plugin with work for this pod offers one
+    /// ([`PreBindPlugin::pre_bind_async`]); `None` otherwise (use
+    /// [`run_pre_bind`](Self::run_pre_bind)). Nothing runs until
+    /// [`complete_pre_bind`](Self::complete_pre_bind) awaits them.
+    pub fn pre_bind_future(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Option<PreBindInFlight> {
+        let mut runs = Vec::new();
+        for p in &self.pre_bind {
+            if p.pre_bind_pre_flight(state, pod, node).is_skip() {
+                continue;
+            }
+            runs.push((Arc::clone(p), p.pre_bind_async(state, pod, node)?));
+        }
+        Some(PreBindInFlight {
+            runs,
+            record: state.record_plugin_metrics,
+        })
+    }
+
+    /// Awaits a [`pre_bind_future`](Self::pre_bind_future)'s plugins in order and reports them
+    /// as [`run_pre_bind`](Self::run_pre_bind) does: the first failure stops, with the same
+    /// status, durations and extension-point code.
+    pub async fn complete_pre_bind(&self, pre_bind: PreBindInFlight) -> Status {
+        let PreBindInFlight { runs, record } = pre_bind;
+        let start = Instant::now();
+        let mut outcome = (Status::success(), Code::Success);
+        for (plugin, future) in runs {
+            let began = Instant::now();
+            let s = future.await;
+            if record {
+                self.observer
+                    .plugin("PreBind", plugin.name(), s.code(), began.elapsed());
+            }
+            if !s.is_success() {
+                let s = s.with_plugin(plugin.name());
+                let code = s.code();
+                outcome = if s.is_rejected() {
+                    (s, code)
+                } else {
+                    (
+                        s.wrap_error(format!("running PreBind plugin {:?}", plugin.name())),
+                        Code::Error,
+                    )
+                };
+                break;
+            }
+        }
+        let (s, code) = outcome;
+        self.observer
+            .extension_point(&self.profile_name, "PreBind", code, start.elapsed());
+        s
     }
 
     /// Bind as a future, when the profile has a single Bind plugin and it can bind without a

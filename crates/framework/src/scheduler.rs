@@ -9,8 +9,8 @@
 use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use crate::{
-    Code, CycleState, FitError, Framework, PodInfo, PodNominator, ScheduleError, ScheduleResult,
-    SchedulingAlgorithm, Snapshot, Status, truncate_message,
+    BindInFlight, Code, CycleState, FitError, Framework, PodInfo, PodNominator, PreBindInFlight,
+    ScheduleError, ScheduleResult, SchedulingAlgorithm, Snapshot, Status, truncate_message,
 };
 
 /// What the scheduling cycle needs from the cache.
@@ -270,12 +270,47 @@ impl BindingInProgress {
     }
 }
 
-/// True when the pod's binding cycle can run without a thread of its own: it does not wait at
-/// Permit, no PreBind plugin has work for it, and the profile's Bind is a future
-/// ([`Framework::bind_future`]). Then [`start_binding_cycle`] returns at once and the cycle's
-/// only wait is the Bind future's.
-pub fn binds_without_waiting(fwk: &Framework, task: &BindingTask) -> bool {
-    !fwk.waits_at_permit(&task.assumed.uid) && !fwk.has_pre_bind_work(&task.state, &task.assumed, &task.node)
+/// A binding cycle's writes as futures ([`async_binding`]).
+#[derive(Debug)]
+pub struct AsyncBinding {
+    /// PreBind, when some plugin has work for the pod (`None`: [`start_binding_cycle`] runs the
+    /// plugins' checks and returns at once).
+    pub pre_bind: Option<PreBindInFlight>,
+    /// Bind.
+    pub bind: BindInFlight,
+}
+
+/// The binding cycle's PreBind and Bind as futures, when it can run without a thread of its own:
+/// the pod does not wait at Permit, every PreBind plugin with work for it offers a future
+/// ([`Framework::pre_bind_future`]), and so does Bind ([`Framework::bind_future`]). Run it as
+/// [`wait_for_permit`] (or [`start_binding_cycle`] when `pre_bind` is `None`), then
+/// [`Framework::complete_pre_bind`], [`Framework::complete_bind`] and [`finish_binding_cycle`].
+pub fn async_binding(fwk: &Framework, task: &BindingTask) -> Option<AsyncBinding> {
+    if fwk.waits_at_permit(&task.assumed.uid) {
+        return None;
+    }
+    let pre_bind = if fwk.has_pre_bind_work(&task.state, &task.assumed, &task.node) {
+        Some(fwk.pre_bind_future(&task.state, &task.assumed, &task.node)?)
+    } else {
+        None
+    };
+    let bind = fwk.bind_future(&task.state, &task.assumed, &task.node)?;
+    Some(AsyncBinding { pre_bind, bind })
+}
+
+/// The binding cycle's Permit-wait. On failure: Unreserve and forget, and the failure is returned
+/// for requeueing.
+pub fn wait_for_permit(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    task: BindingTask,
+) -> Result<BindingInProgress, Box<SchedulingFailure>> {
+    let binding = BindingInProgress { task };
+    let s = fwk.wait_on_permit(&binding.task.assumed);
+    if !s.is_success() {
+        return Err(fail_binding(fwk, cache, binding, s));
+    }
+    Ok(binding)
 }
 
 /// The binding cycle up to Bind: Permit-wait and PreBind. On failure: Unreserve and forget, and
@@ -285,11 +320,7 @@ pub fn start_binding_cycle(
     cache: &dyn SchedulerCache,
     task: BindingTask,
 ) -> Result<BindingInProgress, Box<SchedulingFailure>> {
-    let mut binding = BindingInProgress { task };
-    let s = fwk.wait_on_permit(&binding.task.assumed);
-    if !s.is_success() {
-        return Err(fail_binding(fwk, cache, binding, s));
-    }
+    let mut binding = wait_for_permit(fwk, cache, task)?;
     let BindingTask {
         state, assumed, node, ..
     } = &mut binding.task;
@@ -300,8 +331,9 @@ pub fn start_binding_cycle(
     Ok(binding)
 }
 
-/// The binding cycle after Bind returned `bind`: PostBind on success; on failure (a Skip means
-/// no plugin bound the pod), Unreserve and forget, and the failure is returned for requeueing.
+/// The binding cycle after its writes returned `bind` (Bind's status, or PreBind's failure):
+/// PostBind on success; on failure (a Skip means no plugin bound the pod), Unreserve and forget,
+/// and the failure is returned for requeueing.
 pub fn finish_binding_cycle(
     fwk: &Framework,
     cache: &dyn SchedulerCache,

@@ -34,7 +34,10 @@ use tokio::runtime::Handle;
 use unisched_cache::{ClaimChange, DraCache};
 use unisched_dra::{restore_device_maps, split_device_maps};
 use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
-use unisched_plugins::{DraApi, DraApiError, dynamic_resources::merge_patch};
+use unisched_plugins::{
+    DraApi, DraApiError,
+    dynamic_resources::{ClaimFuture, DraApiLater, merge_patch},
+};
 use unisched_queue::SchedulingQueue;
 
 use crate::{ApiWriter, Handler, Metrics, SyncWriter, WriteError, writer::patch_for_metadata};
@@ -310,9 +313,11 @@ impl<K: DraKind> Handler for DraHandler<K> {
 }
 
 /// The DynamicResources plugin's API writes, made from the binding cycle's thread (see
-/// [`SyncWriter`]).
+/// [`SyncWriter`]), and PreBind's claim calls as futures on the I/O runtime ([`DraApi::later`]).
+/// Both run the same calls ([`ClaimCalls`]).
 pub struct RuntimeDraApi {
     api: SyncWriter,
+    writer: ApiWriter,
     metrics: Metrics,
 }
 
@@ -321,19 +326,44 @@ impl RuntimeDraApi {
     /// binding threads blocking on `handle`.
     pub fn new(writer: ApiWriter, handle: Handle, metrics: Metrics) -> Self {
         RuntimeDraApi {
-            api: SyncWriter::new(writer, handle),
+            api: SyncWriter::new(writer.clone(), handle),
+            writer,
             metrics,
         }
     }
 
+    /// The calls through `writer` (the one [`SyncWriter::run`] hands out).
+    fn calls<'a>(&'a self, writer: &'a ApiWriter) -> ClaimCalls<'a> {
+        ClaimCalls {
+            writer,
+            metrics: &self.metrics,
+        }
+    }
+}
+
+/// The claim calls behind [`RuntimeDraApi`], as async functions over one writer: the binding
+/// threads block on them, and PreBind on the I/O runtime awaits them.
+struct ClaimCalls<'a> {
+    writer: &'a ApiWriter,
+    metrics: &'a Metrics,
+}
+
+impl ClaimCalls<'_> {
+    async fn get_claim(&self, ns: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
+        claims(self.writer, ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| DraApiError::Other(e.to_string()))
+    }
+
     /// The claim as it is on the server while `current`'s resourceVersion holds: `current`
     /// itself, read only when it carries no version to make a precondition of.
-    fn at_version<'a>(
+    async fn at_version<'c>(
         &self,
         ns: &str,
         name: &str,
-        current: &'a ResourceClaim,
-    ) -> Result<Cow<'a, ResourceClaim>, DraApiError> {
+        current: &'c ResourceClaim,
+    ) -> Result<Cow<'c, ResourceClaim>, DraApiError> {
         if current
             .metadata
             .resource_version
@@ -342,21 +372,22 @@ impl RuntimeDraApi {
         {
             return Ok(Cow::Borrowed(current));
         }
-        self.get_claim(ns, name)?
+        self.get_claim(ns, name)
+            .await?
             .map(Cow::Owned)
             .ok_or_else(|| DraApiError::NotFound(format!("{ns}/{name}")))
     }
 
     /// The finalizer patch: `current`'s list with ours added or removed, conditioned on
     /// `current`'s resourceVersion (so the list is the server's when it applies).
-    fn finalizers(
+    async fn finalizers(
         &self,
         ns: &str,
         name: &str,
         current: &ResourceClaim,
         add: bool,
     ) -> Result<ResourceClaim, DraApiError> {
-        let current = self.at_version(ns, name, current)?;
+        let current = self.at_version(ns, name, current).await?;
         let rv = current.metadata.resource_version.clone().unwrap_or_default();
         let mut list = current.metadata.finalizers.clone().unwrap_or_default();
         list.retain(|f| f != DELETE_PROTECTION_FINALIZER);
@@ -364,7 +395,7 @@ impl RuntimeDraApi {
             list.push(DELETE_PROTECTION_FINALIZER.to_string());
         }
         let patch = Patch::Merge(json!({"metadata": {"resourceVersion": rv, "finalizers": list}}));
-        let result = self.patch_claim(ns, name, None, &patch, "resourceclaims");
+        let result = self.patch_claim(ns, name, None, &patch, "resourceclaims").await;
         match result {
             // Conditioned on `rv`, the patch changed nothing but the metadata.
             Ok(metadata) => Ok(ResourceClaim {
@@ -377,6 +408,7 @@ impl RuntimeDraApi {
                     let have = json!({ "finalizers": c.metadata.finalizers.clone().unwrap_or_default() });
                     have == want
                 })
+                .await
             }
             Err(e) => Err(to_dra(e)),
         }
@@ -384,7 +416,7 @@ impl RuntimeDraApi {
 
     /// One patch of a claim (or its `subresource`) through the writer, answered with the
     /// claim's new metadata only (see [`patch_for_metadata`]).
-    fn patch_claim(
+    async fn patch_claim(
         &self,
         ns: &str,
         name: &str,
@@ -392,27 +424,25 @@ impl RuntimeDraApi {
         patch: &Patch<Value>,
         label: &str,
     ) -> Result<ObjectMeta, WriteError> {
-        self.api.run(async |writer| {
-            let client = writer.client();
-            writer
-                .write("patch", label, || {
-                    patch_for_metadata::<ResourceClaim>(client, Some(ns), name, subresource, patch)
-                })
-                .await
-        })
+        let client = self.writer.client();
+        self.writer
+            .write("patch", label, || {
+                patch_for_metadata::<ResourceClaim>(client, Some(ns), name, subresource, patch)
+            })
+            .await
     }
 
     /// Resolves a claim write whose outcome is unknown by reading the claim: `applied` decides
     /// whether it already holds what was written. Not applied: a conflict (the caller re-reads
     /// and recomputes); unreadable: still unknown, reported as such.
-    fn resolve(
+    async fn resolve(
         &self,
         ns: &str,
         name: &str,
         err: WriteError,
         applied: impl Fn(&ResourceClaim) -> bool,
     ) -> Result<ResourceClaim, DraApiError> {
-        match self.get_claim(ns, name) {
+        match self.get_claim(ns, name).await {
             Ok(Some(c)) if applied(&c) => {
                 tracing::debug!(claim = %format!("{ns}/{name}"), "write outcome resolved by reading: applied");
                 Ok(c)
@@ -424,14 +454,10 @@ impl RuntimeDraApi {
     }
 
     /// The node a pod is bound to (`None`: unbound or gone, or recreated with another UID).
-    fn bound_node(&self, ns: &str, name: &str, uid: &str) -> Result<Option<String>, DraApiError> {
-        let pod = self
-            .api
-            .run(async |writer| {
-                Api::<Pod>::namespaced(writer.client().clone(), ns)
-                    .get_opt(name)
-                    .await
-            })
+    async fn bound_node(&self, ns: &str, name: &str, uid: &str) -> Result<Option<String>, DraApiError> {
+        let pod = Api::<Pod>::namespaced(self.writer.client().clone(), ns)
+            .get_opt(name)
+            .await
             .map_err(|e| DraApiError::Other(format!("reading pod {ns}: {e}")))?;
         Ok(pod
             .filter(|p| uid.is_empty() || p.metadata.uid.as_deref() == Some(uid))
@@ -441,7 +467,7 @@ impl RuntimeDraApi {
 
     /// Refuses an undo that would release what a bound pod holds: `consumers` are the pods the
     /// write takes away from a claim. A pod we cannot read counts as bound.
-    fn refuse_undo_for_bound(
+    async fn refuse_undo_for_bound(
         &self,
         ns: &str,
         claim: &str,
@@ -450,6 +476,7 @@ impl RuntimeDraApi {
         for (pod, uid) in consumers {
             let bound = self
                 .bound_node(ns, pod, uid)
+                .await
                 .map_err(|e| DraApiError::Other(format!("claim {ns}/{claim} kept: {e}")))?;
             if let Some(node) = bound {
                 return Err(DraApiError::Other(format!(
@@ -460,57 +487,178 @@ impl RuntimeDraApi {
         Ok(())
     }
 
-    /// The pods in a claim's `reservedFor`, as (name, uid).
-    fn pod_consumers(claim: &ResourceClaim) -> Vec<(String, String)> {
-        claim
-            .status
-            .as_ref()
-            .and_then(|s| s.reserved_for.as_ref())
-            .into_iter()
+    async fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+        status: Value,
+    ) -> Result<ResourceClaim, DraApiError> {
+        let current = self.at_version(namespace, name, current).await?;
+        let resource_version = current.metadata.resource_version.clone().unwrap_or_default();
+        // An undo: pods leave `reservedFor`. Refused while any of them is bound. (Checked against
+        // `current`, which is the server's object whenever the write applies.)
+        if let Some(reserved) = status.get("reservedFor") {
+            let kept: Vec<&str> = reserved
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.get("uid")?.as_str())
+                .collect();
+            let leaving: Vec<(String, String)> = pod_consumers(&current)
+                .into_iter()
+                .filter(|(_, uid)| !kept.contains(&uid.as_str()))
+                .collect();
+            if let Err(refused) = self.refuse_undo_for_bound(namespace, name, &leaving).await {
+                // Refused on what the caller saw. If the claim changed since, the write would
+                // conflict anyway: say so, so that the caller re-reads and decides again.
+                let fresh = self.get_claim(namespace, name).await?;
+                if fresh
+                    .as_ref()
+                    .and_then(|c| c.metadata.resource_version.as_deref())
+                    != Some(resource_version.as_str())
+                {
+                    return Err(DraApiError::Conflict(format!(
+                        "claim {namespace}/{name} changed since it was read"
+                    )));
+                }
+                return Err(refused);
+            }
+        }
+        let patch =
+            Patch::Merge(json!({"metadata": {"resourceVersion": resource_version}, "status": status}));
+        let result = self
+            .patch_claim(namespace, name, Some("status"), &patch, "resourceclaims/status")
+            .await;
+        let claim = match result {
+            // Conditioned on `resource_version`, the server's result is `current` with the patch
+            // applied and the reply's metadata.
+            Ok(metadata) => match with_status_patch(&current, metadata, &status) {
+                Some(claim) => claim,
+                None => self
+                    .get_claim(namespace, name)
+                    .await?
+                    .ok_or_else(|| DraApiError::NotFound(format!("{namespace}/{name}")))?,
+            },
+            Err(e) if e.outcome_unknown() => {
+                self.resolve(namespace, name, e, |c| {
+                    let have = serde_json::to_value(&c.status).unwrap_or(Value::Null);
+                    merge_applied(&have, &status)
+                })
+                .await?
+            }
+            Err(e) => return Err(to_dra(e)),
+        };
+        count_allocations(self.metrics, &claim);
+        Ok(claim)
+    }
+}
+
+/// The pods in a claim's `reservedFor`, as (name, uid).
+fn pod_consumers(claim: &ResourceClaim) -> Vec<(String, String)> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.resource == "pods")
+        .map(|r| (r.name.clone(), r.uid.clone()))
+        .collect()
+}
+
+fn count_allocations(metrics: &Metrics, claim: &ResourceClaim) {
+    let Some(results) = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+    else {
+        return;
+    };
+    let requests = claim
+        .spec
+        .as_ref()
+        .map(|s| s.devices.clone().unwrap_or_default().requests.unwrap_or_default());
+    for r in results.results.iter().flatten() {
+        let top = r.request.split('/').next().unwrap_or(&r.request);
+        let class = requests
+            .iter()
             .flatten()
-            .filter(|r| r.resource == "pods")
-            .map(|r| (r.name.clone(), r.uid.clone()))
-            .collect()
+            .find(|q| q.name == top)
+            .and_then(|q| {
+                q.exactly
+                    .as_ref()
+                    .map(|e| e.device_class_name.clone())
+                    .or_else(|| {
+                        let sub = r.request.split('/').nth(1)?;
+                        q.first_available
+                            .as_ref()?
+                            .iter()
+                            .find(|s| s.name == sub)
+                            .map(|s| s.device_class_name.clone())
+                    })
+            })
+            .unwrap_or_default();
+        metrics
+            .dra_allocations
+            .with_label_values(&[&r.driver, &class])
+            .inc();
+    }
+}
+
+/// PreBind's claim calls as futures on the I/O runtime, through the shared client.
+struct RuntimeDraLater {
+    writer: ApiWriter,
+    metrics: Metrics,
+}
+
+impl DraApiLater for RuntimeDraLater {
+    fn get_claim(&self, namespace: &str, name: &str) -> ClaimFuture<Option<ResourceClaim>> {
+        let (writer, metrics) = (self.writer.clone(), self.metrics.clone());
+        let (ns, name) = (namespace.to_string(), name.to_string());
+        Box::pin(async move {
+            let calls = ClaimCalls {
+                writer: &writer,
+                metrics: &metrics,
+            };
+            calls.get_claim(&ns, &name).await
+        })
     }
 
-    fn count_allocations(&self, claim: &ResourceClaim) {
-        let Some(results) = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-        else {
-            return;
-        };
-        let requests = claim
-            .spec
-            .as_ref()
-            .map(|s| s.devices.clone().unwrap_or_default().requests.unwrap_or_default());
-        for r in results.results.iter().flatten() {
-            let top = r.request.split('/').next().unwrap_or(&r.request);
-            let class = requests
-                .iter()
-                .flatten()
-                .find(|q| q.name == top)
-                .and_then(|q| {
-                    q.exactly
-                        .as_ref()
-                        .map(|e| e.device_class_name.clone())
-                        .or_else(|| {
-                            let sub = r.request.split('/').nth(1)?;
-                            q.first_available
-                                .as_ref()?
-                                .iter()
-                                .find(|s| s.name == sub)
-                                .map(|s| s.device_class_name.clone())
-                        })
-                })
-                .unwrap_or_default();
-            self.metrics
-                .dra_allocations
-                .with_label_values(&[&r.driver, &class])
-                .inc();
-        }
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+        status: Value,
+    ) -> ClaimFuture<ResourceClaim> {
+        let (writer, metrics) = (self.writer.clone(), self.metrics.clone());
+        let (ns, name, current) = (namespace.to_string(), name.to_string(), current.clone());
+        Box::pin(async move {
+            let calls = ClaimCalls {
+                writer: &writer,
+                metrics: &metrics,
+            };
+            calls.patch_claim_status(&ns, &name, &current, status).await
+        })
+    }
+
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> ClaimFuture<ResourceClaim> {
+        let (writer, metrics) = (self.writer.clone(), self.metrics.clone());
+        let (ns, name, current) = (namespace.to_string(), name.to_string(), current.clone());
+        Box::pin(async move {
+            let calls = ClaimCalls {
+                writer: &writer,
+                metrics: &metrics,
+            };
+            calls.finalizers(&ns, &name, &current, true).await
+        })
     }
 }
 
@@ -656,10 +804,16 @@ fn claims(writer: &ApiWriter, ns: &str) -> Api<ResourceClaim> {
 }
 
 impl DraApi for RuntimeDraApi {
+    fn later(&self) -> Option<Arc<dyn DraApiLater>> {
+        Some(Arc::new(RuntimeDraLater {
+            writer: self.writer.clone(),
+            metrics: self.metrics.clone(),
+        }))
+    }
+
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
         self.api
-            .run(async |writer| claims(writer, namespace).get_opt(name).await)
-            .map_err(|e| DraApiError::Other(e.to_string()))
+            .run(async |writer| self.calls(writer).get_claim(namespace, name).await)
     }
 
     fn patch_claim_status(
@@ -669,57 +823,11 @@ impl DraApi for RuntimeDraApi {
         current: &ResourceClaim,
         status: Value,
     ) -> Result<ResourceClaim, DraApiError> {
-        let current = self.at_version(namespace, name, current)?;
-        let resource_version = current.metadata.resource_version.clone().unwrap_or_default();
-        // An undo: pods leave `reservedFor`. Refused while any of them is bound. (Checked against
-        // `current`, which is the server's object whenever the write applies.)
-        if let Some(reserved) = status.get("reservedFor") {
-            let kept: Vec<&str> = reserved
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r.get("uid")?.as_str())
-                .collect();
-            let leaving: Vec<(String, String)> = Self::pod_consumers(&current)
-                .into_iter()
-                .filter(|(_, uid)| !kept.contains(&uid.as_str()))
-                .collect();
-            if let Err(refused) = self.refuse_undo_for_bound(namespace, name, &leaving) {
-                // Refused on what the caller saw. If the claim changed since, the write would
-                // conflict anyway: say so, so that the caller re-reads and decides again.
-                let fresh = self.get_claim(namespace, name)?;
-                if fresh
-                    .as_ref()
-                    .and_then(|c| c.metadata.resource_version.as_deref())
-                    != Some(resource_version.as_str())
-                {
-                    return Err(DraApiError::Conflict(format!(
-                        "claim {namespace}/{name} changed since it was read"
-                    )));
-                }
-                return Err(refused);
-            }
-        }
-        let patch =
-            Patch::Merge(json!({"metadata": {"resourceVersion": resource_version}, "status": status}));
-        let result = self.patch_claim(namespace, name, Some("status"), &patch, "resourceclaims/status");
-        let claim = match result {
-            // Conditioned on `resource_version`, the server's result is `current` with the patch
-            // applied and the reply's metadata.
-            Ok(metadata) => match with_status_patch(&current, metadata, &status) {
-                Some(claim) => claim,
-                None => self
-                    .get_claim(namespace, name)?
-                    .ok_or_else(|| DraApiError::NotFound(format!("{namespace}/{name}")))?,
-            },
-            Err(e) if e.outcome_unknown() => self.resolve(namespace, name, e, |c| {
-                let have = serde_json::to_value(&c.status).unwrap_or(Value::Null);
-                merge_applied(&have, &status)
-            })?,
-            Err(e) => return Err(to_dra(e)),
-        };
-        self.count_allocations(&claim);
-        Ok(claim)
+        self.api.run(async |writer| {
+            self.calls(writer)
+                .patch_claim_status(namespace, name, current, status)
+                .await
+        })
     }
 
     fn add_claim_finalizer(
@@ -728,7 +836,11 @@ impl DraApi for RuntimeDraApi {
         name: &str,
         current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
-        self.finalizers(namespace, name, current, true)
+        self.api.run(async |writer| {
+            self.calls(writer)
+                .finalizers(namespace, name, current, true)
+                .await
+        })
     }
 
     fn remove_claim_finalizer(
@@ -737,7 +849,11 @@ impl DraApi for RuntimeDraApi {
         name: &str,
         current: &ResourceClaim,
     ) -> Result<ResourceClaim, DraApiError> {
-        self.finalizers(namespace, name, current, false)
+        self.api.run(async |writer| {
+            self.calls(writer)
+                .finalizers(namespace, name, current, false)
+                .await
+        })
     }
 
     fn create_claim(&self, namespace: &str, claim: &ResourceClaim) -> Result<ResourceClaim, DraApiError> {
@@ -779,11 +895,17 @@ impl DraApi for RuntimeDraApi {
     }
 
     fn delete_claim(&self, namespace: &str, name: &str, uid: &str) -> Result<(), DraApiError> {
-        if let Some(current) = self.get_claim(namespace, name)?
-            && current.metadata.uid.as_deref() == Some(uid)
-        {
-            self.refuse_undo_for_bound(namespace, name, &Self::pod_consumers(&current))?;
-        }
+        self.api.run(async |writer| {
+            let calls = self.calls(writer);
+            if let Some(current) = calls.get_claim(namespace, name).await?
+                && current.metadata.uid.as_deref() == Some(uid)
+            {
+                calls
+                    .refuse_undo_for_bound(namespace, name, &pod_consumers(&current))
+                    .await?;
+            }
+            Ok::<(), DraApiError>(())
+        })?;
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_string()),
@@ -818,7 +940,11 @@ impl DraApi for RuntimeDraApi {
         ]
         .iter()
         .any(|k| patch["status"].get(*k).is_some_and(Value::is_null));
-        if clears && let Some(node) = self.bound_node(namespace, name, "")? {
+        if clears
+            && let Some(node) = self
+                .api
+                .run(async |writer| self.calls(writer).bound_node(namespace, name, "").await)?
+        {
             return Err(DraApiError::Other(format!(
                 "pod {namespace}/{name} is bound to node {node:?}: its DRA status is kept"
             )));

@@ -23,9 +23,10 @@ use tokio::runtime::Handle;
 use unisched_cache::Cache;
 use unisched_cache::DraCache;
 use unisched_framework::{
-    BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm,
-    SchedulingFailure, SeededRng, binds_without_waiting, config::KubeSchedulerConfiguration,
-    finish_binding_cycle, run_binding_cycle, run_scheduling_cycle, start_binding_cycle, well_known,
+    AsyncBinding, BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo,
+    SchedulingAlgorithm, SchedulingFailure, SeededRng, Status, async_binding,
+    config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle, run_scheduling_cycle,
+    start_binding_cycle, wait_for_permit, well_known,
 };
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
@@ -717,35 +718,45 @@ fn schedule_one(
                 .observe(start.elapsed().as_secs_f64());
             sh.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
             sh.metrics.goroutines.with_label_values(&["binding"]).inc();
-            let bind = binds_without_waiting(&fwk, &task)
-                .then(|| fwk.bind_future(&task.state, &task.assumed, &task.node))
-                .flatten();
+            let plan = async_binding(&fwk, &task);
             let assumed = task.assumed.clone();
-            match bind {
-                // Nothing to wait for but the binding write: Permit and PreBind return at once
-                // (here, as a Reserve failure's Unreserve runs here), and the write runs on the
-                // I/O runtime, holding no thread while it is in flight.
-                Some(bind) => match start_binding_cycle(&fwk, sh.cache.as_ref(), *task) {
-                    Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
-                    Ok(binding) => {
-                        let sh2 = sh.clone();
-                        sh.handle.spawn(async move {
-                            let s = fwk.complete_bind(bind).await;
-                            if s.is_success() {
-                                let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
-                                binding_done(&sh2, &fwk, qpi, start, &assumed, result);
-                                return;
-                            }
-                            // Unreserve plugins may write and wait: the undo runs on a binding
-                            // thread, as the whole cycle would have.
-                            let sh3 = sh2.clone();
-                            sh2.binding.spawn(Box::new(move || {
-                                let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
-                                binding_done(&sh3, &fwk, qpi, start, &assumed, result);
-                            }));
-                        });
+            match plan {
+                // Nothing to wait for but API writes: Permit (and PreBind's checks, when no plugin
+                // has work) return at once here, as a Reserve failure's Unreserve runs here; the
+                // writes run on the I/O runtime, holding no thread while they are in flight.
+                Some(AsyncBinding { pre_bind, bind }) => {
+                    let started = match pre_bind {
+                        None => start_binding_cycle(&fwk, sh.cache.as_ref(), *task),
+                        Some(_) => wait_for_permit(&fwk, sh.cache.as_ref(), *task),
+                    };
+                    match started {
+                        Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
+                        Ok(binding) => {
+                            let sh2 = sh.clone();
+                            sh.handle.spawn(async move {
+                                let mut s = Status::success();
+                                if let Some(pre_bind) = pre_bind {
+                                    s = fwk.complete_pre_bind(pre_bind).await;
+                                }
+                                if s.is_success() {
+                                    s = fwk.complete_bind(bind).await;
+                                }
+                                if s.is_success() {
+                                    let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
+                                    binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                                    return;
+                                }
+                                // Unreserve plugins may write and wait: the undo runs on a
+                                // binding thread, as the whole cycle would have.
+                                let sh3 = sh2.clone();
+                                sh2.binding.spawn(Box::new(move || {
+                                    let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
+                                    binding_done(&sh3, &fwk, qpi, start, &assumed, result);
+                                }));
+                            });
+                        }
                     }
-                },
+                }
                 None => {
                     let sh2 = sh.clone();
                     sh.binding.spawn(Box::new(move || {

@@ -376,6 +376,12 @@ async fn binding_a_claim_reads_nothing_and_keeps_other_finalizers() {
         ["example.com/keep", "resource.kubernetes.io/delete-protection"]
     );
     assert_eq!(reserved_for(&store, "claim-0"), ["p0"]);
+    // The claim's writes and the binding ran as futures on the I/O runtime: no binding thread.
+    assert_eq!(
+        sched.binding_thread_jobs(),
+        0,
+        "binding cycles that held a thread"
+    );
     sched.stop();
     let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
     server.shutdown().await;

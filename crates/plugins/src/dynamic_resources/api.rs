@@ -9,6 +9,11 @@
 //! Optimistic concurrency: the claim writes carry the `resourceVersion` the caller based them on and
 //! fail with [`DraApiError::Conflict`] (HTTP 409) when the object moved on; the caller re-reads with
 //! [`DraApi::get_claim`] and retries.
+//!
+//! An implementation may also offer PreBind's claim reads and writes as futures
+//! ([`DraApi::later`], [`DraApiLater`]): the same calls, answered without a thread waiting for
+//! them, so that the common binding cycle (claims to reserve and allocate, nothing else to wait
+//! for) can run on the runtime's I/O threads.
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
@@ -51,8 +56,41 @@ pub enum DraApiError {
     Other(String),
 }
 
+/// A claim read or write as a future ([`DraApiLater`]).
+pub type ClaimFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, DraApiError>> + Send + 'static>>;
+
+/// PreBind's claim calls as futures that own what they need. Each has exactly the contract of the
+/// [`DraApi`] method of the same name.
+pub trait DraApiLater: Send + Sync {
+    /// [`DraApi::get_claim`].
+    fn get_claim(&self, namespace: &str, name: &str) -> ClaimFuture<Option<ResourceClaim>>;
+
+    /// [`DraApi::patch_claim_status`].
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+        status: serde_json::Value,
+    ) -> ClaimFuture<ResourceClaim>;
+
+    /// [`DraApi::add_claim_finalizer`].
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> ClaimFuture<ResourceClaim>;
+}
+
 /// The DRA API writes of the binding cycle (and PostFilter's deallocation). See the module docs.
 pub trait DraApi: Send + Sync {
+    /// The same API's PreBind calls as futures, or `None` (the default) when it has none.
+    fn later(&self) -> Option<std::sync::Arc<dyn DraApiLater>> {
+        None
+    }
+
     /// `GET resourceclaims/<name>`; `Ok(None)` when it does not exist.
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError>;
 

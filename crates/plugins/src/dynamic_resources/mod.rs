@@ -73,10 +73,11 @@ use unisched_framework::{
     FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeScore,
     NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin,
     PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
+    StatusFuture,
 };
 use unisched_resource::node_allocatable_claim_footprint;
 
-pub use api::{DraApi, DraApiError, merge_patch};
+pub use api::{ClaimFuture, DraApi, DraApiError, DraApiLater, merge_patch};
 pub use args::{DEFAULT_BINDING_TIMEOUT, DEFAULT_FILTER_TIMEOUT, DynamicResourcesArgs};
 pub use claims::RESERVED_FOR_MAX_SIZE;
 pub use extended::PLACEHOLDER_NAME;
@@ -924,6 +925,13 @@ impl PreBindPlugin for DynamicResources {
             return Status::error("DynamicResources has no API writer");
         };
         prebind::pre_bind(self, api.as_ref(), dra, &data, pod, node)
+    }
+
+    fn pre_bind_async(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Option<StatusFuture> {
+        let data = Self::data(state)?;
+        let later = self.api.as_ref()?.later()?;
+        let dra = self.dra.clone()?;
+        prebind::pre_bind_later(self, later, dra, data, pod, node)
     }
 }
 

@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimConsumerReference};
 use unisched_cache::DraCache;
-use unisched_framework::{PodInfo, Status};
+use unisched_framework::{PodInfo, Status, StatusFuture};
 
-use super::api::{DraApi, DraApiError};
+use super::api::{ClaimFuture, DraApi, DraApiError, DraApiLater};
 use super::extended::{PLACEHOLDER_NAME, for_create};
-use super::state::{BindingProgress, PodState, Written};
+use super::state::{BindingProgress, NodeResult, PodClaim, PodState, Written};
 use super::{DynamicResources, FINALIZER};
 
 /// Attempts per claim write before giving up on conflicts.
@@ -96,11 +96,15 @@ fn now() -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
 /// Writes allocation (if any) and `reservedFor` for one claim, retrying on conflicts with a fresh
 /// read. `start` is the copy to base the first attempt on; `binding_conditions` is the feature
 /// (see the module documentation).
-fn bind_claim(
-    api: &dyn DraApi,
+///
+/// One loop for both ways of calling the API: a synchronous [`DraApi`] goes through [`Now`] and
+/// the loop completes in one poll ([`bind_now`]); [`DraApiLater`]'s futures are awaited on the I/O
+/// runtime ([`pre_bind_later`]).
+async fn bind_claim(
+    api: &dyn DraApiLater,
     start: &ResourceClaim,
     allocation: Option<&AllocationResult>,
-    pod: &PodInfo,
+    pod: &Consumer,
     binding_conditions: bool,
 ) -> Result<ResourceClaim, String> {
     let ns = start.metadata.namespace.clone().unwrap_or_default();
@@ -110,7 +114,7 @@ fn bind_claim(
     let mut claim = start.clone();
     for attempt in 0..MAX_CONFLICT_RETRIES {
         if attempt > 0 {
-            claim = match api.get_claim(&ns, &name) {
+            claim = match api.get_claim(&ns, &name).await {
                 Ok(Some(c)) => c,
                 Ok(None) => return Err(format!("claim {key} got deleted in the meantime")),
                 Err(e) => return Err(format!("claim {key}: {e}")),
@@ -136,7 +140,7 @@ fn bind_claim(
             return Err(format!("claim {key} got deallocated elsewhere in the meantime"));
         }
         if write_allocation.is_some() && !has_finalizer(&claim) {
-            match api.add_claim_finalizer(&ns, &name, &claim) {
+            match api.add_claim_finalizer(&ns, &name, &claim).await {
                 Ok(c) => claim = c,
                 Err(DraApiError::Conflict(_)) => continue,
                 Err(DraApiError::NotFound(_)) => {
@@ -173,7 +177,10 @@ fn bind_claim(
                 serde_json::to_value(&a).map_err(|e| format!("claim {key}: {e}"))?,
             );
         }
-        match api.patch_claim_status(&ns, &name, &claim, serde_json::Value::Object(status)) {
+        match api
+            .patch_claim_status(&ns, &name, &claim, serde_json::Value::Object(status))
+            .await
+        {
             Ok(c) => return Ok(c),
             Err(DraApiError::Conflict(_)) => continue,
             Err(DraApiError::NotFound(_)) => return Err(format!("claim {key} got deleted in the meantime")),
@@ -183,6 +190,164 @@ fn bind_claim(
     Err(format!(
         "claim {key}: giving up after {MAX_CONFLICT_RETRIES} conflicting updates"
     ))
+}
+
+/// The pod a claim is reserved for.
+struct Consumer {
+    name: String,
+    uid: String,
+}
+
+impl Consumer {
+    fn of(pod: &PodInfo) -> Self {
+        Consumer {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        }
+    }
+}
+
+/// A synchronous [`DraApi`] seen as [`DraApiLater`]: each call is made when its future is
+/// created, and the future is already complete.
+struct Now<'a>(&'a dyn DraApi);
+
+impl DraApiLater for Now<'_> {
+    fn get_claim(&self, namespace: &str, name: &str) -> ClaimFuture<Option<ResourceClaim>> {
+        Box::pin(std::future::ready(self.0.get_claim(namespace, name)))
+    }
+
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+        status: serde_json::Value,
+    ) -> ClaimFuture<ResourceClaim> {
+        Box::pin(std::future::ready(
+            self.0.patch_claim_status(namespace, name, current, status),
+        ))
+    }
+
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> ClaimFuture<ResourceClaim> {
+        Box::pin(std::future::ready(
+            self.0.add_claim_finalizer(namespace, name, current),
+        ))
+    }
+}
+
+/// Runs a claim loop over [`Now`] to its end: it never waits, so one poll completes it.
+fn bind_now(
+    future: impl std::future::Future<Output = Result<ResourceClaim, String>>,
+) -> Result<ResourceClaim, String> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => Err("internal error: a synchronous claim write waited".into()),
+    }
+}
+
+/// The allocation Reserve made for the pod's `i`th claim on this node, if it needed one.
+fn allocation_for<'r>(
+    data: &PodState,
+    result: Option<&'r NodeResult>,
+    i: usize,
+) -> Result<Option<&'r AllocationResult>, Status> {
+    match data.to_allocate.iter().position(|&x| x == i) {
+        Some(k) => match result.and_then(|r| r.allocations.get(k)) {
+            Some(a) => Ok(Some(a)),
+            None => Err(Status::error("claim allocation not found for node")),
+        },
+        None => Ok(None),
+    }
+}
+
+/// After a claim's write: the claim as written goes into the cache before its in-flight
+/// allocation goes away, and Unreserve learns what it has to undo.
+fn record_written(
+    dra: &DraCache,
+    progress: &mut BindingProgress,
+    c: &PodClaim,
+    updated: ResourceClaim,
+    allocated_by_us: bool,
+) {
+    commit(dra, updated, &c.uid);
+    progress.in_flight.retain(|u| u != &c.uid);
+    progress.written.push(Written {
+        namespace: c.namespace().to_string(),
+        name: c.name().to_string(),
+        uid: c.uid.clone(),
+        allocated_by_us,
+    });
+}
+
+fn allocation_has_binding_conditions(claim: &ResourceClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .is_some_and(has_binding_conditions)
+}
+
+/// PreBind as a future on the I/O runtime, for the common pod: claims to reserve (and allocate),
+/// and nothing else: no extended-resource claim to create, no pod status to patch, no binding
+/// conditions to wait for. `None` for any other pod (the binding thread runs [`pre_bind`]). The
+/// writes, their order, retries and bookkeeping are [`pre_bind`]'s.
+pub(crate) fn pre_bind_later(
+    plugin: &DynamicResources,
+    api: Arc<dyn DraApiLater>,
+    dra: Arc<DraCache>,
+    data: Arc<PodState>,
+    pod: &PodInfo,
+    node: &str,
+) -> Option<StatusFuture> {
+    if data.extended.is_some() {
+        return None;
+    }
+    // An error here is reported by the synchronous path.
+    let result = data.node_result(node, || None).ok()?;
+    if result.as_ref().is_some_and(|r| {
+        r.extended.is_some() || !r.statuses.is_empty() || r.allocations.iter().any(has_binding_conditions)
+    }) {
+        return None;
+    }
+    if data
+        .claims
+        .iter()
+        .any(|c| !(c.allocated && c.reserved_for_pod) && allocation_has_binding_conditions(&c.claim))
+    {
+        return None;
+    }
+    let stamp = plugin.features.binding_conditions;
+    let consumer = Consumer::of(pod);
+    Some(Box::pin(async move {
+        for (i, c) in data.claims.iter().enumerate() {
+            if c.allocated && c.reserved_for_pod {
+                continue;
+            }
+            let allocation = match allocation_for(&data, result.as_deref(), i) {
+                Ok(a) => a,
+                Err(s) => return s,
+            };
+            let updated = match bind_claim(api.as_ref(), &c.claim, allocation, &consumer, stamp).await {
+                Ok(updated) => updated,
+                Err(e) => return Status::error(e),
+            };
+            let waits = allocation_has_binding_conditions(&updated);
+            record_written(&dra, &mut data.binding.lock(), c, updated, allocation.is_some());
+            if waits {
+                // Someone else's allocation with binding conditions, seen only on a re-read:
+                // the pod is retried, and its next binding cycle waits for them on a thread.
+                return Status::error(format!("claim {} got binding conditions in the meantime", c.key));
+            }
+        }
+        Status::success()
+    }))
 }
 
 /// Makes our write visible in the cache, then drops the in-flight allocation (in that order).
@@ -209,36 +374,22 @@ pub(crate) fn pre_bind(
     let mut progress = data.binding.lock();
     let mut to_wait: Vec<(String, String)> = Vec::new();
     let stamp = plugin.features.binding_conditions;
+    let consumer = Consumer::of(pod);
 
     for (i, c) in data.claims.iter().enumerate() {
         if c.allocated && c.reserved_for_pod {
             continue;
         }
-        let allocation = match data.to_allocate.iter().position(|&x| x == i) {
-            Some(k) => match result.as_ref().and_then(|r| r.allocations.get(k)) {
-                Some(a) => Some(a),
-                None => return Status::error("claim allocation not found for node"),
-            },
-            None => None,
+        let allocation = match allocation_for(data, result.as_deref(), i) {
+            Ok(a) => a,
+            Err(s) => return s,
         };
-        match bind_claim(api, &c.claim, allocation, pod, stamp) {
+        match bind_now(bind_claim(&Now(api), &c.claim, allocation, &consumer, stamp)) {
             Ok(updated) => {
-                if updated
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.allocation.as_ref())
-                    .is_some_and(has_binding_conditions)
-                {
+                if allocation_has_binding_conditions(&updated) {
                     to_wait.push((c.namespace().to_string(), c.name().to_string()));
                 }
-                commit(dra, updated, &c.uid);
-                progress.in_flight.retain(|u| u != &c.uid);
-                progress.written.push(Written {
-                    namespace: c.namespace().to_string(),
-                    name: c.name().to_string(),
-                    uid: c.uid.clone(),
-                    allocated_by_us: allocation.is_some(),
-                });
+                record_written(dra, &mut progress, c, updated, allocation.is_some());
             }
             Err(e) => return Status::error(e),
         }
@@ -272,7 +423,13 @@ pub(crate) fn pre_bind(
         };
         let name = created.metadata.name.clone().unwrap_or_default();
         let uid = created.metadata.uid.clone().unwrap_or_default();
-        match bind_claim(api, &created, Some(allocation), pod, stamp) {
+        match bind_now(bind_claim(
+            &Now(api),
+            &created,
+            Some(allocation),
+            &consumer,
+            stamp,
+        )) {
             Ok(updated) => {
                 if has_binding_conditions(allocation) {
                     to_wait.push((pod.namespace.clone(), name.clone()));

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use unisched_cache::DraCache;
 
 use super::FINALIZER;
-use super::api::{DraApi, DraApiError};
+use super::api::{ClaimFuture, DraApi, DraApiError, DraApiLater};
 
 /// One write the fake received.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +71,51 @@ struct Inner {
 pub struct FakeDraApi {
     inner: Mutex<Inner>,
     echo: Mutex<Option<Arc<DraCache>>>,
+    /// This fake, for the futures [`DraApi::later`] hands out.
+    me: std::sync::Weak<FakeDraApi>,
+    /// Whether [`DraApi::later`] offers futures.
+    futures: std::sync::atomic::AtomicBool,
+}
+
+/// The fake's PreBind calls as futures: each makes its call when first polled.
+struct FakeLater(Arc<FakeDraApi>);
+
+impl DraApiLater for FakeLater {
+    fn get_claim(&self, namespace: &str, name: &str) -> ClaimFuture<Option<ResourceClaim>> {
+        let (api, ns, name) = (self.0.clone(), namespace.to_string(), name.to_string());
+        Box::pin(async move { api.get_claim(&ns, &name) })
+    }
+
+    fn patch_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+        status: serde_json::Value,
+    ) -> ClaimFuture<ResourceClaim> {
+        let (api, ns, name, current) = (
+            self.0.clone(),
+            namespace.to_string(),
+            name.to_string(),
+            current.clone(),
+        );
+        Box::pin(async move { api.patch_claim_status(&ns, &name, &current, status) })
+    }
+
+    fn add_claim_finalizer(
+        &self,
+        namespace: &str,
+        name: &str,
+        current: &ResourceClaim,
+    ) -> ClaimFuture<ResourceClaim> {
+        let (api, ns, name, current) = (
+            self.0.clone(),
+            namespace.to_string(),
+            name.to_string(),
+            current.clone(),
+        );
+        Box::pin(async move { api.add_claim_finalizer(&ns, &name, &current) })
+    }
 }
 
 impl std::fmt::Debug for FakeDraApi {
@@ -88,7 +133,15 @@ pub use super::merge_patch;
 impl FakeDraApi {
     /// An empty fake.
     pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+        Arc::new_cyclic(|me| FakeDraApi {
+            me: me.clone(),
+            ..Self::default()
+        })
+    }
+
+    /// Offer PreBind's claim calls as futures too ([`DraApi::later`]), as the runtime does.
+    pub fn offer_futures(&self, on: bool) {
+        self.futures.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Echo every claim write (and seeded claim) into `cache` as a watch event.
@@ -215,6 +268,13 @@ impl FakeDraApi {
 }
 
 impl DraApi for FakeDraApi {
+    fn later(&self) -> Option<Arc<dyn DraApiLater>> {
+        if !self.futures.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        Some(Arc::new(FakeLater(self.me.upgrade()?)))
+    }
+
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
         let mut inner = self.inner.lock();
         Self::precheck(&mut inner)?;

@@ -22,6 +22,7 @@ use unisched_framework::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY,
     NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeToStatus, NodeVetoHandle, PodInfo, PostFilterPlugin,
     PreEnqueuePlugin, PreFilterPlugin, QueueingHint, ReservePlugin, ScorePlugin, Snapshot, Status,
+    StatusFuture,
 };
 
 use super::testing::{ApiWrite, FakeDraApi};
@@ -1026,6 +1027,152 @@ fn pre_bind_writes_and_retries() {
         assert!(stored.status.as_ref().unwrap().reserved_for.is_none());
         assert!(!claims::is_allocated(&e.dra.claim("default", "c").unwrap()));
     }
+}
+
+/// Polls a future whose calls never wait (the fake's) to its end.
+fn poll_to_end(mut future: StatusFuture) -> Status {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(s) => s,
+        std::task::Poll::Pending => panic!("the fake's calls never wait"),
+    }
+}
+
+/// A claim as stored, with the allocation's timestamp reduced to its presence (two runs stamp
+/// different seconds).
+fn without_timestamp(claim: Option<ResourceClaim>) -> Option<ResourceClaim> {
+    let mut claim = claim?;
+    if let Some(a) = claim.status.as_mut().and_then(|s| s.allocation.as_mut())
+        && a.allocation_timestamp.is_some()
+    {
+        a.allocation_timestamp = Some(Time(Default::default()));
+    }
+    Some(claim)
+}
+
+/// PreBind as a future (the runtime's I/O path) makes exactly the writes PreBind makes on a
+/// binding thread, in the same order, with the same retries and result, and leaves Unreserve the
+/// same record to undo.
+#[test]
+fn pre_bind_as_a_future_matches_pre_bind() {
+    struct Case {
+        name: &'static str,
+        finalizer: bool,
+        conflicts: u32,
+        allocated_by_other: bool,
+        deallocated: bool,
+        fail_status_write: bool,
+    }
+    let case = |name| Case {
+        name,
+        finalizer: false,
+        conflicts: 0,
+        allocated_by_other: false,
+        deallocated: false,
+        fail_status_write: false,
+    };
+    for c in [
+        case("finalizer missing"),
+        Case {
+            finalizer: true,
+            ..case("finalizer present")
+        },
+        Case {
+            conflicts: 2,
+            ..case("two conflicts")
+        },
+        Case {
+            conflicts: 5,
+            ..case("conflicts until giving up")
+        },
+        Case {
+            allocated_by_other: true,
+            ..case("allocated by someone else: reserved only")
+        },
+        Case {
+            allocated_by_other: true,
+            deallocated: true,
+            ..case("deallocated in the meantime")
+        },
+        Case {
+            finalizer: true,
+            fail_status_write: true,
+            ..case("the status write fails")
+        },
+    ] {
+        let run = |futures: bool| {
+            let e = env();
+            e.api.offer_futures(futures);
+            e.slice(gpus("n1", 2, "a100"));
+            let mut cl = gpu_claim("c", 1);
+            if c.finalizer {
+                cl.metadata.finalizers = Some(vec![FINALIZER.into()]);
+            }
+            if c.allocated_by_other {
+                cl.status = Some(ResourceClaimStatus {
+                    allocation: Some(allocation(vec![result("gpu", GPU, "n1", "gpu-1")])),
+                    ..ResourceClaimStatus::default()
+                });
+            }
+            e.claim(cl);
+            let pod = info(&pod_with("p", &["c"]));
+            let mut st = scheduled(&e, &pod, "n1");
+            if c.deallocated {
+                let current = e.api.claim("default", "c").unwrap();
+                e.api
+                    .patch_claim_status("default", "c", &current, serde_json::json!({"allocation": null}))
+                    .unwrap();
+            }
+            e.api.clear_writes();
+            e.api.inject_conflicts(c.conflicts);
+            if c.fail_status_write {
+                e.api
+                    .fail_next(DraApiError::Other("the API server is on fire".into()));
+            }
+            let future = e.plugin.pre_bind_async(&st, &pod, "n1");
+            assert_eq!(
+                future.is_some(),
+                futures,
+                "{}: a future exactly when offered",
+                c.name
+            );
+            let s = match future {
+                Some(f) => poll_to_end(f),
+                None => e.plugin.pre_bind(&mut st, &pod, "n1"),
+            };
+            let written = (
+                s.code(),
+                s.message().to_string(),
+                e.api.writes(),
+                without_timestamp(e.api.claim("default", "c")),
+                e.dra.in_flight_count(),
+            );
+            e.plugin.unreserve(&mut st, &pod, "n1");
+            let undone = without_timestamp(e.api.claim("default", "c"));
+            (written, undone, e.dra.in_flight_count())
+        };
+        let on_a_thread = run(false);
+        let as_a_future = run(true);
+        assert_eq!(on_a_thread, as_a_future, "{}", c.name);
+    }
+}
+
+/// PreBind that has to wait (binding conditions) or does more than claim writes keeps to the
+/// binding thread.
+#[test]
+fn pre_bind_that_waits_has_no_future() {
+    let e = env();
+    e.api.offer_futures(true);
+    e.slice(
+        slice("n1-gpu", GPU, "n1", "n1")
+            .device(dev("gpu-0").binding_conditions(&["Ready"]))
+            .build(),
+    );
+    e.claim(gpu_claim("c", 1));
+    let pod = info(&pod_with("p", &["c"]));
+    let st = scheduled(&e, &pod, "n1");
+    assert!(e.plugin.pre_bind_async(&st, &pod, "n1").is_none());
+    assert!(e.api.writes().is_empty(), "deciding writes nothing");
 }
 
 /// A claim someone else allocated is only reserved: no finalizer of ours and its allocation as it
