@@ -9,6 +9,11 @@
 //! profiles of the real-control-plane benchmark put the thread switches alone at about a seventh
 //! of the scheduler's CPU.
 //!
+//! A cycle whose plugins can express all their waiting as API writes does not come here: it
+//! runs as futures on the I/O runtime (`async_binding` in the framework; the scheduler decides
+//! per pod). What comes here are the cycles that may wait otherwise (Permit, volume binding,
+//! binding conditions, the KEP-5004 claim's creation) and the undo of a failed write.
+//!
 //! [`BindingThreads`] is the pool those cycles run on. With a client configuration
 //! each thread opens its own connection to the API server, driven by a single-threaded runtime
 //! on the thread itself: a write is sent and its reply read by the thread that waits for it, and

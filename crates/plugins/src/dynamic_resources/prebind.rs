@@ -29,6 +29,12 @@
 //! `extendedResourceClaimStatus`, when there is anything to write. Binding conditions are waited for
 //! last, polling the cache until all are true, one fails, or `bindingTimeout` passes.
 //!
+//! The claim writes are one async retry loop ([`bind_claim`]) over [`DraApiLater`]. On a binding
+//! thread it runs over the synchronous [`DraApi`] and completes in one poll; when the runtime
+//! offers futures ([`DraApi::later`]) and the pod needs nothing but claim writes, PreBind is that
+//! loop as a future on the I/O runtime ([`pre_bind_later`]), and no thread waits for the API
+//! server.
+//!
 //! **Unreserve** undoes what was done, best effort and idempotently: drops in-flight allocations,
 //! removes the pod from `reservedFor` (clearing the allocation too when we made it and nobody else
 //! uses the claim, so its devices are not held by nobody), deletes the extended claim we created,
