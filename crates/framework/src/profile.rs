@@ -1640,4 +1640,138 @@ mod tests {
         // last one: it is not charged the pause between the nodes.
         assert!(slow_runs[1] < slow * 2, "{durations:?}");
     }
+
+    /// Orders pods first in, first out, and nothing else.
+    struct SortOnly;
+    impl Plugin for SortOnly {
+        fn name(&self) -> &str {
+            "SortOnly"
+        }
+        crate::serves!(as_queue_sort);
+    }
+    impl QueueSortPlugin for SortOnly {
+        fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+            a.timestamp < b.timestamp
+        }
+    }
+
+    /// PreBind and Bind that end with `outcome`, synchronously or as futures.
+    struct Writes {
+        outcome: Status,
+    }
+    impl Plugin for Writes {
+        fn name(&self) -> &str {
+            "Writes"
+        }
+        crate::serves!(as_pre_bind, as_bind);
+    }
+    impl PreBindPlugin for Writes {
+        fn pre_bind(&self, _: &mut CycleState, _: &PodInfo, _: &str) -> Status {
+            self.outcome.clone()
+        }
+        fn pre_bind_async(&self, _: &CycleState, _: &PodInfo, _: &str) -> Option<StatusFuture> {
+            Some(Box::pin(std::future::ready(self.outcome.clone())))
+        }
+    }
+    impl BindPlugin for Writes {
+        fn bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
+            self.outcome.clone()
+        }
+        fn bind_async(&self, _: &CycleState, _: &PodInfo, _: &str) -> Option<StatusFuture> {
+            Some(Box::pin(std::future::ready(self.outcome.clone())))
+        }
+    }
+
+    /// Every extension point reported, with its code, and every plugin run timed.
+    #[derive(Default)]
+    struct Reports(Mutex<Vec<(String, Code)>>);
+    impl FrameworkObserver for Arc<Reports> {
+        fn extension_point(&self, _profile: &str, point: &'static str, status: Code, _elapsed: Duration) {
+            self.0.lock().push((point.to_string(), status));
+        }
+        fn plugin(&self, point: &'static str, plugin: &str, status: Code, _elapsed: Duration) {
+            self.0.lock().push((format!("{point}/{plugin}"), status));
+        }
+    }
+
+    /// Runs a future that never waits.
+    fn run_ready<T>(future: impl std::future::Future<Output = T>) -> T {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("the test plugins never wait"),
+        }
+    }
+
+    /// PreBind and Bind awaited as futures return and report what the synchronous runs do: the
+    /// same statuses (plugin named, errors wrapped) and the same extension-point and plugin codes.
+    #[test]
+    fn write_futures_report_as_the_synchronous_runs_do() {
+        for outcome in [
+            Status::success(),
+            Status::error("the API server said no"),
+            Status::unschedulable("the claim is gone"),
+        ] {
+            let plugins: Vec<Arc<dyn Plugin>> = vec![
+                Arc::new(SortOnly),
+                Arc::new(Writes {
+                    outcome: outcome.clone(),
+                }),
+            ];
+            let enabled = plugins
+                .iter()
+                .map(|p| PluginRef {
+                    name: p.name().to_string(),
+                    weight: None,
+                })
+                .collect();
+            let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
+            let profile = KubeSchedulerProfile {
+                plugins: Some(Plugins {
+                    multi_point: PluginSet {
+                        enabled,
+                        disabled: vec![PluginRef {
+                            name: "*".into(),
+                            weight: None,
+                        }],
+                    },
+                    ..Plugins::default()
+                }),
+                ..KubeSchedulerProfile::default()
+            };
+            let run = |as_futures: bool| {
+                let reports = Arc::new(Reports::default());
+                let fwk = match Framework::new(&profile, &registry) {
+                    Ok(f) => f.with_observer(Arc::new(Arc::clone(&reports))),
+                    Err(e) => panic!("framework: {e}"),
+                };
+                let mut state = CycleState::new();
+                state.record_plugin_metrics = true;
+                let pod = PodInfo::new(Pod::default());
+                let (pre_bind, bind) = if as_futures {
+                    let pre_bind = fwk
+                        .pre_bind_future(&state, &pod, "n")
+                        .map(|f| run_ready(fwk.complete_pre_bind(f)));
+                    let bind = fwk
+                        .bind_future(&state, &pod, "n")
+                        .map(|f| run_ready(fwk.complete_bind(f)));
+                    (pre_bind, bind)
+                } else {
+                    (
+                        Some(fwk.run_pre_bind(&mut state, &pod, "n")),
+                        Some(fwk.run_bind(&state, &pod, "n")),
+                    )
+                };
+                let reports = reports.0.lock().clone();
+                (pre_bind, bind, reports)
+            };
+            let synchronous = run(false);
+            assert_eq!(synchronous, run(true), "{outcome:?}");
+            assert!(
+                synchronous.0.is_some_and(|s| s.code() == outcome.code()),
+                "{outcome:?}"
+            );
+        }
+    }
 }
