@@ -1554,6 +1554,36 @@ mod tests {
         }
     }
 
+    /// A framework running exactly `plugins` (multi-point, everything else disabled), reporting
+    /// to `observer`.
+    fn framework_of(plugins: Vec<Arc<dyn Plugin>>, observer: Arc<dyn FrameworkObserver>) -> Framework {
+        let enabled = plugins
+            .iter()
+            .map(|p| PluginRef {
+                name: p.name().to_string(),
+                weight: None,
+            })
+            .collect();
+        let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
+        let profile = KubeSchedulerProfile {
+            plugins: Some(Plugins {
+                multi_point: PluginSet {
+                    enabled,
+                    disabled: vec![PluginRef {
+                        name: "*".into(),
+                        weight: None,
+                    }],
+                },
+                ..Plugins::default()
+            }),
+            ..KubeSchedulerProfile::default()
+        };
+        match Framework::new(&profile, &registry) {
+            Ok(f) => f.with_observer(observer),
+            Err(e) => panic!("framework: {e}"),
+        }
+    }
+
     /// Every duration a sampled Filter run reported, per plugin.
     #[derive(Default)]
     struct Durations(Mutex<BTreeMap<String, Vec<Duration>>>);
@@ -1580,32 +1610,8 @@ mod tests {
                 pause: Duration::ZERO,
             }),
         ];
-        let enabled = plugins
-            .iter()
-            .map(|p| PluginRef {
-                name: p.name().to_string(),
-                weight: None,
-            })
-            .collect();
-        let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
-        let profile = KubeSchedulerProfile {
-            plugins: Some(Plugins {
-                multi_point: PluginSet {
-                    enabled,
-                    disabled: vec![PluginRef {
-                        name: "*".into(),
-                        weight: None,
-                    }],
-                },
-                ..Plugins::default()
-            }),
-            ..KubeSchedulerProfile::default()
-        };
         let durations = Arc::new(Durations::default());
-        let fwk = match Framework::new(&profile, &registry) {
-            Ok(f) => f.with_observer(Arc::new(Arc::clone(&durations))),
-            Err(e) => panic!("framework: {e}"),
-        };
+        let fwk = framework_of(plugins, Arc::new(Arc::clone(&durations)));
         let mut state = CycleState::new();
         state.record_plugin_metrics = true;
         let pod = PodInfo::new(Pod::default());
@@ -1719,33 +1725,9 @@ mod tests {
                     outcome: outcome.clone(),
                 }),
             ];
-            let enabled = plugins
-                .iter()
-                .map(|p| PluginRef {
-                    name: p.name().to_string(),
-                    weight: None,
-                })
-                .collect();
-            let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
-            let profile = KubeSchedulerProfile {
-                plugins: Some(Plugins {
-                    multi_point: PluginSet {
-                        enabled,
-                        disabled: vec![PluginRef {
-                            name: "*".into(),
-                            weight: None,
-                        }],
-                    },
-                    ..Plugins::default()
-                }),
-                ..KubeSchedulerProfile::default()
-            };
             let run = |as_futures: bool| {
                 let reports = Arc::new(Reports::default());
-                let fwk = match Framework::new(&profile, &registry) {
-                    Ok(f) => f.with_observer(Arc::new(Arc::clone(&reports))),
-                    Err(e) => panic!("framework: {e}"),
-                };
+                let fwk = framework_of(plugins.clone(), Arc::new(Arc::clone(&reports)));
                 let mut state = CycleState::new();
                 state.record_plugin_metrics = true;
                 let pod = PodInfo::new(Pod::default());

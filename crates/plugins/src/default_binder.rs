@@ -98,7 +98,7 @@ mod tests {
     use unisched_framework::Code;
 
     use super::*;
-    use crate::testing::{PodBuilder, RecordingBinder};
+    use crate::testing::{PodBuilder, RecordingBinder, poll_to_end};
 
     /// Offers every binding as a future that writes when first polled.
     struct Later(Arc<RecordingBinder>);
@@ -109,15 +109,6 @@ mod tests {
         fn bind_later(&self, pod: &Pod, node: &str) -> Option<BindFuture> {
             let (inner, pod, node) = (Arc::clone(&self.0), pod.clone(), node.to_string());
             Some(Box::pin(async move { inner.bind(&pod, &node) }))
-        }
-    }
-
-    /// Polls a future that never waits.
-    fn poll_ready(mut future: StatusFuture) -> Status {
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match future.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(s) => s,
-            std::task::Poll::Pending => panic!("the test binder never waits"),
         }
     }
 
@@ -189,7 +180,7 @@ mod tests {
                 "{}: nothing runs before it is awaited",
                 c.name
             );
-            let s = poll_ready(future);
+            let s = poll_to_end(future);
             assert_eq!(s.code(), c.code, "{}", c.name);
             assert_eq!(s.message(), c.message, "{}", c.name);
             assert_eq!(rec.bindings().len(), c.recorded, "{}", c.name);

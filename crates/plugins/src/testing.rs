@@ -825,3 +825,15 @@ impl unisched_framework::FrameworkHandle for NullHandle {
         Vec::new()
     }
 }
+
+/// Runs a plugin's future whose calls never wait (the test fakes') to its end with one poll.
+///
+/// # Panics
+/// When the future waits: a test fake that does is a bug in the test.
+pub fn poll_to_end(mut future: unisched_framework::StatusFuture) -> unisched_framework::Status {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(s) => s,
+        std::task::Poll::Pending => panic!("a test fake's future waited"),
+    }
+}

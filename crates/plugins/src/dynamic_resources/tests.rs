@@ -22,12 +22,11 @@ use unisched_framework::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EventObject, FilterPlugin, NODE_FOOTPRINTS_KEY,
     NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeToStatus, NodeVetoHandle, PodInfo, PostFilterPlugin,
     PreEnqueuePlugin, PreFilterPlugin, QueueingHint, ReservePlugin, ScorePlugin, Snapshot, Status,
-    StatusFuture,
 };
 
 use super::testing::{ApiWrite, FakeDraApi};
 use super::*;
-use crate::testing::{NodeBuilder, PodBuilder};
+use crate::testing::{NodeBuilder, PodBuilder, poll_to_end};
 
 // ----- fixtures -----
 
@@ -1026,15 +1025,6 @@ fn pre_bind_writes_and_retries() {
         assert!(stored.status.as_ref().unwrap().allocation.is_none(), "{}", c.name);
         assert!(stored.status.as_ref().unwrap().reserved_for.is_none());
         assert!(!claims::is_allocated(&e.dra.claim("default", "c").unwrap()));
-    }
-}
-
-/// Polls a future whose calls never wait (the fake's) to its end.
-fn poll_to_end(mut future: StatusFuture) -> Status {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(s) => s,
-        std::task::Poll::Pending => panic!("the fake's calls never wait"),
     }
 }
 
