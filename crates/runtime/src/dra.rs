@@ -317,8 +317,9 @@ impl<K: DraKind> Handler for DraHandler<K> {
 /// Both run the same calls ([`ClaimCalls`]).
 pub struct RuntimeDraApi {
     api: SyncWriter,
-    writer: ApiWriter,
     metrics: Metrics,
+    /// The futures' side, built once (every DRA pod's binding cycle asks for it).
+    later: Arc<RuntimeDraLater>,
 }
 
 impl RuntimeDraApi {
@@ -327,7 +328,10 @@ impl RuntimeDraApi {
     pub fn new(writer: ApiWriter, handle: Handle, metrics: Metrics) -> Self {
         RuntimeDraApi {
             api: SyncWriter::new(writer.clone(), handle),
-            writer,
+            later: Arc::new(RuntimeDraLater {
+                writer,
+                metrics: metrics.clone(),
+            }),
             metrics,
         }
     }
@@ -805,10 +809,7 @@ fn claims(writer: &ApiWriter, ns: &str) -> Api<ResourceClaim> {
 
 impl DraApi for RuntimeDraApi {
     fn later(&self) -> Option<Arc<dyn DraApiLater>> {
-        Some(Arc::new(RuntimeDraLater {
-            writer: self.writer.clone(),
-            metrics: self.metrics.clone(),
-        }))
+        Some(self.later.clone())
     }
 
     fn get_claim(&self, namespace: &str, name: &str) -> Result<Option<ResourceClaim>, DraApiError> {
