@@ -524,31 +524,38 @@ impl SchedulingAlgorithm {
 
     /// The highest total wins; equal totals are broken uniformly at random (seeded). Returns the
     /// host and the top three for explanations: the host, then the two best others (highest total,
-    /// then name).
+    /// then the order Filter found them in, which is deterministic for the same inputs).
     pub fn select_host(
         &mut self,
         nodes: &[Arc<NodeInfo>],
         scores: &ScoreTable,
     ) -> (String, Vec<NodePluginScores>) {
         let totals = &scores.totals;
-        let max = totals.iter().copied().max().unwrap_or(0);
-        let mut chosen = 0usize;
-        let mut seen = 0u64;
-        for (i, &t) in totals.iter().enumerate() {
-            if t == max {
-                seen += 1;
-                if self.rng.below(seen) == 0 {
-                    chosen = i;
-                }
+        // One draw among the tied best, not one per tie: with hundreds of nodes on equal totals
+        // (the usual case on a uniform cluster) a draw and its division for every one of them
+        // was a visible part of the attempt. Each tied node is still equally likely.
+        let (mut max, mut ties) = (i64::MIN, 0u64);
+        for &t in totals {
+            if t > max {
+                (max, ties) = (t, 1);
+            } else if t == max {
+                ties += 1;
             }
         }
+        let pick = self.rng.below(ties);
+        let chosen = totals
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t == max)
+            .nth(usize::try_from(pick).unwrap_or(usize::MAX))
+            .map_or(0, |(i, _)| i);
         let Some(host) = nodes.get(chosen) else {
             return (String::new(), Vec::new());
         };
-        // The two best other nodes, without sorting them all.
-        let better = |a: usize, b: usize| {
-            totals[a] > totals[b] || (totals[a] == totals[b] && nodes[a].name() < nodes[b].name())
-        };
+        // The two best other nodes, without sorting them all; equal totals keep the order in
+        // which Filter found the nodes (comparing names instead cost a string comparison per
+        // node whenever totals tie).
+        let better = |a: usize, b: usize| totals[a] > totals[b];
         let mut runners: [Option<usize>; 2] = [None, None];
         for i in (0..nodes.len().min(totals.len())).filter(|&i| i != chosen) {
             match runners {
@@ -649,6 +656,25 @@ mod tests {
     }
 
     #[test]
+    fn tied_best_nodes_are_chosen_uniformly() {
+        let ns = nodes(&["a", "b", "c", "d"]);
+        let mut wins = std::collections::BTreeMap::new();
+        let mut algo = SchedulingAlgorithm::new(1, None, 7);
+        for _ in 0..6000 {
+            let (host, _) = algo.select_host(&ns, &table(&[5, 8, 8, 8]));
+            *wins.entry(host).or_insert(0u32) += 1;
+        }
+        assert_eq!(
+            wins.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["b", "c", "d"]
+        );
+        // 2,000 expected each; ±10 % is far outside a fair draw's spread (σ ≈ 37).
+        for (host, n) in &wins {
+            assert!((1800..=2200).contains(n), "{host} won {n} of 6000: {wins:?}");
+        }
+    }
+
+    #[test]
     fn select_host_takes_a_best_node_and_the_two_best_others() {
         let ns = nodes(&["a", "b", "c", "d", "e"]);
         // (totals, the allowed hosts, the two runners-up for each host)
@@ -656,8 +682,9 @@ mod tests {
             (&[5, 9, 7, 3, 1], &[("b", ["c", "a"])]),
             // Ties for the best: either may win; the other is the first runner-up.
             (&[5, 9, 7, 9, 1], &[("b", ["d", "c"]), ("d", ["b", "c"])]),
-            // Equal totals among the others are ordered by name.
+            // Equal totals among the others keep the order Filter found them in.
             (&[4, 4, 9, 4, 4], &[("c", ["a", "b"])]),
+            (&[2, 4, 9, 3, 4], &[("c", ["b", "e"])]),
         ];
         for (totals, allowed) in cases {
             let mut hosts = std::collections::BTreeSet::new();
@@ -682,6 +709,14 @@ mod tests {
                 "{totals:?}: every tied node wins for some seed"
             );
         }
+        // Runners-up on equal totals come in Filter's order, not by name.
+        let reversed = nodes(&["z", "y", "x"]);
+        let (host, top) = SchedulingAlgorithm::new(1, None, 3).select_host(&reversed, &table(&[9, 4, 4]));
+        assert_eq!(host, "z");
+        assert_eq!(
+            top.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["z", "y", "x"]
+        );
         // Fewer than three nodes.
         let mut algo = SchedulingAlgorithm::new(1, None, 1);
         let (host, top) = algo.select_host(&ns[..2], &table(&[1, 2]));
