@@ -372,6 +372,7 @@ pub(crate) fn run_engine(w: &Workload, opts: &RunOptions) -> Result<RunReport, B
 
 fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<RunReport, BenchError> {
     let progress = Progress::new(opts.progress, &format!("{} [engine]", w.name));
+    unisched_framework::calibrate_plugin_clock();
     let cfg = opts
         .config
         .clone()

@@ -18,6 +18,7 @@ use crate::{
     PreScorePlugin, QueueSortPlugin, QueuedPodInfo, ReservePlugin, ScorePlugin, Status, StatusFuture,
     config::{DEFAULT_MULTI_POINT, KubeSchedulerProfile, PluginRef, PluginSet, merge_plugin_set},
     permit::WaitingPods,
+    plugin_clock::Reading,
 };
 
 /// Constructs plugins by name. The plugins crate provides the in-tree registry; tests provide fakes.
@@ -110,7 +111,7 @@ pub struct TimingBatch<'t> {
     recorders: Vec<Option<&'t DurationRecorder>>,
     pending: Vec<Vec<Duration>>,
     /// When the last timed run of the current node ended.
-    lap: Option<Instant>,
+    lap: Option<Reading>,
 }
 
 impl<'t> TimingBatch<'t> {
@@ -766,11 +767,11 @@ impl Framework {
         if !timing.record {
             return f();
         }
-        let start = batch.lap.take().unwrap_or_else(Instant::now);
+        let start = batch.lap.take().unwrap_or_else(Reading::now);
         let out = f();
-        let end = Instant::now();
+        let end = Reading::now();
         batch.lap = Some(end);
-        let elapsed = end.saturating_duration_since(start);
+        let elapsed = start.until(end);
         let waiting = timing.success.as_ref().and_then(|_| batch.pending.get_mut(index));
         match (waiting, code(&out)) {
             (Some(durations), Code::Success) => durations.push(elapsed),

@@ -664,6 +664,7 @@ fn scheduling_loop(
 ) {
     let mut algos: HashMap<String, SchedulingAlgorithm> = HashMap::new();
     let mut sampler = SeededRng::new(seed ^ 0x5eed);
+    unisched_framework::calibrate_plugin_clock();
     while !sh.stop.load(Ordering::SeqCst) {
         if !health.is_synced() || !leader.is_leader() {
             std::thread::sleep(Duration::from_millis(50));
