@@ -1,6 +1,7 @@
 //! Field-level validation of the DRA kinds and of the pod fields kube-apiserver checks beyond the
 //! shape of the object: the rules of `resource.k8s.io/v1` (names, list limits, allocation modes,
-//! selectors that compile, counters) and container ports.
+//! selectors that compile, counters, and what a claim status write may contain) and container
+//! ports.
 //!
 //! Each check appends [`Cause`]s with upstream's field paths and message wording
 //! (`Required value`, `Duplicate value: "x"`, `Too many: 33: must have at most 32 items`, …), so a
@@ -853,5 +854,374 @@ mod tests {
         assert!(check_port_name("a-very-long-port-name").is_err());
         assert!(check_port_name("123").is_err());
         assert!(check_port_name("metrics").is_ok());
+    }
+}
+
+/// kube-apiserver's `AllocatedDeviceStatusMaxConditions`.
+pub const DEVICE_STATUS_CONDITIONS_MAX: usize = 8;
+/// kube-apiserver's `AllocatedDeviceStatusDataMaxLength` and `OpaqueParametersMaxLength`.
+pub const RAW_EXTENSION_MAX_LEN: usize = 10 * 1024;
+/// kube-apiserver's `PoolNameMaxLength`.
+pub const POOL_NAME_MAX_LEN: usize = 253;
+
+/// The problems of a claim status write in the two groups kube-apiserver 1.37 reports them in:
+/// the checks still written by hand in its validation code come first, in the order it walks
+/// the status; the checks it has moved to declarative validation (driver and pool names of
+/// allocation results, share IDs, config sources, list sizes and duplicates, the immutable
+/// allocation) follow, with their own wording ("segment 1: …", "may not be more than 63
+/// characters", duplicates shown as the whole entry). Observed with kubectl against
+/// kube-apiserver 1.37.2.
+#[derive(Debug, Default)]
+pub struct StatusCauses {
+    /// Hand-written checks, in walk order.
+    pub plain: Vec<Cause>,
+    /// Declarative checks, in the order of the status's fields (allocation, reservedFor,
+    /// devices).
+    pub declarative: Vec<Cause>,
+}
+
+/// The message our name checks give a name with a bad last character: upstream's pattern
+/// message, which it also gives an empty name where no "required" check comes first (ours say
+/// "must be non-empty" there).
+fn pattern_message(check: fn(&str) -> Result<(), String>, value: &str, message: String) -> String {
+    if value.is_empty() {
+        check("-").err().unwrap_or(message)
+    } else {
+        message
+    }
+}
+
+/// A DNS label checked for its format only (device names, request reference segments).
+fn check_label_format(causes: &mut Vec<Cause>, field: &str, value: &str) {
+    if let Err(msg) = check_dns_label(value) {
+        let msg = pattern_message(check_dns_label, value, msg);
+        push(causes, field, format!("Invalid value: {value:?}: {msg}"));
+    }
+}
+
+/// A driver name as upstream checks CSI driver names: required, at most 63 long, a DNS
+/// subdomain once lower-cased. `unit` is "bytes" for the hand-written check and "characters"
+/// for the declarative one.
+fn check_driver_name(causes: &mut Vec<Cause>, field: &str, driver: &str, unit: &str) {
+    if driver.is_empty() {
+        push(causes, field, "Required value");
+        return;
+    }
+    if driver.len() > DRIVER_NAME_MAX_LEN {
+        push(
+            causes,
+            field,
+            format!("Too long: may not be more than {DRIVER_NAME_MAX_LEN} {unit}"),
+        );
+    }
+    if let Err(msg) = check_dns_subdomain(&driver.to_ascii_lowercase()) {
+        push(causes, field, format!("Invalid value: {driver:?}: {msg}"));
+    }
+}
+
+/// A pool name: required, at most 253 long, each `/`-separated part a DNS subdomain. The
+/// declarative check (`declarative`) names the part's index and counts characters.
+fn check_pool_name(causes: &mut Vec<Cause>, field: &str, pool: &str, declarative: bool) {
+    if pool.is_empty() {
+        push(causes, field, "Required value");
+        return;
+    }
+    if pool.len() > POOL_NAME_MAX_LEN {
+        let unit = if declarative { "characters" } else { "bytes" };
+        push(
+            causes,
+            field,
+            format!("Too long: may not be more than {POOL_NAME_MAX_LEN} {unit}"),
+        );
+    }
+    for (i, part) in pool.split('/').enumerate() {
+        if let Err(msg) = check_dns_subdomain(part) {
+            let msg = pattern_message(check_dns_subdomain, part, msg);
+            let msg = if declarative {
+                format!("segment {i}: {msg}")
+            } else {
+                msg
+            };
+            push(causes, field, format!("Invalid value: {part:?}: {msg}"));
+        }
+    }
+}
+
+/// A share ID: a UUID in its normalized form (36 characters, lower-case hex).
+fn check_share_id(causes: &mut Vec<Cause>, field: &str, id: &str) {
+    let normalized = id.len() == 36
+        && id.bytes().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        });
+    if !normalized {
+        push(
+            causes,
+            field,
+            format!("Invalid value: {id:?}: must be a lowercase UUID in 8-4-4-4-12 format"),
+        );
+    }
+}
+
+/// Whether `reference` names a request of the claim, or `request/subrequest` a subrequest of
+/// one of its `firstAvailable` requests.
+fn names_a_request(claim: &Value, reference: &str) -> bool {
+    let mut segments = reference.split('/');
+    let (Some(request), sub, None) = (segments.next(), segments.next(), segments.next()) else {
+        return false;
+    };
+    let requests = claim
+        .get("spec")
+        .and_then(|s| s.get("devices"))
+        .map(|d| arr(d, "requests"))
+        .unwrap_or_default();
+    requests
+        .iter()
+        .filter(|r| str_of(r, "name") == request)
+        .any(|r| match sub {
+            None => true,
+            Some(sub) => arr(r, "firstAvailable").iter().any(|s| str_of(s, "name") == sub),
+        })
+}
+
+/// A request reference in an allocation result or its config: at most two `/`-separated DNS
+/// labels naming a request (or a request's subrequest) of the claim.
+fn check_request_ref(causes: &mut Vec<Cause>, claim: &Value, field: &str, reference: &str) {
+    const NOT_A_REQUEST: &str = "must be the name of a request in the claim or the name of a \
+                                 request and a subrequest separated by '/'";
+    if reference.split('/').count() > 2 {
+        push(
+            causes,
+            field,
+            format!("Invalid value: {reference:?}: {NOT_A_REQUEST}"),
+        );
+        return;
+    }
+    for segment in reference.split('/') {
+        check_label_format(causes, field, segment);
+    }
+    if !names_a_request(claim, reference) {
+        push(
+            causes,
+            field,
+            format!("Invalid value: {reference:?}: {NOT_A_REQUEST}"),
+        );
+    }
+}
+
+/// Opaque parameters or a device status's `data`: present, within the size limit, and a JSON
+/// object.
+fn check_raw_object(causes: &mut Vec<Cause>, field: &str, raw: Option<&Value>) {
+    match raw {
+        None | Some(Value::Null) => push(causes, field, "Required value"),
+        Some(v) if v.to_string().len() > RAW_EXTENSION_MAX_LEN => push(
+            causes,
+            field,
+            format!("Too long: may not be more than {RAW_EXTENSION_MAX_LEN} bytes"),
+        ),
+        Some(Value::Object(_)) => {}
+        Some(_) => push(
+            causes,
+            field,
+            "Invalid value: \"<value omitted>\": must be a valid JSON object",
+        ),
+    }
+}
+
+/// A new allocation result in a claim status write (`status.allocation`): at most 32 results,
+/// each naming a request of the claim and a well-formed driver, pool and device; config entries
+/// with a source, unique request references and opaque parameters. kube-apiserver checks a
+/// result only when it is first written (a stored one can only be removed); so does the caller.
+pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut StatusCauses) {
+    let devices = allocation.get("devices").unwrap_or(&Value::Null);
+    let results = arr(devices, "results");
+    if results.len() > ALLOCATION_RESULTS_MAX as usize {
+        // The size check stands alone: the entries are not looked at.
+        too_many(
+            &mut causes.declarative,
+            "status.allocation.devices.results",
+            results.len(),
+            ALLOCATION_RESULTS_MAX as usize,
+        );
+    } else {
+        for (i, result) in results.iter().enumerate() {
+            let base = format!("status.allocation.devices.results[{i}]");
+            check_request_ref(
+                &mut causes.plain,
+                claim,
+                &format!("{base}.request"),
+                str_of(result, "request"),
+            );
+            check_label_format(
+                &mut causes.plain,
+                &format!("{base}.device"),
+                str_of(result, "device"),
+            );
+            let later = &mut causes.declarative;
+            check_driver_name(
+                later,
+                &format!("{base}.driver"),
+                str_of(result, "driver"),
+                "characters",
+            );
+            check_pool_name(later, &format!("{base}.pool"), str_of(result, "pool"), true);
+            if let Some(id) = result.get("shareID").and_then(Value::as_str) {
+                check_share_id(later, &format!("{base}.shareID"), id);
+            }
+        }
+    }
+    let configs = arr(devices, "config");
+    if configs.len() > 2 * DEVICE_REQUESTS_MAX {
+        too_many(
+            &mut causes.declarative,
+            "status.allocation.devices.config",
+            configs.len(),
+            2 * DEVICE_REQUESTS_MAX,
+        );
+        return;
+    }
+    for (i, config) in configs.iter().enumerate() {
+        let base = format!("status.allocation.devices.config[{i}]");
+        match str_of(config, "source") {
+            "" => push(
+                &mut causes.declarative,
+                format!("{base}.source"),
+                "Required value",
+            ),
+            "FromClaim" | "FromClass" => {}
+            other => push(
+                &mut causes.declarative,
+                format!("{base}.source"),
+                format!("Unsupported value: {other:?}: supported values: \"FromClaim\", \"FromClass\""),
+            ),
+        }
+        let requests = arr(config, "requests");
+        if requests.len() > DEVICE_REQUESTS_MAX {
+            too_many(
+                &mut causes.declarative,
+                &format!("{base}.requests"),
+                requests.len(),
+                DEVICE_REQUESTS_MAX,
+            );
+        } else {
+            let mut seen = HashSet::new();
+            for (k, r) in requests.iter().enumerate() {
+                let r = r.as_str().unwrap_or_default();
+                let field = format!("{base}.requests[{k}]");
+                check_request_ref(&mut causes.plain, claim, &field, r);
+                unique(&mut causes.declarative, &mut seen, &field, r);
+            }
+        }
+        match config.get("opaque").filter(|o| !o.is_null()) {
+            None => push(&mut causes.plain, format!("{base}.opaque"), "Required value"),
+            Some(opaque) => {
+                check_driver_name(
+                    &mut causes.declarative,
+                    &format!("{base}.opaque.driver"),
+                    str_of(opaque, "driver"),
+                    "characters",
+                );
+                check_raw_object(
+                    &mut causes.plain,
+                    &format!("{base}.opaque.parameters"),
+                    opaque.get("parameters"),
+                );
+            }
+        }
+    }
+}
+
+/// A device status entry as kube-apiserver shows a duplicate: its fields in the API's order,
+/// `conditions` always, the optional ones when set.
+fn device_status_text(status: &Value) -> String {
+    let mut text = String::from("{");
+    for key in [
+        "driver",
+        "pool",
+        "device",
+        "shareID",
+        "conditions",
+        "data",
+        "networkData",
+    ] {
+        let value = status.get(key).filter(|v| !v.is_null());
+        if value.is_none() && key != "conditions" {
+            continue;
+        }
+        if text.len() > 1 {
+            text.push(',');
+        }
+        let value = value.map_or_else(|| "null".to_string(), Value::to_string);
+        text.push_str(&format!("{}:{value}", Value::from(key)));
+    }
+    text.push('}');
+    text
+}
+
+/// `status.devices` of a claim status write: each entry names a device of the claim's
+/// allocation (`allocation`, the one the write leaves in place) with well-formed names, once;
+/// at most 8 conditions; `data`, when present, a JSON object within the size limit.
+pub fn check_device_statuses(claim: &Value, allocation: Option<&Value>, causes: &mut StatusCauses) {
+    let statuses = claim
+        .get("status")
+        .and_then(|s| s.get("devices"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    // The device's identity as kube-apiserver prints it in these messages: its internal
+    // shared-device ID as JSON, in that type's field order.
+    let id = |v: &Value| {
+        let quoted = |key: &str| Value::from(str_of(v, key)).to_string();
+        format!(
+            "{{\"Driver\":{},\"Pool\":{},\"Device\":{},\"ShareID\":{}}}",
+            quoted("driver"),
+            quoted("pool"),
+            quoted("device"),
+            quoted("shareID")
+        )
+    };
+    let allocated: HashSet<String> = allocation
+        .and_then(|a| a.get("devices"))
+        .map(|d| arr(d, "results").iter().map(id).collect())
+        .unwrap_or_default();
+    let mut seen = HashSet::new();
+    for (i, status) in statuses.iter().enumerate() {
+        let base = format!("status.devices[{i}]");
+        let plain = &mut causes.plain;
+        check_driver_name(
+            plain,
+            &format!("{base}.driver"),
+            str_of(status, "driver"),
+            "bytes",
+        );
+        check_pool_name(plain, &format!("{base}.pool"), str_of(status, "pool"), false);
+        check_label_format(plain, &format!("{base}.device"), str_of(status, "device"));
+        if let Some(share) = status.get("shareID").and_then(Value::as_str) {
+            check_share_id(&mut causes.declarative, &format!("{base}.shareID"), share);
+        }
+        let device = id(status);
+        if !allocated.contains(&device) {
+            push(
+                &mut causes.plain,
+                base.as_str(),
+                format!("Invalid value: {device}: must be an allocated device in the claim"),
+            );
+        }
+        too_many(
+            &mut causes.plain,
+            &format!("{base}.conditions"),
+            arr(status, "conditions").len(),
+            DEVICE_STATUS_CONDITIONS_MAX,
+        );
+        if let Some(data) = status.get("data").filter(|d| !d.is_null()) {
+            check_raw_object(&mut causes.plain, &format!("{base}.data"), Some(data));
+        }
+        if !seen.insert(device) {
+            push(
+                &mut causes.declarative,
+                base,
+                format!("Duplicate value: {}", device_status_text(status)),
+            );
+        }
     }
 }

@@ -211,49 +211,69 @@ fn status_field<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
 }
 
 /// What upstream's claim status validation refuses in a status write (empty when nothing): the
-/// invariants that keep a device from being handed out twice. A claim is reserved only while it
-/// is allocated; an allocation is never replaced by another (only removed); a claim being deleted
-/// takes no new consumers; consumers are complete and unique by UID.
+/// invariants that keep a device from being handed out twice (a claim is reserved only while it
+/// is allocated; an allocation is never replaced by another, only removed; a claim being
+/// deleted takes no new consumers; consumers are complete and unique by UID), a new allocation
+/// result's contents, and device statuses that name allocated devices. In kube-apiserver
+/// 1.37.2's order and wording ([`admission::StatusCauses`]).
 fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let mut cause = |field: String, message: String| causes.push(Cause { field, message });
+    let mut reserved_causes = admission::StatusCauses::default();
+    let mut device_causes = admission::StatusCauses::default();
+    let mut allocation_causes = admission::StatusCauses::default();
     let empty = Vec::new();
     let reserved = status_field(new, "reservedFor")
         .and_then(Value::as_array)
         .unwrap_or(&empty);
+    let plain = |c: &mut admission::StatusCauses, field: &str, message: String| {
+        c.plain.push(Cause {
+            field: field.to_string(),
+            message,
+        })
+    };
     if reserved.len() > RESERVED_FOR_MAX {
-        cause(
-            "status.reservedFor".into(),
-            format!(
+        reserved_causes.declarative.push(Cause {
+            field: "status.reservedFor".into(),
+            message: format!(
                 "Too many: {}: must have at most {RESERVED_FOR_MAX} items",
                 reserved.len()
             ),
-        );
-    }
-    // Each entry's own problems first, then the duplicates, in upstream's order.
-    for (i, consumer) in reserved.iter().enumerate() {
-        for f in ["resource", "name", "uid"] {
-            if get_str(consumer, &[f]).is_none_or(str::is_empty) {
-                cause(format!("status.reservedFor[{i}].{f}"), "Required value".into());
+        });
+    } else {
+        let mut uids = std::collections::HashSet::new();
+        for (i, consumer) in reserved.iter().enumerate() {
+            for f in ["resource", "name", "uid"] {
+                if get_str(consumer, &[f]).is_none_or(str::is_empty) {
+                    plain(
+                        &mut reserved_causes,
+                        &format!("status.reservedFor[{i}].{f}"),
+                        "Required value".into(),
+                    );
+                }
+            }
+            if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
+                && !uids.insert(uid)
+            {
+                // Shown as the whole entry, in the API's field order.
+                let text = |key: &str| Value::from(get_str(consumer, &[key]).unwrap_or_default()).to_string();
+                reserved_causes.declarative.push(Cause {
+                    field: format!("status.reservedFor[{i}]"),
+                    message: format!(
+                        "Duplicate value: {{\"resource\":{},\"name\":{},\"uid\":{}}}",
+                        text("resource"),
+                        text("name"),
+                        text("uid")
+                    ),
+                });
             }
         }
     }
-    let mut uids = std::collections::HashSet::new();
-    for (i, consumer) in reserved.iter().enumerate() {
-        if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
-            && !uids.insert(uid)
-        {
-            cause(
-                format!("status.reservedFor[{i}]"),
-                format!("Duplicate value: {consumer}"),
-            );
-        }
-    }
     let allocation = status_field(new, "allocation");
+    admission::check_device_statuses(new, allocation, &mut device_causes);
     if !reserved.is_empty() {
         if allocation.is_none() {
-            cause(
-                "status.reservedFor".into(),
+            plain(
+                &mut device_causes,
+                "status.reservedFor",
                 "Forbidden: may not be specified when `allocated` is not set".into(),
             );
         } else if get_path(new, &["metadata", "deletionTimestamp"]).is_some() {
@@ -261,22 +281,30 @@ fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
                 .and_then(Value::as_array)
                 .unwrap_or(&empty);
             if reserved.iter().any(|r| !before.contains(r)) {
-                cause(
-                    "status.reservedFor".into(),
+                plain(
+                    &mut device_causes,
+                    "status.reservedFor",
                     "Forbidden: new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set".into(),
                 );
             }
         }
     }
-    if let (Some(was), Some(now)) = (status_field(old, "allocation"), allocation)
-        && was != now
-    {
-        cause(
-            "status.allocation".into(),
+    match (status_field(old, "allocation"), allocation) {
+        (Some(was), Some(now)) if was != now => allocation_causes.declarative.push(Cause {
+            field: "status.allocation".into(),
             // kube-apiserver 1.37's wording, its `null` included.
-            "Invalid value: null: field cannot be modified once set".into(),
-        );
+            message: "Invalid value: null: field cannot be modified once set".into(),
+        }),
+        // Only a result being written now is checked: a stored one was checked when written.
+        (None, Some(now)) => admission::check_allocation_result(new, now, &mut allocation_causes),
+        _ => {}
     }
+    let mut causes = reserved_causes.plain;
+    causes.extend(device_causes.plain);
+    causes.extend(allocation_causes.plain);
+    causes.extend(allocation_causes.declarative);
+    causes.extend(reserved_causes.declarative);
+    causes.extend(device_causes.declarative);
     causes
 }
 

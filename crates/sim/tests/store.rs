@@ -240,6 +240,29 @@ fn claim_and_deployment_status_writes_keep_the_metadata_their_kinds_protect() {
     assert_eq!(deployment["metadata"]["annotations"]["x"], "y");
 }
 
+/// A merge patch of `status` on claim `default/name`'s status.
+fn write_claim_status(
+    s: &Store,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<serde_json::Value, StoreError> {
+    s.patch_status(
+        "resourceclaims",
+        Some("default"),
+        name,
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .map(|o| o.value().clone())
+}
+
+/// The causes of a 422 answer, as `(field, message)`; panics on any other answer.
+fn refusal<T: std::fmt::Debug>(answer: Result<T, StoreError>) -> Vec<(String, String)> {
+    match answer {
+        Err(StoreError::Invalid { causes, .. }) => causes.into_iter().map(|c| (c.field, c.message)).collect(),
+        other => panic!("expected 422, got {other:?}"),
+    }
+}
+
 /// The claim status invariants of upstream's validation, which keep a device from being handed
 /// out twice: reserved only while allocated, an allocation removed but never replaced, no new
 /// consumers while the claim is being deleted, consumers unique by UID.
@@ -255,21 +278,8 @@ fn claim_status_writes_keep_upstreams_invariants() {
                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}}),
     )
     .unwrap();
-    let write = |status: serde_json::Value| {
-        s.patch_status(
-            "resourceclaims",
-            Some("default"),
-            "c",
-            &Patch::Merge(json!({ "status": status })),
-        )
-    };
-    let refused_at = |status: serde_json::Value| match write(status) {
-        Err(StoreError::Invalid { causes, .. }) => causes
-            .into_iter()
-            .map(|c| (c.field, c.message))
-            .collect::<Vec<_>>(),
-        other => panic!("expected 422, got {other:?}"),
-    };
+    let write = |status: serde_json::Value| write_claim_status(&s, "c", status);
+    let refused_at = |status: serde_json::Value| refusal(write(status));
     let allocation = |device: &str| {
         json!({"devices": {"results": [{"request": "r", "driver": "gpu.example.com",
                                           "pool": "n1", "device": device}]}})
@@ -309,9 +319,10 @@ fn claim_status_writes_keep_upstreams_invariants() {
         ],
         "{causes:?}"
     );
+    // The whole entry, in the API's field order, as kube-apiserver 1.37.2 shows it.
     assert_eq!(
         causes[2].1,
-        r#"Duplicate value: {"name":"p-1","resource":"pods","uid":"1"}"#
+        r#"Duplicate value: {"resource":"pods","name":"p-1","uid":"1"}"#
     );
 
     // Being deleted (the finalizer holds it): consumers may leave, none may join.
@@ -328,6 +339,192 @@ fn claim_status_writes_keep_upstreams_invariants() {
     // Deallocation: the allocation and its consumers go together.
     let claim = write(json!({"allocation": null, "reservedFor": null})).unwrap();
     assert!(claim.get("status").and_then(|st| st.get("allocation")).is_none());
+}
+
+const LABEL_PATTERN: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
+    characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or \
+    '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const SUBDOMAIN_PATTERN: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+    alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character \
+    (e.g. 'example.com', regex used for validation is \
+    '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const NOT_A_REQUEST: &str = "must be the name of a request in the claim or the name of a request \
+    and a subrequest separated by '/'";
+
+/// A new allocation result and the device statuses are checked as kube-apiserver 1.37.2 checks
+/// them. Both writes below were sent to kube-apiserver 1.37.2 with kubectl (`e2e/upstream/
+/// control-plane start`, `kubectl patch --subresource=status --type=merge`); the expected
+/// causes are its answers, in its order: the hand-written checks first, then the declarative
+/// ones with their own wording.
+#[test]
+fn claim_allocation_results_and_device_statuses_are_checked_as_kube_apiserver_does() {
+    let s = store();
+    s.create(
+        "resourceclaims",
+        None,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c", "namespace": "default"},
+               "spec": {"devices": {"requests": [
+                   {"name": "r", "exactly": {"deviceClassName": "gpu"}},
+                   {"name": "f", "firstAvailable": [{"name": "a", "deviceClassName": "gpu"},
+                                                    {"name": "b", "deviceClassName": "gpu"}]}]}}}),
+    )
+    .unwrap();
+    let write = |status: serde_json::Value| write_claim_status(&s, "c", status);
+    let refused_at = |status: serde_json::Value| refusal(write(status));
+    let long_driver = format!("{}.com", "a".repeat(70));
+    let causes = refused_at(json!({"allocation": {"devices": {
+        "results": [
+            {"request": "x", "driver": "GPU.example.com", "pool": "n1/Bad_Part", "device": "", "shareID": "ABC"},
+            {"request": "f/a", "driver": "gpu.example.com", "pool": "n1", "device": "d1"},
+            {"request": "f/zz", "driver": "gpu.example.com", "pool": "n1", "device": "d2"},
+            {"request": "a/b/c", "driver": "", "pool": "", "device": "Dev"},
+            {"request": "f", "driver": long_driver, "pool": "n1", "device": "d3"},
+        ],
+        "config": [
+            {"source": "", "requests": ["r", "r", "q"]},
+            {"source": "Other", "opaque": {"driver": "gpu.example.com", "parameters": [1]}},
+        ],
+    }}}));
+    let results = "status.allocation.devices.results";
+    let config = "status.allocation.devices.config";
+    let want: Vec<(String, String)> = [
+        (
+            format!("{results}[0].request"),
+            format!("Invalid value: \"x\": {NOT_A_REQUEST}"),
+        ),
+        (
+            format!("{results}[0].device"),
+            format!("Invalid value: \"\": {LABEL_PATTERN}"),
+        ),
+        (
+            format!("{results}[2].request"),
+            format!("Invalid value: \"f/zz\": {NOT_A_REQUEST}"),
+        ),
+        (
+            format!("{results}[3].request"),
+            format!("Invalid value: \"a/b/c\": {NOT_A_REQUEST}"),
+        ),
+        (
+            format!("{results}[3].device"),
+            format!("Invalid value: \"Dev\": {LABEL_PATTERN}"),
+        ),
+        (
+            format!("{config}[0].requests[2]"),
+            format!("Invalid value: \"q\": {NOT_A_REQUEST}"),
+        ),
+        (format!("{config}[0].opaque"), "Required value".into()),
+        (
+            format!("{config}[1].opaque.parameters"),
+            "Invalid value: \"<value omitted>\": must be a valid JSON object".into(),
+        ),
+        (
+            format!("{results}[0].pool"),
+            format!("Invalid value: \"Bad_Part\": segment 1: {SUBDOMAIN_PATTERN}"),
+        ),
+        (
+            format!("{results}[0].shareID"),
+            "Invalid value: \"ABC\": must be a lowercase UUID in 8-4-4-4-12 format".into(),
+        ),
+        (format!("{results}[3].driver"), "Required value".into()),
+        (format!("{results}[3].pool"), "Required value".into()),
+        (
+            format!("{results}[4].driver"),
+            "Too long: may not be more than 63 characters".into(),
+        ),
+        (format!("{config}[0].source"), "Required value".into()),
+        (
+            format!("{config}[0].requests[1]"),
+            "Duplicate value: \"r\"".into(),
+        ),
+        (
+            format!("{config}[1].source"),
+            "Unsupported value: \"Other\": supported values: \"FromClaim\", \"FromClass\"".into(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(causes, want);
+
+    let share = "0b7c3f9e-3f6a-4c1e-9d2b-1a2b3c4d5e6f";
+    write(json!({"allocation": {"devices": {"results": [
+        {"request": "r", "driver": "gpu.example.com", "pool": "n1", "device": "d0"},
+        {"request": "f/a", "driver": "gpu.example.com", "pool": "n1", "device": "d1", "shareID": share},
+    ]}}}))
+    .unwrap();
+    let consumer = json!({"resource": "pods", "name": "p", "uid": "1"});
+    let causes = refused_at(json!({
+        "reservedFor": [consumer, consumer, {"resource": "pods"}],
+        "devices": [
+            {"driver": "gpu.example.com", "pool": "n1", "device": "d9"},
+            {"driver": "gpu.example.com", "pool": "n1", "device": "d0",
+             "conditions": [{"type": "A", "status": "True", "reason": "R",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z", "message": ""}]},
+            {"driver": "gpu.example.com", "pool": "n1", "device": "d0"},
+            {"driver": "", "pool": "N1/x", "device": "d1", "shareID": share, "data": [1]},
+        ],
+    }));
+    let want: Vec<(String, String)> = [
+        ("status.reservedFor[2].name".to_string(), "Required value".to_string()),
+        ("status.reservedFor[2].uid".into(), "Required value".into()),
+        (
+            "status.devices[0]".into(),
+            r#"Invalid value: {"Driver":"gpu.example.com","Pool":"n1","Device":"d9","ShareID":""}: must be an allocated device in the claim"#.into(),
+        ),
+        ("status.devices[3].driver".into(), "Required value".into()),
+        ("status.devices[3].pool".into(), format!("Invalid value: \"N1\": {SUBDOMAIN_PATTERN}")),
+        (
+            "status.devices[3]".into(),
+            format!(r#"Invalid value: {{"Driver":"","Pool":"N1/x","Device":"d1","ShareID":"{share}"}}: must be an allocated device in the claim"#),
+        ),
+        (
+            "status.devices[3].data".into(),
+            "Invalid value: \"<value omitted>\": must be a valid JSON object".into(),
+        ),
+        (
+            "status.reservedFor[1]".into(),
+            r#"Duplicate value: {"resource":"pods","name":"p","uid":"1"}"#.into(),
+        ),
+        (
+            "status.devices[2]".into(),
+            r#"Duplicate value: {"driver":"gpu.example.com","pool":"n1","device":"d0","conditions":null}"#.into(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(causes, want);
+
+    // Too many results: the size is the only answer, the entries are not looked at.
+    s.create(
+        "resourceclaims",
+        None,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+               "metadata": {"name": "c2", "namespace": "default"},
+               "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}}}),
+    )
+    .unwrap();
+    let results: Vec<_> = (0..33)
+        .map(|i| json!({"request": "x", "driver": "", "pool": "n1", "device": format!("d{i}")}))
+        .collect();
+    assert_eq!(
+        refusal(write_claim_status(
+            &s,
+            "c2",
+            json!({"allocation": {"devices": {"results": results}}})
+        )),
+        [(
+            "status.allocation.devices.results".to_string(),
+            "Too many: 33: must have at most 32 items".to_string()
+        )]
+    );
+
+    // Statuses of allocated devices, the shared one by its share ID, are accepted.
+    let claim = write(json!({"devices": [
+        {"driver": "gpu.example.com", "pool": "n1", "device": "d0", "data": {"k": "v"}},
+        {"driver": "gpu.example.com", "pool": "n1", "device": "d1", "shareID": share},
+    ]}))
+    .unwrap();
+    assert_eq!(claim["status"]["devices"][1]["shareID"], share);
 }
 
 #[test]
