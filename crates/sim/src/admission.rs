@@ -292,38 +292,40 @@ pub fn check_device_class(class: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
-/// `qualified` is `[domain/]id`: the domain a DNS subdomain of at most 63 characters, the id a C
-/// identifier of at most 32.
+/// An attribute or capacity name, `[domain/]id`, reported at the map's `field` with the part
+/// at fault: the domain checked as a driver name, the id a C identifier of at most 32. A name
+/// with more than one `/` is not checked (kube-apiserver 1.37 does not either).
 fn check_qualified_name(causes: &mut Vec<Cause>, field: &str, qualified: &str) {
-    let (domain, id) = match qualified.split_once('/') {
-        Some((d, i)) => (Some(d), i),
-        None => (None, qualified),
-    };
-    if let Some(d) = domain {
-        if d.len() > DRIVER_NAME_MAX_LEN {
-            push(
-                causes,
-                field,
-                format!("Too long: may not be more than {DRIVER_NAME_MAX_LEN} bytes"),
-            );
-        } else if let Err(msg) = check_dns_subdomain(d) {
-            push(causes, field, format!("Invalid value: {d:?}: {msg}"));
+    let parts: Vec<&str> = qualified.split('/').collect();
+    let id = match parts.as_slice() {
+        [id] => *id,
+        [domain, id] => {
+            if domain.is_empty() {
+                push(causes, field, "Invalid value: \"\": the domain must not be empty");
+            } else {
+                check_driver_name(causes, field, domain, "bytes");
+            }
+            if id.is_empty() {
+                push(causes, field, "Invalid value: \"\": the name must not be empty");
+                return;
+            }
+            *id
         }
+        _ => return,
+    };
+    if id.len() > ATTRIBUTE_ID_MAX_LEN {
+        push(
+            causes,
+            field,
+            format!("Too long: may not be more than {ATTRIBUTE_ID_MAX_LEN} bytes"),
+        );
     }
     let c_ident = id
         .bytes()
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
         && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
-    if id.is_empty() {
-        push(causes, field, "Required value");
-    } else if id.len() > ATTRIBUTE_ID_MAX_LEN {
-        push(
-            causes,
-            field,
-            format!("Too long: may not be more than {ATTRIBUTE_ID_MAX_LEN} bytes"),
-        );
-    } else if !c_ident {
+    if !c_ident {
         push(
             causes,
             field,
@@ -336,25 +338,31 @@ fn check_qualified_name(causes: &mut Vec<Cause>, field: &str, qualified: &str) {
     }
 }
 
-fn check_attribute(causes: &mut Vec<Cause>, field: &str, attr: &Value) {
-    let kinds = ["bool", "int", "string", "version"];
+/// An attribute's value: its length limits here (hand-written upstream); how many kinds of value
+/// it sets goes to `later` (declarative upstream, reported after everything else).
+fn check_attribute(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, field: &str, attr: &Value) {
+    // In the order kube-apiserver names them.
+    let kinds = [
+        "int", "bool", "string", "version", "ints", "bools", "strings", "versions",
+    ];
     let set: Vec<&str> = kinds
         .iter()
         .copied()
         .filter(|k| attr.get(*k).is_some_and(|v| !v.is_null()))
         .collect();
+    let all = "`int`, `bool`, `string`, `version`, `ints`, `bools`, `strings`, `versions`";
     if set.is_empty() {
         push(
-            causes,
+            later,
             field,
-            "Required value: exactly one value must be specified",
+            format!("Invalid value: \"\": must specify one of: {all}"),
         );
     } else if set.len() > 1 {
         push(
-            causes,
+            later,
             field,
             format!(
-                "Invalid value: {}: exactly one value must be specified",
+                "Invalid value: \"{{{}}}\": must specify exactly one of: {all}",
                 set.join(", ")
             ),
         );
@@ -380,74 +388,54 @@ fn quantity_text(v: &Value) -> Option<String> {
     }
 }
 
-/// A map of counter name → `{value: quantity}` at `field`: DNS-label names, non-negative values.
+/// A map of counter name → `{value: quantity}` at `field`: DNS-label names (reported at the map
+/// with the name), a value that is a quantity. kube-apiserver 1.37.2 accepts negative counters
+/// (and capacities), so they are accepted here too.
 fn check_counters(causes: &mut Vec<Cause>, field: &str, counters: Option<&Map<String, Value>>) {
     for (name, c) in counters.into_iter().flatten() {
         if let Err(msg) = check_dns_label(name) {
-            push(
-                causes,
-                format!("{field}[{name}]"),
-                format!("Invalid value: {name:?}: {msg}"),
-            );
+            let msg = pattern_message(check_dns_label, name, msg);
+            push(causes, field, format!("Invalid value: {name:?}: {msg}"));
         }
         let vfield = format!("{field}[{name}].value");
         let Some(text) = c.get("value").and_then(quantity_text) else {
             push(causes, vfield, "Required value");
             continue;
         };
-        match Quantity::parse(&text) {
-            Ok(q) if q.is_negative() => push(
-                causes,
-                vfield,
-                format!("Invalid value: {text:?}: must be greater than or equal to 0"),
-            ),
-            Ok(_) => {}
-            Err(_) => push(
+        if Quantity::parse(&text).is_err() {
+            push(
                 causes,
                 vfield,
                 format!("Invalid value: {text:?}: must be a quantity"),
-            ),
+            );
         }
     }
 }
 
-/// A ResourceSlice.
+/// A ResourceSlice, in kube-apiserver 1.37.2's order and wording (checked with kubectl against
+/// it): driver and pool, the node selection (exactly one of `nodeName`, `nodeSelector`,
+/// `allNodes`, `perDeviceNodeSelection`), devices or shared counters but not both, each device
+/// and then duplicate device names; then what upstream checks declaratively (how many values an
+/// attribute sets, the shared counter sets), which it reports last.
 pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
     let Some(spec) = slice.get("spec") else {
         push(causes, "spec", "Required value");
         return;
     };
-    let driver = str_of(spec, "driver");
-    if driver.len() > DRIVER_NAME_MAX_LEN {
-        push(
-            causes,
-            "spec.driver",
-            format!("Too long: may not be more than {DRIVER_NAME_MAX_LEN} bytes"),
-        );
-    } else {
-        required_subdomain(causes, "spec.driver", driver);
-    }
+    let mut later = Vec::new();
+    check_driver_name(causes, "spec.driver", str_of(spec, "driver"), "bytes");
     let pool = spec.get("pool").unwrap_or(&Value::Null);
-    let pool_name = str_of(pool, "name");
-    if pool_name.is_empty() {
-        push(causes, "spec.pool.name", "Required value");
-    } else if pool_name.len() > 253 {
+    check_pool_name(causes, "spec.pool.name", str_of(pool, "name"), false);
+    let count = pool
+        .get("resourceSliceCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if count <= 0 {
         push(
             causes,
-            "spec.pool.name",
-            "Too long: may not be more than 253 bytes",
+            "spec.pool.resourceSliceCount",
+            format!("Invalid value: {count}: must be greater than zero"),
         );
-    } else {
-        for part in pool_name.split('/') {
-            if let Err(msg) = check_dns_subdomain(part) {
-                push(
-                    causes,
-                    "spec.pool.name",
-                    format!("Invalid value: {pool_name:?}: {msg}"),
-                );
-                break;
-            }
-        }
     }
     if let Some(g) = pool.get("generation").and_then(Value::as_i64)
         && g < 0
@@ -455,18 +443,75 @@ pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
         push(
             causes,
             "spec.pool.generation",
-            format!("Invalid value: {g}: must be greater than or equal to 0"),
+            format!("Invalid value: {g}: must be greater than or equal to zero"),
         );
     }
-    match pool.get("resourceSliceCount").and_then(Value::as_i64) {
-        Some(c) if c > 0 => {}
-        Some(c) => push(
+    check_node_selection(causes, spec);
+    let present = |key: &str| spec.get(key).is_some_and(|v| !v.is_null());
+    if present("sharedCounters") && present("devices") {
+        push(
             causes,
-            "spec.pool.resourceSliceCount",
-            format!("Invalid value: {c}: must be greater than zero"),
-        ),
-        None => push(causes, "spec.pool.resourceSliceCount", "Required value"),
+            "spec",
+            "Invalid value: \"\": only one of `sharedCounters` or `devices` is allowed",
+        );
     }
+    check_slice_devices(causes, &mut later, spec);
+    check_shared_counters(&mut later, spec);
+    causes.extend(later);
+}
+
+/// Where a slice's devices are: exactly one of the four ways, each well-formed.
+fn check_node_selection(causes: &mut Vec<Cause>, spec: &Value) {
+    let mut set = Vec::new();
+    if let Some(name) = spec.get("nodeName").and_then(Value::as_str) {
+        if name.is_empty() {
+            push(
+                causes,
+                "spec.nodeName",
+                "Invalid value: \"\": must be either unset or set to a non-empty string",
+            );
+        } else {
+            set.push("`nodeName`");
+            if let Err(msg) = check_dns_subdomain(name) {
+                push(causes, "spec.nodeName", format!("Invalid value: {name:?}: {msg}"));
+            }
+        }
+    }
+    if spec.get("nodeSelector").is_some_and(|v| !v.is_null()) {
+        set.push("`nodeSelector`");
+    }
+    for (key, name) in [
+        ("allNodes", "`allNodes`"),
+        ("perDeviceNodeSelection", "`perDeviceNodeSelection`"),
+    ] {
+        match spec.get(key).and_then(Value::as_bool) {
+            Some(true) => set.push(name),
+            Some(false) => push(
+                causes,
+                format!("spec.{key}"),
+                "Invalid value: false: must be either unset or set to true",
+            ),
+            None => {}
+        }
+    }
+    const ONE_OF: &str =
+        "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required";
+    match set.len() {
+        0 => push(causes, "spec", format!("Required value: {ONE_OF}")),
+        1 => {}
+        _ => push(
+            causes,
+            "spec",
+            format!(
+                "Invalid value: \"{{{}}}\": {ONE_OF}, but multiple fields are set",
+                set.join(", ")
+            ),
+        ),
+    }
+}
+
+/// A slice's devices: the count (alone when exceeded), each device, then duplicate names.
+fn check_slice_devices(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, spec: &Value) {
     let devices = arr(spec, "devices");
     let advanced = devices
         .iter()
@@ -476,13 +521,13 @@ pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
     } else {
         SLICE_DEVICES_MAX
     };
-    too_many(causes, "spec.devices", devices.len(), max);
-    let mut names = HashSet::new();
+    if devices.len() > max {
+        too_many(causes, "spec.devices", devices.len(), max);
+        return;
+    }
     for (i, d) in devices.iter().enumerate() {
         let base = format!("spec.devices[{i}]");
-        let name = str_of(d, "name");
-        required_label(causes, &format!("{base}.name"), name);
-        unique(causes, &mut names, &format!("{base}.name"), name);
+        check_label_format(causes, &format!("{base}.name"), str_of(d, "name"));
         let attrs = obj(d, "attributes");
         let caps = obj(d, "capacity");
         let n = attrs.map_or(0, Map::len) + caps.map_or(0, Map::len);
@@ -491,25 +536,23 @@ pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
                 causes,
                 base.clone(),
                 format!(
-                    "Too many: {n}: must have at most {ATTRIBUTES_AND_CAPACITIES_MAX} attributes and capacities"
+                    "Invalid value: {n}: the total number of attributes and capacities must not exceed {ATTRIBUTES_AND_CAPACITIES_MAX}"
                 ),
             );
         }
         for (k, a) in attrs.into_iter().flatten() {
-            let field = format!("{base}.attributes[{k}]");
-            check_qualified_name(causes, &field, k);
-            check_attribute(causes, &field, a);
+            check_qualified_name(causes, &format!("{base}.attributes"), k);
+            check_attribute(causes, later, &format!("{base}.attributes[{k}]"), a);
         }
         for (k, c) in caps.into_iter().flatten() {
-            let field = format!("{base}.capacity[{k}]");
-            check_qualified_name(causes, &field, k);
+            check_qualified_name(causes, &format!("{base}.capacity"), k);
             if let Some(text) = c.get("value").and_then(quantity_text)
-                && Quantity::parse(&text).is_ok_and(|q| q.is_negative())
+                && Quantity::parse(&text).is_err()
             {
                 push(
                     causes,
-                    format!("{field}.value"),
-                    format!("Invalid value: {text:?}: must be greater than or equal to 0"),
+                    format!("{base}.capacity[{k}].value"),
+                    format!("Invalid value: {text:?}: must be a quantity"),
                 );
             }
         }
@@ -532,24 +575,58 @@ pub fn check_resource_slice(slice: &Value, causes: &mut Vec<Cause>) {
             DEVICE_TAINTS_MAX,
         );
     }
-    let sets = arr(spec, "sharedCounters");
-    too_many(causes, "spec.sharedCounters", sets.len(), COUNTER_SETS_MAX);
-    let mut set_names = HashSet::new();
-    for (i, s) in sets.iter().enumerate() {
-        let base = format!("spec.sharedCounters[{i}]");
-        let name = str_of(s, "name");
-        required_label(causes, &format!("{base}.name"), name);
-        unique(causes, &mut set_names, &format!("{base}.name"), name);
-        let counters = obj(s, "counters");
-        let n = counters.map_or(0, Map::len);
-        if n > COUNTERS_PER_SET_MAX {
+    let mut names = HashSet::new();
+    for (i, d) in devices.iter().enumerate() {
+        let name = str_of(d, "name");
+        if !names.insert(name) {
             push(
                 causes,
+                format!("spec.devices[{i}]"),
+                format!("Duplicate value: {name:?}"),
+            );
+        }
+    }
+}
+
+/// A slice's shared counter sets, which kube-apiserver checks declaratively: the count (alone
+/// when exceeded), duplicate names (shown as the whole set), then each set's name and counters.
+fn check_shared_counters(later: &mut Vec<Cause>, spec: &Value) {
+    let sets = arr(spec, "sharedCounters");
+    if sets.len() > COUNTER_SETS_MAX {
+        too_many(later, "spec.sharedCounters", sets.len(), COUNTER_SETS_MAX);
+        return;
+    }
+    let mut names = HashSet::new();
+    for (i, set) in sets.iter().enumerate() {
+        let name = str_of(set, "name");
+        if !names.insert(name) {
+            let counters = set.get("counters").cloned().unwrap_or(Value::Null);
+            push(
+                later,
+                format!("spec.sharedCounters[{i}]"),
+                format!(
+                    "Duplicate value: {{\"name\":{},\"counters\":{counters}}}",
+                    Value::from(name)
+                ),
+            );
+        }
+    }
+    for (i, set) in sets.iter().enumerate() {
+        let base = format!("spec.sharedCounters[{i}]");
+        required_label(later, &format!("{base}.name"), str_of(set, "name"));
+        let counters = obj(set, "counters");
+        let n = counters.map_or(0, Map::len);
+        if n == 0 {
+            push(later, format!("{base}.counters"), "Required value");
+        } else if n > COUNTERS_PER_SET_MAX {
+            push(
+                later,
                 format!("{base}.counters"),
                 format!("Too many: {n}: must have at most {COUNTERS_PER_SET_MAX} items"),
             );
+        } else {
+            check_counters(later, &format!("{base}.counters"), counters);
         }
-        check_counters(causes, &format!("{base}.counters"), counters);
     }
 }
 
@@ -751,60 +828,106 @@ mod tests {
         );
     }
 
-    fn slice(devices: Value, shared: Value) -> Value {
+    fn slice_of(key: &str, list: Value) -> Value {
         json!({"spec": {"driver": "gpu.example.com", "pool": {"name": "n1", "generation": 0, "resourceSliceCount": 1},
-                        "nodeName": "n1", "devices": devices, "sharedCounters": shared}})
+                        "nodeName": "n1", key: list}})
     }
 
+    fn slice(devices: Value) -> Value {
+        slice_of("devices", devices)
+    }
+
+    fn counter_slice(sets: Value) -> Value {
+        slice_of("sharedCounters", sets)
+    }
+
+    /// Every expected message below is kube-apiserver 1.37.2's answer to the same slice
+    /// (`kubectl create --dry-run=server`).
     #[test]
     fn slice_rules() {
-        let ok = slice(
-            json!([{"name": "d0", "attributes": {"model": {"string": "x"}, "gpu.example.com/index": {"int": 0}},
-                    "capacity": {"memory": {"value": "8Gi"}},
-                    "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "1Gi"}}}]}]),
-            json!([{"name": "s", "counters": {"mem": {"value": "8Gi"}}}]),
-        );
+        let ok = slice(json!([{"name": "d0",
+            "attributes": {"model": {"string": "x"}, "gpu.example.com/index": {"int": 0}},
+            "capacity": {"memory": {"value": "8Gi"}},
+            "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "1Gi"}}}]}]));
         assert_eq!(causes(check_resource_slice, ok), Vec::<String>::new());
+        let ok = counter_slice(json!([{"name": "s", "counters": {"mem": {"value": "8Gi"}}}]));
+        assert_eq!(causes(check_resource_slice, ok), Vec::<String>::new());
+        // Accepted by kube-apiserver too: negative counters and capacities, a driver name in
+        // capitals, and a name with two slashes (which it leaves unchecked).
+        for ok in [
+            counter_slice(json!([{"name": "s", "counters": {"mem": {"value": "-1"}}}])),
+            slice(
+                json!([{"name": "d", "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "-2"}}}],
+                          "capacity": {"mem": {"value": "-1"}}, "attributes": {"a/b/c": {"int": 1}}}]),
+            ),
+            json!({"spec": {"driver": "GPU.Example.com", "pool": {"name": "n1", "resourceSliceCount": 1},
+                            "allNodes": true, "devices": []}}),
+        ] {
+            assert_eq!(
+                causes(check_resource_slice, ok.clone()),
+                Vec::<String>::new(),
+                "{ok}"
+            );
+        }
         let table: Vec<(Value, &str)> = vec![
-            (slice(json!([{"name": "d0"}, {"name": "d0"}]), json!([])), "spec.devices[1].name: Duplicate value: \"d0\""),
-            (slice(json!([{"name": "D0"}]), json!([])), "spec.devices[0].name: Invalid value: \"D0\""),
+            (slice(json!([{"name": "d0"}, {"name": "d0"}])), "spec.devices[1]: Duplicate value: \"d0\""),
+            (slice(json!([{"name": "D0"}])), "spec.devices[0].name: Invalid value: \"D0\""),
             (
-                slice(json!([{"name": "d", "attributes": {"a": {"string": "x", "int": 1}}}]), json!([])),
-                "spec.devices[0].attributes[a]: Invalid value: int, string: exactly one value must be specified",
+                slice(json!([{"name": "d", "attributes": {"a": {"string": "x", "int": 1}}}])),
+                "spec.devices[0].attributes[a]: Invalid value: \"{int, string}\": must specify exactly one of: `int`, `bool`, `string`, `version`, `ints`, `bools`, `strings`, `versions`",
             ),
             (
-                slice(json!([{"name": "d", "attributes": {"a": {"string": "x".repeat(65)}}}]), json!([])),
+                slice(json!([{"name": "d", "attributes": {"a": {}}}])),
+                "spec.devices[0].attributes[a]: Invalid value: \"\": must specify one of: `int`",
+            ),
+            (
+                slice(json!([{"name": "d", "attributes": {"a": {"string": "x".repeat(65)}}}])),
                 "spec.devices[0].attributes[a].string: Too long: may not be more than 64 bytes",
             ),
             (
-                slice(json!([{"name": "d", "attributes": {"9bad": {"int": 1}}}]), json!([])),
-                "spec.devices[0].attributes[9bad]: Invalid value: \"9bad\": a valid C identifier",
+                slice(json!([{"name": "d", "attributes": {"9bad": {"int": 1}}}])),
+                "spec.devices[0].attributes: Invalid value: \"9bad\": a valid C identifier",
             ),
             (
-                slice(json!([]), json!([{"name": "s", "counters": {"mem": {"value": "-1"}}}])),
-                "spec.sharedCounters[0].counters[mem].value: Invalid value: \"-1\": must be greater than or equal to 0",
+                slice(json!([{"name": "d", "capacity": {"Bad_Domain/x": {"value": "1"}}}])),
+                "spec.devices[0].capacity: Invalid value: \"Bad_Domain\": a lowercase RFC 1123 subdomain",
             ),
             (
-                slice(json!([{"name": "d", "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "-2"}}}]}]), json!([])),
-                "spec.devices[0].consumesCounters[0].counters[mem].value: Invalid value: \"-2\"",
+                counter_slice(json!([{"name": "s", "counters": {"Bad": {"value": "1"}}}])),
+                "spec.sharedCounters[0].counters: Invalid value: \"Bad\": a lowercase RFC 1123 label",
+            ),
+            (counter_slice(json!([{"name": "s", "counters": {}}])), "spec.sharedCounters[0].counters: Required value"),
+            (
+                counter_slice(json!([{"name": "s", "counters": {"c": {"value": "1"}}}, {"name": "s", "counters": {"c": {"value": "1"}}}])),
+                r#"spec.sharedCounters[1]: Duplicate value: {"name":"s","counters":{"c":{"value":"1"}}}"#,
             ),
             (
-                slice(Value::Array((0..129).map(|i| json!({"name": format!("d{i}")})).collect()), json!([])),
+                slice(Value::Array((0..129).map(|i| json!({"name": format!("d{i}")})).collect())),
                 "spec.devices: Too many: 129: must have at most 128 items",
             ),
             (
-                slice(
-                    Value::Array((0..65).map(|i| json!({"name": format!("d{i}"), "taints": [{"key": "k", "effect": "NoSchedule"}]})).collect()),
-                    json!([]),
-                ),
+                slice(Value::Array(
+                    (0..65).map(|i| json!({"name": format!("d{i}"), "taints": [{"key": "k", "effect": "NoSchedule"}]})).collect(),
+                )),
                 "spec.devices: Too many: 65: must have at most 64 items",
             ),
             (
-                slice(
-                    json!([{"name": "d", "attributes": (0..33).map(|i| (format!("a{i}"), json!({"int": i}))).collect::<Map<String, Value>>()}]),
-                    json!([]),
-                ),
-                "spec.devices[0]: Too many: 33: must have at most 32 attributes and capacities",
+                slice(json!([{"name": "d", "attributes": (0..33).map(|i| (format!("a{i}"), json!({"int": i}))).collect::<Map<String, Value>>()}])),
+                "spec.devices[0]: Invalid value: 33: the total number of attributes and capacities must not exceed 32",
+            ),
+            (
+                json!({"spec": {"driver": "gpu.example.com", "pool": {"name": "n1", "resourceSliceCount": 1},
+                                "nodeName": "n1", "devices": [], "sharedCounters": []}}),
+                "spec: Invalid value: \"\": only one of `sharedCounters` or `devices` is allowed",
+            ),
+            (
+                json!({"spec": {"driver": "gpu.example.com", "pool": {"name": "n1", "resourceSliceCount": 1}, "devices": []}}),
+                "spec: Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+            ),
+            (
+                json!({"spec": {"driver": "gpu.example.com", "pool": {"name": "n1", "resourceSliceCount": 1},
+                                "nodeName": "n1", "allNodes": true, "devices": []}}),
+                "spec: Invalid value: \"{`nodeName`, `allNodes`}\": exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set",
             ),
         ];
         for (v, want) in table {
@@ -814,21 +937,30 @@ mod tests {
                 "want {want}, got {got:?}"
             );
         }
-        let bad_pool =
-            json!({"spec": {"driver": "Bad_Driver", "pool": {"name": "", "resourceSliceCount": 0}}});
+        let bad_pool = json!({"spec": {"driver": "Bad_Driver", "nodeName": "n1",
+                                       "pool": {"name": "n1/Bad_Part", "generation": -1, "resourceSliceCount": 0}}});
         let got = causes(check_resource_slice, bad_pool);
-        assert!(
-            got.iter().any(|g| g.starts_with("spec.driver: Invalid value")),
+        let fields: Vec<&str> = got
+            .iter()
+            .map(|g| g.split(": ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.driver",
+                "spec.pool.name",
+                "spec.pool.resourceSliceCount",
+                "spec.pool.generation"
+            ],
             "{got:?}"
         );
         assert!(
-            got.contains(&"spec.pool.name: Required value".to_string()),
+            got[1].starts_with("spec.pool.name: Invalid value: \"Bad_Part\": a lowercase"),
             "{got:?}"
         );
-        assert!(
-            got.iter()
-                .any(|g| g.starts_with("spec.pool.resourceSliceCount: Invalid value: 0")),
-            "{got:?}"
+        assert_eq!(
+            got[3],
+            "spec.pool.generation: Invalid value: -1: must be greater than or equal to zero"
         );
     }
 
