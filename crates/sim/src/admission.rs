@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use unisched_dra::cel::{CelSelectorEngine, MAX_EXPRESSION_LEN};
 use unisched_resource::Quantity;
 
@@ -138,127 +138,324 @@ fn check_selectors(causes: &mut Vec<Cause>, base: &str, holder: &Value) {
                 format!("Too long: may not be more than {MAX_EXPRESSION_LEN} bytes"),
             );
         } else if let Err(e) = cel_engine().compile_cel(expression) {
+            // kube-apiserver indents the source snippet under each error by one space.
+            let message = e.message.replace("\n| ", "\n | ");
             push(
                 causes,
                 field,
-                format!("Invalid value: {expression:?}: compilation failed: {}", e.message),
+                format!("Invalid value: {expression:?}: compilation failed: {message}"),
             );
         }
     }
 }
 
-/// `allocationMode` and `count` of an exact request or a subrequest.
-fn check_allocation_mode(causes: &mut Vec<Cause>, base: &str, request: &Value) {
+/// `allocationMode` and `count` of an exact request or a subrequest. A count of 0 means "not
+/// set" (kube-apiserver defaults it to 1 for `ExactCount`), and there is no upper bound here:
+/// an allocation of more than 32 devices is refused when written, and the allocator never
+/// produces one. An unknown mode is reported among the declarative causes (`later`).
+fn check_allocation_mode(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, base: &str, request: &Value) {
     let mode = request.get("allocationMode").and_then(Value::as_str);
-    let count = request.get("count").and_then(Value::as_i64);
+    let count = request.get("count").and_then(Value::as_i64).unwrap_or(0);
     match mode {
         None | Some("") | Some("ExactCount") => {
-            if let Some(c) = count {
-                if c <= 0 {
-                    push(
-                        causes,
-                        format!("{base}.count"),
-                        format!("Invalid value: {c}: must be greater than zero"),
-                    );
-                } else if c > ALLOCATION_RESULTS_MAX {
-                    push(
-                        causes,
-                        format!("{base}.count"),
-                        format!("Invalid value: {c}: must not be greater than {ALLOCATION_RESULTS_MAX}"),
-                    );
-                }
-            }
-        }
-        Some("All") => {
-            if let Some(c) = count {
+            if count < 0 {
                 push(
                     causes,
                     format!("{base}.count"),
-                    format!("Invalid value: {c}: must not be specified when allocationMode is 'All'"),
+                    format!("Invalid value: {count}: must be greater than zero"),
+                );
+            }
+        }
+        Some("All") => {
+            if count != 0 {
+                push(
+                    causes,
+                    format!("{base}.count"),
+                    format!("Invalid value: {count}: must not be specified when allocationMode is 'All'"),
                 );
             }
         }
         Some(other) => push(
-            causes,
+            later,
             format!("{base}.allocationMode"),
             format!("Unsupported value: {other:?}: supported values: \"All\", \"ExactCount\""),
         ),
     }
 }
 
-/// The `devices` of a claim spec at `base` (e.g. `spec.devices`).
+/// `v` as JSON with the keys in `order` first (absent ones left out), then any others; values
+/// rendered by `nested` where it has something to say for the key.
+fn ordered_json(v: &Value, order: &[&str], nested: &dyn Fn(&str, &Value) -> Option<String>) -> String {
+    let Some(map) = v.as_object() else {
+        return v.to_string();
+    };
+    let keys = order
+        .iter()
+        .copied()
+        .filter(|k| map.contains_key(*k))
+        .chain(map.keys().map(String::as_str).filter(|k| !order.contains(k)));
+    let fields: Vec<String> = keys
+        .map(|k| {
+            let value = nested(k, &map[k]).unwrap_or_else(|| map[k].to_string());
+            format!("{}:{value}", Value::from(k))
+        })
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
+const EXACT_ORDER: &[&str] = &[
+    "deviceClassName",
+    "selectors",
+    "allocationMode",
+    "count",
+    "adminAccess",
+    "tolerations",
+    "capacity",
+];
+const SUBREQUEST_ORDER: &[&str] = &[
+    "name",
+    "deviceClassName",
+    "selectors",
+    "allocationMode",
+    "count",
+    "tolerations",
+    "capacity",
+];
+
+/// A subrequest as kube-apiserver shows a duplicate: its fields in the API's order.
+fn subrequest_text(sub: &Value) -> String {
+    ordered_json(sub, SUBREQUEST_ORDER, &|_, _| None)
+}
+
+/// A request as kube-apiserver shows a duplicate: its fields in the API's order.
+fn request_text(request: &Value) -> String {
+    ordered_json(request, &["name", "exactly", "firstAvailable"], &|k, v| match k {
+        "exactly" => Some(ordered_json(v, EXACT_ORDER, &|_, _| None)),
+        "firstAvailable" => v.as_array().map(|subs| {
+            let items: Vec<String> = subs.iter().map(subrequest_text).collect();
+            format!("[{}]", items.join(","))
+        }),
+        _ => None,
+    })
+}
+
+/// `items` when there are at most `max` of them; otherwise the "Too many" cause, which
+/// kube-apiserver reports alone for such a list (its entries are not looked at).
+fn within<'a>(later: &mut Vec<Cause>, field: &str, items: &'a [Value], max: usize) -> Option<&'a [Value]> {
+    if items.len() > max {
+        too_many(later, field, items.len(), max);
+        return None;
+    }
+    Some(items)
+}
+
+/// Duplicates in a list kube-apiserver checks for them declaratively: `key` names an entry,
+/// `text` shows it.
+fn declarative_duplicates(
+    later: &mut Vec<Cause>,
+    field: &str,
+    items: &[Value],
+    key: impl Fn(&Value) -> String,
+    text: impl Fn(&Value) -> String,
+) {
+    let mut seen = HashSet::new();
+    for (i, item) in items.iter().enumerate() {
+        if !seen.insert(key(item)) {
+            push(
+                later,
+                format!("{field}[{i}]"),
+                format!("Duplicate value: {}", text(item)),
+            );
+        }
+    }
+}
+
+/// A list of request references (constraints, config): each names a request of the claim;
+/// the count and duplicates are declarative upstream.
+fn check_request_refs(
+    causes: &mut Vec<Cause>,
+    later: &mut Vec<Cause>,
+    claim_devices: &Value,
+    field: &str,
+    refs: &[Value],
+) {
+    let Some(refs) = within(later, field, refs, DEVICE_REQUESTS_MAX) else {
+        return;
+    };
+    let claim = json!({"spec": {"devices": claim_devices}});
+    for (k, r) in refs.iter().enumerate() {
+        check_request_ref(
+            causes,
+            &claim,
+            &format!("{field}[{k}]"),
+            r.as_str().unwrap_or_default(),
+        );
+    }
+    declarative_duplicates(later, field, refs, |r| r.to_string(), |r| r.to_string());
+}
+
+/// A fully qualified attribute name (`domain/id`) of a constraint, declarative upstream.
+fn check_fully_qualified_name(later: &mut Vec<Cause>, field: &str, name: &str) {
+    check_qualified_name(later, field, name);
+    if !name.contains('/') {
+        push(
+            later,
+            field,
+            format!(
+                "Invalid value: {name:?}: a fully qualified name must be a domain and a name separated by a slash"
+            ),
+        );
+    }
+}
+
+/// An opaque configuration entry of a claim or class: `opaque` required, its driver
+/// (declarative upstream) and parameters that are a JSON object.
+fn check_opaque_config(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, base: &str, config: &Value) {
+    match config.get("opaque").filter(|o| !o.is_null()) {
+        None => push(causes, format!("{base}.opaque"), "Required value"),
+        Some(opaque) => {
+            check_raw_object(
+                causes,
+                &format!("{base}.opaque.parameters"),
+                opaque.get("parameters"),
+            );
+            check_driver_name(
+                later,
+                &format!("{base}.opaque.driver"),
+                str_of(opaque, "driver"),
+                "characters",
+            );
+        }
+    }
+}
+
+/// The `devices` of a claim spec at `base` (e.g. `spec.devices`), in kube-apiserver 1.37.2's
+/// order and wording (checked with kubectl against it): its hand-written checks in walk order,
+/// then the ones it makes declaratively (list sizes and duplicates, subrequest classes,
+/// allocation modes, constraint attribute names, config drivers), lists before their entries.
 fn check_device_claim(causes: &mut Vec<Cause>, base: &str, devices: &Value) {
-    let requests = arr(devices, "requests");
-    too_many(
-        causes,
+    let mut later = Vec::new();
+    if let Some(requests) = within(
+        &mut later,
         &format!("{base}.requests"),
-        requests.len(),
+        arr(devices, "requests"),
         DEVICE_REQUESTS_MAX,
-    );
-    let mut names = HashSet::new();
-    for (i, r) in requests.iter().enumerate() {
-        let rbase = format!("{base}.requests[{i}]");
-        let name = str_of(r, "name");
-        required_label(causes, &format!("{rbase}.name"), name);
-        unique(causes, &mut names, &format!("{rbase}.name"), name);
-        let exactly = r.get("exactly").filter(|v| !v.is_null());
-        let first = r.get("firstAvailable").and_then(Value::as_array);
-        match (exactly, first) {
-            (Some(_), Some(_)) => push(
+    ) {
+        declarative_duplicates(
+            &mut later,
+            &format!("{base}.requests"),
+            requests,
+            |r| str_of(r, "name").to_string(),
+            request_text,
+        );
+        for (i, r) in requests.iter().enumerate() {
+            check_device_request(causes, &mut later, &format!("{base}.requests[{i}]"), r);
+        }
+    }
+    if let Some(constraints) = within(
+        &mut later,
+        &format!("{base}.constraints"),
+        arr(devices, "constraints"),
+        DEVICE_REQUESTS_MAX,
+    ) {
+        for (i, c) in constraints.iter().enumerate() {
+            let cbase = format!("{base}.constraints[{i}]");
+            check_request_refs(
                 causes,
-                rbase.clone(),
-                "Invalid value: exactly one of `exactly` or `firstAvailable` is required, not both",
-            ),
-            (None, None) => push(
-                causes,
-                rbase.clone(),
-                "Required value: exactly one of `exactly` or `firstAvailable` is required",
-            ),
-            (Some(e), None) => {
-                let ebase = format!("{rbase}.exactly");
-                required_subdomain(
+                &mut later,
+                devices,
+                &format!("{cbase}.requests"),
+                arr(c, "requests"),
+            );
+            let (matched, distinct) = (c.get("matchAttribute"), c.get("distinctAttribute"));
+            match (matched.and_then(Value::as_str), distinct.and_then(Value::as_str)) {
+                (Some(name), _) => {
+                    check_fully_qualified_name(&mut later, &format!("{cbase}.matchAttribute"), name)
+                }
+                (None, Some(name)) => {
+                    check_fully_qualified_name(&mut later, &format!("{cbase}.distinctAttribute"), name)
+                }
+                // kube-apiserver 1.37's wording (with consumable capacity enabled), as it is.
+                (None, None) => push(
                     causes,
-                    &format!("{ebase}.deviceClassName"),
-                    str_of(e, "deviceClassName"),
-                );
-                check_allocation_mode(causes, &ebase, e);
-                check_selectors(causes, &ebase, e);
-            }
-            (None, Some(subs)) => {
-                let fbase = format!("{rbase}.firstAvailable");
-                if subs.is_empty() {
-                    push(causes, fbase.clone(), "Required value");
-                }
-                too_many(causes, &fbase, subs.len(), FIRST_AVAILABLE_MAX);
-                let mut sub_names = HashSet::new();
-                for (j, s) in subs.iter().enumerate() {
-                    let sbase = format!("{fbase}[{j}]");
-                    let sname = str_of(s, "name");
-                    required_label(causes, &format!("{sbase}.name"), sname);
-                    unique(causes, &mut sub_names, &format!("{sbase}.name"), sname);
-                    required_subdomain(
-                        causes,
-                        &format!("{sbase}.deviceClassName"),
-                        str_of(s, "deviceClassName"),
-                    );
-                    check_allocation_mode(causes, &sbase, s);
-                    check_selectors(causes, &sbase, s);
-                }
+                    cbase,
+                    "Required value: exactly one of \"matchAttribute\" or \"distinctAttribute\" is required, but multiple fields are set",
+                ),
             }
         }
     }
-    too_many(
-        causes,
-        &format!("{base}.constraints"),
-        arr(devices, "constraints").len(),
-        DEVICE_REQUESTS_MAX,
-    );
-    too_many(
-        causes,
+    if let Some(configs) = within(
+        &mut later,
         &format!("{base}.config"),
-        arr(devices, "config").len(),
+        arr(devices, "config"),
         DEVICE_REQUESTS_MAX,
-    );
+    ) {
+        for (i, c) in configs.iter().enumerate() {
+            let cbase = format!("{base}.config[{i}]");
+            check_request_refs(
+                causes,
+                &mut later,
+                devices,
+                &format!("{cbase}.requests"),
+                arr(c, "requests"),
+            );
+            check_opaque_config(causes, &mut later, &cbase, c);
+        }
+    }
+    causes.extend(later);
+}
+
+/// One request of a claim: its name, then exactly one of `exactly` and `firstAvailable`.
+fn check_device_request(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, rbase: &str, r: &Value) {
+    check_label_format(causes, &format!("{rbase}.name"), str_of(r, "name"));
+    let exactly = r.get("exactly").filter(|v| !v.is_null());
+    let subs = arr(r, "firstAvailable");
+    match (exactly, subs.is_empty()) {
+        (Some(_), false) => push(
+            causes,
+            rbase,
+            "Invalid value: null: exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set",
+        ),
+        (None, true) => push(
+            causes,
+            rbase,
+            "Required value: exactly one of `exactly` or `firstAvailable` is required",
+        ),
+        (Some(e), true) => {
+            let ebase = format!("{rbase}.exactly");
+            required_subdomain(
+                causes,
+                &format!("{ebase}.deviceClassName"),
+                str_of(e, "deviceClassName"),
+            );
+            check_selectors(causes, &ebase, e);
+            check_allocation_mode(causes, later, &ebase, e);
+        }
+        (None, false) => {
+            let fbase = format!("{rbase}.firstAvailable");
+            let Some(subs) = within(later, &fbase, subs, FIRST_AVAILABLE_MAX) else {
+                return;
+            };
+            declarative_duplicates(
+                later,
+                &fbase,
+                subs,
+                |s| str_of(s, "name").to_string(),
+                subrequest_text,
+            );
+            for (j, sub) in subs.iter().enumerate() {
+                let sbase = format!("{fbase}[{j}]");
+                check_label_format(causes, &format!("{sbase}.name"), str_of(sub, "name"));
+                required_subdomain(
+                    later,
+                    &format!("{sbase}.deviceClassName"),
+                    str_of(sub, "deviceClassName"),
+                );
+                check_selectors(causes, &sbase, sub);
+                check_allocation_mode(causes, later, &sbase, sub);
+            }
+        }
+    }
 }
 
 /// A ResourceClaim.
@@ -282,13 +479,18 @@ pub fn check_resource_claim_template(template: &Value, causes: &mut Vec<Cause>) 
 /// A DeviceClass.
 pub fn check_device_class(class: &Value, causes: &mut Vec<Cause>) {
     if let Some(spec) = class.get("spec") {
+        let mut later = Vec::new();
         check_selectors(causes, "spec", spec);
-        too_many(
-            causes,
+        let configs = within(
+            &mut later,
             "spec.config",
-            arr(spec, "config").len(),
+            arr(spec, "config"),
             DEVICE_REQUESTS_MAX,
         );
+        for (i, c) in configs.unwrap_or_default().iter().enumerate() {
+            check_opaque_config(causes, &mut later, &format!("spec.config[{i}]"), c);
+        }
+        causes.extend(later);
     }
 }
 
@@ -742,21 +944,39 @@ mod tests {
                     "spec.devices.requests[0].exactly.count: Invalid value: 2: must not be specified when allocationMode is 'All'",
                 ),
             ),
+            // A count of 0 is "not set" (kube-apiserver defaults it to 1), and 33 is accepted
+            // there too: an allocation of more than 32 devices is refused only when written.
             (
                 claim(json!([{"name": "a", "exactly": exact(json!({"count": 0}))}])),
-                Some("spec.devices.requests[0].exactly.count: Invalid value: 0: must be greater than zero"),
+                None,
             ),
             (
                 claim(json!([{"name": "a", "exactly": exact(json!({"count": 33}))}])),
+                None,
+            ),
+            (
+                claim(json!([{"name": "a", "exactly": exact(json!({"allocationMode": "All", "count": 0}))}])),
+                None,
+            ),
+            (
+                claim(json!([{"name": "a", "exactly": exact(json!({"count": -1}))}])),
+                Some("spec.devices.requests[0].exactly.count: Invalid value: -1: must be greater than zero"),
+            ),
+            (
+                claim(
+                    json!([{"name": "a", "exactly": exact(json!({}))}, {"name": "a", "exactly": exact(json!({"count": 2}))}]),
+                ),
                 Some(
-                    "spec.devices.requests[0].exactly.count: Invalid value: 33: must not be greater than 32",
+                    r#"spec.devices.requests[1]: Duplicate value: {"name":"a","exactly":{"deviceClassName":"gpu","count":2}}"#,
                 ),
             ),
             (
                 claim(
-                    json!([{"name": "a", "exactly": exact(json!({}))}, {"name": "a", "exactly": exact(json!({}))}]),
+                    json!([{"name": "a", "exactly": exact(json!({})), "firstAvailable": [{"name": "x", "deviceClassName": "gpu"}]}]),
                 ),
-                Some("spec.devices.requests[1].name: Duplicate value: \"a\""),
+                Some(
+                    "spec.devices.requests[0]: Invalid value: null: exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set",
+                ),
             ),
             (
                 claim(json!([{"name": "A_b", "exactly": exact(json!({}))}])),
@@ -765,7 +985,9 @@ mod tests {
             (
                 claim(json!([{"name": "a", "firstAvailable": [
                     {"name": "x", "deviceClassName": "gpu"}, {"name": "x", "deviceClassName": "gpu"}]}])),
-                Some("spec.devices.requests[0].firstAvailable[1].name: Duplicate value: \"x\""),
+                Some(
+                    r#"spec.devices.requests[0].firstAvailable[1]: Duplicate value: {"name":"x","deviceClassName":"gpu"}"#,
+                ),
             ),
             (
                 claim(json!([{"name": "a"}])),
@@ -801,6 +1023,78 @@ mod tests {
                 Some(w) => assert!(got.iter().any(|g| g.starts_with(w)), "{v}: want {w}, got {got:?}"),
             }
         }
+    }
+
+    /// Whole answers, order included, as kube-apiserver 1.37.2 gave them for the same objects
+    /// (`kubectl create --dry-run=server`).
+    #[test]
+    fn claim_and_class_causes_come_in_kube_apiservers_order() {
+        let label = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', \
+                     and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', \
+                     regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+        let subdomain = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
+                         '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', \
+                         regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+        let not_a_request = "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'";
+        let c_ident = "a valid C identifier must start with alphabetic character or '_', followed by a string \
+                       of alphanumeric characters or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName', regex \
+                       used for validation is '[A-Za-z_][A-Za-z0-9_]*')";
+        let r = "spec.devices.requests";
+        let cases: Vec<(Value, Vec<String>)> = vec![
+            (
+                claim(json!([{"name": "R", "exactly": {"deviceClassName": "gpu", "count": 0}},
+                             {"name": "R", "exactly": {"deviceClassName": "", "allocationMode": "All", "count": 2}}])),
+                vec![
+                    format!("{r}[0].name: Invalid value: \"R\": {label}"),
+                    format!("{r}[1].name: Invalid value: \"R\": {label}"),
+                    format!("{r}[1].exactly.deviceClassName: Required value"),
+                    format!("{r}[1].exactly.count: Invalid value: 2: must not be specified when allocationMode is 'All'"),
+                    format!(
+                        r#"{r}[1]: Duplicate value: {{"name":"R","exactly":{{"deviceClassName":"","allocationMode":"All","count":2}}}}"#
+                    ),
+                ],
+            ),
+            (
+                claim(json!([{"name": "a", "firstAvailable": [
+                    {"name": "x", "deviceClassName": "gpu"},
+                    {"name": "x", "deviceClassName": "Bad_Class", "allocationMode": "Foo"}]}])),
+                vec![
+                    format!(
+                        r#"{r}[0].firstAvailable[1]: Duplicate value: {{"name":"x","deviceClassName":"Bad_Class","allocationMode":"Foo"}}"#
+                    ),
+                    format!("{r}[0].firstAvailable[1].deviceClassName: Invalid value: \"Bad_Class\": {subdomain}"),
+                    format!(
+                        "{r}[0].firstAvailable[1].allocationMode: Unsupported value: \"Foo\": supported values: \"All\", \"ExactCount\""
+                    ),
+                ],
+            ),
+            (
+                json!({"spec": {"devices": {
+                    "requests": [{"name": "a", "exactly": {"deviceClassName": "gpu"}}],
+                    "constraints": [{"requests": ["zz"], "matchAttribute": "bad attr"}],
+                    "config": [{"requests": ["q"], "opaque": {"driver": "d.io", "parameters": "x"}}]}}}),
+                vec![
+                    format!("spec.devices.constraints[0].requests[0]: Invalid value: \"zz\": {not_a_request}"),
+                    format!("spec.devices.config[0].requests[0]: Invalid value: \"q\": {not_a_request}"),
+                    "spec.devices.config[0].opaque.parameters: Invalid value: \"<value omitted>\": must be a valid JSON object"
+                        .to_string(),
+                    format!("spec.devices.constraints[0].matchAttribute: Invalid value: \"bad attr\": {c_ident}"),
+                    "spec.devices.constraints[0].matchAttribute: Invalid value: \"bad attr\": a fully qualified name must be a domain and a name separated by a slash".to_string(),
+                ],
+            ),
+        ];
+        for (v, want) in cases {
+            assert_eq!(causes(check_resource_claim, v.clone()), want, "{v}");
+        }
+        let class =
+            json!({"spec": {"selectors": [{}], "config": [{"opaque": {"driver": "", "parameters": {}}}]}});
+        assert_eq!(
+            causes(check_device_class, class),
+            [
+                "spec.selectors[0].cel: Required value",
+                "spec.config[0].opaque.driver: Required value"
+            ]
+        );
     }
 
     #[test]
