@@ -1,0 +1,221 @@
+//! ResourceClaim status writes: a new allocation result and the device statuses.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::*;
+
+/// The problems of a claim status write in the two groups kube-apiserver 1.37 reports them in:
+/// the checks still written by hand in its validation code come first, in the order it walks
+/// the status; the checks it has moved to declarative validation (driver and pool names of
+/// allocation results, share IDs, config sources, list sizes and duplicates, the immutable
+/// allocation) follow, with their own wording ("segment 1: …", "may not be more than 63
+/// characters", duplicates shown as the whole entry). Observed with kubectl against
+/// kube-apiserver 1.37.2.
+#[derive(Debug, Default)]
+pub struct StatusCauses {
+    /// Hand-written checks, in walk order.
+    pub plain: Vec<Cause>,
+    /// Declarative checks, in the order of the status's fields (allocation, reservedFor,
+    /// devices).
+    pub declarative: Vec<Cause>,
+}
+
+/// A new allocation result in a claim status write (`status.allocation`): at most 32 results,
+/// each naming a request of the claim and a well-formed driver, pool and device; config entries
+/// with a source, unique request references and opaque parameters. kube-apiserver checks a
+/// result only when it is first written (a stored one can only be removed); so does the caller.
+pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut StatusCauses) {
+    let devices = allocation.get("devices").unwrap_or(&Value::Null);
+    let results = arr(devices, "results");
+    if results.len() > ALLOCATION_RESULTS_MAX {
+        // The size check stands alone: the entries are not looked at.
+        too_many(
+            &mut causes.declarative,
+            "status.allocation.devices.results",
+            results.len(),
+            ALLOCATION_RESULTS_MAX,
+        );
+    } else {
+        for (i, result) in results.iter().enumerate() {
+            let base = format!("status.allocation.devices.results[{i}]");
+            check_request_ref(
+                &mut causes.plain,
+                claim,
+                &format!("{base}.request"),
+                str_of(result, "request"),
+            );
+            check_label_format(
+                &mut causes.plain,
+                &format!("{base}.device"),
+                str_of(result, "device"),
+            );
+            let later = &mut causes.declarative;
+            check_driver_name(
+                later,
+                &format!("{base}.driver"),
+                str_of(result, "driver"),
+                "characters",
+            );
+            check_pool_name(later, &format!("{base}.pool"), str_of(result, "pool"), true);
+            if let Some(id) = result.get("shareID").and_then(Value::as_str) {
+                check_share_id(later, &format!("{base}.shareID"), id);
+            }
+        }
+    }
+    let configs = arr(devices, "config");
+    if configs.len() > 2 * DEVICE_REQUESTS_MAX {
+        too_many(
+            &mut causes.declarative,
+            "status.allocation.devices.config",
+            configs.len(),
+            2 * DEVICE_REQUESTS_MAX,
+        );
+        return;
+    }
+    for (i, config) in configs.iter().enumerate() {
+        let base = format!("status.allocation.devices.config[{i}]");
+        match str_of(config, "source") {
+            "" => push(
+                &mut causes.declarative,
+                format!("{base}.source"),
+                "Required value",
+            ),
+            "FromClaim" | "FromClass" => {}
+            other => push(
+                &mut causes.declarative,
+                format!("{base}.source"),
+                format!("Unsupported value: {other:?}: supported values: \"FromClaim\", \"FromClass\""),
+            ),
+        }
+        let requests = arr(config, "requests");
+        if requests.len() > DEVICE_REQUESTS_MAX {
+            too_many(
+                &mut causes.declarative,
+                &format!("{base}.requests"),
+                requests.len(),
+                DEVICE_REQUESTS_MAX,
+            );
+        } else {
+            let mut seen = HashSet::new();
+            for (k, r) in requests.iter().enumerate() {
+                let r = r.as_str().unwrap_or_default();
+                let field = format!("{base}.requests[{k}]");
+                check_request_ref(&mut causes.plain, claim, &field, r);
+                unique(&mut causes.declarative, &mut seen, &field, r);
+            }
+        }
+        match config.get("opaque").filter(|o| !o.is_null()) {
+            None => push(&mut causes.plain, format!("{base}.opaque"), "Required value"),
+            Some(opaque) => {
+                check_driver_name(
+                    &mut causes.declarative,
+                    &format!("{base}.opaque.driver"),
+                    str_of(opaque, "driver"),
+                    "characters",
+                );
+                check_raw_object(
+                    &mut causes.plain,
+                    &format!("{base}.opaque.parameters"),
+                    opaque.get("parameters"),
+                );
+            }
+        }
+    }
+}
+
+/// A device status entry as kube-apiserver shows a duplicate: its fields in the API's order,
+/// `conditions` always, the optional ones when set.
+pub(super) fn device_status_text(status: &Value) -> String {
+    let mut text = String::from("{");
+    for key in [
+        "driver",
+        "pool",
+        "device",
+        "shareID",
+        "conditions",
+        "data",
+        "networkData",
+    ] {
+        let value = status.get(key).filter(|v| !v.is_null());
+        if value.is_none() && key != "conditions" {
+            continue;
+        }
+        if text.len() > 1 {
+            text.push(',');
+        }
+        let value = value.map_or_else(|| "null".to_string(), Value::to_string);
+        text.push_str(&format!("{}:{value}", Value::from(key)));
+    }
+    text.push('}');
+    text
+}
+
+/// `status.devices` of a claim status write: each entry names a device of the claim's
+/// allocation (`allocation`, the one the write leaves in place) with well-formed names, once;
+/// at most 8 conditions; `data`, when present, a JSON object within the size limit.
+pub fn check_device_statuses(claim: &Value, allocation: Option<&Value>, causes: &mut StatusCauses) {
+    let statuses = claim
+        .get("status")
+        .and_then(|s| s.get("devices"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    // The device's identity as kube-apiserver prints it in these messages: its internal
+    // shared-device ID as JSON, in that type's field order.
+    let id = |v: &Value| {
+        let quoted = |key: &str| Value::from(str_of(v, key)).to_string();
+        format!(
+            "{{\"Driver\":{},\"Pool\":{},\"Device\":{},\"ShareID\":{}}}",
+            quoted("driver"),
+            quoted("pool"),
+            quoted("device"),
+            quoted("shareID")
+        )
+    };
+    let allocated: HashSet<String> = allocation
+        .and_then(|a| a.get("devices"))
+        .map(|d| arr(d, "results").iter().map(id).collect())
+        .unwrap_or_default();
+    let mut seen = HashSet::new();
+    for (i, status) in statuses.iter().enumerate() {
+        let base = format!("status.devices[{i}]");
+        let plain = &mut causes.plain;
+        check_driver_name(
+            plain,
+            &format!("{base}.driver"),
+            str_of(status, "driver"),
+            "bytes",
+        );
+        check_pool_name(plain, &format!("{base}.pool"), str_of(status, "pool"), false);
+        check_label_format(plain, &format!("{base}.device"), str_of(status, "device"));
+        if let Some(share) = status.get("shareID").and_then(Value::as_str) {
+            check_share_id(&mut causes.declarative, &format!("{base}.shareID"), share);
+        }
+        let device = id(status);
+        if !allocated.contains(&device) {
+            push(
+                &mut causes.plain,
+                base.as_str(),
+                format!("Invalid value: {device}: must be an allocated device in the claim"),
+            );
+        }
+        too_many(
+            &mut causes.plain,
+            &format!("{base}.conditions"),
+            arr(status, "conditions").len(),
+            DEVICE_STATUS_CONDITIONS_MAX,
+        );
+        if let Some(data) = status.get("data").filter(|d| !d.is_null()) {
+            check_raw_object(&mut causes.plain, &format!("{base}.data"), Some(data));
+        }
+        if !seen.insert(device) {
+            push(
+                &mut causes.declarative,
+                base,
+                format!("Duplicate value: {}", device_status_text(status)),
+            );
+        }
+    }
+}
