@@ -142,6 +142,24 @@ pub struct KubeSchedulerProfile {
     pub plugin_config: Vec<PluginConfig>,
 }
 
+impl KubeSchedulerProfile {
+    /// A profile that runs exactly the named plugins, each at every extension point it serves
+    /// (`multiPoint`), with every default plugin disabled (`*`).
+    pub fn with_only_plugins(names: impl IntoIterator<Item = String>) -> Self {
+        let plugin = |name: String| PluginRef { name, weight: None };
+        KubeSchedulerProfile {
+            plugins: Some(Plugins {
+                multi_point: PluginSet {
+                    enabled: names.into_iter().map(plugin).collect(),
+                    disabled: vec![plugin("*".into())],
+                },
+                ..Plugins::default()
+            }),
+            ..KubeSchedulerProfile::default()
+        }
+    }
+}
+
 /// Plugin sets per extension point.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]

@@ -1503,7 +1503,6 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::config::Plugins;
 
     /// A Filter plugin that takes `pause` on every node.
     struct Pausing {
@@ -1558,27 +1557,8 @@ mod tests {
     /// A framework running exactly `plugins` (multi-point, everything else disabled), reporting
     /// to `observer`.
     fn framework_of(plugins: Vec<Arc<dyn Plugin>>, observer: Arc<dyn FrameworkObserver>) -> Framework {
-        let enabled = plugins
-            .iter()
-            .map(|p| PluginRef {
-                name: p.name().to_string(),
-                weight: None,
-            })
-            .collect();
+        let profile = KubeSchedulerProfile::with_only_plugins(plugins.iter().map(|p| p.name().to_string()));
         let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
-        let profile = KubeSchedulerProfile {
-            plugins: Some(Plugins {
-                multi_point: PluginSet {
-                    enabled,
-                    disabled: vec![PluginRef {
-                        name: "*".into(),
-                        weight: None,
-                    }],
-                },
-                ..Plugins::default()
-            }),
-            ..KubeSchedulerProfile::default()
-        };
         match Framework::new(&profile, &registry) {
             Ok(f) => f.with_observer(observer),
             Err(e) => panic!("framework: {e}"),

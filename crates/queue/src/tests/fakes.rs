@@ -9,8 +9,7 @@ use k8s_openapi::{
 use unisched_framework::{
     BindPlugin, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject, FilterPlugin,
     Framework, NodeInfo, Plugin, PluginRegistry, PodInfo, PreEnqueuePlugin, QueueSortPlugin, QueuedPodInfo,
-    QueueingHint, SchedulingFailure, Status,
-    config::{KubeSchedulerProfile, PluginRef, PluginSet, Plugins},
+    QueueingHint, SchedulingFailure, Status, config::KubeSchedulerProfile,
 };
 
 use crate::{QueueConfig, Requeued, SchedulingQueue, testing::FakeClock};
@@ -166,28 +165,11 @@ pub fn framework_named(name: &str, plugins: Vec<Arc<dyn Plugin>>) -> Arc<Framewo
 
 /// A framework with exactly these plugins.
 pub fn framework_exact(name: &str, plugins: Vec<Arc<dyn Plugin>>) -> Arc<Framework> {
-    let enabled = plugins
-        .iter()
-        .map(|p| PluginRef {
-            name: p.name().to_string(),
-            weight: None,
-        })
-        .collect();
-    let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
     let profile = KubeSchedulerProfile {
         scheduler_name: Some(name.to_string()),
-        plugins: Some(Plugins {
-            multi_point: PluginSet {
-                enabled,
-                disabled: vec![PluginRef {
-                    name: "*".into(),
-                    weight: None,
-                }],
-            },
-            ..Plugins::default()
-        }),
-        ..KubeSchedulerProfile::default()
+        ..KubeSchedulerProfile::with_only_plugins(plugins.iter().map(|p| p.name().to_string()))
     };
+    let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
     match Framework::new(&profile, &registry) {
         Ok(f) => Arc::new(f),
         Err(e) => panic!("framework: {e}"),
