@@ -27,22 +27,22 @@ pub struct StatusCauses {
 /// with a source, unique request references and opaque parameters. kube-apiserver checks a
 /// result only when it is first written (a stored one can only be removed); so does the caller.
 pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut StatusCauses) {
+    let claim_devices = claim
+        .get("spec")
+        .and_then(|s| s.get("devices"))
+        .unwrap_or(&Value::Null);
     let devices = allocation.get("devices").unwrap_or(&Value::Null);
-    let results = arr(devices, "results");
-    if results.len() > ALLOCATION_RESULTS_MAX {
-        // The size check stands alone: the entries are not looked at.
-        too_many(
-            &mut causes.declarative,
-            "status.allocation.devices.results",
-            results.len(),
-            ALLOCATION_RESULTS_MAX,
-        );
-    } else {
+    if let Some(results) = within(
+        &mut causes.declarative,
+        "status.allocation.devices.results",
+        arr(devices, "results"),
+        ALLOCATION_RESULTS_MAX,
+    ) {
         for (i, result) in results.iter().enumerate() {
             let base = format!("status.allocation.devices.results[{i}]");
             check_request_ref(
                 &mut causes.plain,
-                claim,
+                claim_devices,
                 &format!("{base}.request"),
                 str_of(result, "request"),
             );
@@ -64,16 +64,14 @@ pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut S
             }
         }
     }
-    let configs = arr(devices, "config");
-    if configs.len() > 2 * DEVICE_REQUESTS_MAX {
-        too_many(
-            &mut causes.declarative,
-            "status.allocation.devices.config",
-            configs.len(),
-            2 * DEVICE_REQUESTS_MAX,
-        );
+    let Some(configs) = within(
+        &mut causes.declarative,
+        "status.allocation.devices.config",
+        arr(devices, "config"),
+        2 * DEVICE_REQUESTS_MAX,
+    ) else {
         return;
-    }
+    };
     for (i, config) in configs.iter().enumerate() {
         let base = format!("status.allocation.devices.config[{i}]");
         match str_of(config, "source") {
@@ -89,39 +87,15 @@ pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut S
                 format!("Unsupported value: {other:?}: supported values: \"FromClaim\", \"FromClass\""),
             ),
         }
-        let requests = arr(config, "requests");
-        if requests.len() > DEVICE_REQUESTS_MAX {
-            too_many(
-                &mut causes.declarative,
-                &format!("{base}.requests"),
-                requests.len(),
-                DEVICE_REQUESTS_MAX,
-            );
-        } else {
-            let mut seen = HashSet::new();
-            for (k, r) in requests.iter().enumerate() {
-                let r = r.as_str().unwrap_or_default();
-                let field = format!("{base}.requests[{k}]");
-                check_request_ref(&mut causes.plain, claim, &field, r);
-                unique(&mut causes.declarative, &mut seen, &field, r);
-            }
-        }
-        match config.get("opaque").filter(|o| !o.is_null()) {
-            None => push(&mut causes.plain, format!("{base}.opaque"), "Required value"),
-            Some(opaque) => {
-                check_driver_name(
-                    &mut causes.declarative,
-                    &format!("{base}.opaque.driver"),
-                    str_of(opaque, "driver"),
-                    "characters",
-                );
-                check_raw_object(
-                    &mut causes.plain,
-                    &format!("{base}.opaque.parameters"),
-                    opaque.get("parameters"),
-                );
-            }
-        }
+        let (plain, later) = (&mut causes.plain, &mut causes.declarative);
+        check_request_refs(
+            plain,
+            later,
+            claim_devices,
+            &format!("{base}.requests"),
+            arr(config, "requests"),
+        );
+        check_opaque_config(plain, later, &base, config);
     }
 }
 

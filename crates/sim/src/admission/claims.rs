@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use unisched_dra::cel::{CelSelectorEngine, MAX_EXPRESSION_LEN};
 
 use super::*;
@@ -150,30 +150,6 @@ pub(super) fn request_text(request: &Value) -> String {
     })
 }
 
-/// A list of request references (constraints, config): each names a request of the claim;
-/// the count and duplicates are declarative upstream.
-pub(super) fn check_request_refs(
-    causes: &mut Vec<Cause>,
-    later: &mut Vec<Cause>,
-    claim_devices: &Value,
-    field: &str,
-    refs: &[Value],
-) {
-    let Some(refs) = within(later, field, refs, DEVICE_REQUESTS_MAX) else {
-        return;
-    };
-    let claim = json!({"spec": {"devices": claim_devices}});
-    for (k, r) in refs.iter().enumerate() {
-        check_request_ref(
-            causes,
-            &claim,
-            &format!("{field}[{k}]"),
-            r.as_str().unwrap_or_default(),
-        );
-    }
-    declarative_duplicates(later, field, refs, |r| r.to_string(), |r| r.to_string());
-}
-
 /// A fully qualified attribute name (`domain/id`) of a constraint, declarative upstream.
 pub(super) fn check_fully_qualified_name(later: &mut Vec<Cause>, field: &str, name: &str) {
     check_qualified_name(later, field, name);
@@ -185,32 +161,6 @@ pub(super) fn check_fully_qualified_name(later: &mut Vec<Cause>, field: &str, na
                 "Invalid value: {name:?}: a fully qualified name must be a domain and a name separated by a slash"
             ),
         );
-    }
-}
-
-/// An opaque configuration entry of a claim or class: `opaque` required, its driver
-/// (declarative upstream) and parameters that are a JSON object.
-pub(super) fn check_opaque_config(
-    causes: &mut Vec<Cause>,
-    later: &mut Vec<Cause>,
-    base: &str,
-    config: &Value,
-) {
-    match config.get("opaque").filter(|o| !o.is_null()) {
-        None => push(causes, format!("{base}.opaque"), "Required value"),
-        Some(opaque) => {
-            check_raw_object(
-                causes,
-                &format!("{base}.opaque.parameters"),
-                opaque.get("parameters"),
-            );
-            check_driver_name(
-                later,
-                &format!("{base}.opaque.driver"),
-                str_of(opaque, "driver"),
-                "characters",
-            );
-        }
     }
 }
 

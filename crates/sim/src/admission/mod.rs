@@ -311,18 +311,14 @@ fn check_qualified_name(causes: &mut Vec<Cause>, field: &str, qualified: &str) {
     }
 }
 
-/// Whether `reference` names a request of the claim, or `request/subrequest` a subrequest of
-/// one of its `firstAvailable` requests.
-fn names_a_request(claim: &Value, reference: &str) -> bool {
+/// Whether `reference` names a request of the claim whose `spec.devices` is `claim_devices`, or
+/// `request/subrequest` a subrequest of one of its `firstAvailable` requests.
+fn names_a_request(claim_devices: &Value, reference: &str) -> bool {
     let mut segments = reference.split('/');
     let (Some(request), sub, None) = (segments.next(), segments.next(), segments.next()) else {
         return false;
     };
-    let requests = claim
-        .get("spec")
-        .and_then(|s| s.get("devices"))
-        .map(|d| arr(d, "requests"))
-        .unwrap_or_default();
+    let requests = arr(claim_devices, "requests");
     requests
         .iter()
         .filter(|r| str_of(r, "name") == request)
@@ -334,7 +330,7 @@ fn names_a_request(claim: &Value, reference: &str) -> bool {
 
 /// A request reference in an allocation result or its config: at most two `/`-separated DNS
 /// labels naming a request (or a request's subrequest) of the claim.
-fn check_request_ref(causes: &mut Vec<Cause>, claim: &Value, field: &str, reference: &str) {
+fn check_request_ref(causes: &mut Vec<Cause>, claim_devices: &Value, field: &str, reference: &str) {
     const NOT_A_REQUEST: &str = "must be the name of a request in the claim or the name of a \
                                  request and a subrequest separated by '/'";
     if reference.split('/').count() > 2 {
@@ -348,11 +344,55 @@ fn check_request_ref(causes: &mut Vec<Cause>, claim: &Value, field: &str, refere
     for segment in reference.split('/') {
         check_label_format(causes, field, segment);
     }
-    if !names_a_request(claim, reference) {
+    if !names_a_request(claim_devices, reference) {
         push(
             causes,
             field,
             format!("Invalid value: {reference:?}: {NOT_A_REQUEST}"),
         );
+    }
+}
+
+/// A list of request references (constraints, config): each names a request of the claim;
+/// the count and duplicates are declarative upstream.
+fn check_request_refs(
+    causes: &mut Vec<Cause>,
+    later: &mut Vec<Cause>,
+    claim_devices: &Value,
+    field: &str,
+    refs: &[Value],
+) {
+    let Some(refs) = within(later, field, refs, DEVICE_REQUESTS_MAX) else {
+        return;
+    };
+    for (k, r) in refs.iter().enumerate() {
+        check_request_ref(
+            causes,
+            claim_devices,
+            &format!("{field}[{k}]"),
+            r.as_str().unwrap_or_default(),
+        );
+    }
+    declarative_duplicates(later, field, refs, |r| r.to_string(), |r| r.to_string());
+}
+
+/// An opaque configuration entry of a claim, a class or an allocation result: `opaque` required, its driver
+/// (declarative upstream) and parameters that are a JSON object.
+fn check_opaque_config(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, base: &str, config: &Value) {
+    match config.get("opaque").filter(|o| !o.is_null()) {
+        None => push(causes, format!("{base}.opaque"), "Required value"),
+        Some(opaque) => {
+            check_raw_object(
+                causes,
+                &format!("{base}.opaque.parameters"),
+                opaque.get("parameters"),
+            );
+            check_driver_name(
+                later,
+                &format!("{base}.opaque.driver"),
+                str_of(opaque, "driver"),
+                "characters",
+            );
+        }
     }
 }
