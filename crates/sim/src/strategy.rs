@@ -164,7 +164,7 @@ pub(crate) fn prepare_update(
             ));
         }
         ("resource.k8s.io", "ResourceClaim") if mode == UpdateMode::Status => {
-            let causes = claim_status_update_causes(old, new);
+            let causes = admission::check_claim_status_update(old, new);
             if !causes.is_empty() {
                 return Err(StoreError::Invalid {
                     kind: rt.kind.to_string(),
@@ -198,114 +198,6 @@ fn check_path_segment(name: &str) -> Result<(), String> {
     } else {
         Ok(())
     }
-}
-
-/// kube-apiserver's `ResourceClaimReservedForMaxSize`.
-const RESERVED_FOR_MAX: usize = 256;
-
-/// `v.status[field]`, absent when null.
-fn status_field<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
-    v.get("status")
-        .and_then(|s| s.get(field))
-        .filter(|x| !x.is_null())
-}
-
-/// What upstream's claim status validation refuses in a status write (empty when nothing): the
-/// invariants that keep a device from being handed out twice (a claim is reserved only while it
-/// is allocated; an allocation is never replaced by another, only removed; a claim being
-/// deleted takes no new consumers; consumers are complete and unique by UID), a new allocation
-/// result's contents, and device statuses that name allocated devices. In kube-apiserver
-/// 1.37.2's order and wording ([`admission::StatusCauses`]).
-fn claim_status_update_causes(old: &Value, new: &Value) -> Vec<Cause> {
-    let mut reserved_causes = admission::StatusCauses::default();
-    let mut device_causes = admission::StatusCauses::default();
-    let mut allocation_causes = admission::StatusCauses::default();
-    let empty = Vec::new();
-    let reserved = status_field(new, "reservedFor")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let plain = |c: &mut admission::StatusCauses, field: &str, message: String| {
-        c.plain.push(Cause {
-            field: field.to_string(),
-            message,
-        })
-    };
-    if reserved.len() > RESERVED_FOR_MAX {
-        reserved_causes.declarative.push(Cause {
-            field: "status.reservedFor".into(),
-            message: format!(
-                "Too many: {}: must have at most {RESERVED_FOR_MAX} items",
-                reserved.len()
-            ),
-        });
-    } else {
-        let mut uids = std::collections::HashSet::new();
-        for (i, consumer) in reserved.iter().enumerate() {
-            for f in ["resource", "name", "uid"] {
-                if get_str(consumer, &[f]).is_none_or(str::is_empty) {
-                    plain(
-                        &mut reserved_causes,
-                        &format!("status.reservedFor[{i}].{f}"),
-                        "Required value".into(),
-                    );
-                }
-            }
-            if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
-                && !uids.insert(uid)
-            {
-                // Shown as the whole entry, in the API's field order.
-                let text = |key: &str| Value::from(get_str(consumer, &[key]).unwrap_or_default()).to_string();
-                reserved_causes.declarative.push(Cause {
-                    field: format!("status.reservedFor[{i}]"),
-                    message: format!(
-                        "Duplicate value: {{\"resource\":{},\"name\":{},\"uid\":{}}}",
-                        text("resource"),
-                        text("name"),
-                        text("uid")
-                    ),
-                });
-            }
-        }
-    }
-    let allocation = status_field(new, "allocation");
-    admission::check_device_statuses(new, allocation, &mut device_causes);
-    if !reserved.is_empty() {
-        if allocation.is_none() {
-            plain(
-                &mut device_causes,
-                "status.reservedFor",
-                "Forbidden: may not be specified when `allocated` is not set".into(),
-            );
-        } else if get_path(new, &["metadata", "deletionTimestamp"]).is_some() {
-            let before = status_field(old, "reservedFor")
-                .and_then(Value::as_array)
-                .unwrap_or(&empty);
-            if reserved.iter().any(|r| !before.contains(r)) {
-                plain(
-                    &mut device_causes,
-                    "status.reservedFor",
-                    "Forbidden: new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set".into(),
-                );
-            }
-        }
-    }
-    match (status_field(old, "allocation"), allocation) {
-        (Some(was), Some(now)) if was != now => allocation_causes.declarative.push(Cause {
-            field: "status.allocation".into(),
-            // kube-apiserver 1.37's wording, its `null` included.
-            message: "Invalid value: null: field cannot be modified once set".into(),
-        }),
-        // Only a result being written now is checked: a stored one was checked when written.
-        (None, Some(now)) => admission::check_allocation_result(new, now, &mut allocation_causes),
-        _ => {}
-    }
-    let mut causes = reserved_causes.plain;
-    causes.extend(device_causes.plain);
-    causes.extend(allocation_causes.plain);
-    causes.extend(allocation_causes.declarative);
-    causes.extend(reserved_causes.declarative);
-    causes.extend(device_causes.declarative);
-    causes
 }
 
 /// Decodes the object into its k8s-openapi type and runs the generic and kind-specific checks.

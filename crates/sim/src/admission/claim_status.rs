@@ -1,10 +1,123 @@
-//! ResourceClaim status writes: a new allocation result and the device statuses.
+//! ResourceClaim status writes: the consumers (`reservedFor`), the device statuses, and an
+//! allocation that is either new (its contents checked) or unchanged.
 
 use std::collections::HashSet;
 
 use serde_json::Value;
 
 use super::*;
+use crate::util::{get_path, get_str};
+
+/// kube-apiserver's `ResourceClaimReservedForMaxSize`.
+const RESERVED_FOR_MAX: usize = 256;
+
+/// `v.status[field]`, absent when null.
+fn status_field<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
+    v.get("status")
+        .and_then(|s| s.get(field))
+        .filter(|x| !x.is_null())
+}
+
+/// What upstream's claim status validation refuses in a status write from `old` to `new`
+/// (empty when nothing): the invariants that keep a device from being handed out twice (a claim
+/// is reserved only while it is allocated; an allocation is never replaced by another, only
+/// removed; a claim being deleted takes no new consumers; consumers are complete and unique by
+/// UID), a new allocation result's contents, and device statuses that name allocated devices.
+/// In kube-apiserver 1.37.2's order and wording: its hand-written checks first, then its
+/// declarative ones (`StatusCauses`).
+pub fn check_claim_status_update(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut reserved_causes = StatusCauses::default();
+    let mut device_causes = StatusCauses::default();
+    let mut allocation_causes = StatusCauses::default();
+    let reserved = status_field(new, "reservedFor")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    check_reserved_for(reserved, &mut reserved_causes);
+    let allocation = status_field(new, "allocation");
+    check_device_statuses(new, allocation, &mut device_causes);
+    // The consumers' invariants, which upstream checks after the device statuses.
+    if !reserved.is_empty() {
+        if allocation.is_none() {
+            push(
+                &mut device_causes.plain,
+                "status.reservedFor",
+                "Forbidden: may not be specified when `allocated` is not set",
+            );
+        } else if get_path(new, &["metadata", "deletionTimestamp"]).is_some() {
+            let before = status_field(old, "reservedFor")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if reserved.iter().any(|r| !before.contains(r)) {
+                push(
+                    &mut device_causes.plain,
+                    "status.reservedFor",
+                    "Forbidden: new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set",
+                );
+            }
+        }
+    }
+    match (status_field(old, "allocation"), allocation) {
+        (Some(was), Some(now)) if was != now => push(
+            &mut allocation_causes.declarative,
+            "status.allocation",
+            // kube-apiserver 1.37's wording, its `null` included.
+            "Invalid value: null: field cannot be modified once set",
+        ),
+        // Only a result being written now is checked: a stored one was checked when written.
+        (None, Some(now)) => check_allocation_result(new, now, &mut allocation_causes),
+        _ => {}
+    }
+    let mut causes = reserved_causes.plain;
+    causes.extend(device_causes.plain);
+    causes.extend(allocation_causes.plain);
+    causes.extend(allocation_causes.declarative);
+    causes.extend(reserved_causes.declarative);
+    causes.extend(device_causes.declarative);
+    causes
+}
+
+/// `status.reservedFor`: at most 256 consumers (a longer list is reported alone), each with a
+/// resource, a name and a UID, UIDs unique (a duplicate shown as the whole entry, in the API's
+/// field order).
+fn check_reserved_for(reserved: &[Value], causes: &mut StatusCauses) {
+    let Some(reserved) = within(
+        &mut causes.declarative,
+        "status.reservedFor",
+        reserved,
+        RESERVED_FOR_MAX,
+    ) else {
+        return;
+    };
+    let mut uids = HashSet::new();
+    for (i, consumer) in reserved.iter().enumerate() {
+        for f in ["resource", "name", "uid"] {
+            if get_str(consumer, &[f]).is_none_or(str::is_empty) {
+                push(
+                    &mut causes.plain,
+                    format!("status.reservedFor[{i}].{f}"),
+                    "Required value",
+                );
+            }
+        }
+        if let Some(uid) = get_str(consumer, &["uid"]).filter(|u| !u.is_empty())
+            && !uids.insert(uid)
+        {
+            let text = |key: &str| Value::from(str_of(consumer, key)).to_string();
+            push(
+                &mut causes.declarative,
+                format!("status.reservedFor[{i}]"),
+                format!(
+                    "Duplicate value: {{\"resource\":{},\"name\":{},\"uid\":{}}}",
+                    text("resource"),
+                    text("name"),
+                    text("uid")
+                ),
+            );
+        }
+    }
+}
 
 /// The problems of a claim status write in the two groups kube-apiserver 1.37 reports them in:
 /// the checks still written by hand in its validation code come first, in the order it walks
@@ -14,19 +127,19 @@ use super::*;
 /// characters", duplicates shown as the whole entry). Observed with kubectl against
 /// kube-apiserver 1.37.2.
 #[derive(Debug, Default)]
-pub struct StatusCauses {
+pub(super) struct StatusCauses {
     /// Hand-written checks, in walk order.
-    pub plain: Vec<Cause>,
+    plain: Vec<Cause>,
     /// Declarative checks, in the order of the status's fields (allocation, reservedFor,
     /// devices).
-    pub declarative: Vec<Cause>,
+    declarative: Vec<Cause>,
 }
 
 /// A new allocation result in a claim status write (`status.allocation`): at most 32 results,
 /// each naming a request of the claim and a well-formed driver, pool and device; config entries
 /// with a source, unique request references and opaque parameters. kube-apiserver checks a
 /// result only when it is first written (a stored one can only be removed); so does the caller.
-pub fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut StatusCauses) {
+fn check_allocation_result(claim: &Value, allocation: &Value, causes: &mut StatusCauses) {
     let claim_devices = claim
         .get("spec")
         .and_then(|s| s.get("devices"))
@@ -129,7 +242,7 @@ pub(super) fn device_status_text(status: &Value) -> String {
 /// `status.devices` of a claim status write: each entry names a device of the claim's
 /// allocation (`allocation`, the one the write leaves in place) with well-formed names, once;
 /// at most 8 conditions; `data`, when present, a JSON object within the size limit.
-pub fn check_device_statuses(claim: &Value, allocation: Option<&Value>, causes: &mut StatusCauses) {
+fn check_device_statuses(claim: &Value, allocation: Option<&Value>, causes: &mut StatusCauses) {
     let statuses = claim
         .get("status")
         .and_then(|s| s.get("devices"))

@@ -33,7 +33,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
-pub use claim_status::{StatusCauses, check_allocation_result, check_device_statuses};
+pub use claim_status::check_claim_status_update;
 pub use claims::{check_device_class, check_resource_claim, check_resource_claim_template};
 pub use pods::check_pod_ports;
 pub use slices::check_resource_slice;
