@@ -60,7 +60,7 @@ pub fn spawn(
         tasks.push(tokio::spawn(claims::run(store.clone(), shutdown.clone())));
     }
     if config.event_mirror {
-        tasks.push(tokio::spawn(events::run(store.clone(), shutdown.clone())));
+        tasks.extend(events::start(store.clone(), shutdown.clone()));
     }
     if config.volume_controller {
         tasks.push(tokio::spawn(volumes::run(store.clone(), shutdown.clone())));

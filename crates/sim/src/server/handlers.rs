@@ -258,6 +258,8 @@ async fn resource(
     let Some(t) = route(app, group, version, rest) else {
         return error_response(&StoreError::UnknownResource(format!("/{}", rest.join("/"))));
     };
+    // Any request may read the resource (a PATCH reads before it writes).
+    app.store.before_read(t.kind);
     let res = match (&t.name, t.sub.as_deref(), method.clone()) {
         (None, None, Method::GET) if flag(q, "watch") => return watch(app, &t, q, headers),
         (None, None, Method::GET) => list(app, &t, q, headers),

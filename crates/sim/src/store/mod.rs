@@ -14,10 +14,11 @@ mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Binding;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 
 pub use list::{ListOptions, ObjectList};
@@ -131,7 +132,14 @@ struct Inner {
     require_namespaces: bool,
     namespaces: Option<KindId>,
     pods: Option<KindId>,
+    /// Kinds whose first read runs a hook first (see [`Store::on_first_read`]); checked on every
+    /// read, so a flag per kind keeps the common case to one load.
+    first_read_pending: Vec<AtomicBool>,
+    first_read_hooks: Vec<Mutex<Option<FirstReadHook>>>,
 }
+
+/// Work that must happen before a kind is first read; it runs once, on the reading thread.
+type FirstReadHook = Box<dyn FnOnce(&Store) + Send>;
 
 /// The in-memory object store. Cheap to clone; all clones share the same data.
 #[derive(Clone)]
@@ -277,6 +285,8 @@ impl Store {
                 require_namespaces: config.require_namespaces,
                 namespaces,
                 pods,
+                first_read_pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
+                first_read_hooks: (0..n).map(|_| Mutex::new(None)).collect(),
             }),
         };
         if let Some(ns) = namespaces {
@@ -357,6 +367,33 @@ impl Store {
         }
     }
 
+    /// Runs `hook` before the first read of `kind` through the public API (`get`, `list`,
+    /// `list_all`, and every HTTP request for the resource), on the reader's thread, so that
+    /// reader already sees what the hook wrote. Used for work nobody needs until somebody looks,
+    /// such as the core copies of `events.k8s.io` Events. A later registration for the same kind
+    /// replaces an earlier one that has not run yet.
+    ///
+    /// The hook must not read `kind` through the public API itself (it would wait for itself);
+    /// crate-internal reads such as [`Self::get_in`] do not run hooks.
+    pub fn on_first_read(&self, kind: KindId, hook: impl FnOnce(&Store) + Send + 'static) {
+        *self.inner.first_read_hooks[kind.0].lock() = Some(Box::new(hook));
+        self.inner.first_read_pending[kind.0].store(true, Ordering::Release);
+    }
+
+    /// Runs `kind`'s first-read hook if it has not run yet. A concurrent reader waits until the
+    /// hook is done, so no reader sees its half-done work.
+    pub(crate) fn before_read(&self, kind: KindId) {
+        if !self.inner.first_read_pending[kind.0].load(Ordering::Acquire) {
+            return;
+        }
+        // Held while the hook runs: a second first reader waits here.
+        let mut slot = self.inner.first_read_hooks[kind.0].lock();
+        if let Some(hook) = slot.take() {
+            hook(self);
+        }
+        self.inner.first_read_pending[kind.0].store(false, Ordering::Release);
+    }
+
     // ----- reads -----
 
     pub(crate) fn get_in(&self, kind: KindId, ns: &str, name: &str) -> Result<ObjectRef, StoreError> {
@@ -370,6 +407,7 @@ impl Store {
     /// One object. `namespace` is ignored for cluster-scoped resources and defaults to `default`.
     pub fn get(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<ObjectRef, StoreError> {
         let kind = self.resolve(resource)?;
+        self.before_read(kind);
         let ns = self.namespace_for(self.rt(kind), namespace);
         self.get_in(kind, &ns, name)
     }
@@ -382,6 +420,7 @@ impl Store {
     /// Every object of a resource (in one namespace, or all when `namespace` is None), in key order.
     pub fn list_all(&self, resource: &str, namespace: Option<&str>) -> Result<Vec<ObjectRef>, StoreError> {
         let kind = self.resolve(resource)?;
+        self.before_read(kind);
         Ok(self.snapshot(kind, namespace))
     }
 
@@ -402,6 +441,7 @@ impl Store {
         opts: &ListOptions,
     ) -> Result<ObjectList, StoreError> {
         let kind = self.resolve(resource)?;
+        self.before_read(kind);
         self.list_in(kind, namespace, opts)
     }
 
@@ -1334,6 +1374,68 @@ fn set_pod_scheduled(pod: &mut Value) {
     if let Some(list) = conditions.as_array_mut() {
         list.retain(|c| c["type"] != "PodScheduled");
         list.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+    }
+}
+
+#[cfg(test)]
+mod first_read_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::AtomicUsize;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::ApiServer;
+
+    fn config_map(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}})
+    }
+
+    #[test]
+    fn a_first_read_hook_runs_once_before_the_first_public_read() {
+        let s = ApiServer::builder().controllers(false).build().store().clone();
+        let kind = s.resolve("configmaps").unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        s.on_first_read(kind, move |s| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            s.create("configmaps", Some("default"), config_map("made-by-hook"))
+                .unwrap();
+        });
+        // Writes and crate-internal reads do not run it.
+        s.create("configmaps", Some("default"), config_map("written"))
+            .unwrap();
+        assert_eq!(s.snapshot(kind, None).len(), 1);
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+        // The first public read does, before it reads; later reads do not.
+        assert!(s.get("configmaps", Some("default"), "made-by-hook").is_ok());
+        assert_eq!(s.list_all("configmaps", None).unwrap().len(), 2);
+        assert_eq!(
+            s.list("configmaps", None, &ListOptions::default())
+                .unwrap()
+                .items
+                .len(),
+            2
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_hook_on_one_kind_leaves_other_kinds_alone() {
+        let s = ApiServer::builder().controllers(false).build().store().clone();
+        let kind = s.resolve("configmaps").unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        s.on_first_read(kind, move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        s.list_all("secrets", None).unwrap();
+        s.list_all("pods", None).unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        s.list_all("configmaps", None).unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
 
