@@ -248,6 +248,24 @@ pub trait ScorePlugin: Plugin {
     /// A raw score; after `normalize_score` it must be within `[0, 100]`.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
 
+    /// Scores `nodes` in order into `out` (as long as `nodes`), stopping at the first failure,
+    /// which comes back with its node's index. Must give exactly what [`Self::score`] gives node
+    /// by node; the default is that loop. A plugin whose every call starts with the same lookups
+    /// (its PreScore state) overrides it to do them once per attempt. The framework calls it when
+    /// the attempt does not time plugins one call at a time.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        out: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        for (i, (node, slot)) in nodes.iter().zip(out.iter_mut()).enumerate() {
+            *slot = self.score(state, pod, node).map_err(|s| (i, s))?;
+        }
+        Ok(())
+    }
+
     /// True when `normalize_score` must be called.
     fn has_normalize(&self) -> bool {
         false

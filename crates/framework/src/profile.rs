@@ -61,6 +61,13 @@ pub struct PluginTiming {
     success: Option<DurationRecorder>,
 }
 
+impl PluginTiming {
+    /// Whether this attempt times each call of the plugin.
+    pub fn times_each_call(&self) -> bool {
+        self.record
+    }
+}
+
 /// PreBind plugins' runs as futures ([`Framework::pre_bind_future`]), to be awaited through
 /// [`Framework::complete_pre_bind`].
 pub struct PreBindInFlight {
@@ -1626,6 +1633,105 @@ mod tests {
         // The second node's first plugin starts on its own reading, not at the first node's
         // last one: it is not charged the pause between the nodes.
         assert!(slow_runs[1] < slow * 2, "{durations:?}");
+    }
+
+    /// A Score plugin that scores each node by a function of its name and fails on the named
+    /// nodes.
+    struct Scripted {
+        name: &'static str,
+        fails_on: &'static [&'static str],
+    }
+    impl Plugin for Scripted {
+        fn name(&self) -> &str {
+            self.name
+        }
+        crate::serves!(as_score);
+    }
+    impl ScorePlugin for Scripted {
+        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+            if self.fails_on.contains(&node.name()) {
+                return Err(Status::error(format!("{} broke on {}", self.name, node.name())));
+            }
+            let seed = self.name.len() as i64 * 7;
+            Ok(node.name().bytes().map(i64::from).sum::<i64>() * seed % 101)
+        }
+    }
+
+    /// Attempts that time each plugin call score node by node; the others plugin by plugin
+    /// (`ScorePlugin::score_nodes`). Both must give the same table, and on failures the same
+    /// error: the first failing node's first failing plugin, as a node-by-node run meets it.
+    #[test]
+    fn scoring_plugin_by_plugin_matches_scoring_node_by_node() {
+        let cases: [(
+            &str,
+            &'static [&'static str],
+            &'static [&'static str],
+            Option<&str>,
+        ); 4] = [
+            ("no failure", &[], &[], None),
+            (
+                "the later plugin fails on an earlier node",
+                &["n4"],
+                &["n2"],
+                Some("Second broke on n2"),
+            ),
+            (
+                "both fail on one node: the first plugin",
+                &["n3"],
+                &["n3"],
+                Some("First broke on n3"),
+            ),
+            (
+                "only the first plugin fails",
+                &["n1", "n5"],
+                &[],
+                Some("First broke on n1"),
+            ),
+        ];
+        let nodes: Vec<Arc<NodeInfo>> = (0..8)
+            .map(|i| {
+                let mut node = Node::default();
+                node.metadata.name = Some(format!("n{i}"));
+                Arc::new(NodeInfo::new(Arc::new(node)))
+            })
+            .collect();
+        let pod = PodInfo::new(Pod::default());
+        for (name, first_fails, second_fails, want_error) in cases {
+            let plugins: Vec<Arc<dyn Plugin>> = vec![
+                Arc::new(Fifo),
+                Arc::new(Scripted {
+                    name: "First",
+                    fails_on: first_fails,
+                }),
+                Arc::new(Scripted {
+                    name: "Second",
+                    fails_on: second_fails,
+                }),
+            ];
+            let fwk = framework_of(plugins, Arc::new(Arc::new(Durations::default())));
+            let run = |timed: bool| {
+                let mut state = CycleState::new();
+                state.record_plugin_metrics = timed;
+                crate::SchedulingAlgorithm::new(1, None, 1).prioritize_nodes(&fwk, &mut state, &pod, &nodes)
+            };
+            let (node_by_node, plugin_by_plugin) = (run(true), run(false));
+            match want_error {
+                None => {
+                    let table = plugin_by_plugin.unwrap_or_else(|s| panic!("{name}: {s:?}"));
+                    assert_eq!(Ok(&table), node_by_node.as_ref(), "{name}");
+                    assert_eq!(table.plugins, ["First", "Second"], "{name}");
+                    assert!(
+                        table.totals.iter().any(|&t| t != table.totals[0]),
+                        "{name}: scores vary"
+                    );
+                }
+                Some(want) => {
+                    let (a, b) = (node_by_node.unwrap_err(), plugin_by_plugin.unwrap_err());
+                    assert_eq!(a.to_string(), b.to_string(), "{name}");
+                    assert!(b.to_string().contains(want), "{name}: {b}");
+                }
+            }
+        }
     }
 
     /// Orders pods first in, first out, and nothing else.

@@ -82,6 +82,24 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
             Err(_) => self.scorer.score(node, &self.scorer.pre_state(state, pod)),
         }
     }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        out: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        let computed;
+        let pre = match state.read::<ScorePreState>(PRE_SCORE_KEY) {
+            Ok(pre) => pre,
+            Err(_) => {
+                computed = self.scorer.pre_state(state, pod);
+                &computed
+            }
+        };
+        self.scorer.score_nodes(nodes, pre, out)
+    }
 }
 
 #[cfg(test)]
@@ -107,7 +125,11 @@ mod tests {
             return None;
         }
         assert!(s.is_success(), "{s}");
-        Some(arcs.iter().map(|n| pl.score(state, pod, n).unwrap()).collect())
+        let one_by_one: Vec<i64> = arcs.iter().map(|n| pl.score(state, pod, n).unwrap()).collect();
+        let mut all_at_once = vec![-1; arcs.len()];
+        pl.score_nodes(state, pod, &arcs, &mut all_at_once).unwrap();
+        assert_eq!(all_at_once, one_by_one, "score_nodes disagrees with score");
+        Some(one_by_one)
     }
 
     #[test]

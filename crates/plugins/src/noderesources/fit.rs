@@ -306,6 +306,24 @@ impl ScorePlugin for NodeResourcesFit {
                 .score(node, &self.scorer.pre_state_with_dra(state, pod, self.resolver())),
         }
     }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        out: &mut [i64],
+    ) -> Result<(), (usize, Status)> {
+        let computed;
+        let pre = match state.read::<ScorePreState>(PRE_SCORE_KEY) {
+            Ok(pre) => pre,
+            Err(_) => {
+                computed = self.scorer.pre_state_with_dra(state, pod, self.resolver());
+                &computed
+            }
+        };
+        self.scorer.score_nodes(nodes, pre, out)
+    }
 }
 
 /// A NodeInfo with only the node's allocatable, for hints.
@@ -760,7 +778,11 @@ mod tests {
     ) -> Vec<i64> {
         let arcs: Vec<Arc<NodeInfo>> = nodes.iter().cloned().map(Arc::new).collect();
         assert!(pl.pre_score(state, pod, &arcs).is_success());
-        arcs.iter().map(|n| pl.score(state, pod, n).unwrap()).collect()
+        let one_by_one: Vec<i64> = arcs.iter().map(|n| pl.score(state, pod, n).unwrap()).collect();
+        let mut all_at_once = vec![-1; arcs.len()];
+        pl.score_nodes(state, pod, &arcs, &mut all_at_once).unwrap();
+        assert_eq!(all_at_once, one_by_one, "score_nodes disagrees with score");
+        one_by_one
     }
 
     fn strategy(
