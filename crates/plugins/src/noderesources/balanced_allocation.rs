@@ -77,10 +77,8 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        match state.read::<ScorePreState>(PRE_SCORE_KEY) {
-            Ok(pre) => self.scorer.score(node, pre),
-            Err(_) => self.scorer.score(node, &self.scorer.pre_state(state, pod)),
-        }
+        let pre = ScorePreState::stored_or(state, PRE_SCORE_KEY, || self.scorer.pre_state(state, pod));
+        self.scorer.score(node, &pre)
     }
 
     fn score_nodes(
@@ -90,15 +88,8 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
         nodes: &[Arc<NodeInfo>],
         out: &mut [i64],
     ) -> Result<(), (usize, Status)> {
-        let computed;
-        let pre = match state.read::<ScorePreState>(PRE_SCORE_KEY) {
-            Ok(pre) => pre,
-            Err(_) => {
-                computed = self.scorer.pre_state(state, pod);
-                &computed
-            }
-        };
-        self.scorer.score_nodes(nodes, pre, out)
+        let pre = ScorePreState::stored_or(state, PRE_SCORE_KEY, || self.scorer.pre_state(state, pod));
+        self.scorer.score_nodes(nodes, &pre, out)
     }
 }
 

@@ -17,7 +17,7 @@
 //! They are computed once when the pod enters the scheduler, so PreFilter has nothing to compute; it
 //! rejects pods whose quantities do not parse.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{borrow::Cow, collections::BTreeSet, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -299,12 +299,7 @@ impl PreScorePlugin for NodeResourcesFit {
 
 impl ScorePlugin for NodeResourcesFit {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        match state.read::<ScorePreState>(PRE_SCORE_KEY) {
-            Ok(pre) => self.scorer.score(node, pre),
-            Err(_) => self
-                .scorer
-                .score(node, &self.scorer.pre_state_with_dra(state, pod, self.resolver())),
-        }
+        self.scorer.score(node, &self.stored_pre_state(state, pod))
     }
 
     fn score_nodes(
@@ -314,15 +309,16 @@ impl ScorePlugin for NodeResourcesFit {
         nodes: &[Arc<NodeInfo>],
         out: &mut [i64],
     ) -> Result<(), (usize, Status)> {
-        let computed;
-        let pre = match state.read::<ScorePreState>(PRE_SCORE_KEY) {
-            Ok(pre) => pre,
-            Err(_) => {
-                computed = self.scorer.pre_state_with_dra(state, pod, self.resolver());
-                &computed
-            }
-        };
-        self.scorer.score_nodes(nodes, pre, out)
+        self.scorer
+            .score_nodes(nodes, &self.stored_pre_state(state, pod), out)
+    }
+}
+
+impl NodeResourcesFit {
+    fn stored_pre_state<'a>(&self, state: &'a CycleState, pod: &PodInfo) -> Cow<'a, ScorePreState> {
+        ScorePreState::stored_or(state, PRE_SCORE_KEY, || {
+            self.scorer.pre_state_with_dra(state, pod, self.resolver())
+        })
     }
 }
 

@@ -15,6 +15,7 @@
 //! DynamicResources in Filter) is added to the pod's request on that node, so a pod whose CPU comes
 //! through a claim is scored like one asking for it in its spec.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::ExtendedResourceResolver;
@@ -241,6 +242,21 @@ pub(crate) struct ScorePreState {
     /// Per configured resource: the DeviceClass devices serving it when it is a DRA-backed
     /// extended resource the pod requests (empty when there is none).
     pub(crate) dra_classes: Vec<Option<ClassCapacity>>,
+}
+
+impl ScorePreState {
+    /// The state PreScore stored under `key`, or, when PreScore did not run for this attempt,
+    /// the one `compute` makes now (Score must work either way, as upstream's does).
+    pub(crate) fn stored_or<'a>(
+        state: &'a CycleState,
+        key: &str,
+        compute: impl FnOnce() -> ScorePreState,
+    ) -> Cow<'a, ScorePreState> {
+        match state.read::<ScorePreState>(key) {
+            Ok(pre) => Cow::Borrowed(pre),
+            Err(_) => Cow::Owned(compute()),
+        }
+    }
 }
 
 impl ResourceAllocationScorer {
