@@ -542,7 +542,7 @@ async fn create_with_admission_retry(
 }
 
 /// Adds [`HOLD_GATE`] to a pod's scheduling gates.
-fn hold(pod: &mut Value) {
+pub(crate) fn hold(pod: &mut Value) {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -554,7 +554,7 @@ fn hold(pod: &mut Value) {
 
 /// True when every claim the pod creates from a template has been created (its name is in the
 /// pod's `status.resourceClaimStatuses`).
-fn claims_created(pod: &Value) -> bool {
+pub(crate) fn claims_created(pod: &Value) -> bool {
     let statuses = pod["status"]["resourceClaimStatuses"].as_array();
     pod["spec"]["resourceClaims"]
         .as_array()
@@ -578,7 +578,7 @@ pub struct TemplateClaims {
 }
 
 /// The names of the claims the claim controller generated for a pod's template references.
-fn generated_claim_names(pod: &Value) -> Vec<String> {
+pub(crate) fn generated_claim_names(pod: &Value) -> Vec<String> {
     pod["status"]["resourceClaimStatuses"]
         .as_array()
         .into_iter()

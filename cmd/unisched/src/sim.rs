@@ -15,12 +15,12 @@ use clap::{Args, ValueEnum};
 use serde_json::Value;
 use unisched_runtime::{Scheduler, SchedulerOptions};
 use unisched_sim::{
-    ApiServer, DeleteOptions, RunningServer, Store,
+    ApiServer, DeleteOptions, ObjectRef, RunningServer, Store,
     report::{self, ObjectSource},
     scenario,
 };
 
-use crate::remote::{Inventory, RemoteCluster, fingerprint};
+use crate::remote::{HOLD_GATE, Inventory, RemoteCluster, fingerprint};
 use crate::snapshot;
 
 /// Output format of the report.
@@ -184,6 +184,75 @@ fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()>
     Ok(())
 }
 
+/// Creates the step's pods held by [`HOLD_GATE`] and returns them as (namespace, name), in
+/// creation order.
+fn apply_pods_held(store: &Store, step: &scenario::Step) -> Result<Vec<(String, String)>> {
+    let mut held = Vec::new();
+    for o in step.apply.iter().filter(|o| o.kind == "Pod") {
+        let mut pod = o.clone();
+        crate::remote::hold(&mut pod.value);
+        let made = apply_one(store, &pod)?;
+        held.push((made.namespace().to_string(), made.name().to_string()));
+    }
+    Ok(held)
+}
+
+/// Waits (up to `timeout`) until the claim controller has created the template claims of every
+/// held pod; returns them, and the pods whose claims did not appear.
+async fn await_template_claims_in(
+    store: &Store,
+    held: &[(String, String)],
+    timeout: Duration,
+) -> crate::remote::TemplateClaims {
+    let start = Instant::now();
+    let mut out = crate::remote::TemplateClaims::default();
+    for (ns, name) in held {
+        loop {
+            let pod = store.get("pods", Some(ns), name).map(|p| p.to_value());
+            if let Ok(pod) = &pod
+                && crate::remote::claims_created(pod)
+            {
+                let claims = crate::remote::generated_claim_names(pod);
+                out.claims.extend(claims.into_iter().map(|c| (ns.clone(), c)));
+                break;
+            }
+            // A pod whose template is missing gets a blocking event instead of its claims; the
+            // report says so.
+            let blocked = || report::blocking_events(store).contains_key(&(ns.clone(), name.clone()));
+            if pod.is_err() || blocked() {
+                break;
+            }
+            if start.elapsed() > timeout {
+                out.missing.push(format!("{ns}/{name}"));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    out
+}
+
+/// Removes [`HOLD_GATE`] from the held pods, in creation order.
+fn release_held(store: &Store, held: &[(String, String)]) -> Result<()> {
+    for (ns, name) in held {
+        let pod = store
+            .get("pods", Some(ns), name)
+            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+        let gates: Vec<Value> = pod.value()["spec"]["schedulingGates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|g| g["name"] != HOLD_GATE)
+            .cloned()
+            .collect();
+        let patch = unisched_sim::Patch::Merge(serde_json::json!({"spec": {"schedulingGates": gates}}));
+        store
+            .patch("pods", Some(ns), name, &patch)
+            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+    }
+    Ok(())
+}
+
 fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
     for d in &step.delete {
         let plural = plural_of(&d.kind);
@@ -200,27 +269,26 @@ fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
     Ok(())
 }
 
-fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<()> {
-    {
-        let plural = plural_of(&o.kind);
-        let mut value: Value = o.value.clone();
-        // Status in scenario files is accepted for nodes (allocatable) and slices; the store keeps it.
-        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-        }
-        store
-            .create(&plural, o.namespace.as_deref(), value)
-            .with_context(|| format!("{}: creating {} {}", o.source, o.kind, o.display_name()))?;
-        if o.kind == "Node" && o.value.get("status").is_some() {
-            // Creation may drop status for kinds with a status subresource; write it explicitly.
-            let name = o.value["metadata"]["name"].as_str().unwrap_or_default();
-            let patch = unisched_sim::Patch::Merge(serde_json::json!({"status": o.value["status"].clone()}));
-            store
-                .patch_status("nodes", None, name, &patch)
-                .with_context(|| format!("{}: node status", o.source))?;
-        }
+/// Creates one scenario object; returns it as stored.
+fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<ObjectRef> {
+    let plural = plural_of(&o.kind);
+    let mut value: Value = o.value.clone();
+    // Status in scenario files is accepted for nodes (allocatable) and slices; the store keeps it.
+    if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
     }
-    Ok(())
+    let made = store
+        .create(&plural, o.namespace.as_deref(), value)
+        .with_context(|| format!("{}: creating {} {}", o.source, o.kind, o.display_name()))?;
+    if o.kind == "Node" && o.value.get("status").is_some() {
+        // Creation may drop status for kinds with a status subresource; write it explicitly.
+        let name = o.value["metadata"]["name"].as_str().unwrap_or_default();
+        let patch = unisched_sim::Patch::Merge(serde_json::json!({"status": o.value["status"].clone()}));
+        store
+            .patch_status("nodes", None, name, &patch)
+            .with_context(|| format!("{}: node status", o.source))?;
+    }
+    Ok(made)
 }
 
 /// What the store holds: the inventory the in-process scheduler must have seen.
@@ -477,7 +545,19 @@ async fn sim_embedded(
             // watches deliver events in. Without it placement would depend on thread timing.
             wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
         }
-        apply_objects(&store, step, true)?;
+        // Pods are held until the claims generated from their templates exist and the scheduler
+        // has seen them, then released in creation order, as on a real cluster (`--kubeconfig`):
+        // a pod whose claim the scheduler has not seen yet waits for it while later pods go
+        // first, and placements would depend on which of two watch streams was faster.
+        let held = apply_pods_held(&store, step)?;
+        let generated = await_template_claims_in(&store, &held, Duration::from_secs(30)).await;
+        for pod in &generated.missing {
+            progress(&format!("pod {pod}: its claims were not created within 30s"));
+        }
+        if let Some((s, _)) = &scheduler {
+            wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
+        }
+        release_held(&store, &held)?;
         if !settle_now().await {
             settled = false;
             progress(&format!(
@@ -697,4 +777,89 @@ fn explanations(s: &Scheduler, report: &report::Report) -> Vec<report::PodExplan
             feasible_nodes: e.feasible_nodes,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    const STEP: &str = "\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.example.com}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default}
+spec:
+  schedulerName: unisched
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default}
+spec:
+  schedulerName: unisched
+  schedulingGates: [{name: mine}]
+  containers: [{name: c, image: x}]
+";
+
+    /// A step's pods are created held, the wait returns the claims made from their templates
+    /// (and names a pod whose claims did not come), and the release removes only the hold.
+    #[tokio::test]
+    async fn held_pods_wait_for_their_template_claims_and_keep_their_own_gates() {
+        let dir = std::env::temp_dir().join(format!("unisched-sim-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("step.yaml");
+        std::fs::write(&path, STEP).unwrap();
+        let scenario = scenario::load(&[path]).unwrap();
+        let step = &scenario.steps[0];
+        let store = ApiServer::builder().controllers(false).build().store().clone();
+        apply_objects(&store, step, false).unwrap();
+        let held = apply_pods_held(&store, step).unwrap();
+        let pair = |n: &str| ("default".to_string(), n.to_string());
+        assert_eq!(held, [pair("a"), pair("b")]);
+        let gates = |name: &str| {
+            store.get("pods", Some("default"), name).unwrap().value()["spec"]["schedulingGates"].clone()
+        };
+        assert_eq!(gates("a"), json!([{"name": HOLD_GATE}]));
+        assert_eq!(gates("b"), json!([{"name": "mine"}, {"name": HOLD_GATE}]));
+
+        // No claim controller yet: the wait gives up on `a` and names it.
+        let none = await_template_claims_in(&store, &held, Duration::from_millis(50)).await;
+        assert_eq!(
+            (none.claims.len(), none.missing),
+            (0, vec!["default/a".to_string()])
+        );
+
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(unisched_sim::controllers::claims::run_seeded(
+            store.clone(),
+            1,
+            stopped,
+        ));
+        let made = await_template_claims_in(&store, &held, Duration::from_secs(10)).await;
+        assert!(made.missing.is_empty(), "{:?}", made.missing);
+        assert_eq!(made.claims.len(), 1, "{:?}", made.claims);
+        assert!(
+            store
+                .get("resourceclaims", Some("default"), &made.claims[0].1)
+                .is_ok()
+        );
+
+        release_held(&store, &held).unwrap();
+        assert!(gates("a").as_array().is_none_or(Vec::is_empty), "{}", gates("a"));
+        assert_eq!(gates("b"), json!([{"name": "mine"}]));
+    }
 }

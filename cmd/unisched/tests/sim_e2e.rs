@@ -99,6 +99,47 @@ fn same_scenario_same_report() {
     assert_eq!(first, placement());
 }
 
+/// A pod with a claim from a template cannot be scheduled before the claim exists and the
+/// scheduler has seen it. Here 40 pods with a template claim and plain pods alternate, all with
+/// equal scores on four equal nodes: if a step's pods went to the scheduler while claims were
+/// still being created, the order of attempts (and so every seeded tie-break after it) would
+/// follow thread timing and change from run to run.
+#[test]
+fn pods_with_template_claims_are_placed_the_same_every_run() {
+    let dir = tempdir("template-claims-order");
+    // The class and templates come with node n0's slice; n1 to n3 get slices of their own.
+    let mut docs = vec![gpu_inventory("n0", 8)];
+    for n in 0..4 {
+        docs.push(node_yaml(&format!("n{n}"), "8", "32Gi"));
+    }
+    for n in 1..4 {
+        let devices: String = (0..8).map(|d| format!("  - {{name: gpu-{d}}}\n")).collect();
+        docs.push(format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: n{n}-gpus}}\nspec:\n  driver: gpu.example.com\n  nodeName: n{n}\n  pool: {{name: n{n}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{devices}"
+        ));
+    }
+    for i in 0..40 {
+        let claims: &[(&str, &str)] = if i % 2 == 0 { &[("gpu", "one-gpu")] } else { &[] };
+        docs.push(pod_with(&format!("p{i:02}"), "unisched", "100m", None, claims));
+    }
+    std::fs::write(dir.join("s.yaml"), docs.join("---\n")).unwrap();
+    let placement = || {
+        let (v, code) = sim_json(&[&dir.join("s.yaml")], &[]);
+        assert_eq!(code, 0, "{v:#}");
+        assert_eq!(v["summary"]["scheduled"], 40, "{v:#}");
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].to_string(), p["node"].to_string()))
+            .collect::<Vec<_>>()
+    };
+    let first = placement();
+    for _ in 0..4 {
+        assert_eq!(placement(), first);
+    }
+}
+
 #[test]
 fn bad_scenario_is_rejected_before_anything_runs() {
     let dir = tempdir("bad");
