@@ -260,10 +260,7 @@ pub trait ScorePlugin: Plugin {
         nodes: &[Arc<NodeInfo>],
         out: &mut [i64],
     ) -> Result<(), (usize, Status)> {
-        for (i, (node, slot)) in nodes.iter().zip(out.iter_mut()).enumerate() {
-            *slot = self.score(state, pod, node).map_err(|s| (i, s))?;
-        }
-        Ok(())
+        score_each(nodes, out, |node| self.score(state, pod, node))
     }
 
     /// True when `normalize_score` must be called.
@@ -275,6 +272,20 @@ pub trait ScorePlugin: Plugin {
     fn normalize_score(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore<'_>]) -> Status {
         Status::success()
     }
+}
+
+/// The loop of [`ScorePlugin::score_nodes`]: `score` for each of `nodes` in order into `out`,
+/// stopping at the first failure, which comes back with its node's index. For overrides that
+/// look their per-attempt state up once and then score node by node.
+pub fn score_each(
+    nodes: &[Arc<NodeInfo>],
+    out: &mut [i64],
+    mut score: impl FnMut(&NodeInfo) -> Result<i64, Status>,
+) -> Result<(), (usize, Status)> {
+    for (i, (node, slot)) in nodes.iter().zip(out.iter_mut()).enumerate() {
+        *slot = score(node).map_err(|s| (i, s))?;
+    }
+    Ok(())
 }
 
 /// Reserves cluster state for the pod on the chosen node before binding.

@@ -15,7 +15,9 @@
 
 use std::sync::Arc;
 
-use unisched_framework::{CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, ScorePlugin, Status};
+use unisched_framework::{
+    CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, ScorePlugin, Status, score_each,
+};
 
 use super::{
     args::NodeResourcesBalancedAllocationArgs,
@@ -89,7 +91,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
         out: &mut [i64],
     ) -> Result<(), (usize, Status)> {
         let pre = ScorePreState::stored_or(state, PRE_SCORE_KEY, || self.scorer.pre_state(state, pod));
-        self.scorer.score_nodes(nodes, &pre, out)
+        score_each(nodes, out, |node| self.scorer.score(node, &pre))
     }
 }
 

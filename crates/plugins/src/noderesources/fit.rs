@@ -26,7 +26,7 @@ use k8s_openapi::api::{
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, EventObject,
     EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    QueueingHint, ScorePlugin, Status,
+    QueueingHint, ScorePlugin, Status, score_each,
 };
 use unisched_resource::{Resource, is_extended_resource_name, pod_resources};
 
@@ -309,8 +309,8 @@ impl ScorePlugin for NodeResourcesFit {
         nodes: &[Arc<NodeInfo>],
         out: &mut [i64],
     ) -> Result<(), (usize, Status)> {
-        self.scorer
-            .score_nodes(nodes, &self.stored_pre_state(state, pod), out)
+        let pre = self.stored_pre_state(state, pod);
+        score_each(nodes, out, |node| self.scorer.score(node, &pre))
     }
 }
 

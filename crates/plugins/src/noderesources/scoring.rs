@@ -16,7 +16,6 @@
 //! through a claim is scored like one asking for it in its spec.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use crate::ExtendedResourceResolver;
 use crate::dynamic_resources::ClassCapacity;
@@ -420,20 +419,6 @@ impl ResourceAllocationScorer {
             (alloc, req) = (capacity, allocated.saturating_add(pod_request));
         }
         ((req, alloc, res.weight), pod_request)
-    }
-
-    /// [`Self::score`] for each of `nodes` into `out`, for a plugin's
-    /// [`ScorePlugin::score_nodes`](unisched_framework::ScorePlugin::score_nodes).
-    pub(crate) fn score_nodes(
-        &self,
-        nodes: &[Arc<NodeInfo>],
-        pre: &ScorePreState,
-        out: &mut [i64],
-    ) -> Result<(), (usize, Status)> {
-        for (i, (node, slot)) in nodes.iter().zip(out.iter_mut()).enumerate() {
-            *slot = self.score(node, pre).map_err(|s| (i, s))?;
-        }
-        Ok(())
     }
 
     /// The node score from `((requested with the pod, allocatable, weight), the pod's request)`
