@@ -298,22 +298,9 @@ impl RemoteCluster {
         for c in self.held() {
             let api = self.api(&c.resource, c.namespace.as_deref());
             let pod = serde_json::to_value(api.get(&c.name).await?)?;
-            let gates: Vec<Value> = pod["spec"]["schedulingGates"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|g| g["name"] != HOLD_GATE)
-                .cloned()
-                .collect();
-            // A JSON patch with a test of the resourceVersion would be stricter; the gate list is
-            // ours alone until the pod is released, so a merge patch of the whole list is enough.
-            api.patch(
-                &c.name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"schedulingGates": gates}})),
-            )
-            .await
-            .with_context(|| format!("releasing pod {}", c.name))?;
+            api.patch(&c.name, &PatchParams::default(), &Patch::Merge(release(&pod)))
+                .await
+                .with_context(|| format!("releasing pod {}", c.name))?;
             self.released.insert((c.namespace.clone(), c.name.clone()));
         }
         Ok(())
@@ -550,6 +537,20 @@ pub(crate) fn hold(pod: &mut Value) {
     if let Some(list) = gates.as_array_mut() {
         list.push(json!({"name": HOLD_GATE}));
     }
+}
+
+/// The merge patch that removes [`HOLD_GATE`] from `pod`'s scheduling gates and keeps the
+/// others. A JSON patch with a test of the resourceVersion would be stricter; the gate list is
+/// ours alone until the pod is released, so a merge patch of the whole list is enough.
+pub(crate) fn release(pod: &Value) -> Value {
+    let gates: Vec<Value> = pod["spec"]["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["name"] != HOLD_GATE)
+        .cloned()
+        .collect();
+    json!({"spec": {"schedulingGates": gates}})
 }
 
 /// True when every claim the pod creates from a template has been created (its name is in the

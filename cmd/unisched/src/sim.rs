@@ -20,7 +20,7 @@ use unisched_sim::{
     scenario,
 };
 
-use crate::remote::{HOLD_GATE, Inventory, RemoteCluster, fingerprint};
+use crate::remote::{Inventory, RemoteCluster, fingerprint};
 use crate::snapshot;
 
 /// Output format of the report.
@@ -184,7 +184,7 @@ fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()>
     Ok(())
 }
 
-/// Creates the step's pods held by [`HOLD_GATE`] and returns them as (namespace, name), in
+/// Creates the step's pods held by [`HOLD_GATE`](crate::remote::HOLD_GATE) and returns them as (namespace, name), in
 /// creation order.
 fn apply_pods_held(store: &Store, step: &scenario::Step) -> Result<Vec<(String, String)>> {
     let mut held = Vec::new();
@@ -232,20 +232,13 @@ async fn await_template_claims_in(
     out
 }
 
-/// Removes [`HOLD_GATE`] from the held pods, in creation order.
+/// Removes [`HOLD_GATE`](crate::remote::HOLD_GATE) from the held pods, in creation order.
 fn release_held(store: &Store, held: &[(String, String)]) -> Result<()> {
     for (ns, name) in held {
         let pod = store
             .get("pods", Some(ns), name)
             .with_context(|| format!("releasing pod {ns}/{name}"))?;
-        let gates: Vec<Value> = pod.value()["spec"]["schedulingGates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|g| g["name"] != HOLD_GATE)
-            .cloned()
-            .collect();
-        let patch = unisched_sim::Patch::Merge(serde_json::json!({"spec": {"schedulingGates": gates}}));
+        let patch = unisched_sim::Patch::Merge(crate::remote::release(pod.value()));
         store
             .patch("pods", Some(ns), name, &patch)
             .with_context(|| format!("releasing pod {ns}/{name}"))?;
@@ -786,6 +779,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::remote::HOLD_GATE;
 
     const STEP: &str = "\
 apiVersion: resource.k8s.io/v1

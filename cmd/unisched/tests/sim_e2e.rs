@@ -82,13 +82,7 @@ fn same_scenario_same_report() {
             .output()
             .unwrap();
         assert!(out.status.success());
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["name"].to_string(), p["node"].to_string()))
-            .collect::<Vec<_>>()
+        placements(&serde_json::from_slice(&out.stdout).unwrap())
     };
     let first = placement();
     assert_eq!(
@@ -127,12 +121,7 @@ fn pods_with_template_claims_are_placed_the_same_every_run() {
         let (v, code) = sim_json(&[&dir.join("s.yaml")], &[]);
         assert_eq!(code, 0, "{v:#}");
         assert_eq!(v["summary"]["scheduled"], 40, "{v:#}");
-        v["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["name"].to_string(), p["node"].to_string()))
-            .collect::<Vec<_>>()
+        placements(&v)
     };
     let first = placement();
     for _ in 0..4 {
@@ -217,6 +206,16 @@ fn kubectl_against_sim_serve() {
     assert!(ok && out.contains("web"), "{out}");
     let (ok, out, err) = kubectl(&kc, &["delete", "pod", "web"]);
     assert!(ok, "delete: {out}{err}");
+}
+
+/// Each pod of a report with its node (as JSON text, `null` when unplaced), in report order.
+fn placements(report: &Value) -> Vec<(String, String)> {
+    report["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].to_string(), p["node"].to_string()))
+        .collect()
 }
 
 /// A scenario object: a pod for `scheduler` with a cpu request, optional `nodeName` and claims
