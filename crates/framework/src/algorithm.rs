@@ -23,12 +23,12 @@ use crate::{
 };
 
 /// Below this many nodes every node is evaluated.
-pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+pub(crate) const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// The adaptive percentage never drops below this.
-pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
+pub(crate) const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
 
 /// How many feasible nodes to find before scoring, as upstream.
-pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize) -> usize {
+pub(crate) fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize) -> usize {
     let n = num_all_nodes as i64;
     if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
         return num_all_nodes;
