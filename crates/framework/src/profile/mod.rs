@@ -1,7 +1,7 @@
 //! `Framework`: one profile's plugins, in order, per extension point.
 //!
-//! Building a profile ([`build`]: configuration to plugin lists, once) and running it ([`run`]:
-//! the extension points, once or many times per pod) live apart; [`timing`] is how runs are
+//! Building a profile (`build`: configuration to plugin lists, once) and running it (`run`:
+//! the extension points, once or many times per pod) live apart; `timing` is how runs are
 //! measured. This module holds what both share: the plugin lists themselves and the read-only
 //! view of them that the scheduler, the queue and `/configz` use.
 

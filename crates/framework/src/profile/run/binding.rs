@@ -2,7 +2,7 @@
 //! Unreserve, Permit and its wait, PreBind, Bind and PostBind, run on the calling thread.
 //!
 //! Their futures' variants, for binding cycles that run on an async runtime, are in
-//! [`super::in_flight`]; both report the same statuses and durations.
+//! `in_flight`; both report the same statuses and durations.
 
 use std::{
     collections::BTreeMap,

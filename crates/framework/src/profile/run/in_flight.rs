@@ -3,7 +3,7 @@
 //!
 //! Split in two steps so that nothing borrowed from the scheduling thread crosses the await:
 //! `*_future` starts the runs from the cycle's state, `complete_*` awaits them and reports them
-//! exactly as the synchronous runs in [`super::binding`] do (same statuses, same durations).
+//! exactly as the synchronous runs in `binding` do (same statuses, same durations).
 
 use std::{sync::Arc, time::Instant};
 

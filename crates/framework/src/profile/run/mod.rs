@@ -1,16 +1,16 @@
 //! Running a profile's plugins at each extension point, with upstream's semantics.
 //!
-//! Most points share one loop ([`run_until_failure`]): each plugin in profile order, timed on
+//! Most points share one loop (`run_until_failure`): each plugin in profile order, timed on
 //! attempts sampled for plugin metrics; a plugin with nothing to do for the pod (PreFilter and
 //! PreScore Skips, PreBind's pre-flight Skip, plugins PreFilter skipped, a Permit Wait) is passed
 //! over; the first status that is neither Success nor passed over stops the loop and becomes the
-//! point's status, named after its plugin and reported as the point's [`FailureReport`] says.
+//! point's status, named after its plugin and reported as the point's `FailureReport` says.
 //! The points keep only what is theirs: what a plugin's run is, and what a Skip or Wait means.
 //!
 //! Three points do not fit the loop, on purpose: Filter runs per node on the hot path and names
 //! its failures with a shared name and a wording of its own; PostFilter stops at the first
 //! success rather than the first failure; Bind is decided by the first plugin that does not
-//! Skip. They still report failures through [`FailureReport`] where upstream's wording allows.
+//! Skip. They still report failures through `FailureReport` where upstream's wording allows.
 
 mod binding;
 mod filter;
