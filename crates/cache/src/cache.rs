@@ -508,12 +508,12 @@ impl SchedulerCache for Cache {
         Cache::update_snapshot(self)
     }
 
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
-        Cache::assume_pod(self, pod).map_err(|e| e.to_string())
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
+        Cache::assume_pod(self, pod).map_err(unisched_framework::CacheWriteError::new)
     }
 
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
-        Cache::forget_pod(self, pod).map_err(|e| e.to_string())
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
+        Cache::forget_pod(self, pod).map_err(unisched_framework::CacheWriteError::new)
     }
 
     fn finish_binding(&self, pod: &PodInfo) {

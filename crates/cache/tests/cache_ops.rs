@@ -813,13 +813,15 @@ fn scheduler_cache_trait_object() {
     dynamic.assume_pod(p.clone()).unwrap();
     assert!(dynamic.is_assumed("u1"));
     assert_eq!(
-        dynamic.assume_pod(p.clone()),
+        dynamic.assume_pod(p.clone()).map_err(|e| e.to_string()),
         Err("pod u1(default/p-u1) is in the cache, so can't be assumed".to_string())
     );
     dynamic.finish_binding(&p);
     assert_eq!(dynamic.update_snapshot().get("n1").unwrap().pods.len(), 1);
     assert_eq!(
-        dynamic.forget_pod(&pod("u1", Some("n2"), 0)),
+        dynamic
+            .forget_pod(&pod("u1", Some("n2"), 0))
+            .map_err(|e| e.to_string()),
         Err("pod u1(default/p-u1) was assumed on n2 but assigned to n1".to_string())
     );
     dynamic.forget_pod(&p).unwrap();

@@ -18,17 +18,18 @@ use rayon::prelude::*;
 
 use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
-    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVetoHandle, PluginTiming, PodInfo, SPLIT_MIN_WORK,
-    ScoreTable, SeededRng, Snapshot, Status, TimingBatch, WeightedScore, split::WorkEstimate,
+    NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVeto, NodeVetoHandle, PluginTiming, PodInfo,
+    PreFilterResult, SPLIT_MIN_WORK, ScoreTable, SeededRng, Snapshot, Status, TimingBatch, WeightedScore,
+    split::WorkEstimate,
 };
 
 /// Below this many nodes every node is evaluated.
-pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+pub(crate) const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// The adaptive percentage never drops below this.
-pub const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
+pub(crate) const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: i64 = 5;
 
 /// How many feasible nodes to find before scoring, as upstream.
-pub fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize) -> usize {
+pub(crate) fn num_feasible_nodes_to_find(percentage: Option<i32>, num_all_nodes: usize) -> usize {
     let n = num_all_nodes as i64;
     if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
         return num_all_nodes;
@@ -242,43 +243,10 @@ impl SchedulingAlgorithm {
             return Ok((Vec::new(), diagnosis, 0));
         }
 
-        // Nominated node fast path.
-        if let Some(nominated) = pod
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref())
-            .filter(|n| !n.is_empty())
-            && let Some(node) = snapshot.get(nominated)
-        {
-            let s = fwk.run_filter_with_nominated(
-                state,
-                pod,
-                node,
-                &nominator.nominated_pods_for_node(nominated),
-            );
-            if s.is_success() {
-                return Ok((vec![node.clone()], diagnosis, 1));
-            }
-            if s.code() == Code::Error {
-                return Err(ScheduleError::Error(s));
-            }
+        if let Some(node) = Self::nominated_node_fits(fwk, state, pod, snapshot, nominator)? {
+            return Ok((vec![node], diagnosis, 1));
         }
-
-        // Borrowed unless PreFilter narrowed the nodes: copying the snapshot's list would touch
-        // every node's reference count twice per attempt.
-        let candidates: Cow<'_, [Arc<NodeInfo>]> = match pre_result.and_then(|r| r.node_names) {
-            Some(names) => {
-                let restricted: Vec<Arc<NodeInfo>> =
-                    all.iter().filter(|n| names.contains(n.name())).cloned().collect();
-                diagnosis.node_to_status.set_absent(Status::unresolvable(format!(
-                    "node(s) didn't satisfy plugin(s) [{}]",
-                    fwk_prefilter_names(fwk)
-                )));
-                Cow::Owned(restricted)
-            }
-            None => Cow::Borrowed(all),
-        };
+        let candidates = pre_filter_candidates(fwk, all, pre_result, &mut diagnosis);
         let n = candidates.len();
         if n == 0 {
             return Ok((Vec::new(), diagnosis, 0));
@@ -306,6 +274,37 @@ impl SchedulingAlgorithm {
             nominations: nominator.nominations(),
         };
         fwk.count_filter_evaluations(&node_check.chain);
+        let FeasibleSearch {
+            feasible,
+            rejected,
+            processed,
+        } = self.search_feasible(&node_check, &candidates, veto.as_ref(), start, to_find)?;
+        // Only a pod that fits nowhere needs its rejections (the FailedScheduling message,
+        // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
+        // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
+        if feasible.is_empty() {
+            let rejected = self.complete_vetoed(&node_check, &candidates, rejected)?;
+            diagnosis.node_to_status.reserve(rejected.len());
+            for (i, s) in rejected {
+                diagnosis.add_plugin_status(&s);
+                diagnosis.node_to_status.set(candidates[i].name(), s);
+            }
+        }
+        Ok((feasible, diagnosis, processed))
+    }
+
+    /// Filters `candidates` round-robin from `start`, in parallel batches when the work pays for
+    /// it, until `to_find` pass or all were evaluated; vetoed nodes are rejected without running
+    /// the chain. Remembers where the next attempt starts. An error status ends the search.
+    fn search_feasible(
+        &mut self,
+        node_check: &NodeCheck<'_>,
+        candidates: &[Arc<NodeInfo>],
+        veto: Option<&Arc<dyn NodeVeto>>,
+        start: usize,
+        to_find: usize,
+    ) -> Result<FeasibleSearch, ScheduleError> {
+        let n = candidates.len();
         let mut feasible = Vec::with_capacity(to_find.min(n));
         // Rejected nodes with their status, or `None` for a vetoed node (status not computed).
         let mut rejected: Vec<(usize, Option<Status>)> = Vec::new();
@@ -316,7 +315,7 @@ impl SchedulingAlgorithm {
             let want = to_find - feasible.len();
             let batch = (want + want / 4).max(threads * 8).min(n - offset);
             let idx: Vec<usize> = (offset..offset + batch).map(|i| (start + i) % n).collect();
-            let check = |timings: &mut TimingBatch<'_>, &i: &usize| match &veto {
+            let check = |timings: &mut TimingBatch<'_>, &i: &usize| match veto {
                 Some(v) if v.vetoes(&candidates[i]) => None,
                 _ => Some(node_check.run(&candidates[i], timings)),
             };
@@ -373,18 +372,44 @@ impl SchedulingAlgorithm {
             offset += batch;
         }
         self.next_start_node_index = (start + processed) % n;
-        // Only a pod that fits nowhere needs its rejections (the FailedScheduling message,
-        // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
-        // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
-        if feasible.is_empty() {
-            let rejected = self.complete_vetoed(&node_check, &candidates, rejected)?;
-            diagnosis.node_to_status.reserve(rejected.len());
-            for (i, s) in rejected {
-                diagnosis.add_plugin_status(&s);
-                diagnosis.node_to_status.set(candidates[i].name(), s);
-            }
+        Ok(FeasibleSearch {
+            feasible,
+            rejected,
+            processed,
+        })
+    }
+
+    /// The nominated node of a pod PreemptPostFilter made room for, when it still fits there
+    /// (with the pods nominated to it): then no other node is evaluated. An error ends the
+    /// attempt; any other rejection falls back to the full search.
+    fn nominated_node_fits(
+        fwk: &Framework,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominator: &dyn PodNominator,
+    ) -> Result<Option<Arc<NodeInfo>>, ScheduleError> {
+        let Some(nominated) = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+        else {
+            return Ok(None);
+        };
+        let Some(node) = snapshot.get(nominated) else {
+            return Ok(None);
+        };
+        let s =
+            fwk.run_filter_with_nominated(state, pod, node, &nominator.nominated_pods_for_node(nominated));
+        if s.is_success() {
+            return Ok(Some(node.clone()));
         }
-        Ok((feasible, diagnosis, processed))
+        if s.code() == Code::Error {
+            return Err(ScheduleError::Error(s));
+        }
+        Ok(None)
     }
 
     /// The statuses of vetoed nodes ([`crate::NodeVeto`]), for an attempt that found no node: the
@@ -600,6 +625,40 @@ fn fwk_prefilter_names(fwk: &Framework) -> String {
         .into_iter()
         .collect();
     names.into_iter().collect::<Vec<_>>().join(" ")
+}
+
+/// The nodes Filter considers: all of them, borrowed, unless PreFilter narrowed them; then
+/// the others are recorded as unresolvable in the diagnosis. Borrowed because copying the
+/// snapshot's list would touch every node's reference count twice per attempt.
+fn pre_filter_candidates<'n>(
+    fwk: &Framework,
+    all: &'n [Arc<NodeInfo>],
+    pre_result: Option<PreFilterResult>,
+    diagnosis: &mut Diagnosis,
+) -> Cow<'n, [Arc<NodeInfo>]> {
+    match pre_result.and_then(|r| r.node_names) {
+        Some(names) => {
+            let restricted: Vec<Arc<NodeInfo>> =
+                all.iter().filter(|n| names.contains(n.name())).cloned().collect();
+            diagnosis.node_to_status.set_absent(Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                fwk_prefilter_names(fwk)
+            )));
+            Cow::Owned(restricted)
+        }
+        None => Cow::Borrowed(all),
+    }
+}
+
+/// What one attempt's search for feasible nodes found.
+struct FeasibleSearch {
+    /// The feasible nodes, in evaluation order.
+    feasible: Vec<Arc<NodeInfo>>,
+    /// Rejected nodes (by candidate index) with their status, or `None` for a vetoed node (status
+    /// not computed); kept only while no node is feasible.
+    rejected: Vec<(usize, Option<Status>)>,
+    /// How many candidates were evaluated.
+    processed: usize,
 }
 
 /// Everything the Filter of one node needs during one attempt, gathered once.

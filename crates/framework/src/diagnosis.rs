@@ -200,7 +200,7 @@ impl fmt::Display for FitError {
 
 /// Kubernetes truncates event and condition messages; keep to its limit (1024 bytes, on a char
 /// boundary, with a marker).
-pub fn truncate_message(msg: &str) -> String {
+pub(crate) fn truncate_message(msg: &str) -> String {
     const LIMIT: usize = 1024;
     const SUFFIX: &str = " ...";
     if msg.len() <= LIMIT {

@@ -27,20 +27,38 @@ mod status;
 
 pub mod config;
 
-pub use algorithm::*;
-pub use cycle_state::*;
-pub use diagnosis::*;
-pub use events::*;
-pub use footprint::*;
-pub use node_info::*;
-pub use node_veto::*;
+pub use algorithm::{NoNominations, PodNominator, ScheduleError, ScheduleResult, SchedulingAlgorithm};
+pub use cycle_state::{CycleState, StateData, StateError};
+pub use diagnosis::{
+    DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, DiagnosisDetailSource, FitError, NodeToStatus,
+};
+pub use events::{
+    ActionType, ClusterEvent, ClusterEventWithHint, EventKeysFn, EventNarrowing, EventObject, EventResource,
+    PodKeysFn, QueueingHint, QueueingHintFn, well_known,
+};
+pub use footprint::{NODE_FOOTPRINTS_KEY, NodeFootprints};
+pub use node_info::{HostPortInfo, ImageStateSummary, NodeInfo, SlotMemo};
+pub use node_veto::{NODE_VETO_KEY, NodeVeto, NodeVetoHandle};
 pub use permit::WaitingPods;
-pub use plugin::*;
+pub use plugin::{
+    AssumedPodPlugin, BindPlugin, EnqueueExtensions, FilterPlugin, FrameworkHandle, MAX_NODE_SCORE,
+    MIN_NODE_SCORE, NodeScore, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, QueueSortPlugin,
+    ReservePlugin, ScorePlugin, StatusFuture, score_each,
+};
 pub use plugin_clock::calibrate_plugin_clock;
-pub use pod_info::*;
-pub use profile::*;
+pub use pod_info::{HostPort, PodInfo, QueuedPodInfo, shrink_vec};
+pub use profile::{
+    BindInFlight, DurationRecorder, FilterChain, Framework, FrameworkError, FrameworkObserver,
+    NodePluginScores, PluginBuildError, PluginRegistry, PluginTiming, PreBindInFlight, ScoreTable,
+    TimingBatch, WeightedScore,
+};
 pub use rng::SeededRng;
-pub use scheduler::*;
-pub use snapshot::*;
+pub use scheduler::{
+    AsyncBinding, BindingInProgress, BindingTask, BoundPod, CacheWriteError, CycleOutcome, SchedulerCache,
+    SchedulingFailure, async_binding, finish_binding_cycle, reasons, run_binding_cycle, run_scheduling_cycle,
+    start_binding_cycle, wait_for_permit,
+};
+pub use snapshot::Snapshot;
 pub use split::SPLIT_MIN_WORK;
-pub use status::*;
+pub use status::{Code, Status};

@@ -26,7 +26,7 @@ use crate::{HostPort, PodInfo};
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// The next value of the global generation counter.
-pub fn next_generation() -> u64 {
+pub(crate) fn next_generation() -> u64 {
     GENERATION.fetch_add(1, Ordering::Relaxed) + 1
 }
 

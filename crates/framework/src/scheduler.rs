@@ -6,11 +6,11 @@
 //! in-memory fakes. Invariant 3 of DESIGN.md lives here: every path after `assume_pod` that does
 //! not end in a bound pod runs Unreserve and `forget_pod`, exactly once.
 
-use std::{collections::BTreeSet, sync::Arc, time::Instant};
+use std::{collections::BTreeSet, error::Error, sync::Arc, time::Instant};
 
 use crate::{
     BindInFlight, Code, CycleState, FitError, Framework, PodInfo, PodNominator, PreBindInFlight,
-    ScheduleError, ScheduleResult, SchedulingAlgorithm, Snapshot, Status, truncate_message,
+    ScheduleError, ScheduleResult, SchedulingAlgorithm, Snapshot, Status, diagnosis::truncate_message,
 };
 
 /// What the scheduling cycle needs from the cache.
@@ -18,14 +18,39 @@ pub trait SchedulerCache: Send + Sync {
     /// Brings the snapshot up to date and returns it.
     fn update_snapshot(&self) -> Arc<Snapshot>;
     /// Adds the pod (with `spec.nodeName` set) as assumed, before it is bound.
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String>;
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), CacheWriteError>;
     /// Removes an assumed pod after a failure.
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String>;
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), CacheWriteError>;
     /// Binding was sent; the pod stays assumed until the watch confirms it.
     fn finish_binding(&self, _pod: &PodInfo) {}
     /// True when the pod is already assumed (a duplicate pop).
     fn is_assumed(&self, _uid: &str) -> bool {
         false
+    }
+}
+
+/// Why the cache refused to assume or forget a pod, as the cache reported it: the cache's own
+/// error type lives in a crate above this one.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct CacheWriteError(Box<dyn Error + Send + Sync>);
+
+impl CacheWriteError {
+    /// The cache's error.
+    pub fn new(source: impl Into<Box<dyn Error + Send + Sync>>) -> Self {
+        CacheWriteError(source.into())
+    }
+}
+
+impl From<String> for CacheWriteError {
+    fn from(message: String) -> Self {
+        CacheWriteError::new(message)
+    }
+}
+
+impl From<&str> for CacheWriteError {
+    fn from(message: &str) -> Self {
+        CacheWriteError::new(message)
     }
 }
 
@@ -215,7 +240,7 @@ pub fn run_scheduling_cycle(
     }))
 }
 
-fn combine_forget(status: Status, forget: Result<(), String>) -> Status {
+fn combine_forget(status: Status, forget: Result<(), CacheWriteError>) -> Status {
     match forget {
         Ok(()) => status,
         Err(e) => Status::error(format!("{}; forgetting assumed pod: {e}", status.message())),

@@ -335,12 +335,16 @@ impl PluginRegistry for Registry {
         self.factories.contains_key(name)
     }
 
-    fn build(&self, name: &str, args: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    fn build(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+    ) -> Result<Arc<dyn Plugin>, unisched_framework::PluginBuildError> {
         let f = self
             .factories
             .get(name)
             .ok_or_else(|| format!("plugin {name:?} does not exist"))?;
-        f(args, &self.context)
+        Ok(f(args, &self.context)?)
     }
 }
 

@@ -24,24 +24,24 @@ impl SchedulerCache for MemCache {
         Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
     }
 
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
         let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
         let mut nodes = self.nodes.write();
         let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
         if ni.pod(&pod.uid).is_some() {
-            return Err(format!("pod {} is already assumed", pod.uid));
+            return Err(format!("pod {} is already assumed", pod.uid).into());
         }
         ni.add_pod(pod);
         Ok(())
     }
 
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
         let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
         let mut nodes = self.nodes.write();
         let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
         ni.remove_pod(&pod.uid)
             .map(|_| ())
-            .ok_or_else(|| format!("pod {} is not assumed", pod.uid))
+            .ok_or_else(|| format!("pod {} is not assumed", pod.uid).into())
     }
 }
 
@@ -313,11 +313,11 @@ impl SchedulerCache for KeepsLastSnapshot<'_> {
         s
     }
 
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
         self.cache.assume_pod(pod)
     }
 
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
         self.cache.forget_pod(pod)
     }
 }

@@ -26,7 +26,7 @@ impl SchedulerCache for Cluster {
         Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
     }
 
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), String> {
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
         let node = pod.node_name().ok_or("no node")?.to_string();
         self.nodes
             .write()
@@ -36,13 +36,13 @@ impl SchedulerCache for Cluster {
         Ok(())
     }
 
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), String> {
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
         let node = pod.node_name().ok_or("no node")?.to_string();
         let mut nodes = self.nodes.write();
         let ni = nodes.get_mut(&node).ok_or("unknown node")?;
         ni.remove_pod(&pod.uid)
             .map(|_| ())
-            .ok_or_else(|| "not assumed".to_string())
+            .ok_or_else(|| "not assumed".into())
     }
 }
 

@@ -148,11 +148,15 @@ impl PluginRegistry for Registry {
     fn contains(&self, name: &str) -> bool {
         self.0.contains_key(name)
     }
-    fn build(&self, name: &str, _: &serde_json::Value) -> Result<Arc<dyn Plugin>, String> {
+    fn build(
+        &self,
+        name: &str,
+        _: &serde_json::Value,
+    ) -> Result<Arc<dyn Plugin>, unisched_framework::PluginBuildError> {
         self.0
             .get(name)
             .cloned()
-            .ok_or_else(|| format!("no plugin {name}"))
+            .ok_or_else(|| format!("no plugin {name}").into())
     }
 }
 

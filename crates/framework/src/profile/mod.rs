@@ -1,0 +1,158 @@
+//! `Framework`: one profile's plugins, in order, per extension point.
+//!
+//! Building a profile (`build`: configuration to plugin lists, once) and running it (`run`:
+//! the extension points, once or many times per pod) live apart; `timing` is how runs are
+//! measured. This module holds what both share: the plugin lists themselves and the read-only
+//! view of them that the scheduler, the queue and `/configz` use.
+
+mod build;
+mod run;
+#[cfg(test)]
+mod test_support;
+mod timing;
+
+use std::{collections::BTreeMap, sync::Arc};
+
+pub use build::{FrameworkError, PluginBuildError, PluginRegistry};
+pub use run::{BindInFlight, FilterChain, NodePluginScores, PreBindInFlight, ScoreTable, WeightedScore};
+pub use timing::{DurationRecorder, FrameworkObserver, PluginTiming, TimingBatch};
+
+use crate::{
+    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin,
+    PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
+    ReservePlugin, permit::WaitingPods,
+};
+
+/// One profile's plugins per extension point.
+pub struct Framework {
+    profile_name: String,
+    percentage_of_nodes_to_score: Option<i32>,
+    plugins: BTreeMap<String, Arc<dyn Plugin>>,
+    pre_enqueue: Vec<Arc<dyn PreEnqueuePlugin>>,
+    queue_sort: Arc<dyn QueueSortPlugin>,
+    pre_filter: Vec<Arc<dyn PreFilterPlugin>>,
+    filter: Vec<Arc<dyn FilterPlugin>>,
+    /// `filter[i].name()`, shared: every rejection carries its plugin's name, and Filter rejects
+    /// thousands of nodes per pod.
+    filter_names: Vec<Arc<str>>,
+    post_filter: Vec<Arc<dyn PostFilterPlugin>>,
+    pre_score: Vec<Arc<dyn PreScorePlugin>>,
+    score: Vec<WeightedScore>,
+    reserve: Vec<Arc<dyn ReservePlugin>>,
+    permit: Vec<Arc<dyn PermitPlugin>>,
+    pre_bind: Vec<Arc<dyn PreBindPlugin>>,
+    bind: Vec<Arc<dyn BindPlugin>>,
+    post_bind: Vec<Arc<dyn PostBindPlugin>>,
+    assumed_pod: Vec<Arc<dyn AssumedPodPlugin>>,
+    events: Vec<(String, Vec<ClusterEventWithHint>)>,
+    waiting_pods: WaitingPods,
+    observer: Arc<dyn FrameworkObserver>,
+}
+
+impl std::fmt::Debug for Framework {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Framework")
+            .field("profile", &self.profile_name)
+            .field(
+                "pre_filter",
+                &self
+                    .pre_filter
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "filter",
+                &self
+                    .filter
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "score",
+                &self
+                    .score
+                    .iter()
+                    .map(|p| (p.plugin.name().to_string(), p.weight))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Framework {
+    /// Sets the observer that receives timings.
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn FrameworkObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// The profile's scheduler name.
+    pub fn profile_name(&self) -> &str {
+        &self.profile_name
+    }
+
+    /// The profile's percentage of nodes to score, if it overrides the global one.
+    pub fn percentage_of_nodes_to_score(&self) -> Option<i32> {
+        self.percentage_of_nodes_to_score
+    }
+
+    /// A plugin by name.
+    pub fn plugin(&self, name: &str) -> Option<&Arc<dyn Plugin>> {
+        self.plugins.get(name)
+    }
+
+    /// Names of the plugins at each point (for `/configz` and tests).
+    pub fn plugin_names(&self) -> BTreeMap<&'static str, Vec<String>> {
+        fn names<T: ?Sized + Plugin>(v: &[Arc<T>]) -> Vec<String> {
+            v.iter().map(|p| p.name().to_string()).collect()
+        }
+        let mut m = BTreeMap::new();
+        m.insert("preEnqueue", names(&self.pre_enqueue));
+        m.insert("queueSort", vec![self.queue_sort.name().to_string()]);
+        m.insert("preFilter", names(&self.pre_filter));
+        m.insert("filter", names(&self.filter));
+        m.insert("postFilter", names(&self.post_filter));
+        m.insert("preScore", names(&self.pre_score));
+        m.insert(
+            "score",
+            self.score
+                .iter()
+                .map(|s| format!("{}={}", s.plugin.name(), s.weight))
+                .collect(),
+        );
+        m.insert("reserve", names(&self.reserve));
+        m.insert("permit", names(&self.permit));
+        m.insert("preBind", names(&self.pre_bind));
+        m.insert("bind", names(&self.bind));
+        m.insert("postBind", names(&self.post_bind));
+        m
+    }
+
+    /// Events each plugin registered, by plugin name.
+    pub fn events_to_register(&self) -> &[(String, Vec<ClusterEventWithHint>)] {
+        &self.events
+    }
+
+    /// True when the profile has Filter plugins.
+    pub fn has_filter_plugins(&self) -> bool {
+        !self.filter.is_empty()
+    }
+
+    /// True when the profile has Score plugins.
+    pub fn has_score_plugins(&self) -> bool {
+        !self.score.is_empty()
+    }
+
+    /// True when the profile has PostFilter plugins.
+    pub fn has_post_filter_plugins(&self) -> bool {
+        !self.post_filter.is_empty()
+    }
+
+    /// Pods waiting at Permit.
+    pub fn waiting_pods(&self) -> &WaitingPods {
+        &self.waiting_pods
+    }
+}
