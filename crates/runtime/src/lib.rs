@@ -9,6 +9,7 @@ mod events;
 mod explain;
 mod gated;
 mod http;
+mod in_flight;
 mod informers;
 mod leader;
 mod lean;
@@ -22,6 +23,7 @@ mod scheduler;
 #[cfg(test)]
 mod testing;
 mod volume;
+mod watches;
 mod writer;
 
 pub use binding_threads::{BINDING_THREAD_KEEP_ALIVE, SyncWriter};
