@@ -42,7 +42,11 @@ use tokio::runtime::Handle;
 use unisched_framework::PodInfo;
 use unisched_queue::{QueueObserver, SchedulingQueue};
 
-use crate::{ApiWriter, EventRecorder, EventType, Metrics, PodEvent};
+use crate::{
+    events::{EventRecorder, EventType, PodEvent},
+    metrics::Metrics,
+    writer::ApiWriter,
+};
 
 /// How long a pod must stay held by the same PreEnqueue refusal before it is reported (see the
 /// module documentation).
