@@ -15,7 +15,7 @@ use std::{
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::Client;
 use serde_json::json;
-use tokio::runtime::Handle;
+use tokio::{runtime::Handle, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use unisched_cache::{Cache, DraCache, VolumeCache};
 use unisched_framework::{
@@ -391,72 +391,14 @@ impl Scheduler {
     /// `NotLeader` once the lease is gone), queued events are written while we still lead, and
     /// only then is the lease released and the watches ended.
     pub async fn run(&self) -> Result<(), RuntimeError> {
-        let sh = self.shared.clone();
         // Watches, and the periodic queue flushes and gauges: they run until the very end.
         let background = CancellationToken::new();
-        let readiness = ReadinessGate::new(self.health.clone());
-        let targets = WatchTargets {
-            client: self.client.clone(),
-            cache: sh.cache.clone(),
-            queue: sh.queue.clone(),
-            pods: sh.pods.clone(),
-            dra: sh.dra.clone(),
-            namespaces: sh.namespaces.clone(),
-            pdbs: sh.pdbs.clone(),
-            volumes: sh.volumes.clone(),
-        };
-        let mut tasks = watches::spawn_all(&targets, &readiness, &background);
-        let periodic_stop = background.clone();
-        let periodic_shared = sh.clone();
-        tasks.push(tokio::spawn(async move {
-            let _ = periodic_stop.run_until_cancelled(periodic(periodic_shared)).await;
-        }));
-        readiness.all_spawned();
-        // Leader election.
-        let cfg = &self.options.config;
+        let tasks = self.spawn_background(&background);
         let (election_stop, election_stop_rx) = tokio::sync::watch::channel(false);
-        let election = if cfg.leader_election.leader_elect {
-            let le = &cfg.leader_election;
-            let lease = LeaseConfig {
-                namespace: if le.resource_namespace.is_empty() {
-                    self.options.default_namespace.clone()
-                } else {
-                    le.resource_namespace.clone()
-                },
-                name: le.resource_name.clone(),
-                identity: self.options.identity.clone(),
-                lease_duration: le.lease_duration.0,
-                renew_deadline: le.renew_deadline.0,
-                retry_period: le.retry_period.0,
-            };
-            sh.metrics.set_lease_name(&lease.name);
-            Some(tokio::spawn(run_leader_election(
-                self.client.clone(),
-                lease,
-                self.leader.clone(),
-                sh.metrics.clone(),
-                election_stop_rx,
-            )))
-        } else {
-            sh.metrics.leader.set(1);
-            None
-        };
-        // The scheduling loop, on its own thread.
-        let loop_shared = sh.clone();
-        let health = self.health.clone();
-        let leader = self.leader.clone();
-        let seed = self.options.seed;
-        let parallelism = usize::try_from(cfg.parallelism).unwrap_or(1);
-        let percentage = cfg.percentage_of_nodes_to_score;
-        let loop_thread = std::thread::Builder::new()
-            .name("unisched-schedule".into())
-            .spawn(move || scheduling_loop(loop_shared, health, leader, seed, parallelism, percentage));
-        if let Err(e) = &loop_thread {
-            tracing::error!(error = %e, "cannot start the scheduling thread");
-        }
-        let mut election = election;
-        // Until the lease is lost (or election ends otherwise) or `stop` is called.
-        let stop = sh.stop.clone();
+        let mut election = self.start_election(election_stop_rx);
+        let loop_thread = self.start_scheduling_thread();
+        // Until the lease is lost (or the election ends otherwise) or `stop` is called.
+        let stop = self.shared.stop.clone();
         let ended = match election.as_mut() {
             Some(e) => tokio::select! {
                 end = e => Some(end.unwrap_or(ElectionEnd::Lost)),
@@ -485,6 +427,96 @@ impl Scheduler {
         } else {
             tracing::info!("stopping: no new pods are taken");
         }
+        self.shut_down(loop_thread, election_stop, election).await;
+        // Last, end the watches and the periodic task.
+        background.cancel();
+        for t in tasks {
+            let _ = t.await;
+        }
+        result
+    }
+
+    /// Starts every watch (see [`watches::WATCHES`]) and the periodic task; all of them end when
+    /// `stop` is cancelled. Readiness is reported once every watch has listed.
+    fn spawn_background(&self, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        let sh = &self.shared;
+        let readiness = ReadinessGate::new(self.health.clone());
+        let targets = WatchTargets {
+            client: self.client.clone(),
+            cache: sh.cache.clone(),
+            queue: sh.queue.clone(),
+            pods: sh.pods.clone(),
+            dra: sh.dra.clone(),
+            namespaces: sh.namespaces.clone(),
+            pdbs: sh.pdbs.clone(),
+            volumes: sh.volumes.clone(),
+        };
+        let mut tasks = watches::spawn_all(&targets, &readiness, stop);
+        let (periodic_stop, periodic_shared) = (stop.clone(), sh.clone());
+        tasks.push(tokio::spawn(async move {
+            let _ = periodic_stop.run_until_cancelled(periodic(periodic_shared)).await;
+        }));
+        readiness.all_spawned();
+        tasks
+    }
+
+    /// Starts leader election when the configuration asks for it (`None`: this replica leads
+    /// from the start). The election gives up the lease when `stop` turns true.
+    fn start_election(&self, stop: tokio::sync::watch::Receiver<bool>) -> Option<JoinHandle<ElectionEnd>> {
+        let metrics = &self.shared.metrics;
+        let le = &self.options.config.leader_election;
+        if !le.leader_elect {
+            metrics.leader.set(1);
+            return None;
+        }
+        let lease = LeaseConfig {
+            namespace: if le.resource_namespace.is_empty() {
+                self.options.default_namespace.clone()
+            } else {
+                le.resource_namespace.clone()
+            },
+            name: le.resource_name.clone(),
+            identity: self.options.identity.clone(),
+            lease_duration: le.lease_duration.0,
+            renew_deadline: le.renew_deadline.0,
+            retry_period: le.retry_period.0,
+        };
+        metrics.set_lease_name(&lease.name);
+        Some(tokio::spawn(run_leader_election(
+            self.client.clone(),
+            lease,
+            self.leader.clone(),
+            metrics.clone(),
+            stop,
+        )))
+    }
+
+    /// Starts the scheduling loop on its own thread.
+    fn start_scheduling_thread(&self) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let cfg = &self.options.config;
+        let loop_shared = self.shared.clone();
+        let health = self.health.clone();
+        let leader = self.leader.clone();
+        let seed = self.options.seed;
+        let parallelism = usize::try_from(cfg.parallelism).unwrap_or(1);
+        let percentage = cfg.percentage_of_nodes_to_score;
+        let loop_thread = std::thread::Builder::new()
+            .name("unisched-schedule".into())
+            .spawn(move || scheduling_loop(loop_shared, health, leader, seed, parallelism, percentage));
+        if let Err(e) = &loop_thread {
+            tracing::error!(error = %e, "cannot start the scheduling thread");
+        }
+        loop_thread
+    }
+
+    /// The ordered shutdown of [`Scheduler::run`], up to (not including) ending the watches.
+    async fn shut_down(
+        &self,
+        loop_thread: std::io::Result<std::thread::JoinHandle<()>>,
+        election_stop: tokio::sync::watch::Sender<bool>,
+        election: Option<JoinHandle<ElectionEnd>>,
+    ) {
+        let sh = &self.shared;
         // 1. Take no new pod; let the current scheduling cycle end.
         sh.stop.cancel();
         sh.queue.close();
@@ -515,12 +547,6 @@ impl Scheduler {
         // 5. Binding threads that outlived the grace now fail fast; wait briefly so none of them
         //    is still inside the runtime when it shuts down.
         sh.bindings_in_flight.drained_within(Duration::from_secs(2)).await;
-        // 6. End the watches and the periodic task.
-        background.cancel();
-        for t in tasks {
-            let _ = t.await;
-        }
-        result
     }
 }
 

@@ -69,57 +69,31 @@ pub(crate) struct Watch {
     pub(crate) gates_readiness: bool,
 }
 
+impl Watch {
+    /// A watch whose first list readiness waits for.
+    const fn gating(kind: WatchedKind) -> Self {
+        Watch {
+            kind,
+            gates_readiness: true,
+        }
+    }
+}
+
 /// Every watch the scheduler runs, in the order they start. Each gates readiness: a pod scheduled
 /// before any of these lists is complete could be placed on a partial view of the cluster.
 pub(crate) const WATCHES: [Watch; 12] = [
-    Watch {
-        kind: WatchedKind::Namespaces,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::Nodes,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::Pods,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::ResourceSlices,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::DeviceClasses,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::DeviceTaintRules,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::ResourceClaims,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::PodDisruptionBudgets,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::PersistentVolumes,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::PersistentVolumeClaims,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::StorageClasses,
-        gates_readiness: true,
-    },
-    Watch {
-        kind: WatchedKind::CsiNodes,
-        gates_readiness: true,
-    },
+    Watch::gating(WatchedKind::Namespaces),
+    Watch::gating(WatchedKind::Nodes),
+    Watch::gating(WatchedKind::Pods),
+    Watch::gating(WatchedKind::ResourceSlices),
+    Watch::gating(WatchedKind::DeviceClasses),
+    Watch::gating(WatchedKind::DeviceTaintRules),
+    Watch::gating(WatchedKind::ResourceClaims),
+    Watch::gating(WatchedKind::PodDisruptionBudgets),
+    Watch::gating(WatchedKind::PersistentVolumes),
+    Watch::gating(WatchedKind::PersistentVolumeClaims),
+    Watch::gating(WatchedKind::StorageClasses),
+    Watch::gating(WatchedKind::CsiNodes),
 ];
 
 /// What the watches feed: the state the handlers are built over.
