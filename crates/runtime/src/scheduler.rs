@@ -91,7 +91,7 @@ pub struct SchedulerOptions {
     /// Lease namespace when the configuration leaves it empty.
     pub default_namespace: String,
     /// When set, each binding thread opens a connection of its own with this configuration and
-    /// sends its cycle's writes on it (see [`SyncWriter`]); `None`: binding writes go
+    /// sends its cycle's writes on it (see `SyncWriter`); `None`: binding writes go
     /// through the shared client. `unisched run` sets it; the embedded simulator, whose API server
     /// shares the I/O runtime, does not.
     pub binding_connections: Option<kube::Config>,

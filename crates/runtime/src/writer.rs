@@ -48,7 +48,7 @@ struct MetadataReply {
 /// Why: the reply to a write is the whole object, and a scheduler write is usually followed by
 /// nothing but a look at the new `resourceVersion`. A claim's reply carries its spec, allocation
 /// and managed fields; decoding those was a tenth of the scheduler's CPU on the real control plane
-/// in the DRA benchmark (issue 18). A caller that conditioned its patch on a `resourceVersion` knows
+/// in the DRA benchmark. A caller that conditioned its patch on a `resourceVersion` knows
 /// the rest of the result: its own copy with the patch applied.
 pub async fn patch_for_metadata<K: Resource<DynamicType = ()>>(
     client: &Client,
@@ -328,7 +328,7 @@ impl ApiWriter {
     }
 
     /// This writer sending through `client` instead: same token bucket, leader fence, retry
-    /// policy and metrics (a binding thread's own connection, see [`crate::binding_threads::SyncWriter`]).
+    /// policy and metrics (a binding thread's own connection, see `SyncWriter`).
     #[must_use]
     pub fn with_client(&self, client: Client) -> Self {
         ApiWriter {

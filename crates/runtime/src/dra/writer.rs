@@ -27,8 +27,8 @@ use crate::{
 };
 
 /// The DynamicResources plugin's API writes, made from the binding cycle's thread (see
-/// [`SyncWriter`]), and PreBind's claim calls as futures on the I/O runtime ([`DraApi::later`]).
-/// Both run the same calls ([`ClaimCalls`]).
+/// `SyncWriter`), and PreBind's claim calls as futures on the I/O runtime ([`DraApi::later`]).
+/// Both run the same calls (`ClaimCalls`).
 pub struct RuntimeDraApi {
     api: SyncWriter,
     metrics: Metrics,
