@@ -48,7 +48,7 @@ use tokio::{
     sync::oneshot,
 };
 
-use crate::ApiWriter;
+use crate::writer::ApiWriter;
 
 /// A binding cycle (or anything else the pool runs).
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -85,7 +85,7 @@ impl ThreadIo {
             Some(config) => {
                 // The client's connection tasks are spawned on the runtime it is built in.
                 let _in_runtime = runtime.enter();
-                match crate::instrumented_client(config.clone()) {
+                match crate::rest_client::instrumented_client(config.clone()) {
                     Ok(c) => Some(c),
                     Err(e) => {
                         tracing::warn!(error = %e, "binding thread: no connection of its own; using the shared one");
@@ -541,7 +541,7 @@ mod tests {
             -1.0,
             0,
             crate::Metrics::new().unwrap(),
-            crate::LeaderFlag::new(true),
+            crate::writer::LeaderFlag::new(true),
         );
         let api = SyncWriter::new(writer, rt.handle().clone());
         let read = |api: &SyncWriter| {

@@ -37,7 +37,10 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::{ApiWriter, Metrics, create_for_metadata, patch_for_metadata};
+use crate::{
+    metrics::Metrics,
+    writer::{ApiWriter, create_for_metadata, patch_for_metadata},
+};
 
 /// Event writes under way at once (distinct series keys).
 pub const MAX_WRITES_IN_FLIGHT: usize = 16;
@@ -267,6 +270,8 @@ fn series_open(seen: &HashMap<SeriesKey, Seen>, key: &SeriesKey) -> bool {
 struct Shared {
     state: Mutex<QueueState>,
     wake: Notify,
+    /// Woken each time a write ends, so [`EventRecorder::flush`] looks again without polling.
+    written: Notify,
 }
 
 /// Closes the queue when the last [`EventRecorder`] clone is dropped.
@@ -330,10 +335,20 @@ impl EventRecorder {
     /// calls it while this replica still leads, so the last `Scheduled` events are not lost.
     /// Returns how many were still pending.
     pub async fn flush(&self, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
-        while self.pending() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let flushed = async {
+            loop {
+                // Registered before looking, so a write ending between the look and the wait
+                // still wakes this flush.
+                let written = self.shared.written.notified();
+                tokio::pin!(written);
+                written.as_mut().enable();
+                if self.pending() == 0 {
+                    return;
+                }
+                written.await;
+            }
+        };
+        let _ = tokio::time::timeout(timeout, flushed).await;
         self.pending()
     }
 }
@@ -355,6 +370,7 @@ pub fn spawn_event_writer(
             closed: false,
         }),
         wake: Notify::new(),
+        written: Notify::new(),
     });
     let instance: Arc<str> = instance.into();
     for _ in 0..MAX_WRITES_IN_FLIGHT {
@@ -398,6 +414,7 @@ async fn write_loop(writer: ApiWriter, instance: Arc<str>, shared: Arc<Shared>) 
             Some((key, queued)) => {
                 write_one(&writer, &instance, &shared, key.clone(), queued).await;
                 shared.state.lock().in_flight.remove(&key);
+                shared.written.notify_waiters();
             }
             None => notified.await,
         }
@@ -508,7 +525,7 @@ mod tests {
     use unisched_sim::{ApiServer, Store};
 
     use super::*;
-    use crate::LeaderFlag;
+    use crate::writer::LeaderFlag;
 
     fn event(pod: &str, reason: &str, note: &str) -> PodEvent {
         PodEvent {

@@ -2,7 +2,7 @@
 //!
 //! A pod a PreEnqueue plugin refuses never reaches a scheduling cycle, so the failure path that
 //! writes `FailedScheduling` and `PodScheduled=False` never runs for it: a pod naming a
-//! `resourceClaimName` that does not exist used to sit Pending with no word (issue 15.8). The
+//! `resourceClaimName` that does not exist used to sit Pending with no word. The
 //! queue reports every refusal to its observer; [`GateReporter`] passes the metric calls on to
 //! [`Metrics`] and turns a refusal into a Warning `FailedScheduling` event and a
 //! `PodScheduled=False` condition carrying the plugin's message (which names the missing claim).
@@ -12,7 +12,7 @@
 //! reports a message that differs from it; the event goes through the event recorder's channel
 //! and the condition patch is spawned on the runtime, never written from the caller's thread. The
 //! patch carries the pod's resourceVersion as seen by the queue, so a condition written late never
-//! overwrites what a later scheduling attempt wrote (issue 15.8 found that race in the sim).
+//! overwrites what a later scheduling attempt wrote (the simulator showed that race).
 //! A plugin may opt out of a refusal (`PreEnqueuePlugin::rejection_message`, after KEP-5501), and
 //! the queue then does not pass it on: `SchedulingGates` (the API server sets the `SchedulingGated`
 //! condition) and DynamicResources while the claim controller has yet to create a claim from a
@@ -42,7 +42,11 @@ use tokio::runtime::Handle;
 use unisched_framework::PodInfo;
 use unisched_queue::{QueueObserver, SchedulingQueue};
 
-use crate::{ApiWriter, EventRecorder, EventType, Metrics, PodEvent};
+use crate::{
+    events::{EventRecorder, EventType, PodEvent},
+    metrics::Metrics,
+    writer::ApiWriter,
+};
 
 /// How long a pod must stay held by the same PreEnqueue refusal before it is reported (see the
 /// module documentation).

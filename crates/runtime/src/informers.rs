@@ -22,7 +22,7 @@ use unisched_cache::Cache;
 use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource, PodInfo, well_known};
 use unisched_queue::SchedulingQueue;
 
-use crate::Lean;
+use crate::lean::Lean;
 
 /// Applies watch events for one kind.
 pub trait Handler: Send + Sync + 'static {

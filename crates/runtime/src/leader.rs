@@ -20,7 +20,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{LeaderFlag, Metrics};
+use crate::{metrics::Metrics, writer::LeaderFlag};
 
 /// Lease settings.
 #[derive(Clone, Debug)]

@@ -9,6 +9,7 @@ mod events;
 mod explain;
 mod gated;
 mod http;
+mod in_flight;
 mod informers;
 mod leader;
 mod lean;
@@ -22,23 +23,15 @@ mod scheduler;
 #[cfg(test)]
 mod testing;
 mod volume;
+mod watches;
 mod writer;
 
-pub use binding_threads::{BINDING_THREAD_KEEP_ALIVE, SyncWriter};
-pub use dra::*;
-pub use events::*;
-pub use explain::*;
-pub use gated::*;
-pub use http::*;
-pub use informers::*;
-pub use leader::*;
-pub use lean::Lean;
-pub use metrics::*;
-pub use namespaces::*;
-pub use preemption::*;
-#[cfg(target_os = "linux")]
-pub use process::cpu_seconds;
-pub use rest_client::*;
-pub use scheduler::*;
-pub use volume::*;
-pub use writer::*;
+// What the binary, the simulator, the benchmark and the integration tests use; everything else
+// is reached through these (or stays inside the crate).
+pub use dra::{DELETE_PROTECTION_FINALIZER, DraHandler, RuntimeDraApi};
+pub use gated::GATED_REPORT_GRACE;
+pub use informers::Handler;
+pub use metrics::Metrics;
+pub use rest_client::instrumented_client;
+pub use scheduler::{RuntimeError, Scheduler, SchedulerOptions};
+pub use writer::{ApiWriter, LeaderFlag, patch_for_metadata};

@@ -22,7 +22,7 @@ use parking_lot::RwLock;
 use unisched_plugins::{NamespaceLister, names::INTER_POD_AFFINITY};
 use unisched_queue::{PodLocation, SchedulingQueue};
 
-use crate::Handler;
+use crate::informers::Handler;
 
 /// Labels by namespace name; thread-safe, read by the scheduling cycle, written by the watch.
 #[derive(Debug, Default)]

@@ -25,7 +25,12 @@ use tokio::runtime::Handle;
 use unisched_framework::PodInfo;
 use unisched_plugins::{PdbLister, PreemptionPlan, Preemptor, default_preemption::EVENT_PREEMPTED};
 
-use crate::{ApiWriter, EventRecorder, EventType, Handler, Metrics, PodEvent, WriteError};
+use crate::{
+    events::{EventRecorder, EventType, PodEvent},
+    informers::Handler,
+    metrics::Metrics,
+    writer::{ApiWriter, WriteError},
+};
 
 /// PodDisruptionBudgets by `namespace/name`.
 #[derive(Debug, Default)]
@@ -39,12 +44,14 @@ impl PdbStore {
         Self::default()
     }
 
-    /// How many budgets are known.
+    /// How many budgets are known (the watch tests check it).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.pdbs.read().len()
     }
 
     /// True when no budget is known.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.pdbs.read().is_empty()
     }
@@ -253,8 +260,14 @@ mod tests {
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         // Not the leader: every write fails at once with NotLeader, without touching the network.
-        let writer = ApiWriter::new(client, 0.0, 1, metrics.clone(), crate::LeaderFlag::new(false));
-        let events = crate::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
+        let writer = ApiWriter::new(
+            client,
+            0.0,
+            1,
+            metrics.clone(),
+            crate::writer::LeaderFlag::new(false),
+        );
+        let events = crate::events::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
         let p = RuntimePreemptor::new(writer, Handle::current(), events, metrics.clone());
         p.attempted();
         p.attempted();

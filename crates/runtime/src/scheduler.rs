@@ -8,58 +8,68 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-    },
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
-use kube::{Client, runtime::watcher};
+use kube::Client;
 use serde_json::json;
-use tokio::runtime::Handle;
-use unisched_cache::Cache;
-use unisched_cache::DraCache;
+use tokio::{runtime::Handle, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use unisched_cache::{Cache, DraCache, VolumeCache};
 use unisched_framework::{
-    AsyncBinding, BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo,
+    AsyncBinding, BoundPod, CycleOutcome, EventObject, Framework, FrameworkError, PodInfo, QueuedPodInfo,
     SchedulingAlgorithm, SchedulingFailure, SeededRng, Status, async_binding,
     config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle, run_scheduling_cycle,
     start_binding_cycle, wait_for_permit, well_known,
 };
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
-use unisched_queue::{QueueConfig, SchedulingQueue};
+use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
 
 use crate::{
-    ApiWriter, DraHandler, EventRecorder, EventType, Explanations, Health, LeaderFlag, LeaseConfig, Metrics,
-    NodeHandler, PodEvent, PodHandler, RuntimeDraApi, SyncWriter, WriteError,
-    binding_threads::BindingThreads, informers, run_leader_election, spawn_event_writer,
+    binding_threads::{BINDING_THREAD_KEEP_ALIVE, BindingThreads, SyncWriter},
+    dra::{RuntimeDraApi, observe_own_claim_changes},
+    events::{EventRecorder, EventType, PodEvent, spawn_event_writer},
+    explain::Explanations,
+    gated::{GATED_REPORT_GRACE, GateReporter},
+    http::{Health, serve},
+    in_flight::InFlight,
+    informers::PodHandler,
+    leader::{ElectionEnd, LeaseConfig, run_leader_election},
+    metrics::{Metrics, MetricsError},
+    namespaces::NamespaceStore,
+    preemption::{PdbStore, RuntimePreemptor},
+    volume::RuntimeVolumeApi,
+    watches::{self, ReadinessGate, WatchTargets},
+    writer::{ApiWriter, LeaderFlag, WriteError},
 };
 
 /// Why the scheduler could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The configuration does not describe a valid scheduler.
-    #[error("building profile {profile:?}: {message}")]
+    #[error("building profile {profile:?}: {source}")]
     Profile {
         /// Profile.
         profile: String,
         /// What was wrong.
-        message: String,
+        #[source]
+        source: FrameworkError,
     },
     /// The queue rejected the profiles (e.g. different QueueSort plugins).
     #[error("building the scheduling queue: {0}")]
-    Queue(String),
+    Queue(#[source] QueueError),
     /// Metrics could not be registered.
     #[error(transparent)]
-    Metrics(#[from] crate::MetricsError),
+    Metrics(#[from] MetricsError),
     /// The health/metrics endpoint could not bind.
     #[error("serving health and metrics on {addr}: {error}")]
     Serve {
         /// Address.
         addr: SocketAddr,
         /// Error.
+        #[source]
         error: std::io::Error,
     },
     /// The leader lease was lost; the process must exit.
@@ -81,7 +91,7 @@ pub struct SchedulerOptions {
     /// Lease namespace when the configuration leaves it empty.
     pub default_namespace: String,
     /// When set, each binding thread opens a connection of its own with this configuration and
-    /// sends its cycle's writes on it (see [`crate::SyncWriter`]); `None`: binding writes go
+    /// sends its cycle's writes on it (see `SyncWriter`); `None`: binding writes go
     /// through the shared client. `unisched run` sets it; the embedded simulator, whose API server
     /// shares the I/O runtime, does not.
     pub binding_connections: Option<kube::Config>,
@@ -132,7 +142,7 @@ struct Shared {
     profiles: HashMap<String, Arc<Framework>>,
     cache: Arc<Cache>,
     dra: Arc<DraCache>,
-    volumes: Arc<unisched_cache::VolumeCache>,
+    volumes: Arc<VolumeCache>,
     queue: Arc<SchedulingQueue>,
     pods: Arc<PodHandler>,
     writer: ApiWriter,
@@ -141,11 +151,12 @@ struct Shared {
     handle: Handle,
     /// Where binding cycles run.
     binding: BindingThreads,
-    stop: AtomicBool,
-    bindings_in_flight: AtomicUsize,
-    namespaces: Arc<crate::NamespaceStore>,
+    /// Cancelled by [`Scheduler::stop`] or when the lease is lost: no new pod is taken.
+    stop: CancellationToken,
+    bindings_in_flight: InFlight,
+    namespaces: Arc<NamespaceStore>,
     explanations: Explanations,
-    pdbs: Arc<crate::PdbStore>,
+    pdbs: Arc<PdbStore>,
 }
 
 /// A running scheduler.
@@ -199,7 +210,7 @@ impl Scheduler {
             metrics.clone(),
         ));
         // Namespace labels for InterPodAffinity's namespaceSelector; `run` feeds it from a watch.
-        let namespaces = Arc::new(crate::NamespaceStore::new());
+        let namespaces = Arc::new(NamespaceStore::new());
         // Events get a client of their own (own token bucket, same leader fence), as upstream's
         // event broadcaster does: a burst of FailedScheduling events never delays a binding.
         let event_writer = ApiWriter::new(
@@ -211,16 +222,16 @@ impl Scheduler {
         );
         let events = spawn_event_writer(event_writer, metrics.clone(), options.identity.clone(), 1000);
         // DefaultPreemption: PDBs from a watch (`run`), evictions written asynchronously.
-        let pdbs = Arc::new(crate::PdbStore::new());
-        let preemptor = Arc::new(crate::RuntimePreemptor::new(
+        let pdbs = Arc::new(PdbStore::new());
+        let preemptor = Arc::new(RuntimePreemptor::new(
             writer.clone(),
             handle.clone(),
             events.clone(),
             metrics.clone(),
         ));
         // Volume plugins: PVs, PVCs, StorageClasses and CSINodes from watches (`run`).
-        let volumes = Arc::new(unisched_cache::VolumeCache::new());
-        let volume_api = Arc::new(crate::RuntimeVolumeApi::new(writer.clone(), handle.clone()));
+        let volumes = Arc::new(VolumeCache::new());
+        let volume_api = Arc::new(RuntimeVolumeApi::new(writer.clone(), handle.clone()));
         let registry = Registry::in_tree(
             PluginContext::new(binder)
                 .with_dra(dra.clone(), dra_api)
@@ -233,9 +244,9 @@ impl Scheduler {
         for p in &cfg.profiles {
             let name = p.scheduler_name.clone().unwrap_or_default();
             let fwk = Framework::new(p, &registry)
-                .map_err(|e| RuntimeError::Profile {
+                .map_err(|source| RuntimeError::Profile {
                     profile: name.clone(),
-                    message: e.to_string(),
+                    source,
                 })?
                 .with_observer(Arc::new(metrics.clone()));
             let fwk = Arc::new(fwk);
@@ -244,27 +255,26 @@ impl Scheduler {
             profiles.insert(name, fwk);
         }
         let configz = configz(cfg, &frameworks, &options.default_namespace);
-        let gate_reporter = crate::GateReporter::new(
+        let gate_reporter = GateReporter::new(
             metrics.clone(),
             events.clone(),
             writer.clone(),
             handle.clone(),
-            crate::gated::GATED_REPORT_GRACE,
+            GATED_REPORT_GRACE,
         );
         let qcfg = QueueConfig::builder()
             .backoff_seconds(cfg.pod_initial_backoff_seconds, cfg.pod_max_backoff_seconds)
             .observer(gate_reporter.clone())
             .build();
-        let queue =
-            Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(|e| RuntimeError::Queue(e.to_string()))?);
+        let queue = Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(RuntimeError::Queue)?);
         gate_reporter.attach(&queue);
-        crate::dra::observe_own_claim_changes(&dra, &queue);
+        observe_own_claim_changes(&dra, &queue);
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
         let health = Health::default();
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
-            let (bound, _task) = crate::serve(addr, metrics.clone(), health.clone(), configz)
+            let (bound, _task) = serve(addr, metrics.clone(), health.clone(), configz)
                 .await
                 .map_err(|error| RuntimeError::Serve { addr, error })?;
             health_addr = Some(bound);
@@ -282,11 +292,11 @@ impl Scheduler {
             binding: BindingThreads::new(
                 handle.clone(),
                 options.binding_connections.clone(),
-                crate::BINDING_THREAD_KEEP_ALIVE,
+                BINDING_THREAD_KEEP_ALIVE,
             ),
             handle,
-            stop: AtomicBool::new(false),
-            bindings_in_flight: AtomicUsize::new(0),
+            stop: CancellationToken::new(),
+            bindings_in_flight: InFlight::default(),
             namespaces,
             explanations: Explanations::default(),
             pdbs,
@@ -332,12 +342,12 @@ impl Scheduler {
     }
 
     /// Namespace labels as the namespace watch last saw them (for the simulator and tests).
-    pub fn namespaces(&self) -> &Arc<crate::NamespaceStore> {
+    pub fn namespaces(&self) -> &Arc<NamespaceStore> {
         &self.shared.namespaces
     }
 
     /// The volume state (for reports and tests).
-    pub fn volumes(&self) -> &Arc<unisched_cache::VolumeCache> {
+    pub fn volumes(&self) -> &Arc<VolumeCache> {
         &self.shared.volumes
     }
 
@@ -351,10 +361,7 @@ impl Scheduler {
     /// count. The simulator uses this to know the cluster has settled.
     pub fn is_idle(&self) -> bool {
         let p = self.shared.queue.pending_pods();
-        p.active == 0
-            && p.backoff == 0
-            && p.in_flight == 0
-            && self.shared.bindings_in_flight.load(Ordering::SeqCst) == 0
+        p.active == 0 && p.backoff == 0 && p.in_flight == 0 && self.shared.bindings_in_flight.count() == 0
     }
 
     /// Placement explanations: debug logs, and with recording on the last placement per pod
@@ -372,7 +379,7 @@ impl Scheduler {
     /// binding cycles finish (within the shutdown grace), releases the lease and returns `Ok`.
     /// Safe to call from a signal handler's task or another thread.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.stop.cancel();
         self.shared.queue.close();
     }
 
@@ -384,154 +391,110 @@ impl Scheduler {
     /// `NotLeader` once the lease is gone), queued events are written while we still lead, and
     /// only then is the lease released and the watches ended.
     pub async fn run(&self) -> Result<(), RuntimeError> {
-        let sh = self.shared.clone();
-        // Watches.
-        // Counts itself: every `mark` adds one pending sync when it is created (before its watch is
-        // spawned), so adding a watch needs no hand-kept total. `all_spawned` holds the count above
-        // zero until every watch has been created.
-        let pending_syncs = Arc::new(AtomicUsize::new(0));
-        let mark = |health: Health, pending: Arc<AtomicUsize>| {
-            pending.fetch_add(1, Ordering::SeqCst);
-            move || {
-                if pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    health.set_synced();
-                    tracing::info!("caches synced");
-                }
+        // Watches, and the periodic queue flushes and gauges: they run until the very end.
+        let background = CancellationToken::new();
+        let tasks = self.spawn_background(&background);
+        let (election_stop, election_stop_rx) = tokio::sync::watch::channel(false);
+        let mut election = self.start_election(election_stop_rx);
+        let loop_thread = self.start_scheduling_thread();
+        // Until the lease is lost (or the election ends otherwise) or `stop` is called.
+        let stop = self.shared.stop.clone();
+        let ended = match election.as_mut() {
+            Some(e) => tokio::select! {
+                end = e => Some(end.unwrap_or(ElectionEnd::Lost)),
+                () = stop.cancelled() => None,
+            },
+            None => {
+                stop.cancelled().await;
+                None
             }
         };
-        let all_spawned = mark(self.health.clone(), pending_syncs.clone());
-        let nodes = Arc::new(NodeHandler::new(sh.cache.clone(), sh.queue.clone()));
-        let tasks = vec![
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(crate::NamespaceHandler::new(
-                    sh.namespaces.clone(),
-                    sh.queue.clone(),
-                )),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                nodes,
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                sh.pods.clone(),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(DraHandler::<ResourceSlice>::new(sh.dra.clone(), sh.queue.clone())),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(DraHandler::<DeviceClass>::new(sh.dra.clone(), sh.queue.clone())),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(DraHandler::<DeviceTaintRule>::new(
-                    sh.dra.clone(),
-                    sh.queue.clone(),
-                )),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(DraHandler::<ResourceClaim>::new(sh.dra.clone(), sh.queue.clone())),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(crate::PdbHandler::new(sh.pdbs.clone())),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(
-                    crate::VolumeHandler::<k8s_openapi::api::core::v1::PersistentVolume>::new(
-                        sh.volumes.clone(),
-                        sh.queue.clone(),
-                    ),
-                ),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(crate::VolumeHandler::<
-                    k8s_openapi::api::core::v1::PersistentVolumeClaim,
-                >::new(sh.volumes.clone(), sh.queue.clone())),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(
-                    crate::VolumeHandler::<k8s_openapi::api::storage::v1::StorageClass>::new(
-                        sh.volumes.clone(),
-                        sh.queue.clone(),
-                    ),
-                ),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            tokio::spawn(informers::run_watch(
-                self.client.clone(),
-                watcher::Config::default(),
-                Arc::new(
-                    crate::VolumeHandler::<k8s_openapi::api::storage::v1::CSINode>::new(
-                        sh.volumes.clone(),
-                        sh.queue.clone(),
-                    ),
-                ),
-                mark(self.health.clone(), pending_syncs.clone()),
-            )),
-            // Periodic queue flushes and gauges.
-            tokio::spawn(periodic(sh.clone())),
-        ];
-        all_spawned();
-        // Leader election.
-        let cfg = &self.options.config;
-        let (election_stop, election_stop_rx) = tokio::sync::watch::channel(false);
-        let election = if cfg.leader_election.leader_elect {
-            let le = &cfg.leader_election;
-            let lease = LeaseConfig {
-                namespace: if le.resource_namespace.is_empty() {
-                    self.options.default_namespace.clone()
+        let result = match ended {
+            Some(end) => {
+                election = None;
+                if end == ElectionEnd::Lost {
+                    Err(RuntimeError::LeaseLost)
                 } else {
-                    le.resource_namespace.clone()
-                },
-                name: le.resource_name.clone(),
-                identity: self.options.identity.clone(),
-                lease_duration: le.lease_duration.0,
-                renew_deadline: le.renew_deadline.0,
-                retry_period: le.retry_period.0,
-            };
-            sh.metrics.set_lease_name(&lease.name);
-            Some(tokio::spawn(run_leader_election(
-                self.client.clone(),
-                lease,
-                self.leader.clone(),
-                sh.metrics.clone(),
-                election_stop_rx,
-            )))
-        } else {
-            sh.metrics.leader.set(1);
-            None
+                    Ok(())
+                }
+            }
+            None => Ok(()),
         };
-        // The scheduling loop, on its own thread.
-        let loop_shared = sh.clone();
+        if result.is_err() {
+            self.health.set_dying();
+            self.leader.set(false);
+            tracing::error!("leader lease lost: stopping");
+        } else {
+            tracing::info!("stopping: no new pods are taken");
+        }
+        self.shut_down(loop_thread, election_stop, election).await;
+        // Last, end the watches and the periodic task.
+        background.cancel();
+        for t in tasks {
+            let _ = t.await;
+        }
+        result
+    }
+
+    /// Starts every watch (see [`watches::WATCHES`]) and the periodic task; all of them end when
+    /// `stop` is cancelled. Readiness is reported once every watch has listed.
+    fn spawn_background(&self, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        let sh = &self.shared;
+        let readiness = ReadinessGate::new(self.health.clone());
+        let targets = WatchTargets {
+            client: self.client.clone(),
+            cache: sh.cache.clone(),
+            queue: sh.queue.clone(),
+            pods: sh.pods.clone(),
+            dra: sh.dra.clone(),
+            namespaces: sh.namespaces.clone(),
+            pdbs: sh.pdbs.clone(),
+            volumes: sh.volumes.clone(),
+        };
+        let mut tasks = watches::spawn_all(&targets, &readiness, stop);
+        let (periodic_stop, periodic_shared) = (stop.clone(), sh.clone());
+        tasks.push(tokio::spawn(async move {
+            let _ = periodic_stop.run_until_cancelled(periodic(periodic_shared)).await;
+        }));
+        readiness.all_spawned();
+        tasks
+    }
+
+    /// Starts leader election when the configuration asks for it (`None`: this replica leads
+    /// from the start). The election gives up the lease when `stop` turns true.
+    fn start_election(&self, stop: tokio::sync::watch::Receiver<bool>) -> Option<JoinHandle<ElectionEnd>> {
+        let metrics = &self.shared.metrics;
+        let le = &self.options.config.leader_election;
+        if !le.leader_elect {
+            metrics.leader.set(1);
+            return None;
+        }
+        let lease = LeaseConfig {
+            namespace: if le.resource_namespace.is_empty() {
+                self.options.default_namespace.clone()
+            } else {
+                le.resource_namespace.clone()
+            },
+            name: le.resource_name.clone(),
+            identity: self.options.identity.clone(),
+            lease_duration: le.lease_duration.0,
+            renew_deadline: le.renew_deadline.0,
+            retry_period: le.retry_period.0,
+        };
+        metrics.set_lease_name(&lease.name);
+        Some(tokio::spawn(run_leader_election(
+            self.client.clone(),
+            lease,
+            self.leader.clone(),
+            metrics.clone(),
+            stop,
+        )))
+    }
+
+    /// Starts the scheduling loop on its own thread.
+    fn start_scheduling_thread(&self) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let cfg = &self.options.config;
+        let loop_shared = self.shared.clone();
         let health = self.health.clone();
         let leader = self.leader.clone();
         let seed = self.options.seed;
@@ -543,46 +506,25 @@ impl Scheduler {
         if let Err(e) = &loop_thread {
             tracing::error!(error = %e, "cannot start the scheduling thread");
         }
-        let mut election = election;
-        let result = loop {
-            let lost = async {
-                match election.as_mut() {
-                    Some(e) => e.await.unwrap_or(crate::ElectionEnd::Lost),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                end = lost => {
-                    election = None;
-                    if end == crate::ElectionEnd::Lost {
-                        break Err(RuntimeError::LeaseLost);
-                    }
-                    break Ok(());
-                }
-                () = tokio::time::sleep(Duration::from_millis(50)) => {
-                    if sh.stop.load(Ordering::SeqCst) { break Ok(()); }
-                }
-            }
-        };
-        if result.is_err() {
-            self.health.set_dying();
-            self.leader.set(false);
-            tracing::error!("leader lease lost: stopping");
-        } else {
-            tracing::info!("stopping: no new pods are taken");
-        }
+        loop_thread
+    }
+
+    /// The ordered shutdown of [`Scheduler::run`], up to (not including) ending the watches.
+    async fn shut_down(
+        &self,
+        loop_thread: std::io::Result<std::thread::JoinHandle<()>>,
+        election_stop: tokio::sync::watch::Sender<bool>,
+        election: Option<JoinHandle<ElectionEnd>>,
+    ) {
+        let sh = &self.shared;
         // 1. Take no new pod; let the current scheduling cycle end.
-        sh.stop.store(true, Ordering::SeqCst);
+        sh.stop.cancel();
         sh.queue.close();
         if let Ok(t) = loop_thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         // 2. Let in-flight binding cycles finish (or undo) while we may still write.
-        let deadline = Instant::now() + self.shutdown_grace;
-        while sh.bindings_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let left = sh.bindings_in_flight.load(Ordering::SeqCst);
+        let left = sh.bindings_in_flight.drained_within(self.shutdown_grace).await;
         if left > 0 {
             tracing::warn!(
                 bindings = left,
@@ -604,14 +546,7 @@ impl Scheduler {
         self.leader.set(false);
         // 5. Binding threads that outlived the grace now fail fast; wait briefly so none of them
         //    is still inside the runtime when it shuts down.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while sh.bindings_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        for t in tasks {
-            t.abort();
-        }
-        result
+        sh.bindings_in_flight.drained_within(Duration::from_secs(2)).await;
     }
 }
 
@@ -665,7 +600,7 @@ fn scheduling_loop(
     let mut algos: HashMap<String, SchedulingAlgorithm> = HashMap::new();
     let mut sampler = SeededRng::new(seed ^ 0x5eed);
     unisched_framework::calibrate_plugin_clock();
-    while !sh.stop.load(Ordering::SeqCst) {
+    while !sh.stop.is_cancelled() {
         if !health.is_synced() || !leader.is_leader() {
             std::thread::sleep(Duration::from_millis(50));
             continue;
@@ -717,7 +652,7 @@ fn schedule_one(
                 .algorithm_duration
                 .with_label_values::<&str>(&[])
                 .observe(start.elapsed().as_secs_f64());
-            sh.bindings_in_flight.fetch_add(1, Ordering::SeqCst);
+            sh.bindings_in_flight.start();
             sh.metrics.goroutines.with_label_values(&["binding"]).inc();
             let plan = async_binding(&fwk, &task);
             let assumed = task.assumed.clone();
@@ -822,7 +757,7 @@ fn binding_done(
             handle_failure(sh, fwk, qpi, *f, start);
         }
     }
-    sh.bindings_in_flight.fetch_sub(1, Ordering::SeqCst);
+    sh.bindings_in_flight.finish();
     sh.metrics.goroutines.with_label_values(&["binding"]).dec();
 }
 

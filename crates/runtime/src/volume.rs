@@ -24,7 +24,11 @@ use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource};
 use unisched_plugins::{VolumeApi, VolumeApiError};
 use unisched_queue::SchedulingQueue;
 
-use crate::{ApiWriter, Handler, SyncWriter, WriteError};
+use crate::{
+    binding_threads::SyncWriter,
+    informers::Handler,
+    writer::{ApiWriter, WriteError},
+};
 
 /// A storage kind a [`VolumeHandler`] feeds into the cache.
 pub trait VolumeKind: Clone + Send + Sync + 'static {

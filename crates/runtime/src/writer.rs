@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{Metrics, lean::Lean};
+use crate::{lean::Lean, metrics::Metrics};
 
 /// The media type asking the API server to answer with the object's metadata only
 /// (`meta.k8s.io/v1` `PartialObjectMetadata`), as client-go's metadata client does.
@@ -48,7 +48,7 @@ struct MetadataReply {
 /// Why: the reply to a write is the whole object, and a scheduler write is usually followed by
 /// nothing but a look at the new `resourceVersion`. A claim's reply carries its spec, allocation
 /// and managed fields; decoding those was a tenth of the scheduler's CPU on the real control plane
-/// in the DRA benchmark (issue 18). A caller that conditioned its patch on a `resourceVersion` knows
+/// in the DRA benchmark. A caller that conditioned its patch on a `resourceVersion` knows
 /// the rest of the result: its own copy with the patch applied.
 pub async fn patch_for_metadata<K: Resource<DynamicType = ()>>(
     client: &Client,
@@ -261,11 +261,11 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Classifies a kube error: `Ok(code)` for API errors, `Err(text)` for transport errors.
-fn classify(err: &kube::Error) -> Result<u16, String> {
+/// The HTTP status of an API error; `None` for a transport error (no answer to classify).
+fn status_code(err: &kube::Error) -> Option<u16> {
     match err {
-        kube::Error::Api(s) => Ok(s.code),
-        other => Err(other.to_string()),
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
     }
 }
 
@@ -328,7 +328,7 @@ impl ApiWriter {
     }
 
     /// This writer sending through `client` instead: same token bucket, leader fence, retry
-    /// policy and metrics (a binding thread's own connection, see [`crate::SyncWriter`]).
+    /// policy and metrics (a binding thread's own connection, see `SyncWriter`).
     #[must_use]
     pub fn with_client(&self, client: Client) -> Self {
         ApiWriter {
@@ -370,7 +370,7 @@ impl ApiWriter {
             let result = op().await;
             let code = match &result {
                 Ok(_) => "2xx".to_string(),
-                Err(e) => classify(e).map_or_else(|_| "transport".to_string(), |c| c.to_string()),
+                Err(e) => status_code(e).map_or_else(|| "transport".to_string(), |c| c.to_string()),
             };
             self.limits
                 .metrics
@@ -387,23 +387,23 @@ impl ApiWriter {
                     return Ok(v);
                 }
                 Err(e) => {
-                    let retryable = match classify(&e) {
-                        Ok(409) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
-                        Ok(404) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
-                        Ok(409) => return Err(WriteError::Conflict(api_message(&e))),
-                        Ok(404) => return Err(WriteError::NotFound(api_message(&e))),
-                        Ok(c) => c == 429 || c >= 500,
-                        Err(_) => true,
+                    let retryable = match status_code(&e) {
+                        Some(409) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
+                        Some(404) if ambiguous => return Err(WriteError::Unknown(api_message(&e))),
+                        Some(409) => return Err(WriteError::Conflict(api_message(&e))),
+                        Some(404) => return Err(WriteError::NotFound(api_message(&e))),
+                        Some(c) => c == 429 || c >= 500,
+                        None => true,
                     };
                     if !retryable {
-                        let code = classify(&e).unwrap_or(0);
+                        let code = status_code(&e).unwrap_or(0);
                         return Err(WriteError::Api {
                             code,
                             message: api_message(&e),
                         });
                     }
                     // 429 means "not applied"; a 5xx or a transport error may follow a commit.
-                    ambiguous |= classify(&e).map_or(true, |c| c >= 500);
+                    ambiguous |= status_code(&e).is_none_or(|c| c >= 500);
                     last = e.to_string();
                     tracing::debug!(verb, resource, attempt, error = %last, "retrying API write");
                     if attempt < self.limits.retry.attempts {
