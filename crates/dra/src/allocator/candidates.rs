@@ -1,0 +1,396 @@
+//! Phase 2, candidates: which gathered devices can serve one request alternative on their own.
+//!
+//! A device passes class selectors, request selectors (answers cached per selector and device;
+//! a driver named by a selector skips CEL for other drivers), per-device node selection, the
+//! capacity policy and free capacity, is not in use by another claim (unless `adminAccess`), has
+//! no untolerated taint and leaves its pool's counters non-negative. Counting how many devices
+//! survive each stage gives the precise reason when too few are left, before any search.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Node;
+use unisched_resource::Quantity;
+
+use super::Allocator;
+use super::gathering::{GatheredDevice, GatheredInventory, GatheredPool};
+use crate::capacity::{consumed_capacity, fits};
+use crate::cel::{EvalErrorKind, SelectorInput};
+use crate::claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, PreparedAlternative, PreparedClaim, PreparedSelector};
+use crate::error::{AllocationError, FatalError, UnschedulableReason};
+use crate::state::LayeredCapacity;
+use crate::taints::untolerated_taint;
+
+#[derive(Clone)]
+pub(super) struct Candidate {
+    pub(super) dev: u32,
+    /// Consumed capacity (aligned with the device's capacities) when consumable capacity is on.
+    pub(super) consumed: Option<Arc<[Quantity]>>,
+}
+
+/// Candidates of one alternative, or why it cannot be satisfied on this node.
+pub(super) struct AlternativeCandidates {
+    pub(super) candidates: Vec<Candidate>,
+    pub(super) failure: Option<UnschedulableReason>,
+}
+
+impl Allocator {
+    /// Phase 2 for every alternative of every request of `claims`: per claim, per request, per
+    /// alternative.
+    pub(super) fn all_candidates(
+        &self,
+        claims: &[&PreparedClaim],
+        node: &Node,
+        gathered: &GatheredInventory<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<Vec<Vec<AlternativeCandidates>>>, AllocationError> {
+        let mut per_claim = Vec::with_capacity(claims.len());
+        for claim in claims {
+            let mut per_request = Vec::with_capacity(claim.requests().len());
+            for request in claim.requests() {
+                let mut per_alternative = Vec::with_capacity(request.alternatives.len());
+                for alt in &request.alternatives {
+                    per_alternative.push(self.candidates(claim, alt, node, gathered, deadline)?);
+                }
+                per_request.push(per_alternative);
+            }
+            per_claim.push(per_request);
+        }
+        Ok(per_claim)
+    }
+
+    /// A request none of whose alternatives can be served alone fails right away, before any
+    /// search: the reason of its first alternative.
+    pub(super) fn first_unservable_request(
+        &self,
+        claims: &[&PreparedClaim],
+        gathered: &GatheredInventory<'_>,
+        alternative_candidates: &[Vec<Vec<AlternativeCandidates>>],
+    ) -> Option<AllocationError> {
+        for (ci, claim) in claims.iter().enumerate() {
+            for (ri, request) in claim.requests().iter().enumerate() {
+                let data = &alternative_candidates[ci][ri];
+                if data.iter().all(|a| a.failure.is_some()) {
+                    let reason = data
+                        .first()
+                        .and_then(|a| a.failure.clone())
+                        .unwrap_or(UnschedulableReason::NoDevices);
+                    let request_name = request.alternatives.first().map(|a| a.full_name.clone());
+                    return Some(self.unschedulable(gathered, claim.key(), request_name, reason));
+                }
+            }
+        }
+        None
+    }
+
+    /// Evaluates a list of selectors for a device; `Ok(Some(i))`: selector `i` rejected it.
+    /// A passed `deadline` stops an evaluation midway ([`AllocationError::Aborted`]); a spent
+    /// cost budget is a fatal CEL runtime error naming the class or request.
+    pub(super) fn selectors_reject(
+        &self,
+        claim: &PreparedClaim,
+        selectors: &[PreparedSelector],
+        d: &GatheredDevice<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<usize>, AllocationError> {
+        let dev = d.prepared();
+        for (i, s) in selectors.iter().enumerate() {
+            if let Some(driver) = s.selector.required_driver()
+                && driver != d.slice.driver()
+            {
+                return Ok(Some(i));
+            }
+            let id = s.selector.id();
+            let matched = match d.slice.cached_match(id, d.dev) {
+                Some(m) => m,
+                None => {
+                    let Some(api_device) = d.slice.api_device(d.dev as usize) else {
+                        return Ok(Some(i));
+                    };
+                    self.selector_evaluations.fetch_add(1, AtomicOrdering::Relaxed);
+                    let input = SelectorInput {
+                        driver: d.slice.driver(),
+                        device: api_device,
+                        maps: d.slice.device_maps(d.dev as usize),
+                        slot: &dev.slot,
+                        deadline,
+                    };
+                    let m = s.selector.matches(input).map_err(|e| {
+                        if e.kind == EvalErrorKind::Deadline {
+                            return AllocationError::Aborted(format!(
+                                "{}: selector #{}: {}",
+                                s.source, s.index, e.message
+                            ));
+                        }
+                        let fatal = FatalError::CelRuntime {
+                            claim: claim.key().to_string(),
+                            origin: s.source.clone(),
+                            index: s.index,
+                            expression: s.selector.expression().to_string(),
+                            device: dev.id.clone(),
+                            message: e.message,
+                        };
+                        if e.kind == EvalErrorKind::CostBudget {
+                            let _ = self.over_budget.set(fatal.clone());
+                        }
+                        AllocationError::from(fatal)
+                    })?;
+                    d.slice.store_match(id, d.dev, m);
+                    m
+                }
+            };
+            if !matched {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Phase 2 for one alternative.
+    pub(super) fn candidates(
+        &self,
+        claim: &PreparedClaim,
+        alt: &PreparedAlternative,
+        node: &Node,
+        g: &GatheredInventory<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<AlternativeCandidates, AllocationError> {
+        let all_mode = alt.mode == AllocationMode::All;
+        if all_mode {
+            if let Some(pool) = g.incomplete.first() {
+                return Ok(AlternativeCandidates {
+                    candidates: Vec::new(),
+                    failure: Some(UnschedulableReason::AllModePoolUnavailable {
+                        pool: pool.to_string(),
+                        incomplete: true,
+                    }),
+                });
+            }
+            if let Some((pool, _)) = g.invalid.first() {
+                return Ok(AlternativeCandidates {
+                    candidates: Vec::new(),
+                    failure: Some(UnschedulableReason::AllModePoolUnavailable {
+                        pool: pool.to_string(),
+                        incomplete: false,
+                    }),
+                });
+            }
+        }
+        let f = &self.features;
+        let mut class_rejects = vec![0usize; alt.class_selectors.len()];
+        let mut request_rejects = vec![0usize; alt.selectors.len()];
+        // Devices left after each stage.
+        let (mut after_class, mut after_request, mut after_node, mut after_capacity) =
+            (0usize, 0usize, 0usize, 0usize);
+        let (mut after_in_use, mut after_taint) = (0usize, 0usize);
+        let mut capacity_example = None;
+        let mut taint_example = None;
+        let mut counter_pool = None;
+        let mut candidates = Vec::new();
+        let mut all_mode_failure = None;
+        let has_driver = |s: &PreparedSelector| s.selector.required_driver().is_some();
+        let prefilter_source = match alt.class_selectors.iter().position(has_driver) {
+            Some(i) => Some((true, i)),
+            None => alt.selectors.iter().position(has_driver).map(|i| (false, i)),
+        };
+        let mut total = 0usize;
+        for (gi, d) in g.devices.iter().enumerate() {
+            let dev = d.prepared();
+            if !f.binding_conditions && dev.has_binding_conditions {
+                continue;
+            }
+            total += 1;
+            // Cheap prefilter: the driver some selector insists on.
+            if let Some(driver) = &alt.required_driver
+                && driver.as_str() != d.slice.driver()
+            {
+                match prefilter_source {
+                    Some((true, i)) => class_rejects[i] += 1,
+                    Some((false, i)) => {
+                        after_class += 1;
+                        request_rejects[i] += 1;
+                    }
+                    None => {}
+                }
+                continue;
+            }
+            if let Some(i) = self.selectors_reject(claim, &alt.class_selectors, d, deadline)? {
+                class_rejects[i] += 1;
+                continue;
+            }
+            after_class += 1;
+            if let Some(i) = self.selectors_reject(claim, &alt.selectors, d, deadline)? {
+                request_rejects[i] += 1;
+                continue;
+            }
+            after_request += 1;
+            if d.slice.per_device_node_selection() {
+                let reachable = d.slice.device_targets(d.dev as usize, node).map_err(|message| {
+                    AllocationError::from(FatalError::NodeSelector {
+                        slice: d.slice.name().to_string(),
+                        message,
+                    })
+                })?;
+                if !reachable {
+                    continue;
+                }
+            }
+            after_node += 1;
+            let mut consumed = None;
+            // An exclusive device asked for no capacity has nothing to check: no shares exist on
+            // it and its result records no consumption. Skipping the arithmetic here keeps it off
+            // the per-device path of the common one-GPU claim (it was the top Filter cost).
+            if f.consumable_capacity && (dev.allow_multiple || !alt.capacity.is_empty()) {
+                let amounts = match consumed_capacity(&dev.capacities, &alt.capacity) {
+                    Ok(a) => a,
+                    Err(_) => {
+                        capacity_example.get_or_insert(gi as u32);
+                        continue;
+                    }
+                };
+                let existing = match self.state.consumed_capacity(&dev.id) {
+                    LayeredCapacity::None => Vec::new(),
+                    LayeredCapacity::Full => {
+                        capacity_example.get_or_insert(gi as u32);
+                        continue;
+                    }
+                    LayeredCapacity::Amounts(m) => dev
+                        .capacities
+                        .iter()
+                        .map(|c| m.get(&c.name).cloned().unwrap_or_default())
+                        .collect(),
+                };
+                if !fits(&dev.capacities, &amounts, &[&existing]) {
+                    capacity_example.get_or_insert(gi as u32);
+                    continue;
+                }
+                consumed = Some(Arc::<[Quantity]>::from(amounts));
+            }
+            after_capacity += 1;
+            // From here on a device that fails makes an `All` request fail.
+            if !alt.admin_access && self.state.is_exclusively_allocated(&dev.id) {
+                all_mode_failure.get_or_insert(UnschedulableReason::DevicesInUse);
+                continue;
+            }
+            after_in_use += 1;
+            if f.device_taints {
+                let taints = d
+                    .slice
+                    .api_device(d.dev as usize)
+                    .and_then(|a| a.taints.as_deref())
+                    .unwrap_or_default();
+                if let Some(t) = untolerated_taint(taints, &alt.tolerations) {
+                    let text = format!(
+                        "{}={}:{}",
+                        t.key,
+                        t.value.as_deref().unwrap_or_default(),
+                        t.effect
+                    );
+                    all_mode_failure
+                        .get_or_insert(UnschedulableReason::DevicesTainted { taint: text.clone() });
+                    taint_example.get_or_insert(text);
+                    continue;
+                }
+            }
+            after_taint += 1;
+            if !dev.consumes.is_empty() {
+                let gp = &g.pools[d.gathered_pool as usize];
+                let skip = f.consumable_capacity && dev.allow_multiple && self.state.has_shares(&dev.id);
+                let ok = f.partitionable_devices && (skip || self.counters_fit_alone(gp, d));
+                if !ok {
+                    counter_pool.get_or_insert(gp.rec.key.to_string());
+                    all_mode_failure.get_or_insert(UnschedulableReason::CountersExhausted {
+                        pool: gp.rec.key.to_string(),
+                    });
+                    continue;
+                }
+            }
+            candidates.push(Candidate {
+                dev: gi as u32,
+                consumed,
+            });
+        }
+
+        let mut failure = None;
+        if all_mode {
+            if after_capacity == 0 {
+                failure = Some(UnschedulableReason::AllModeNoDevices);
+            } else if candidates.len() < after_capacity {
+                failure = all_mode_failure;
+            } else if claim.min_devices() - 1 + candidates.len() > ALLOCATION_RESULTS_MAX_SIZE {
+                failure = Some(UnschedulableReason::TooManyDevices);
+            }
+        } else {
+            let needed = alt.min_devices();
+            if candidates.len() < needed {
+                let most = |v: &[usize]| {
+                    v.iter()
+                        .enumerate()
+                        .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+                        .map(|(i, _)| i)
+                };
+                failure = Some(if total < needed && !g.incomplete.is_empty() {
+                    UnschedulableReason::PoolsIncomplete {
+                        pools: g.incomplete.iter().map(|k| k.to_string()).collect(),
+                    }
+                } else if total == 0 {
+                    UnschedulableReason::NoDevices
+                } else if total < needed {
+                    UnschedulableReason::NotEnoughDevices {
+                        needed,
+                        usable: candidates.len(),
+                    }
+                } else if after_class < needed {
+                    UnschedulableReason::ClassSelectorsUnmatched {
+                        class: alt.class.metadata.name.clone().unwrap_or_default(),
+                        expression: most(&class_rejects)
+                            .filter(|_| class_rejects.iter().any(|n| *n > 0))
+                            .map(|i| alt.class_selectors[i].selector.expression().to_string()),
+                    }
+                } else if after_request < needed {
+                    UnschedulableReason::RequestSelectorsUnmatched {
+                        expression: most(&request_rejects)
+                            .filter(|_| request_rejects.iter().any(|n| *n > 0))
+                            .map(|i| alt.selectors[i].selector.expression().to_string()),
+                    }
+                } else if after_node < needed {
+                    UnschedulableReason::DevicesNotOnNode
+                } else if after_capacity < needed {
+                    UnschedulableReason::CapacityExhausted {
+                        device: capacity_example.map(|gi| g.devices[gi as usize].prepared().id.to_string()),
+                    }
+                } else if after_in_use < needed {
+                    UnschedulableReason::DevicesInUse
+                } else if after_taint < needed {
+                    UnschedulableReason::DevicesTainted {
+                        taint: taint_example.unwrap_or_default(),
+                    }
+                } else if let Some(pool) = counter_pool {
+                    UnschedulableReason::CountersExhausted { pool }
+                } else {
+                    UnschedulableReason::NotEnoughDevices {
+                        needed,
+                        usable: candidates.len(),
+                    }
+                });
+            }
+        }
+        Ok(AlternativeCandidates { candidates, failure })
+    }
+
+    pub(super) fn counters_fit_alone(&self, gp: &GatheredPool<'_>, d: &GatheredDevice<'_>) -> bool {
+        let avail = self.available_counters(gp.index, gp.rec);
+        let Some(consumption) = gp
+            .rec
+            .consumption
+            .get(d.slice_pos as usize)
+            .and_then(|p| p.get(d.dev as usize))
+        else {
+            return true;
+        };
+        consumption
+            .iter()
+            .all(|(ci, amount)| avail.get(*ci as usize).is_some_and(|a| amount <= a))
+    }
+}
