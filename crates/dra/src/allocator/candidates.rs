@@ -226,10 +226,10 @@ impl Allocator {
             }
             after_request += 1;
             if d.slice.per_device_node_selection() {
-                let reachable = d.slice.device_targets(d.dev as usize, node).map_err(|message| {
+                let reachable = d.slice.device_targets(d.dev as usize, node).map_err(|source| {
                     AllocationError::from(FatalError::NodeSelector {
                         slice: d.slice.name().to_string(),
-                        message,
+                        source,
                     })
                 })?;
                 if !reachable {

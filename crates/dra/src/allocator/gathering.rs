@@ -62,10 +62,10 @@ impl Allocator {
             {
                 continue;
             }
-            let targets = slice.targets(node).map_err(|message| {
+            let targets = slice.targets(node).map_err(|source| {
                 AllocationError::from(FatalError::NodeSelector {
                     slice: slice.name().to_string(),
-                    message,
+                    source,
                 })
             })?;
             if targets {
