@@ -17,7 +17,9 @@ use super::Allocator;
 use super::gathering::{GatheredDevice, GatheredInventory, GatheredPool};
 use crate::capacity::{consumed_capacity, fits};
 use crate::cel::{EvalErrorKind, SelectorInput};
-use crate::claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, PreparedAlternative, PreparedClaim, PreparedSelector};
+use crate::claims::{
+    ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, PreparedAlternative, PreparedClaim, PreparedSelector,
+};
 use crate::error::{AllocationError, FatalError, UnschedulableReason};
 use crate::state::LayeredCapacity;
 use crate::taints::untolerated_taint;
@@ -178,15 +180,11 @@ impl Allocator {
             }
         }
         let f = &self.features;
-        let mut class_rejects = vec![0usize; alt.class_selectors.len()];
-        let mut request_rejects = vec![0usize; alt.selectors.len()];
-        // Devices left after each stage.
-        let (mut after_class, mut after_request, mut after_node, mut after_capacity) =
-            (0usize, 0usize, 0usize, 0usize);
-        let (mut after_in_use, mut after_taint) = (0usize, 0usize);
-        let mut capacity_example = None;
-        let mut taint_example = None;
-        let mut counter_pool = None;
+        let mut stages = StageCounts {
+            class_rejects: vec![0usize; alt.class_selectors.len()],
+            request_rejects: vec![0usize; alt.selectors.len()],
+            ..StageCounts::default()
+        };
         let mut candidates = Vec::new();
         let mut all_mode_failure = None;
         let has_driver = |s: &PreparedSelector| s.selector.required_driver().is_some();
@@ -194,37 +192,36 @@ impl Allocator {
             Some(i) => Some((true, i)),
             None => alt.selectors.iter().position(has_driver).map(|i| (false, i)),
         };
-        let mut total = 0usize;
         for (gi, d) in g.devices.iter().enumerate() {
             let dev = d.prepared();
             if !f.binding_conditions && dev.has_binding_conditions {
                 continue;
             }
-            total += 1;
+            stages.total += 1;
             // Cheap prefilter: the driver some selector insists on.
             if let Some(driver) = &alt.required_driver
                 && driver.as_str() != d.slice.driver()
             {
                 match prefilter_source {
-                    Some((true, i)) => class_rejects[i] += 1,
+                    Some((true, i)) => stages.class_rejects[i] += 1,
                     Some((false, i)) => {
-                        after_class += 1;
-                        request_rejects[i] += 1;
+                        stages.after_class += 1;
+                        stages.request_rejects[i] += 1;
                     }
                     None => {}
                 }
                 continue;
             }
             if let Some(i) = self.selectors_reject(claim, &alt.class_selectors, d, deadline)? {
-                class_rejects[i] += 1;
+                stages.class_rejects[i] += 1;
                 continue;
             }
-            after_class += 1;
+            stages.after_class += 1;
             if let Some(i) = self.selectors_reject(claim, &alt.selectors, d, deadline)? {
-                request_rejects[i] += 1;
+                stages.request_rejects[i] += 1;
                 continue;
             }
-            after_request += 1;
+            stages.after_request += 1;
             if d.slice.per_device_node_selection() {
                 let reachable = d.slice.device_targets(d.dev as usize, node).map_err(|source| {
                     AllocationError::from(FatalError::NodeSelector {
@@ -236,7 +233,7 @@ impl Allocator {
                     continue;
                 }
             }
-            after_node += 1;
+            stages.after_node += 1;
             let mut consumed = None;
             // An exclusive device asked for no capacity has nothing to check: no shares exist on
             // it and its result records no consumption. Skipping the arithmetic here keeps it off
@@ -245,14 +242,14 @@ impl Allocator {
                 let amounts = match consumed_capacity(&dev.capacities, &alt.capacity) {
                     Ok(a) => a,
                     Err(_) => {
-                        capacity_example.get_or_insert(gi as u32);
+                        stages.capacity_example.get_or_insert(gi as u32);
                         continue;
                     }
                 };
                 let existing = match self.state.consumed_capacity(&dev.id) {
                     LayeredCapacity::None => Vec::new(),
                     LayeredCapacity::Full => {
-                        capacity_example.get_or_insert(gi as u32);
+                        stages.capacity_example.get_or_insert(gi as u32);
                         continue;
                     }
                     LayeredCapacity::Amounts(m) => dev
@@ -262,18 +259,18 @@ impl Allocator {
                         .collect(),
                 };
                 if !fits(&dev.capacities, &amounts, &[&existing]) {
-                    capacity_example.get_or_insert(gi as u32);
+                    stages.capacity_example.get_or_insert(gi as u32);
                     continue;
                 }
                 consumed = Some(Arc::<[Quantity]>::from(amounts));
             }
-            after_capacity += 1;
+            stages.after_capacity += 1;
             // From here on a device that fails makes an `All` request fail.
             if !alt.admin_access && self.state.is_exclusively_allocated(&dev.id) {
                 all_mode_failure.get_or_insert(UnschedulableReason::DevicesInUse);
                 continue;
             }
-            after_in_use += 1;
+            stages.after_in_use += 1;
             if f.device_taints {
                 let taints = d
                     .slice
@@ -289,17 +286,17 @@ impl Allocator {
                     );
                     all_mode_failure
                         .get_or_insert(UnschedulableReason::DevicesTainted { taint: text.clone() });
-                    taint_example.get_or_insert(text);
+                    stages.taint_example.get_or_insert(text);
                     continue;
                 }
             }
-            after_taint += 1;
+            stages.after_taint += 1;
             if !dev.consumes.is_empty() {
                 let gp = &g.pools[d.gathered_pool as usize];
                 let skip = f.consumable_capacity && dev.allow_multiple && self.state.has_shares(&dev.id);
                 let ok = f.partitionable_devices && (skip || self.counters_fit_alone(gp, d));
                 if !ok {
-                    counter_pool.get_or_insert(gp.rec.key.to_string());
+                    stages.counter_pool.get_or_insert(gp.rec.key.to_string());
                     all_mode_failure.get_or_insert(UnschedulableReason::CountersExhausted {
                         pool: gp.rec.key.to_string(),
                     });
@@ -314,9 +311,9 @@ impl Allocator {
 
         let mut failure = None;
         if all_mode {
-            if after_capacity == 0 {
+            if stages.after_capacity == 0 {
                 failure = Some(UnschedulableReason::AllModeNoDevices);
-            } else if candidates.len() < after_capacity {
+            } else if candidates.len() < stages.after_capacity {
                 failure = all_mode_failure;
             } else if claim.min_devices() - 1 + candidates.len() > ALLOCATION_RESULTS_MAX_SIZE {
                 failure = Some(UnschedulableReason::TooManyDevices);
@@ -324,56 +321,7 @@ impl Allocator {
         } else {
             let needed = alt.min_devices();
             if candidates.len() < needed {
-                let most = |v: &[usize]| {
-                    v.iter()
-                        .enumerate()
-                        .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
-                        .map(|(i, _)| i)
-                };
-                failure = Some(if total < needed && !g.incomplete.is_empty() {
-                    UnschedulableReason::PoolsIncomplete {
-                        pools: g.incomplete.iter().map(|k| k.to_string()).collect(),
-                    }
-                } else if total == 0 {
-                    UnschedulableReason::NoDevices
-                } else if total < needed {
-                    UnschedulableReason::NotEnoughDevices {
-                        needed,
-                        usable: candidates.len(),
-                    }
-                } else if after_class < needed {
-                    UnschedulableReason::ClassSelectorsUnmatched {
-                        class: alt.class.metadata.name.clone().unwrap_or_default(),
-                        expression: most(&class_rejects)
-                            .filter(|_| class_rejects.iter().any(|n| *n > 0))
-                            .map(|i| alt.class_selectors[i].selector.expression().to_string()),
-                    }
-                } else if after_request < needed {
-                    UnschedulableReason::RequestSelectorsUnmatched {
-                        expression: most(&request_rejects)
-                            .filter(|_| request_rejects.iter().any(|n| *n > 0))
-                            .map(|i| alt.selectors[i].selector.expression().to_string()),
-                    }
-                } else if after_node < needed {
-                    UnschedulableReason::DevicesNotOnNode
-                } else if after_capacity < needed {
-                    UnschedulableReason::CapacityExhausted {
-                        device: capacity_example.map(|gi| g.devices[gi as usize].prepared().id.to_string()),
-                    }
-                } else if after_in_use < needed {
-                    UnschedulableReason::DevicesInUse
-                } else if after_taint < needed {
-                    UnschedulableReason::DevicesTainted {
-                        taint: taint_example.unwrap_or_default(),
-                    }
-                } else if let Some(pool) = counter_pool {
-                    UnschedulableReason::CountersExhausted { pool }
-                } else {
-                    UnschedulableReason::NotEnoughDevices {
-                        needed,
-                        usable: candidates.len(),
-                    }
-                });
+                failure = Some(stages.shortfall(alt, g, needed, candidates.len()));
             }
         }
         Ok(AlternativeCandidates { candidates, failure })
@@ -392,5 +340,94 @@ impl Allocator {
         consumption
             .iter()
             .all(|(ci, amount)| avail.get(*ci as usize).is_some_and(|a| amount <= a))
+    }
+}
+
+/// How many devices survived each stage of [`Allocator::candidates`], with an example of what
+/// stopped the others: enough to say precisely why too few are left.
+#[derive(Default)]
+struct StageCounts {
+    /// Devices considered at all (binding conditions permitting).
+    total: usize,
+    /// Per class selector: how many devices it rejected.
+    class_rejects: Vec<usize>,
+    /// Per request selector: how many devices it rejected.
+    request_rejects: Vec<usize>,
+    /// Devices left after the class selectors.
+    after_class: usize,
+    /// Devices left after the request selectors.
+    after_request: usize,
+    /// Devices left after per-device node selection.
+    after_node: usize,
+    /// Devices left after the capacity checks.
+    after_capacity: usize,
+    /// Devices left after those in use by other claims.
+    after_in_use: usize,
+    /// Devices left after those with untolerated taints.
+    after_taint: usize,
+    /// A device (index into the gathered devices) without the capacity asked for.
+    capacity_example: Option<u32>,
+    /// A taint no toleration covers, as `key=value:effect`.
+    taint_example: Option<String>,
+    /// A pool whose counters are exhausted.
+    counter_pool: Option<String>,
+}
+
+impl StageCounts {
+    /// Why only `usable` devices are left where the alternative needs `needed`: the first stage
+    /// that left too few, in the order the checks run.
+    fn shortfall(
+        self,
+        alt: &PreparedAlternative,
+        g: &GatheredInventory<'_>,
+        needed: usize,
+        usable: usize,
+    ) -> UnschedulableReason {
+        let most = |v: &[usize]| {
+            v.iter()
+                .enumerate()
+                .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+                .map(|(i, _)| i)
+        };
+        if self.total < needed && !g.incomplete.is_empty() {
+            UnschedulableReason::PoolsIncomplete {
+                pools: g.incomplete.iter().map(|k| k.to_string()).collect(),
+            }
+        } else if self.total == 0 {
+            UnschedulableReason::NoDevices
+        } else if self.total < needed {
+            UnschedulableReason::NotEnoughDevices { needed, usable }
+        } else if self.after_class < needed {
+            UnschedulableReason::ClassSelectorsUnmatched {
+                class: alt.class.metadata.name.clone().unwrap_or_default(),
+                expression: most(&self.class_rejects)
+                    .filter(|_| self.class_rejects.iter().any(|n| *n > 0))
+                    .map(|i| alt.class_selectors[i].selector.expression().to_string()),
+            }
+        } else if self.after_request < needed {
+            UnschedulableReason::RequestSelectorsUnmatched {
+                expression: most(&self.request_rejects)
+                    .filter(|_| self.request_rejects.iter().any(|n| *n > 0))
+                    .map(|i| alt.selectors[i].selector.expression().to_string()),
+            }
+        } else if self.after_node < needed {
+            UnschedulableReason::DevicesNotOnNode
+        } else if self.after_capacity < needed {
+            UnschedulableReason::CapacityExhausted {
+                device: self
+                    .capacity_example
+                    .map(|gi| g.devices[gi as usize].prepared().id.to_string()),
+            }
+        } else if self.after_in_use < needed {
+            UnschedulableReason::DevicesInUse
+        } else if self.after_taint < needed {
+            UnschedulableReason::DevicesTainted {
+                taint: self.taint_example.unwrap_or_default(),
+            }
+        } else if let Some(pool) = self.counter_pool {
+            UnschedulableReason::CountersExhausted { pool }
+        } else {
+            UnschedulableReason::NotEnoughDevices { needed, usable }
+        }
     }
 }
