@@ -59,7 +59,9 @@ pub mod testing;
 mod tests;
 
 pub use allocator::{Allocator, Deadline, NodeSummary, Stats, summary_shape};
-pub use cel::{CelSelectorEngine, DeviceSelector, DeviceValueError, EvalErrorKind, SelectorEngine, SelectorId};
+pub use cel::{
+    CelSelectorEngine, DeviceSelector, DeviceValueError, EvalErrorKind, SelectorEngine, SelectorId,
+};
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;
 pub use cost::{CEL_SELECTOR_EXPRESSION_MAX_COST, CostLimits};

@@ -126,7 +126,10 @@ fn values(req: &NodeSelectorRequirement) -> &[String] {
     req.values.as_deref().unwrap_or_default()
 }
 
-fn label_requirement_matches(req: &NodeSelectorRequirement, label: Option<&str>) -> Result<bool, NodeSelectorError> {
+fn label_requirement_matches(
+    req: &NodeSelectorRequirement,
+    label: Option<&str>,
+) -> Result<bool, NodeSelectorError> {
     let vals = values(req);
     match req.operator.as_str() {
         "In" | "NotIn" => {

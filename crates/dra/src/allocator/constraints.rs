@@ -35,7 +35,10 @@ pub(super) enum ScalarAttribute<'a> {
 /// The value [`attribute_set`] would give as a singleton, borrowed: `Ok(None)` where it gives
 /// `None` (the device cannot join the match), `Err(())` for a list value (matched by
 /// intersection; the summary leaves it to the search).
-pub(super) fn scalar_attribute(attr: &DeviceAttribute, list_mode: bool) -> Result<Option<ScalarAttribute<'_>>, ()> {
+pub(super) fn scalar_attribute(
+    attr: &DeviceAttribute,
+    list_mode: bool,
+) -> Result<Option<ScalarAttribute<'_>>, ()> {
     if let Some(v) = attr.int {
         return Ok(Some(ScalarAttribute::Int(v)));
     }
@@ -141,7 +144,11 @@ impl ConstraintState {
 }
 
 /// Looks up a fully qualified attribute; a name in the driver's domain also matches the bare id.
-pub(super) fn device_attribute<'a>(slice: &'a PreparedSlice, dev: u32, name: &str) -> Option<&'a DeviceAttribute> {
+pub(super) fn device_attribute<'a>(
+    slice: &'a PreparedSlice,
+    dev: u32,
+    name: &str,
+) -> Option<&'a DeviceAttribute> {
     let maps = slice.device_maps(dev as usize);
     if let Some(a) = maps.attribute(name) {
         return Some(a);
@@ -203,7 +210,9 @@ mod tests {
                     Err(()) => assert!(list_mode && set.is_some(), "{a:?}"),
                 }
                 for b in &attrs {
-                    if let (Ok(Some(x)), Ok(Some(y))) = (scalar_attribute(a, list_mode), scalar_attribute(b, list_mode)) {
+                    if let (Ok(Some(x)), Ok(Some(y))) =
+                        (scalar_attribute(a, list_mode), scalar_attribute(b, list_mode))
+                    {
                         assert_eq!(
                             x == y,
                             attribute_set(a, list_mode) == attribute_set(b, list_mode),

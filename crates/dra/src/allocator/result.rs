@@ -289,5 +289,4 @@ mod tests {
         assert_eq!(&a[14..15], "8");
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
     }
-
 }

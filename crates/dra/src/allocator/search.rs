@@ -218,7 +218,8 @@ impl Search<'_, '_> {
         let compatible: Option<Vec<usize>> = if remaining > 1 || !self.constraints[c].is_empty() {
             let mut suffix = vec![0usize; total.saturating_sub(start) + 1];
             for i in (start..total).rev() {
-                let ok = match self.compatible(c, spec, &self.alternative_candidates[c][r][alt].candidates[i]) {
+                let ok = match self.compatible(c, spec, &self.alternative_candidates[c][r][alt].candidates[i])
+                {
                     Compatibility::Yes => true,
                     Compatibility::InUse => {
                         self.diagnostics[c][r].in_use = true;
@@ -303,7 +304,14 @@ impl Search<'_, '_> {
     }
 
     /// Tries to add one candidate; on success the pick is recorded (undo with `undo_last`).
-    pub(super) fn try_allocate(&mut self, c: usize, r: usize, alt: usize, cand: &Candidate, must: bool) -> bool {
+    pub(super) fn try_allocate(
+        &mut self,
+        c: usize,
+        r: usize,
+        alt: usize,
+        cand: &Candidate,
+        must: bool,
+    ) -> bool {
         let alloc = self.alloc;
         let f = &alloc.features;
         let spec = &self.claims[c].requests()[r].alternatives[alt];
