@@ -24,9 +24,11 @@ use crate::error::{AllocationError, FatalError, UnschedulableReason};
 use crate::state::LayeredCapacity;
 use crate::taints::untolerated_taint;
 
+/// A device that can serve a request alternative on its own.
 #[derive(Clone)]
 pub(super) struct Candidate {
-    pub(super) dev: u32,
+    /// Index into the gathered devices.
+    pub(super) device: u32,
     /// Consumed capacity (aligned with the device's capacities) when consumable capacity is on.
     pub(super) consumed: Option<Arc<[Quantity]>>,
 }
@@ -104,17 +106,17 @@ impl Allocator {
                 return Ok(Some(i));
             }
             let id = s.selector.id();
-            let matched = match d.slice.cached_match(id, d.dev) {
+            let matched = match d.slice.cached_match(id, d.index_in_slice) {
                 Some(m) => m,
                 None => {
-                    let Some(api_device) = d.slice.api_device(d.dev as usize) else {
+                    let Some(api_device) = d.slice.api_device(d.index_in_slice as usize) else {
                         return Ok(Some(i));
                     };
                     self.selector_evaluations.fetch_add(1, AtomicOrdering::Relaxed);
                     let input = SelectorInput {
                         driver: d.slice.driver(),
                         device: api_device,
-                        maps: d.slice.device_maps(d.dev as usize),
+                        maps: d.slice.device_maps(d.index_in_slice as usize),
                         slot: &dev.slot,
                         deadline,
                     };
@@ -138,7 +140,7 @@ impl Allocator {
                         }
                         AllocationError::from(fatal)
                     })?;
-                    d.slice.store_match(id, d.dev, m);
+                    d.slice.store_match(id, d.index_in_slice, m);
                     m
                 }
             };
@@ -223,12 +225,15 @@ impl Allocator {
             }
             stages.after_request += 1;
             if d.slice.per_device_node_selection() {
-                let reachable = d.slice.device_targets(d.dev as usize, node).map_err(|source| {
-                    AllocationError::from(FatalError::NodeSelector {
-                        slice: d.slice.name().to_string(),
-                        source,
-                    })
-                })?;
+                let reachable =
+                    d.slice
+                        .device_targets(d.index_in_slice as usize, node)
+                        .map_err(|source| {
+                            AllocationError::from(FatalError::NodeSelector {
+                                slice: d.slice.name().to_string(),
+                                source,
+                            })
+                        })?;
                 if !reachable {
                     continue;
                 }
@@ -274,7 +279,7 @@ impl Allocator {
             if f.device_taints {
                 let taints = d
                     .slice
-                    .api_device(d.dev as usize)
+                    .api_device(d.index_in_slice as usize)
                     .and_then(|a| a.taints.as_deref())
                     .unwrap_or_default();
                 if let Some(t) = untolerated_taint(taints, &alt.tolerations) {
@@ -304,7 +309,7 @@ impl Allocator {
                 }
             }
             candidates.push(Candidate {
-                dev: gi as u32,
+                device: gi as u32,
                 consumed,
             });
         }
@@ -332,8 +337,8 @@ impl Allocator {
         let Some(consumption) = gp
             .rec
             .consumption
-            .get(d.slice_pos as usize)
-            .and_then(|p| p.get(d.dev as usize))
+            .get(d.slice_position as usize)
+            .and_then(|p| p.get(d.index_in_slice as usize))
         else {
             return true;
         };

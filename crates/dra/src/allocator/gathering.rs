@@ -21,15 +21,16 @@ use crate::pools::{DraSnapshotIndex, PoolRecord, PreparedDevice, PreparedSlice};
 pub(super) struct GatheredDevice<'i> {
     pub(super) slice: &'i PreparedSlice,
     /// Position of the slice within its pool record.
-    pub(super) slice_pos: u32,
-    pub(super) dev: u32,
+    pub(super) slice_position: u32,
+    /// Index of the device within its slice.
+    pub(super) index_in_slice: u32,
     /// Index into `GatheredInventory::pools`.
     pub(super) gathered_pool: u32,
 }
 
 impl<'i> GatheredDevice<'i> {
     pub(super) fn prepared(&self) -> &'i PreparedDevice {
-        &self.slice.devices()[self.dev as usize]
+        &self.slice.devices()[self.index_in_slice as usize]
     }
 }
 
@@ -97,8 +98,8 @@ impl Allocator {
             for dev in 0..slice.devices().len() {
                 g.devices.push(GatheredDevice {
                     slice,
-                    slice_pos: pos,
-                    dev: dev as u32,
+                    slice_position: pos,
+                    index_in_slice: dev as u32,
                     gathered_pool,
                 });
             }

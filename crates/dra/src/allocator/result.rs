@@ -67,11 +67,11 @@ impl Allocator {
         let mut results = Vec::with_capacity(picks.len());
         let mut chosen: Vec<Option<usize>> = vec![None; claim.requests().len()];
         for (position, p) in picks.iter().enumerate() {
-            let alt = &claim.requests()[p.req].alternatives[p.alt];
-            chosen[p.req].get_or_insert(p.alt);
-            let d = g.devices[p.dev as usize];
+            let alt = &claim.requests()[p.request].alternatives[p.alternative];
+            chosen[p.request].get_or_insert(p.alternative);
+            let d = g.devices[p.device as usize];
             let dev = d.prepared();
-            let api = d.slice.api_device(d.dev as usize);
+            let api = d.slice.api_device(d.index_in_slice as usize);
             let mut r = DeviceRequestAllocationResult {
                 request: alt.full_name.clone(),
                 driver: dev.id.driver.to_string(),
@@ -198,9 +198,9 @@ impl Allocator {
         let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
         let mut exprs: Vec<NodeSelectorRequirement> = Vec::new();
         for p in picks {
-            let d = g.devices[p.dev as usize];
+            let d = g.devices[p.device as usize];
             let spec = &d.slice.slice().spec;
-            let api = d.slice.api_device(d.dev as usize);
+            let api = d.slice.api_device(d.index_in_slice as usize);
             let (node_name, selector) = if d.slice.per_device_node_selection() {
                 (
                     api.and_then(|a| a.node_name.as_ref()),

@@ -28,12 +28,19 @@ use crate::state::LayeredCapacity;
 /// How often (in search steps) the deadline is checked.
 const DEADLINE_CHECK_INTERVAL: u64 = 64;
 
+/// One device picked for a request: enough to build its result and to undo it exactly.
 pub(super) struct Pick {
-    pub(super) req: usize,
-    pub(super) alt: usize,
-    pub(super) dev: u32,
+    /// Index of the request in its claim.
+    pub(super) request: usize,
+    /// Index of the alternative (subrequest) within the request.
+    pub(super) alternative: usize,
+    /// Index into the gathered devices.
+    pub(super) device: u32,
+    /// Capacity this share consumes, when consumable capacity is on.
     pub(super) consumed: Option<Arc<[Quantity]>>,
+    /// Whether this pick charged the pool's counters (the first share of a device does).
     pub(super) counters_charged: bool,
+    /// Whether the device allows multiple allocations (the pick is a share).
     pub(super) multi: bool,
 }
 
@@ -131,7 +138,7 @@ impl Search<'_, '_> {
         cell.get_or_init(|| {
             let gd = self.gathered.devices[dev as usize];
             let name = &self.claims[c].constraints()[k].attribute;
-            device_attribute(gd.slice, gd.dev, name)
+            device_attribute(gd.slice, gd.index_in_slice, name)
                 .and_then(|a| attribute_set(a, self.alloc.features.list_type_attributes))
         })
         .as_ref()
@@ -266,7 +273,7 @@ impl Search<'_, '_> {
 
     /// Whether a candidate could be added now, judging by devices in use and constraints only.
     pub(super) fn compatible(&self, c: usize, spec: &PreparedAlternative, cand: &Candidate) -> Compatibility {
-        let di = cand.dev as usize;
+        let di = cand.device as usize;
         let multi =
             self.alloc.features.consumable_capacity && self.gathered.devices[di].prepared().allow_multiple;
         if spec.admin_access {
@@ -280,7 +287,7 @@ impl Search<'_, '_> {
             if !con.applies(&spec.request, spec.subrequest.as_deref()) {
                 continue;
             }
-            let ok = match self.attribute_values(c, k, cand.dev) {
+            let ok = match self.attribute_values(c, k, cand.device) {
                 None => false,
                 Some(set) if con.distinct => con.stack.iter().all(|prev| !intersects(prev, set)),
                 Some(set) => con.stack.last().is_none_or(|top| intersects(top, set)),
@@ -315,9 +322,9 @@ impl Search<'_, '_> {
         let alloc = self.alloc;
         let f = &alloc.features;
         let spec = &self.claims[c].requests()[r].alternatives[alt];
-        let gd = self.gathered.devices[cand.dev as usize];
+        let gd = self.gathered.devices[cand.device as usize];
         let dev = gd.prepared();
-        let di = cand.dev as usize;
+        let di = cand.device as usize;
         let multi = f.consumable_capacity && dev.allow_multiple;
 
         if !multi && spec.admin_access && self.allocating[di].contains(&(c as u32)) {
@@ -333,7 +340,7 @@ impl Search<'_, '_> {
         if multi && let (Some(consumed), Some((used, _))) = (&cand.consumed, &self.sharing[di]) {
             let existing = self.existing_capacity(dev);
             if !fits(&dev.capacities, consumed, &[&existing, used]) {
-                self.diagnostics[c][r].capacity.get_or_insert(cand.dev);
+                self.diagnostics[c][r].capacity.get_or_insert(cand.device);
                 self.note_all_mode(
                     must,
                     c,
@@ -356,8 +363,8 @@ impl Search<'_, '_> {
                 let consumption = gp
                     .rec
                     .consumption
-                    .get(gd.slice_pos as usize)
-                    .and_then(|p| p.get(gd.dev as usize));
+                    .get(gd.slice_position as usize)
+                    .and_then(|p| p.get(gd.index_in_slice as usize));
                 let used = self.counter_use[gd.gathered_pool as usize]
                     .get_or_insert_with(|| vec![Quantity::default(); gp.rec.counters.len()]);
                 let ok = consumption.into_iter().flatten().all(|(ci, amount)| {
@@ -398,7 +405,7 @@ impl Search<'_, '_> {
                 added += 1;
                 continue;
             }
-            let set = self.attribute_values(c, k, cand.dev).cloned();
+            let set = self.attribute_values(c, k, cand.device).cloned();
             if !self.constraints[c][k].add(set.as_ref()) {
                 failed = Some(k);
                 break;
@@ -448,9 +455,9 @@ impl Search<'_, '_> {
             self.allocating[di].push(c as u32);
         }
         self.picks[c].push(Pick {
-            req: r,
-            alt,
-            dev: cand.dev,
+            request: r,
+            alternative: alt,
+            device: cand.device,
             consumed: cand.consumed.clone(),
             counters_charged: charged,
             multi,
@@ -469,8 +476,8 @@ impl Search<'_, '_> {
         let consumption = gp
             .rec
             .consumption
-            .get(gd.slice_pos as usize)
-            .and_then(|p| p.get(gd.dev as usize));
+            .get(gd.slice_position as usize)
+            .and_then(|p| p.get(gd.index_in_slice as usize));
         if let Some(used) = self.counter_use[gd.gathered_pool as usize].as_mut() {
             for (ci, amount) in consumption.into_iter().flatten() {
                 if let Some(u) = used.get_mut(*ci as usize) {
@@ -482,14 +489,14 @@ impl Search<'_, '_> {
 
     pub(super) fn undo_last(&mut self, c: usize) {
         let Some(p) = self.picks[c].pop() else { return };
-        let spec = &self.claims[c].requests()[p.req].alternatives[p.alt];
+        let spec = &self.claims[c].requests()[p.request].alternatives[p.alternative];
         let (request_name, sub) = (spec.request.as_str(), spec.subrequest.as_deref());
         for con in self.constraints[c].iter_mut() {
             if con.applies(request_name, sub) {
                 con.stack.pop();
             }
         }
-        let di = p.dev as usize;
+        let di = p.device as usize;
         if p.multi {
             if let Some((used, n)) = self.sharing[di].as_mut() {
                 for (u, q) in used.iter_mut().zip(p.consumed.as_deref().unwrap_or_default()) {

@@ -227,8 +227,8 @@ impl Allocator {
         for di in 0..slice.devices().len() {
             let d = GatheredDevice {
                 slice,
-                slice_pos,
-                dev: di as u32,
+                slice_position: slice_pos,
+                index_in_slice: di as u32,
                 gathered_pool: 0,
             };
             match self.selectors_reject(claim, &alt.class_selectors, &d, None) {
