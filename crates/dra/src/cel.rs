@@ -311,7 +311,54 @@ impl fmt::Debug for CelSelector {
 }
 
 /// The CEL value of a device, or why it could not be built.
-type DeviceValue = Result<Value, String>;
+type DeviceValue = Result<Value, DeviceValueError>;
+
+/// Why a device's attributes or capacities cannot be turned into CEL values. Every selector
+/// then fails for the device with this as its runtime error message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceValueError {
+    /// The `quantity(s)` or `semver(s)` constructor failed.
+    #[error("{message}")]
+    Constructor {
+        /// The interpreter's message.
+        message: String,
+    },
+    /// The interpreter panicked while running a constructor.
+    #[error("internal error in the CEL interpreter")]
+    InterpreterPanic,
+    /// A version attribute is not a semantic version.
+    #[error("parse semantic version {value:?}: {source}")]
+    SemanticVersion {
+        /// The attribute's value.
+        value: String,
+        /// Why the constructor rejected it.
+        #[source]
+        source: Box<DeviceValueError>,
+    },
+    /// The attribute sets none of the value fields.
+    #[error("unsupported attribute value")]
+    UnsupportedAttribute,
+    /// An attribute cannot be converted.
+    #[error("attribute {name}: {source}")]
+    Attribute {
+        /// The attribute's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<DeviceValueError>,
+    },
+    /// A capacity is not a valid quantity.
+    #[error("capacity {name}: invalid quantity {value:?}: {source}")]
+    Capacity {
+        /// The capacity's name.
+        name: String,
+        /// Its value.
+        value: String,
+        /// Why the constructor rejected it.
+        #[source]
+        source: Box<DeviceValueError>,
+    },
+}
 
 impl DeviceSelector for CelSelector {
     fn id(&self) -> SelectorId {
@@ -342,7 +389,7 @@ impl CelSelector {
         };
         let value = match self.device_value(input) {
             Ok(value) => value,
-            Err(message) => return (Err(SelectorEvalError::runtime(message)), idle),
+            Err(error) => return (Err(SelectorEvalError::runtime(error.to_string())), idle),
         };
         let (outcome, report) = cost::metered(self.runtime_limit, self.static_cost, input.deadline, || {
             catch_unwind(AssertUnwindSafe(|| {
@@ -453,7 +500,7 @@ fn map_value(entries: HashMap<Key, Value>) -> Value {
 }
 
 /// Runs one of the constructor programs (`quantity(s)` / `semver(s)`) for a string.
-fn construct(shared: &CelShared, ctor: &IdedExpr, s: &str) -> Result<Value, String> {
+fn construct(shared: &CelShared, ctor: &IdedExpr, s: &str) -> Result<Value, DeviceValueError> {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut ctx = shared.root.new_inner_scope();
         ctx.add_variable_from_value("s", string_value(s));
@@ -461,14 +508,19 @@ fn construct(shared: &CelShared, ctor: &IdedExpr, s: &str) -> Result<Value, Stri
     }));
     match outcome {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(err)) => Err(describe_execution_error(&err)),
-        Err(_) => Err("internal error in the CEL interpreter".to_string()),
+        Ok(Err(err)) => Err(DeviceValueError::Constructor {
+            message: describe_execution_error(&err),
+        }),
+        Err(_) => Err(DeviceValueError::InterpreterPanic),
     }
 }
 
-fn attribute_value(shared: &CelShared, attr: &DeviceAttribute) -> Result<Value, String> {
+fn attribute_value(shared: &CelShared, attr: &DeviceAttribute) -> Result<Value, DeviceValueError> {
     let semver = |v: &str| {
-        construct(shared, &shared.semver_ctor, v).map_err(|e| format!("parse semantic version {v:?}: {e}"))
+        construct(shared, &shared.semver_ctor, v).map_err(|e| DeviceValueError::SemanticVersion {
+            value: v.to_string(),
+            source: Box::new(e),
+        })
     };
     if let Some(values) = &attr.ints {
         return Ok(Value::List(Arc::new(
@@ -501,7 +553,7 @@ fn attribute_value(shared: &CelShared, attr: &DeviceAttribute) -> Result<Value, 
     if let Some(v) = &attr.version {
         return semver(v);
     }
-    Err("unsupported attribute value".to_string())
+    Err(DeviceValueError::UnsupportedAttribute)
 }
 
 /// Splits a qualified name into (domain, id), using the driver as the default domain.
@@ -520,15 +572,23 @@ fn convert_device_entries(
     driver: &str,
     maps: &DeviceMaps,
     sink: &mut dyn FnMut(bool, &str, &str, Value),
-) -> Result<(), String> {
+) -> Result<(), DeviceValueError> {
     for (name, attr) in maps.attributes() {
-        let value = attribute_value(shared, attr).map_err(|e| format!("attribute {name}: {e}"))?;
+        let value = attribute_value(shared, attr).map_err(|e| DeviceValueError::Attribute {
+            name: name.clone(),
+            source: Box::new(e),
+        })?;
         let (domain, id) = split_qualified_name(name, driver);
         sink(false, domain, id, value);
     }
     for (name, cap) in maps.capacity() {
-        let value = construct(shared, &shared.quantity_ctor, &cap.value.0)
-            .map_err(|e| format!("capacity {name}: invalid quantity {:?}: {e}", cap.value.0))?;
+        let value = construct(shared, &shared.quantity_ctor, &cap.value.0).map_err(|e| {
+            DeviceValueError::Capacity {
+                name: name.clone(),
+                value: cap.value.0.clone(),
+                source: Box::new(e),
+            }
+        })?;
         let (domain, id) = split_qualified_name(name, driver);
         sink(true, domain, id, value);
     }
@@ -536,7 +596,7 @@ fn convert_device_entries(
 }
 
 /// [`convert_device_entries`] with the values dropped: only whether (and how) it fails.
-fn convert_device_maps(shared: &CelShared, driver: &str, maps: &DeviceMaps) -> Result<(), String> {
+fn convert_device_maps(shared: &CelShared, driver: &str, maps: &DeviceMaps) -> Result<(), DeviceValueError> {
     convert_device_entries(shared, driver, maps, &mut |_, _, _, _| {})
 }
 

@@ -79,7 +79,7 @@ impl Default for CostLimits {
 
 /// Worst-case cost and sizes of one sub-expression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Est {
+struct CostEstimate {
     cost: u64,
     /// Length of the value if it is a string, list or map; 1 otherwise.
     size: u64,
@@ -87,9 +87,9 @@ struct Est {
     elem: u64,
 }
 
-impl Est {
+impl CostEstimate {
     fn scalar(cost: u64) -> Self {
-        Est {
+        CostEstimate {
             cost,
             size: 1,
             elem: 1,
@@ -108,18 +108,18 @@ enum Path {
     Other,
 }
 
-type EstScope = Vec<(String, Est)>;
+type EstimateScope = Vec<(String, CostEstimate)>;
 
 /// The estimated worst-case cost of a parsed (not yet rewritten) selector.
 pub fn estimate(expr: &IdedExpr) -> u64 {
-    let mut scope = EstScope::new();
-    Estimator.est(expr, &mut scope).cost
+    let mut scope = EstimateScope::new();
+    Estimator.estimate(expr, &mut scope).cost
 }
 
 struct Estimator;
 
 impl Estimator {
-    fn path(expr: &IdedExpr, scope: &EstScope) -> Path {
+    fn path(expr: &IdedExpr, scope: &EstimateScope) -> Path {
         match &expr.expr {
             Expr::Ident(n) if n == "device" && !scope.iter().any(|(s, _)| s == n) => Path::Device,
             Expr::Select(s) if !s.test => Self::step(Self::path(&s.operand, scope), &s.field),
@@ -142,7 +142,7 @@ impl Estimator {
     }
 
     /// Size bounds of a value selected from something at `parent`.
-    fn selected(parent: Path, field: Option<&str>, operand: Est) -> (u64, u64) {
+    fn selected(parent: Path, field: Option<&str>, operand: CostEstimate) -> (u64, u64) {
         match (parent, field) {
             (Path::Device, Some("attributes" | "capacity")) => (MAX_ATTRIBUTES, MAX_ATTRIBUTES),
             (Path::Device, Some("driver")) => (MAX_DRIVER_NAME_LEN, 1),
@@ -153,55 +153,55 @@ impl Estimator {
         }
     }
 
-    fn est(&self, expr: &IdedExpr, scope: &mut EstScope) -> Est {
+    fn estimate(&self, expr: &IdedExpr, scope: &mut EstimateScope) -> CostEstimate {
         match &expr.expr {
-            Expr::Literal(LiteralValue::String(s)) => Est {
+            Expr::Literal(LiteralValue::String(s)) => CostEstimate {
                 cost: 0,
                 size: s.inner().len() as u64,
                 elem: 1,
             },
-            Expr::Literal(LiteralValue::Bytes(b)) => Est {
+            Expr::Literal(LiteralValue::Bytes(b)) => CostEstimate {
                 cost: 0,
                 size: b.len() as u64,
                 elem: 1,
             },
-            Expr::Literal(_) | Expr::Unspecified => Est::scalar(0),
+            Expr::Literal(_) | Expr::Unspecified => CostEstimate::scalar(0),
             Expr::Ident(name) => match scope.iter().rev().find(|(n, _)| n == name) {
-                Some((_, e)) => Est { cost: 1, ..*e },
-                None => Est::scalar(1),
+                Some((_, e)) => CostEstimate { cost: 1, ..*e },
+                None => CostEstimate::scalar(1),
             },
             Expr::Select(s) => {
-                let operand = self.est(&s.operand, scope);
+                let operand = self.estimate(&s.operand, scope);
                 let cost = operand.cost.saturating_add(1);
                 if s.test {
-                    return Est::scalar(cost);
+                    return CostEstimate::scalar(cost);
                 }
                 let (size, elem) = Self::selected(Self::path(&s.operand, scope), Some(&s.field), operand);
-                Est { cost, size, elem }
+                CostEstimate { cost, size, elem }
             }
             Expr::List(l) => {
-                let mut out = Est {
+                let mut out = CostEstimate {
                     cost: 1,
                     size: l.elements.len() as u64,
                     elem: 1,
                 };
                 for e in &l.elements {
-                    let e = self.est(e, scope);
+                    let e = self.estimate(e, scope);
                     out.cost = out.cost.saturating_add(e.cost);
                     out.elem = out.elem.max(e.size);
                 }
                 out
             }
             Expr::Map(m) => {
-                let mut out = Est {
+                let mut out = CostEstimate {
                     cost: 1,
                     size: m.entries.len() as u64,
                     elem: 1,
                 };
                 for entry in &m.entries {
                     if let EntryExpr::MapEntry(e) = &entry.expr {
-                        let k = self.est(&e.key, scope);
-                        let v = self.est(&e.value, scope);
+                        let k = self.estimate(&e.key, scope);
+                        let v = self.estimate(&e.value, scope);
                         out.cost = out.cost.saturating_add(k.cost).saturating_add(v.cost);
                         out.elem = out.elem.max(v.size);
                     }
@@ -212,16 +212,16 @@ impl Estimator {
                 let mut cost = 1u64;
                 for entry in &s.entries {
                     if let EntryExpr::StructField(f) = &entry.expr {
-                        cost = cost.saturating_add(self.est(&f.value, scope).cost);
+                        cost = cost.saturating_add(self.estimate(&f.value, scope).cost);
                     }
                 }
-                Est::scalar(cost)
+                CostEstimate::scalar(cost)
             }
             Expr::Comprehension(c) => {
-                let range = self.est(&c.iter_range, scope);
-                let init = self.est(&c.accu_init, scope);
+                let range = self.estimate(&c.iter_range, scope);
+                let init = self.estimate(&c.accu_init, scope);
                 let depth = scope.len();
-                let item = Est {
+                let item = CostEstimate {
                     cost: 0,
                     size: range.elem,
                     elem: MAX_STRING_LEN.max(range.elem),
@@ -231,18 +231,18 @@ impl Estimator {
                     scope.push((v2.clone(), item));
                 }
                 // A map/filter accumulator grows by (at most) one element per iteration.
-                let accu = Est {
+                let accu = CostEstimate {
                     cost: 0,
                     size: init.size.max(range.size),
                     elem: init.elem.max(range.elem),
                 };
                 scope.push((c.accu_var.clone(), accu));
-                let cond = self.est(&c.loop_cond, scope);
-                let step = self.est(&c.loop_step, scope);
-                let result = self.est(&c.result, scope);
+                let cond = self.estimate(&c.loop_cond, scope);
+                let step = self.estimate(&c.loop_step, scope);
+                let result = self.estimate(&c.result, scope);
                 scope.truncate(depth);
                 let per_iteration = cond.cost.saturating_add(step.cost).saturating_add(1);
-                Est {
+                CostEstimate {
                     cost: range
                         .cost
                         .saturating_add(init.cost)
@@ -255,24 +255,24 @@ impl Estimator {
         }
     }
 
-    fn call(&self, call: &CallExpr, scope: &mut EstScope) -> Est {
+    fn call(&self, call: &CallExpr, scope: &mut EstimateScope) -> CostEstimate {
         // cel.bind(name, init, body): the body once, with `name` bound to init's sizes.
         if call.func_name == "bind"
             && call.args.len() == 3
             && matches!(call.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel")
             && let Expr::Ident(name) = &call.args[0].expr
         {
-            let init = self.est(&call.args[1], scope);
-            scope.push((name.clone(), Est { cost: 0, ..init }));
-            let body = self.est(&call.args[2], scope);
+            let init = self.estimate(&call.args[1], scope);
+            scope.push((name.clone(), CostEstimate { cost: 0, ..init }));
+            let body = self.estimate(&call.args[2], scope);
             scope.pop();
-            return Est {
+            return CostEstimate {
                 cost: init.cost.saturating_add(body.cost),
                 ..body
             };
         }
-        let target = call.target.as_deref().map(|t| self.est(t, scope));
-        let args: Vec<Est> = call.args.iter().map(|a| self.est(a, scope)).collect();
+        let target = call.target.as_deref().map(|t| self.estimate(t, scope));
+        let args: Vec<CostEstimate> = call.args.iter().map(|a| self.estimate(a, scope)).collect();
         let operands = || target.iter().chain(args.iter());
         let sub_cost = operands().fold(1u64, |acc, e| acc.saturating_add(e.cost));
         let max_size = operands().map(|e| e.size).max().unwrap_or(1);
@@ -286,30 +286,30 @@ impl Estimator {
                     p => p,
                 };
                 let (size, elem) = Self::selected(parent, None, args[0]);
-                Est {
+                CostEstimate {
                     cost: sub_cost,
                     size,
                     elem,
                 }
             }
-            operators::ADD => Est {
+            operators::ADD => CostEstimate {
                 cost: sub_cost.saturating_add(tenth(total_size)),
                 size: total_size,
                 elem: max_elem,
             },
-            operators::IN => Est::scalar(sub_cost.saturating_add(args.get(1).map_or(1, |a| a.size))),
+            operators::IN => CostEstimate::scalar(sub_cost.saturating_add(args.get(1).map_or(1, |a| a.size))),
             operators::EQUALS
             | operators::NOT_EQUALS
             | operators::LESS
             | operators::LESS_EQUALS
             | operators::GREATER
-            | operators::GREATER_EQUALS => Est::scalar(sub_cost.saturating_add(tenth(max_size))),
-            operators::CONDITIONAL => Est {
+            | operators::GREATER_EQUALS => CostEstimate::scalar(sub_cost.saturating_add(tenth(max_size))),
+            operators::CONDITIONAL => CostEstimate {
                 cost: sub_cost,
                 size: max_size,
                 elem: max_elem,
             },
-            "size" | "isSorted" => Est::scalar(sub_cost),
+            "size" | "isSorted" => CostEstimate::scalar(sub_cost),
             "includes" | "sum" | "min" | "max" | "indexOf" | "lastIndexOf" | "distinct" | "sort"
             | "flatten" | "reverse" | "slice" | "contains" | "startsWith" | "endsWith" | "matches"
             | "find" | "findAll" | "lowerAscii" | "upperAscii" | "trim" | "replace" | "split"
@@ -320,13 +320,13 @@ impl Estimator {
                 } else {
                     total_size
                 };
-                Est {
+                CostEstimate {
                     cost: sub_cost.saturating_add(tenth(walked).max(1)),
                     size: walked.max(1),
                     elem: max_elem.max(max_size),
                 }
             }
-            _ => Est {
+            _ => CostEstimate {
                 cost: sub_cost,
                 size: max_size,
                 elem: max_elem,

@@ -10,6 +10,7 @@
 use std::fmt;
 
 use crate::ids::DeviceId;
+use crate::nodesel::NodeSelectorError;
 
 /// Where a selector comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,12 +96,13 @@ pub enum FatalError {
         message: String,
     },
     /// A slice or device node selector is malformed.
-    #[error("failed to perform node selection for slice {slice}: {message}")]
+    #[error("failed to perform node selection for slice {slice}: {source}")]
     NodeSelector {
         /// Slice name.
         slice: String,
         /// What is wrong.
-        message: String,
+        #[source]
+        source: NodeSelectorError,
     },
     /// Mode `All` must take every matching device, but adding this one would break a claim
     /// constraint: the claim contradicts itself on this node's devices (upstream treats it as an

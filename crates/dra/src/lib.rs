@@ -14,7 +14,8 @@
 //! * [`state`]: [`AllocatedState`], maintained incrementally from allocation results, and
 //!   [`StateLayers`] to stack in-flight allocations on top;
 //! * [`claims`]: [`PreparedClaim`] (classes resolved, selectors compiled, requests validated);
-//! * [`allocator`]: [`Allocator`], the per-pod object whose [`Allocator::allocate`] runs per node;
+//! * [`allocator`]: [`Allocator`], the per-pod object whose [`Allocator::allocate`] runs per node
+//!   (gathering, candidates, search and result each in their own submodule);
 //! * [`error`]: [`AllocationError`], separating "unschedulable on this node" from fatal errors;
 //! * [`capacity`], [`taints`], [`nodesel`]: consumable capacity, taints/tolerations and
 //!   `DeviceTaintRule`s, node selectors.
@@ -58,7 +59,9 @@ pub mod testing;
 mod tests;
 
 pub use allocator::{Allocator, Deadline, NodeSummary, Stats, summary_shape};
-pub use cel::{CelSelectorEngine, DeviceSelector, EvalErrorKind, SelectorEngine, SelectorId};
+pub use cel::{
+    CelSelectorEngine, DeviceSelector, DeviceValueError, EvalErrorKind, SelectorEngine, SelectorId,
+};
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;
 pub use cost::{CEL_SELECTOR_EXPRESSION_MAX_COST, CostLimits};
@@ -67,6 +70,7 @@ pub use device_maps::{
 };
 pub use error::{AllocationError, FatalError, SelectorSource, Unschedulable, UnschedulableReason};
 pub use ids::{DeviceId, PoolKey};
-pub use pools::{DraSnapshotIndex, PreparedSlice};
+pub use nodesel::NodeSelectorError;
+pub use pools::{DraSnapshotIndex, PreparedSlice, SliceDataError};
 pub use state::{AllocatedState, StateLayers};
 pub use taints::apply_device_taint_rules;

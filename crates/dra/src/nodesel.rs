@@ -5,7 +5,78 @@
 //! nothing. Label requirements support `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` and `Lt`;
 //! field requirements support `metadata.name` with `In` and `NotIn`. Malformed selectors are errors.
 
+use std::num::ParseIntError;
+
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement};
+
+/// Why a node selector cannot be evaluated: it is malformed. The messages are the ones the
+/// allocator reports for the slice (see `FatalError::NodeSelector`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeSelectorError {
+    /// `In` or `NotIn` without values.
+    #[error("values must be non-empty for operator {operator} on key {key}")]
+    MissingValues {
+        /// The operator.
+        operator: String,
+        /// The label key.
+        key: String,
+    },
+    /// `Exists` or `DoesNotExist` with values.
+    #[error("values must be empty for operator {operator} on key {key}")]
+    UnexpectedValues {
+        /// The operator.
+        operator: String,
+        /// The label key.
+        key: String,
+    },
+    /// `Gt` or `Lt` without exactly one value.
+    #[error("operator {operator} on key {key} needs exactly one value")]
+    NotOneValue {
+        /// The operator.
+        operator: String,
+        /// The label key.
+        key: String,
+    },
+    /// The value of `Gt` or `Lt` is not an integer.
+    #[error("value {value:?} for operator {operator} is not an integer")]
+    NotAnInteger {
+        /// The value.
+        value: String,
+        /// The operator.
+        operator: String,
+        /// Why it does not parse.
+        #[source]
+        source: ParseIntError,
+    },
+    /// An operator label requirements do not have.
+    #[error("{operator:?} is not a valid node selector operator")]
+    InvalidOperator {
+        /// The operator.
+        operator: String,
+    },
+    /// A field other than `metadata.name`.
+    #[error("{key:?} is not a supported node field selector key")]
+    UnsupportedFieldKey {
+        /// The field.
+        key: String,
+    },
+    /// A field requirement without exactly one value.
+    #[error("field selector {key} {operator} needs exactly one value")]
+    FieldNotOneValue {
+        /// The field.
+        key: String,
+        /// The operator.
+        operator: String,
+    },
+    /// An operator field requirements do not have.
+    #[error("{operator:?} is not a valid operator for field selector {key}")]
+    InvalidFieldOperator {
+        /// The operator.
+        operator: String,
+        /// The field.
+        key: String,
+    },
+}
 
 /// Whether `node` is selected by the node-selection fields of a slice or device.
 /// Exactly one of the fields is expected to be set; with none set the answer is `false`.
@@ -14,7 +85,7 @@ pub fn node_matches(
     node_name: Option<&str>,
     all_nodes: bool,
     selector: Option<&NodeSelector>,
-) -> Result<bool, String> {
+) -> Result<bool, NodeSelectorError> {
     match (node_name.filter(|n| !n.is_empty()), all_nodes, selector) {
         (Some(name), _, _) => Ok(node.metadata.name.as_deref() == Some(name)),
         (None, true, _) => Ok(true),
@@ -24,7 +95,7 @@ pub fn node_matches(
 }
 
 /// Evaluates a node selector against a node.
-pub fn node_selector_matches(selector: &NodeSelector, node: &Node) -> Result<bool, String> {
+pub fn node_selector_matches(selector: &NodeSelector, node: &Node) -> Result<bool, NodeSelectorError> {
     let mut matched = false;
     for term in &selector.node_selector_terms {
         let exprs = term.match_expressions.as_deref().unwrap_or_default();
@@ -55,15 +126,18 @@ fn values(req: &NodeSelectorRequirement) -> &[String] {
     req.values.as_deref().unwrap_or_default()
 }
 
-fn label_requirement_matches(req: &NodeSelectorRequirement, label: Option<&str>) -> Result<bool, String> {
+fn label_requirement_matches(
+    req: &NodeSelectorRequirement,
+    label: Option<&str>,
+) -> Result<bool, NodeSelectorError> {
     let vals = values(req);
     match req.operator.as_str() {
         "In" | "NotIn" => {
             if vals.is_empty() {
-                return Err(format!(
-                    "values must be non-empty for operator {} on key {}",
-                    req.operator, req.key
-                ));
+                return Err(NodeSelectorError::MissingValues {
+                    operator: req.operator.clone(),
+                    key: req.key.clone(),
+                });
             }
             let contained = label.is_some_and(|l| vals.iter().any(|v| v == l));
             Ok(if req.operator == "In" {
@@ -74,23 +148,25 @@ fn label_requirement_matches(req: &NodeSelectorRequirement, label: Option<&str>)
         }
         "Exists" | "DoesNotExist" => {
             if !vals.is_empty() {
-                return Err(format!(
-                    "values must be empty for operator {} on key {}",
-                    req.operator, req.key
-                ));
+                return Err(NodeSelectorError::UnexpectedValues {
+                    operator: req.operator.clone(),
+                    key: req.key.clone(),
+                });
             }
             Ok((req.operator == "Exists") == label.is_some())
         }
         "Gt" | "Lt" => {
             let [v] = vals else {
-                return Err(format!(
-                    "operator {} on key {} needs exactly one value",
-                    req.operator, req.key
-                ));
+                return Err(NodeSelectorError::NotOneValue {
+                    operator: req.operator.clone(),
+                    key: req.key.clone(),
+                });
             };
-            let bound: i64 = v
-                .parse()
-                .map_err(|_| format!("value {v:?} for operator {} is not an integer", req.operator))?;
+            let bound: i64 = v.parse().map_err(|source| NodeSelectorError::NotAnInteger {
+                value: v.clone(),
+                operator: req.operator.clone(),
+                source,
+            })?;
             let Some(actual) = label.and_then(|l| l.parse::<i64>().ok()) else {
                 return Ok(false);
             };
@@ -100,31 +176,30 @@ fn label_requirement_matches(req: &NodeSelectorRequirement, label: Option<&str>)
                 actual < bound
             })
         }
-        other => Err(format!("{other:?} is not a valid node selector operator")),
+        other => Err(NodeSelectorError::InvalidOperator {
+            operator: other.to_string(),
+        }),
     }
 }
 
-fn field_requirement_matches(req: &NodeSelectorRequirement, node: &Node) -> Result<bool, String> {
+fn field_requirement_matches(req: &NodeSelectorRequirement, node: &Node) -> Result<bool, NodeSelectorError> {
     if req.key != "metadata.name" {
-        return Err(format!(
-            "{:?} is not a supported node field selector key",
-            req.key
-        ));
+        return Err(NodeSelectorError::UnsupportedFieldKey { key: req.key.clone() });
     }
     let vals = values(req);
     if vals.len() != 1 {
-        return Err(format!(
-            "field selector {} {} needs exactly one value",
-            req.key, req.operator
-        ));
+        return Err(NodeSelectorError::FieldNotOneValue {
+            key: req.key.clone(),
+            operator: req.operator.clone(),
+        });
     }
     let name = node.metadata.name.as_deref().unwrap_or_default();
     match req.operator.as_str() {
         "In" => Ok(vals[0] == name),
         "NotIn" => Ok(vals[0] != name),
-        other => Err(format!(
-            "{other:?} is not a valid operator for field selector {}",
-            req.key
-        )),
+        other => Err(NodeSelectorError::InvalidFieldOperator {
+            operator: other.to_string(),
+            key: req.key.clone(),
+        }),
     }
 }

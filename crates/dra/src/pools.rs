@@ -30,13 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::{Node, NodeSelector};
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use parking_lot::RwLock;
-use unisched_resource::Quantity;
+use unisched_resource::{Quantity, QuantityError};
 
 use crate::capacity::{CapacityPolicy, CapacityRange, PreparedCapacity};
 use crate::cel::{DeviceValueSlot, SelectorId};
 use crate::device_maps::{DeviceMaps, split_shared_slice};
 use crate::ids::{DeviceId, PoolKey};
-use crate::nodesel::node_matches;
+use crate::nodesel::{NodeSelectorError, node_matches};
 use unisched_fasthash::FastHashMap;
 
 /// Entries a slice's match cache may hold per device before it is cleared.
@@ -127,18 +127,36 @@ pub struct PreparedSlice {
     attribute_groups_cache: RwLock<FastHashMap<Box<[SelectorId]>, Vec<(String, bool, AttributeGroups)>>>,
 }
 
-fn parse_q(
+/// Why a device or counter set of a slice cannot be prepared. The slice is kept and its pool is
+/// invalid, with this message as the reason reported for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SliceDataError {
+    /// A capacity, counter or request-policy quantity does not parse.
+    #[error("{what}: {source}")]
+    Quantity {
+        /// Which value, e.g. `device gpu-0 capacity memory`.
+        what: String,
+        /// Why it does not parse.
+        #[source]
+        source: QuantityError,
+    },
+}
+
+fn parse_quantity(
     what: &str,
     q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-) -> Result<Quantity, String> {
-    Quantity::from_api(q).map_err(|e| format!("{what}: {e}"))
+) -> Result<Quantity, SliceDataError> {
+    Quantity::from_api(q).map_err(|source| SliceDataError::Quantity {
+        what: what.to_string(),
+        source,
+    })
 }
 
 fn prepare_device(
     slice: &ResourceSlice,
     device: &Device,
     maps: &DeviceMaps,
-) -> Result<PreparedDevice, String> {
+) -> Result<PreparedDevice, SliceDataError> {
     // Exact capacities: a vector grown by `push` keeps room for four, and 40,000 devices with
     // one capacity each wasted ~27 MB that way.
     let mut capacities = Vec::with_capacity(maps.capacity().len());
@@ -147,26 +165,26 @@ fn prepare_device(
         let policy = match &cap.request_policy {
             None => None,
             Some(p) => Some(CapacityPolicy {
-                default: p.default.as_ref().map(|q| parse_q(&what, q)).transpose()?,
+                default: p.default.as_ref().map(|q| parse_quantity(&what, q)).transpose()?,
                 valid_values: p
                     .valid_values
                     .iter()
                     .flatten()
-                    .map(|q| parse_q(&what, q))
+                    .map(|q| parse_quantity(&what, q))
                     .collect::<Result<_, _>>()?,
                 range: match &p.valid_range {
                     None => None,
                     Some(r) => Some(CapacityRange {
-                        min: parse_q(&what, &r.min)?,
-                        max: r.max.as_ref().map(|q| parse_q(&what, q)).transpose()?,
-                        step: r.step.as_ref().map(|q| parse_q(&what, q)).transpose()?,
+                        min: parse_quantity(&what, &r.min)?,
+                        max: r.max.as_ref().map(|q| parse_quantity(&what, q)).transpose()?,
+                        step: r.step.as_ref().map(|q| parse_quantity(&what, q)).transpose()?,
                     }),
                 },
             }),
         };
         capacities.push(PreparedCapacity {
             name: name.clone(),
-            value: parse_q(&what, &cap.value)?,
+            value: parse_quantity(&what, &cap.value)?,
             policy,
         });
     }
@@ -176,7 +194,7 @@ fn prepare_device(
         for (name, counter) in &c.counters {
             counters.push((
                 name.clone(),
-                parse_q(&format!("device {} counter {name}", device.name), &counter.value)?,
+                parse_quantity(&format!("device {} counter {name}", device.name), &counter.value)?,
             ));
         }
         consumes.push((c.counter_set.clone(), counters));
@@ -225,7 +243,7 @@ impl PreparedSlice {
             match prepare_device(&slice, device, device_maps) {
                 Ok(d) => devices.push(d),
                 Err(e) => {
-                    invalid.get_or_insert(e);
+                    invalid.get_or_insert(e.to_string());
                     // Keep indices aligned with the API devices.
                     devices.push(PreparedDevice {
                         id: DeviceId::new(&spec.driver, &spec.pool.name, &device.name),
@@ -242,10 +260,10 @@ impl PreparedSlice {
         for set in spec.shared_counters.iter().flatten() {
             let mut counters = Vec::new();
             for (name, c) in &set.counters {
-                match parse_q(&format!("counter set {} counter {name}", set.name), &c.value) {
+                match parse_quantity(&format!("counter set {} counter {name}", set.name), &c.value) {
                     Ok(q) => counters.push((name.clone(), q)),
                     Err(e) => {
-                        invalid.get_or_insert(e);
+                        invalid.get_or_insert(e.to_string());
                     }
                 }
             }
@@ -342,7 +360,7 @@ impl PreparedSlice {
     }
 
     /// Whether this slice targets `node` (for per-device selection: whether any device does).
-    pub fn targets(&self, node: &Node) -> Result<bool, String> {
+    pub fn targets(&self, node: &Node) -> Result<bool, NodeSelectorError> {
         match &self.scope {
             NodeScope::NodeName(n) => Ok(node.metadata.name.as_deref() == Some(n.as_str())),
             NodeScope::AllNodes => Ok(true),
@@ -360,7 +378,7 @@ impl PreparedSlice {
     }
 
     /// For per-device node selection: whether device `index` is reachable from `node`.
-    pub fn device_targets(&self, index: usize, node: &Node) -> Result<bool, String> {
+    pub fn device_targets(&self, index: usize, node: &Node) -> Result<bool, NodeSelectorError> {
         let Some(d) = self.api_device(index) else {
             return Ok(false);
         };
