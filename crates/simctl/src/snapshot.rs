@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use unisched_sim::{Patch, Store, report::FromCluster};
 
 /// What is copied, in the order it is loaded: (plural, group, version, kind).
-pub const COPIED: &[(&str, &str, &str, &str)] = &[
+pub(crate) const COPIED: &[(&str, &str, &str, &str)] = &[
     ("namespaces", "", "v1", "Namespace"),
     ("priorityclasses", "scheduling.k8s.io", "v1", "PriorityClass"),
     ("deviceclasses", "resource.k8s.io", "v1", "DeviceClass"),
@@ -62,7 +62,7 @@ const SERVER_FIELDS: &[&str] = &[
 ];
 
 /// Everything read from the live cluster, by plural.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The API server it was read from.
     pub server: String,
     /// Objects by plural, as listed.
@@ -72,7 +72,7 @@ pub struct Snapshot {
 /// Connects with the kubeconfig and lists every resource of [`COPIED`]. A resource the server does
 /// not serve (no DRA, say) is copied as empty; anything else that fails is an error naming the
 /// resource.
-pub async fn read(kubeconfig: &std::path::Path) -> Result<Snapshot> {
+pub(crate) async fn read(kubeconfig: &std::path::Path) -> Result<Snapshot> {
     let (client, server) = crate::remote::client_for(kubeconfig).await?;
     let mut objects = BTreeMap::new();
     for (plural, group, version, kind) in COPIED {
@@ -128,7 +128,7 @@ fn list_error(server: &str, plural: &str, group: &str, e: &kube::Error) -> anyho
 }
 
 fn progress(msg: &str) {
-    crate::sim::progress(&format!("from-cluster: {msg}"));
+    crate::progress::progress(&format!("from-cluster: {msg}"));
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -222,7 +222,7 @@ fn is_finished(pod: &Value) -> bool {
 
 /// Loads the snapshot into the store. `ours` are the scheduler names of the in-process profiles
 /// (`None`: no in-process scheduler, every pending pod is copied).
-pub fn load(store: &Store, snap: &Snapshot, ours: Option<&BTreeSet<String>>) -> FromCluster {
+pub(crate) fn load(store: &Store, snap: &Snapshot, ours: Option<&BTreeSet<String>>) -> FromCluster {
     let mut out = FromCluster {
         server: snap.server.clone(),
         ..FromCluster::default()
@@ -304,7 +304,7 @@ fn load_one(store: &Store, plural: &str, v: &Value, uids: &HashMap<String, Strin
 }
 
 /// Fails when the snapshot has nothing to schedule onto (a wrong kubeconfig, most likely).
-pub fn check_not_empty(snap: &Snapshot) -> Result<()> {
+pub(crate) fn check_not_empty(snap: &Snapshot) -> Result<()> {
     if snap.objects.get("nodes").is_none_or(Vec::is_empty) {
         bail!("{} has no nodes: nothing to simulate on", snap.server);
     }

@@ -1,5 +1,5 @@
-//! A scenario applied to an API server that `unisched sim` did not start (`--kubeconfig`), such as
-//! the real control plane of `e2e/upstream/control-plane` or a test cluster.
+//! An API server that `unisched sim` did not start (`--kubeconfig`), such as the real control
+//! plane of `e2e/upstream/control-plane` or a test cluster, and what a run created on it.
 //!
 //! The cluster is shared with whatever else runs there, so this module keeps to three rules:
 //! it says what it will write before the first write; it creates objects but never modifies or
@@ -26,17 +26,11 @@ use kube::{
 use serde_json::{Value, json};
 use unisched_sim::scenario::{DeleteRef, ScenarioObject};
 
-/// The label on every object a run creates; its value is the run's id.
-pub const RUN_LABEL: &str = "sim.unisched.dev/run";
+use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
+use crate::in_process::Inventory;
 
-/// The scheduling gate pods are created with and released from once their claims exist.
-///
-/// The embedded claim controller creates a pod's claims from its templates at once, so all of a
-/// step's pods reach the scheduler together, in creation order. kube-controller-manager takes a
-/// moment per pod, and pods without template claims would overtake the others; the placement
-/// would then depend on that timing. Holding every pod of a step until all its claims exist and
-/// releasing them in creation order gives the scheduler the same sequence on both.
-pub const HOLD_GATE: &str = "sim.unisched.dev/hold";
+/// The label on every object a run creates; its value is the run's id.
+pub(crate) const RUN_LABEL: &str = "sim.unisched.dev/run";
 
 /// The resources a report and the settle check read, with their group/version and kind.
 const LISTED: &[(&str, &str, &str)] = &[
@@ -58,7 +52,7 @@ struct Created {
 }
 
 /// A remote API server and what this run created on it.
-pub struct RemoteCluster {
+pub(crate) struct RemoteCluster {
     client: Client,
     server: String,
     run_id: String,
@@ -66,7 +60,7 @@ pub struct RemoteCluster {
     created: Vec<Created>,
     /// Namespaces whose `default` ServiceAccount exists (pods cannot be created before it).
     ready_namespaces: BTreeSet<String>,
-    /// Pods whose [`HOLD_GATE`] has been removed.
+    /// Pods whose [`HOLD_GATE`](crate::hold::HOLD_GATE) has been removed.
     released: BTreeSet<(Option<String>, String)>,
 }
 
@@ -488,7 +482,7 @@ impl RemoteCluster {
 
 /// A client for the kubeconfig's current context, checked with one `GET /version`; returns it
 /// with the server's URL.
-pub async fn client_for(kubeconfig: &Path) -> Result<(Client, String)> {
+pub(crate) async fn client_for(kubeconfig: &Path) -> Result<(Client, String)> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -528,81 +522,6 @@ async fn create_with_admission_retry(
     }
 }
 
-/// Adds [`HOLD_GATE`] to a pod's scheduling gates.
-pub(crate) fn hold(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let gates = spec.entry("schedulingGates").or_insert_with(|| json!([]));
-    if let Some(list) = gates.as_array_mut() {
-        list.push(json!({"name": HOLD_GATE}));
-    }
-}
-
-/// The merge patch that removes [`HOLD_GATE`] from `pod`'s scheduling gates and keeps the
-/// others. A JSON patch with a test of the resourceVersion would be stricter; the gate list is
-/// ours alone until the pod is released, so a merge patch of the whole list is enough.
-pub(crate) fn release(pod: &Value) -> Value {
-    let gates: Vec<Value> = pod["spec"]["schedulingGates"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| g["name"] != HOLD_GATE)
-        .cloned()
-        .collect();
-    json!({"spec": {"schedulingGates": gates}})
-}
-
-/// True when every claim the pod creates from a template has been created (its name is in the
-/// pod's `status.resourceClaimStatuses`).
-pub(crate) fn claims_created(pod: &Value) -> bool {
-    let statuses = pod["status"]["resourceClaimStatuses"].as_array();
-    pod["spec"]["resourceClaims"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|rc| rc.get("resourceClaimTemplateName").is_some_and(|t| !t.is_null()))
-        .all(|rc| {
-            statuses.into_iter().flatten().any(|s| {
-                s["name"] == rc["name"] && s["resourceClaimName"].as_str().is_some_and(|n| !n.is_empty())
-            })
-        })
-}
-
-/// What [`RemoteCluster::await_template_claims`] found.
-#[derive(Debug, Default)]
-pub struct TemplateClaims {
-    /// The generated claims of the held pods, as (namespace, name).
-    pub claims: Vec<(String, String)>,
-    /// The pods (`namespace/name`) whose claims were not created in time.
-    pub missing: Vec<String>,
-}
-
-/// The names of the claims the claim controller generated for a pod's template references.
-pub(crate) fn generated_claim_names(pod: &Value) -> Vec<String> {
-    pod["status"]["resourceClaimStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["resourceClaimName"].as_str())
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Totals of the whole cluster (see [`RemoteCluster::cluster_inventory`]).
-#[derive(Debug, Default)]
-pub struct Inventory {
-    /// Nodes.
-    pub nodes: usize,
-    /// ResourceSlices.
-    pub slices: usize,
-    /// DeviceClass names.
-    pub classes: Vec<String>,
-    /// Namespace names.
-    pub namespaces: Vec<String>,
-}
-
 /// The status to write for a scenario node: its own, plus a Ready condition if it has none.
 fn node_status(node: &Value) -> Option<Value> {
     let mut status = node.get("status").cloned().unwrap_or_else(|| json!({}));
@@ -620,7 +539,7 @@ fn node_status(node: &Value) -> Option<Value> {
 }
 
 /// A fingerprint of a listing: changes whenever any listed object changes.
-pub fn fingerprint(listing: &BTreeMap<String, Vec<Value>>) -> Vec<(String, String, String, String)> {
+pub(crate) fn fingerprint(listing: &BTreeMap<String, Vec<Value>>) -> Vec<(String, String, String, String)> {
     let mut out: Vec<_> = listing
         .iter()
         .flat_map(|(plural, items)| {
@@ -655,47 +574,6 @@ mod tests {
         let s = node_status(&not_ready).unwrap_or_default();
         assert_eq!(s["conditions"].as_array().map(Vec::len), Some(1));
         assert_eq!(s["conditions"][0]["status"], "False");
-    }
-
-    #[test]
-    fn claims_created_needs_every_template_claim() {
-        let pod = |statuses: Value| {
-            json!({
-                "spec": {"resourceClaims": [
-                    {"name": "gpu", "resourceClaimTemplateName": "t"},
-                    {"name": "shared", "resourceClaimName": "c"},
-                ]},
-                "status": {"resourceClaimStatuses": statuses},
-            })
-        };
-        assert!(!claims_created(&pod(json!(null))));
-        assert!(!claims_created(&pod(json!([{"name": "gpu"}]))));
-        assert!(claims_created(&pod(
-            json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
-        )));
-        assert!(claims_created(&json!({"spec": {"containers": []}})));
-    }
-
-    #[test]
-    fn generated_claim_names_are_the_named_statuses() {
-        let pod = json!({"status": {"resourceClaimStatuses": [
-            {"name": "gpu", "resourceClaimName": "p-gpu-x"},
-            {"name": "none"},
-            {"name": "empty", "resourceClaimName": ""},
-            {"name": "cpu", "resourceClaimName": "p-cpu-y"},
-        ]}});
-        assert_eq!(generated_claim_names(&pod), ["p-gpu-x", "p-cpu-y"]);
-        assert!(generated_claim_names(&json!({"status": {}})).is_empty());
-    }
-
-    #[test]
-    fn hold_keeps_the_pods_own_gates() {
-        let mut p = json!({"spec": {"schedulingGates": [{"name": "mine"}]}});
-        hold(&mut p);
-        assert_eq!(
-            p["spec"]["schedulingGates"],
-            json!([{"name": "mine"}, {"name": HOLD_GATE}])
-        );
     }
 
     #[test]

@@ -1,0 +1,403 @@
+//! A scenario on the embedded control plane (the default of `unisched sim`, and `--from-cluster`):
+//! the API server runs in this process, objects are written to its store directly, and the
+//! in-process scheduler places the pods over HTTP like any client.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use unisched_sim::{ApiServer, DeleteOptions, ObjectRef, RunningServer, Store, report, scenario};
+
+use crate::args::SimArgs;
+use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
+use crate::in_process::{
+    Inventory, explanations, profile_names, start_scheduler, stop_scheduler, wait_for_cache, wait_for_claims,
+};
+use crate::print_report;
+use crate::progress::{progress, step_banner};
+use crate::settle::settle;
+use crate::snapshot;
+
+/// The run on the embedded control plane: the copy of a live cluster first (`--from-cluster`),
+/// then the scenario's steps, each settled before the next; then the report, and with
+/// `--serve` the control plane stays up until Ctrl-C. Returns the exit code (0 settled, 3 not).
+pub(crate) async fn sim_embedded(
+    args: SimArgs,
+    scenario: scenario::Scenario,
+    snapshot: Option<snapshot::Snapshot>,
+) -> Result<u8> {
+    let started = Instant::now();
+    // The claim controller (and, for a copy, the garbage collector and kubelet) start below: the claim
+    // controller with the run's seed, so generated claim names repeat from run to run; both only
+    // after a copied cluster is complete.
+    let mut builder = ApiServer::builder().claim_controller(false);
+    if snapshot.is_some() {
+        // The fake kubelet admits a bound pod when it appears; a copied pod's status (its claims)
+        // is written just after it is created, so the kubelet starts after the copy, too.
+        builder = builder.garbage_collector(false).kubelet(None);
+    }
+    let server: RunningServer = builder
+        .build()
+        .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
+        .await
+        .context("starting the embedded API server")?;
+    let store = server.store().clone();
+    progress(&format!("control plane listening on {}", server.url()));
+
+    let from_cluster = match &snapshot {
+        Some(snap) => {
+            let ours = if args.no_scheduler {
+                None
+            } else {
+                Some(profile_names(&crate::scheduler_config::load(
+                    args.scheduler_config.as_ref(),
+                )?))
+            };
+            let loaded = snapshot::load(&store, snap, ours.as_ref());
+            progress(&format!(
+                "copied {} objects; {} pending pods to decide, {} of other schedulers left out, {} refused",
+                loaded.copied.values().sum::<usize>(),
+                loaded.pending.len(),
+                loaded.not_ours.len(),
+                loaded.rejected.len()
+            ));
+            Some(loaded)
+        }
+        None => None,
+    };
+    let (stop_controllers, controllers_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(unisched_sim::controllers::claims::run_seeded(
+        store.clone(),
+        args.seed,
+        controllers_stopped.clone(),
+    ));
+    if snapshot.is_some() {
+        tokio::spawn(unisched_sim::controllers::gc::run(
+            store.clone(),
+            controllers_stopped.clone(),
+        ));
+        tokio::spawn(unisched_sim::controllers::kubelet::run(
+            store.clone(),
+            unisched_sim::controllers::KubeletConfig::default(),
+            controllers_stopped,
+        ));
+    }
+
+    let (scheduler, profiles) = if args.no_scheduler {
+        (None, None)
+    } else {
+        let kconfig = kube::Config::new(server.url().parse().context("server URL")?);
+        let client = kube::Client::try_from(kconfig).context("building the API client")?;
+        let (s, p) = start_scheduler(client, &args).await?;
+        (Some(s), Some(p))
+    };
+
+    for ns in scenario::missing_namespaces(&scenario) {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        if let Err(e) = store.create("namespaces", None, obj) {
+            tracing::debug!(namespace = %ns, error = %e, "creating namespace");
+        }
+    }
+    let quiet = Duration::from_millis(args.settle_ms);
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let mut settled = true;
+    let settle_now = || {
+        settle(
+            &store,
+            quiet,
+            timeout,
+            scheduler.as_ref().map(|(s, _)| s.as_ref()),
+            profiles.as_ref(),
+        )
+    };
+    // A copy settles before the scenario's steps, so its pending pods are first decided on the
+    // cluster as it is, whatever the steps add.
+    if (snapshot.is_some() || scenario.steps.is_empty()) && !settle_now().await {
+        settled = false;
+        progress(&format!("the copy did not settle within {:.0}s", args.timeout));
+    }
+    for (i, step) in scenario.steps.iter().enumerate() {
+        step_banner(i, scenario.steps.len(), step);
+        apply_deletes(&store, step)?;
+        apply_objects(&store, step, false)?;
+        if let Some((s, _)) = &scheduler {
+            // A barrier: the pods of a step see the cluster the step describes, whatever order the
+            // watches deliver events in. Without it placement would depend on thread timing.
+            wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
+        }
+        // Pods are held until the claims generated from their templates exist and the scheduler
+        // has seen them, then released in creation order, as on a real cluster (`--kubeconfig`):
+        // a pod whose claim the scheduler has not seen yet waits for it while later pods go
+        // first, and placements would depend on which of two watch streams was faster.
+        let held = apply_pods_held(&store, step)?;
+        let generated = await_template_claims_in(&store, &held, Duration::from_secs(30)).await;
+        for pod in &generated.missing {
+            progress(&format!("pod {pod}: its claims were not created within 30s"));
+        }
+        if let Some((s, _)) = &scheduler {
+            wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
+        }
+        release_held(&store, &held)?;
+        if !settle_now().await {
+            settled = false;
+            progress(&format!(
+                "step {:?} did not settle within {:.0}s",
+                step.name, args.timeout
+            ));
+        }
+    }
+    let mut report = report::build(&store, started.elapsed().as_secs_f64());
+    report.from_cluster = from_cluster;
+    if let Some((s, _)) = &scheduler {
+        report.explanations = explanations(s, &report);
+    }
+    print_report(&args, &report)?;
+    if args.serve {
+        let kubeconfig = server.kubeconfig();
+        let path = args
+            .kubeconfig_out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
+        std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+        let shown = std::path::absolute(&path).unwrap_or(path);
+        progress(&format!("wrote the kubeconfig to {}", shown.display()));
+        progress(&format!(
+            "serving on {} — try: kubectl --kubeconfig {} get pods -A   (Ctrl-C to stop)",
+            server.url(),
+            shown.display()
+        ));
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    stop_scheduler(scheduler).await;
+    let _ = stop_controllers.send(true);
+    server.shutdown().await;
+    Ok(if settled { 0 } else { 3 })
+}
+
+fn plural_of(kind: &str) -> String {
+    match kind {
+        "PriorityClass" => "priorityclasses".into(),
+        "DeviceClass" => "deviceclasses".into(),
+        "PodDisruptionBudget" => "poddisruptionbudgets".into(),
+        "StorageClass" => "storageclasses".into(),
+        other => format!("{}s", other.to_ascii_lowercase()),
+    }
+}
+
+/// Creates (or, for `pods: true`, only the pods / for `false` everything but the pods) of a step.
+fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()> {
+    for o in step.apply.iter().filter(|o| (o.kind == "Pod") == pods) {
+        apply_one(store, o)?;
+    }
+    Ok(())
+}
+
+/// Creates the step's pods held by [`HOLD_GATE`](crate::hold::HOLD_GATE) and returns them as (namespace, name), in
+/// creation order.
+fn apply_pods_held(store: &Store, step: &scenario::Step) -> Result<Vec<(String, String)>> {
+    let mut held = Vec::new();
+    for o in step.apply.iter().filter(|o| o.kind == "Pod") {
+        let mut pod = o.clone();
+        hold(&mut pod.value);
+        let made = apply_one(store, &pod)?;
+        held.push((made.namespace().to_string(), made.name().to_string()));
+    }
+    Ok(held)
+}
+
+/// Waits (up to `timeout`) until the claim controller has created the template claims of every
+/// held pod; returns them, and the pods whose claims did not appear.
+async fn await_template_claims_in(
+    store: &Store,
+    held: &[(String, String)],
+    timeout: Duration,
+) -> TemplateClaims {
+    let start = Instant::now();
+    let mut out = TemplateClaims::default();
+    for (ns, name) in held {
+        loop {
+            let pod = store.get("pods", Some(ns), name).map(|p| p.to_value());
+            if let Ok(pod) = &pod
+                && claims_created(pod)
+            {
+                let claims = generated_claim_names(pod);
+                out.claims.extend(claims.into_iter().map(|c| (ns.clone(), c)));
+                break;
+            }
+            // A pod whose template is missing gets a blocking event instead of its claims; the
+            // report says so.
+            let blocked = || report::blocking_events(store).contains_key(&(ns.clone(), name.clone()));
+            if pod.is_err() || blocked() {
+                break;
+            }
+            if start.elapsed() > timeout {
+                out.missing.push(format!("{ns}/{name}"));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    out
+}
+
+/// Removes [`HOLD_GATE`](crate::hold::HOLD_GATE) from the held pods, in creation order.
+fn release_held(store: &Store, held: &[(String, String)]) -> Result<()> {
+    for (ns, name) in held {
+        let pod = store
+            .get("pods", Some(ns), name)
+            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+        let patch = unisched_sim::Patch::Merge(release(pod.value()));
+        store
+            .patch("pods", Some(ns), name, &patch)
+            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+    }
+    Ok(())
+}
+
+fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
+    for d in &step.delete {
+        let plural = plural_of(&d.kind);
+        match store.delete(
+            &plural,
+            d.namespace.as_deref(),
+            &d.name,
+            &DeleteOptions::default(),
+        ) {
+            Ok(_) => {}
+            Err(e) => bail!("{}: deleting {} {}: {e}", d.source, d.kind, d.name),
+        }
+    }
+    Ok(())
+}
+
+/// Creates one scenario object; returns it as stored.
+fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<ObjectRef> {
+    let plural = plural_of(&o.kind);
+    let mut value: Value = o.value.clone();
+    // Status in scenario files is accepted for nodes (allocatable) and slices; the store keeps it.
+    if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    let made = store
+        .create(&plural, o.namespace.as_deref(), value)
+        .with_context(|| format!("{}: creating {} {}", o.source, o.kind, o.display_name()))?;
+    if o.kind == "Node" && o.value.get("status").is_some() {
+        // Creation may drop status for kinds with a status subresource; write it explicitly.
+        let name = o.value["metadata"]["name"].as_str().unwrap_or_default();
+        let patch = unisched_sim::Patch::Merge(serde_json::json!({"status": o.value["status"].clone()}));
+        store
+            .patch_status("nodes", None, name, &patch)
+            .with_context(|| format!("{}: node status", o.source))?;
+    }
+    Ok(made)
+}
+
+/// What the store holds: the inventory the in-process scheduler must have seen.
+fn store_inventory(store: &Store) -> Inventory {
+    let names = |plural: &str| -> Vec<String> {
+        store
+            .list_all(plural, None)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|o| o.value()["metadata"]["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Inventory {
+        nodes: names("nodes").len(),
+        slices: names("resourceslices").len(),
+        classes: names("deviceclasses"),
+        namespaces: names("namespaces"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::hold::HOLD_GATE;
+
+    const STEP: &str = "\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.example.com}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: default}
+spec:
+  schedulerName: unisched
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  containers: [{name: c, image: x, resources: {claims: [{name: gpu}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: default}
+spec:
+  schedulerName: unisched
+  schedulingGates: [{name: mine}]
+  containers: [{name: c, image: x}]
+";
+
+    /// A step's pods are created held, the wait returns the claims made from their templates
+    /// (and names a pod whose claims did not come), and the release removes only the hold.
+    #[tokio::test]
+    async fn held_pods_wait_for_their_template_claims_and_keep_their_own_gates() {
+        let dir = std::env::temp_dir().join(format!("unisched-sim-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("step.yaml");
+        std::fs::write(&path, STEP).unwrap();
+        let scenario = scenario::load(&[path]).unwrap();
+        let step = &scenario.steps[0];
+        let store = ApiServer::builder().controllers(false).build().store().clone();
+        apply_objects(&store, step, false).unwrap();
+        let held = apply_pods_held(&store, step).unwrap();
+        let pair = |n: &str| ("default".to_string(), n.to_string());
+        assert_eq!(held, [pair("a"), pair("b")]);
+        let gates = |name: &str| {
+            store.get("pods", Some("default"), name).unwrap().value()["spec"]["schedulingGates"].clone()
+        };
+        assert_eq!(gates("a"), json!([{"name": HOLD_GATE}]));
+        assert_eq!(gates("b"), json!([{"name": "mine"}, {"name": HOLD_GATE}]));
+
+        // No claim controller yet: the wait gives up on `a` and names it.
+        let none = await_template_claims_in(&store, &held, Duration::from_millis(50)).await;
+        assert_eq!(
+            (none.claims.len(), none.missing),
+            (0, vec!["default/a".to_string()])
+        );
+
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(unisched_sim::controllers::claims::run_seeded(
+            store.clone(),
+            1,
+            stopped,
+        ));
+        let made = await_template_claims_in(&store, &held, Duration::from_secs(10)).await;
+        assert!(made.missing.is_empty(), "{:?}", made.missing);
+        assert_eq!(made.claims.len(), 1, "{:?}", made.claims);
+        assert!(
+            store
+                .get("resourceclaims", Some("default"), &made.claims[0].1)
+                .is_ok()
+        );
+
+        release_held(&store, &held).unwrap();
+        assert!(gates("a").as_array().is_none_or(Vec::is_empty), "{}", gates("a"));
+        assert_eq!(gates("b"), json!([{"name": "mine"}]));
+    }
+}
