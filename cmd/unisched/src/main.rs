@@ -74,7 +74,9 @@ fn main() -> std::process::ExitCode {
             Ok(0)
         }
         Command::Run(args) => rt.block_on(run::run(args)),
-        Command::Sim(args) => rt.block_on(unisched_simctl::sim(args)),
+        Command::Sim(args) => rt
+            .block_on(unisched_simctl::sim(args))
+            .map_err(anyhow::Error::from),
     };
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {

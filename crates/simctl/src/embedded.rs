@@ -8,19 +8,101 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use unisched_sim::{ApiServer, DeleteOptions, ObjectRef, RunningServer, Store, report, scenario};
+use unisched_sim::{
+    ApiServer, DeleteOptions, ObjectRef, RunningServer, ServerError, Store, StoreError, report, scenario,
+};
 
 use crate::args::SimArgs;
 use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
 use crate::in_process::{
-    Inventory, explanations, profile_names, start_scheduler, stop_scheduler, wait_for_cache, wait_for_claims,
+    InProcessError, Inventory, explanations, profile_names, start_scheduler, stop_scheduler, wait_for_cache,
+    wait_for_claims,
 };
 use crate::print_report;
 use crate::progress::{progress, step_banner};
+use crate::scheduler_config::SchedulerConfigError;
 use crate::settle::settle;
 use crate::snapshot;
+
+/// Why a run on the embedded control plane failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// The API server did not start (the port is taken, say).
+    #[error("starting the embedded API server")]
+    Serve(#[source] ServerError),
+    /// The server's own URL did not parse as a URI.
+    #[error("server URL")]
+    ServerUrl(#[source] http::uri::InvalidUri),
+    /// The in-process scheduler's client could not be built.
+    #[error("building the API client")]
+    Client(#[source] kube::Error),
+    /// The scheduler's configuration file (read for the profiles of a copied cluster).
+    #[error(transparent)]
+    Config(#[from] SchedulerConfigError),
+    /// The in-process scheduler.
+    #[error(transparent)]
+    Scheduler(#[from] InProcessError),
+    /// A scenario object was refused.
+    #[error("{file}: creating {kind} {name}")]
+    Create {
+        /// The scenario file and document.
+        file: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// A node's status could not be written.
+    #[error("{file}: node status")]
+    NodeStatus {
+        /// The scenario file and document.
+        file: String,
+        /// Why.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// A step's deletion failed (the error is part of the message).
+    #[error("{file}: deleting {kind} {name}: {error}")]
+    Delete {
+        /// The scenario file and document.
+        file: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Why.
+        error: Box<StoreError>,
+    },
+    /// A held pod could not be released.
+    #[error("releasing pod {namespace}/{name}")]
+    Release {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// Writing the JSON report.
+    #[error(transparent)]
+    Report(#[from] serde_json::Error),
+    /// The kubeconfig of `--serve` could not be written.
+    #[error("writing {}", path.display())]
+    WriteKubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+type Result<T, E = EmbeddedError> = std::result::Result<T, E>;
 
 /// The run on the embedded control plane: the copy of a live cluster first (`--from-cluster`),
 /// then the scenario's steps, each settled before the next; then the report, and with
@@ -44,7 +126,7 @@ pub(crate) async fn sim_embedded(
         .build()
         .serve(SocketAddr::from(([127, 0, 0, 1], args.port)))
         .await
-        .context("starting the embedded API server")?;
+        .map_err(EmbeddedError::Serve)?;
     let store = server.store().clone();
     progress(&format!("control plane listening on {}", server.url()));
 
@@ -90,8 +172,8 @@ pub(crate) async fn sim_embedded(
     let (scheduler, profiles) = if args.no_scheduler {
         (None, None)
     } else {
-        let kconfig = kube::Config::new(server.url().parse().context("server URL")?);
-        let client = kube::Client::try_from(kconfig).context("building the API client")?;
+        let kconfig = kube::Config::new(server.url().parse().map_err(EmbeddedError::ServerUrl)?);
+        let client = kube::Client::try_from(kconfig).map_err(EmbeddedError::Client)?;
         let (s, p) = start_scheduler(client, &args).await?;
         (Some(s), Some(p))
     };
@@ -162,7 +244,9 @@ pub(crate) async fn sim_embedded(
             .kubeconfig_out
             .clone()
             .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
-        std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+        if let Err(source) = std::fs::write(&path, kubeconfig) {
+            return Err(EmbeddedError::WriteKubeconfig { path, source });
+        }
         let shown = std::path::absolute(&path).unwrap_or(path);
         progress(&format!("wrote the kubeconfig to {}", shown.display()));
         progress(&format!(
@@ -247,13 +331,14 @@ async fn await_template_claims_in(
 /// Removes [`HOLD_GATE`](crate::hold::HOLD_GATE) from the held pods, in creation order.
 fn release_held(store: &Store, held: &[(String, String)]) -> Result<()> {
     for (ns, name) in held {
-        let pod = store
-            .get("pods", Some(ns), name)
-            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+        let failed = |source| EmbeddedError::Release {
+            namespace: ns.clone(),
+            name: name.clone(),
+            source: Box::new(source),
+        };
+        let pod = store.get("pods", Some(ns), name).map_err(failed)?;
         let patch = unisched_sim::Patch::Merge(release(pod.value()));
-        store
-            .patch("pods", Some(ns), name, &patch)
-            .with_context(|| format!("releasing pod {ns}/{name}"))?;
+        store.patch("pods", Some(ns), name, &patch).map_err(failed)?;
     }
     Ok(())
 }
@@ -268,7 +353,14 @@ fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
             &DeleteOptions::default(),
         ) {
             Ok(_) => {}
-            Err(e) => bail!("{}: deleting {} {}: {e}", d.source, d.kind, d.name),
+            Err(error) => {
+                return Err(EmbeddedError::Delete {
+                    file: d.source.to_string(),
+                    kind: d.kind.clone(),
+                    name: d.name.clone(),
+                    error: Box::new(error),
+                });
+            }
         }
     }
     Ok(())
@@ -284,14 +376,22 @@ fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<ObjectRef> {
     }
     let made = store
         .create(&plural, o.namespace.as_deref(), value)
-        .with_context(|| format!("{}: creating {} {}", o.source, o.kind, o.display_name()))?;
+        .map_err(|source| EmbeddedError::Create {
+            file: o.source.to_string(),
+            kind: o.kind.clone(),
+            name: o.display_name(),
+            source: Box::new(source),
+        })?;
     if o.kind == "Node" && o.value.get("status").is_some() {
         // Creation may drop status for kinds with a status subresource; write it explicitly.
         let name = o.value["metadata"]["name"].as_str().unwrap_or_default();
         let patch = unisched_sim::Patch::Merge(serde_json::json!({"status": o.value["status"].clone()}));
         store
             .patch_status("nodes", None, name, &patch)
-            .with_context(|| format!("{}: node status", o.source))?;
+            .map_err(|source| EmbeddedError::NodeStatus {
+                file: o.source.to_string(),
+                source: Box::new(source),
+            })?;
     }
     Ok(made)
 }

@@ -9,11 +9,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
-use unisched_runtime::{Scheduler, SchedulerOptions};
+use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
 use unisched_sim::report;
 
 use crate::args::SimArgs;
+use crate::scheduler_config::SchedulerConfigError;
+
+/// Why the in-process scheduler did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum InProcessError {
+    /// Its configuration file.
+    #[error(transparent)]
+    Config(#[from] SchedulerConfigError),
+    /// The runtime refused to start (a configuration it cannot serve, say).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
 
 /// Totals of the whole cluster: what an in-process scheduler's cache must have seen before a
 /// step's pods are created.
@@ -64,10 +75,7 @@ pub(crate) async fn wait_for_claims(claims: &[(String, String)], scheduler: &Sch
 }
 
 /// The in-process scheduler and its task.
-pub(crate) type InProcess = (
-    Arc<Scheduler>,
-    tokio::task::JoinHandle<Result<(), unisched_runtime::RuntimeError>>,
-);
+pub(crate) type InProcess = (Arc<Scheduler>, tokio::task::JoinHandle<Result<(), RuntimeError>>);
 
 /// The scheduler names the profiles of the configuration serve.
 pub(crate) fn profile_names(
@@ -89,7 +97,7 @@ pub(crate) fn profile_names(
 pub(crate) async fn start_scheduler(
     client: kube::Client,
     args: &SimArgs,
-) -> Result<(InProcess, BTreeSet<String>)> {
+) -> Result<(InProcess, BTreeSet<String>), InProcessError> {
     let mut config = crate::scheduler_config::load(args.scheduler_config.as_ref())?;
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;

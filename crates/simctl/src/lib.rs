@@ -15,6 +15,9 @@
 //! - `settle`: when a run is done;
 //! - [`scheduler_config`]: the `KubeSchedulerConfiguration` file, shared with `unisched run`;
 //! - [`progress`]: what the user reads on stderr while it runs.
+//!
+//! Every module owns its errors (a `thiserror` enum each); [`SimError`] is the union the binary
+//! prints, cause after cause.
 #![forbid(unsafe_code)]
 
 pub mod args;
@@ -28,14 +31,49 @@ pub mod scheduler_config;
 mod settle;
 mod snapshot;
 
-use anyhow::Result;
 use unisched_sim::{report, scenario};
 
 pub use args::{Output, SimArgs};
+pub use embedded::EmbeddedError;
+pub use in_process::InProcessError;
 use progress::progress;
+pub use remote::RemoteError;
+pub use remote_scenario::RemoteScenarioError;
+pub use scheduler_config::SchedulerConfigError;
+pub use snapshot::SnapshotError;
+
+/// Why `unisched sim` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A scenario file is invalid (nothing was applied).
+    #[error(transparent)]
+    Scenario(#[from] scenario::ScenarioError),
+    /// The live cluster of `--from-cluster` could not be read.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// The run on the embedded control plane.
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    /// The run on a remote API server (`--kubeconfig`).
+    #[error(transparent)]
+    Remote(#[from] RemoteScenarioError),
+}
+
+/// An error and its causes, `outer: inner: …`, as the binary prints them (for messages that
+/// collect errors instead of returning them).
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
 
 /// Prints the report on stdout in the format of `--output`.
-pub(crate) fn print_report(args: &SimArgs, report: &report::Report) -> Result<()> {
+pub(crate) fn print_report(args: &SimArgs, report: &report::Report) -> Result<(), serde_json::Error> {
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&report.to_json())?),
         Output::Table => print!("{}", report.to_table()),
@@ -44,7 +82,7 @@ pub(crate) fn print_report(args: &SimArgs, report: &report::Report) -> Result<()
 }
 
 /// Runs the command; returns the exit code (0 settled, 3 did not settle in time).
-pub async fn sim(args: SimArgs) -> Result<u8> {
+pub async fn sim(args: SimArgs) -> Result<u8, SimError> {
     // Read and validate everything first: nothing is applied if any file is bad.
     let scenario = if args.paths.is_empty() {
         scenario::Scenario::default()
@@ -52,7 +90,7 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
         scenario::load(&args.paths)?
     };
     if let Some(kc) = args.kubeconfig.clone() {
-        return remote_scenario::sim_remote(args, scenario, &kc).await;
+        return Ok(remote_scenario::sim_remote(args, scenario, &kc).await?);
     }
     let snapshot = match &args.from_cluster {
         Some(kc) => {
@@ -66,5 +104,5 @@ pub async fn sim(args: SimArgs) -> Result<u8> {
         }
         None => None,
     };
-    embedded::sim_embedded(args, scenario, snapshot).await
+    Ok(embedded::sim_embedded(args, scenario, snapshot).await?)
 }

@@ -8,18 +8,31 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
 use serde_json::Value;
 use unisched_sim::{report, scenario};
 
 use crate::args::SimArgs;
 use crate::in_process::{
-    InProcess, explanations, start_scheduler, stop_scheduler, wait_for_cache, wait_for_claims,
+    InProcess, InProcessError, explanations, start_scheduler, stop_scheduler, wait_for_cache, wait_for_claims,
 };
 use crate::print_report;
 use crate::progress::{progress, step_banner};
-use crate::remote::{RUN_LABEL, RemoteCluster};
+use crate::remote::{RUN_LABEL, RemoteCluster, RemoteError};
 use crate::settle::settle_remote;
+
+/// Why a run on a remote API server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteScenarioError {
+    /// The API server, or an object on it.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    /// The in-process scheduler.
+    #[error(transparent)]
+    Scheduler(#[from] InProcessError),
+    /// Writing the JSON report.
+    #[error(transparent)]
+    Report(#[from] serde_json::Error),
+}
 
 /// `unisched sim --kubeconfig`: runs the scenario on the remote API server, deletes what it created
 /// (unless `--keep`) and prints the report; returns the exit code (0 settled, 3 did not settle).
@@ -27,7 +40,7 @@ pub(crate) async fn sim_remote(
     args: SimArgs,
     scenario: scenario::Scenario,
     kubeconfig: &std::path::Path,
-) -> Result<u8> {
+) -> Result<u8, RemoteScenarioError> {
     let started = Instant::now();
     let mut cluster = RemoteCluster::connect(kubeconfig).await?;
     let objects: Vec<&scenario::ScenarioObject> = scenario.steps.iter().flat_map(|s| &s.apply).collect();
@@ -89,7 +102,7 @@ async fn run_remote_steps(
     namespaces: &BTreeSet<String>,
     scheduler: &Option<InProcess>,
     profiles: Option<&BTreeSet<String>>,
-) -> Result<(bool, BTreeMap<String, Vec<Value>>)> {
+) -> Result<(bool, BTreeMap<String, Vec<Value>>), RemoteError> {
     for ns in namespaces {
         cluster.ensure_namespace(ns).await?;
     }

@@ -8,7 +8,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
 use serde_json::Value;
 use unisched_runtime::Scheduler;
 use unisched_sim::{
@@ -17,7 +16,7 @@ use unisched_sim::{
 };
 
 use crate::progress::progress;
-use crate::remote::{RemoteCluster, fingerprint};
+use crate::remote::{RemoteCluster, RemoteError, fingerprint};
 
 /// True when every pod is bound, rejected with a reason (a condition, or a blocking event such as
 /// a missing claim template), finished, or one the in-process scheduler will never attempt (gated,
@@ -98,7 +97,7 @@ pub(crate) async fn settle_remote(
     timeout: Duration,
     scheduler: Option<&Scheduler>,
     profiles: Option<&BTreeSet<String>>,
-) -> Result<(bool, BTreeMap<String, Vec<Value>>)> {
+) -> Result<(bool, BTreeMap<String, Vec<Value>>), RemoteError> {
     let deadline = Instant::now() + timeout;
     let mut last = None;
     let mut changed = Instant::now();
