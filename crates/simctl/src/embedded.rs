@@ -9,8 +9,10 @@ use std::{
 };
 
 use serde_json::Value;
+use unisched_runtime::Scheduler;
 use unisched_sim::{
-    ApiServer, DeleteOptions, ObjectRef, RunningServer, ServerError, Store, StoreError, report, scenario,
+    ApiServer, DeleteOptions, ObjectRef, RunningServer, ServerError, Store, StoreError, report,
+    report::FromCluster, scenario,
 };
 
 use crate::args::SimArgs;
@@ -131,43 +133,10 @@ pub(crate) async fn sim_embedded(
     progress(&format!("control plane listening on {}", server.url()));
 
     let from_cluster = match &snapshot {
-        Some(snap) => {
-            let ours = if args.no_scheduler {
-                None
-            } else {
-                Some(profile_names(&crate::scheduler_config::load(
-                    args.scheduler_config.as_ref(),
-                )?))
-            };
-            let loaded = snapshot::load(&store, snap, ours.as_ref());
-            progress(&format!(
-                "copied {} objects; {} pending pods to decide, {} of other schedulers left out, {} refused",
-                loaded.copied.values().sum::<usize>(),
-                loaded.pending.len(),
-                loaded.not_ours.len(),
-                loaded.rejected.len()
-            ));
-            Some(loaded)
-        }
+        Some(snap) => Some(copy_cluster(&store, snap, &args)?),
         None => None,
     };
-    let (stop_controllers, controllers_stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(unisched_sim::controllers::claims::run_seeded(
-        store.clone(),
-        args.seed,
-        controllers_stopped.clone(),
-    ));
-    if snapshot.is_some() {
-        tokio::spawn(unisched_sim::controllers::gc::run(
-            store.clone(),
-            controllers_stopped.clone(),
-        ));
-        tokio::spawn(unisched_sim::controllers::kubelet::run(
-            store.clone(),
-            unisched_sim::controllers::KubeletConfig::default(),
-            controllers_stopped,
-        ));
-    }
+    let stop_controllers = start_controllers(&store, args.seed, snapshot.is_some());
 
     let (scheduler, profiles) = if args.no_scheduler {
         (None, None)
@@ -204,26 +173,7 @@ pub(crate) async fn sim_embedded(
     }
     for (i, step) in scenario.steps.iter().enumerate() {
         step_banner(i, scenario.steps.len(), step);
-        apply_deletes(&store, step)?;
-        apply_objects(&store, step, false)?;
-        if let Some((s, _)) = &scheduler {
-            // A barrier: the pods of a step see the cluster the step describes, whatever order the
-            // watches deliver events in. Without it placement would depend on thread timing.
-            wait_for_cache(&store_inventory(&store), s, Duration::from_secs(10)).await;
-        }
-        // Pods are held until the claims generated from their templates exist and the scheduler
-        // has seen them, then released in creation order, as on a real cluster (`--kubeconfig`):
-        // a pod whose claim the scheduler has not seen yet waits for it while later pods go
-        // first, and placements would depend on which of two watch streams was faster.
-        let held = apply_pods_held(&store, step)?;
-        let generated = await_template_claims_in(&store, &held, Duration::from_secs(30)).await;
-        for pod in &generated.missing {
-            progress(&format!("pod {pod}: its claims were not created within 30s"));
-        }
-        if let Some((s, _)) = &scheduler {
-            wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
-        }
-        release_held(&store, &held)?;
+        apply_step(&store, step, scheduler.as_ref().map(|(s, _)| s.as_ref())).await?;
         if !settle_now().await {
             settled = false;
             progress(&format!(
@@ -239,27 +189,103 @@ pub(crate) async fn sim_embedded(
     }
     print_report(&args, &report)?;
     if args.serve {
-        let kubeconfig = server.kubeconfig();
-        let path = args
-            .kubeconfig_out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
-        if let Err(source) = std::fs::write(&path, kubeconfig) {
-            return Err(EmbeddedError::WriteKubeconfig { path, source });
-        }
-        let shown = std::path::absolute(&path).unwrap_or(path);
-        progress(&format!("wrote the kubeconfig to {}", shown.display()));
-        progress(&format!(
-            "serving on {} — try: kubectl --kubeconfig {} get pods -A   (Ctrl-C to stop)",
-            server.url(),
-            shown.display()
-        ));
-        let _ = tokio::signal::ctrl_c().await;
+        serve_until_interrupted(&server, &args).await?;
     }
     stop_scheduler(scheduler).await;
     let _ = stop_controllers.send(true);
     server.shutdown().await;
     Ok(if settled { 0 } else { 3 })
+}
+
+/// Loads the copy of the live cluster into the store; pending pods of other schedulers than the
+/// in-process one's profiles are left out (all are copied with `--no-scheduler`).
+fn copy_cluster(store: &Store, snap: &snapshot::Snapshot, args: &SimArgs) -> Result<FromCluster> {
+    let ours = if args.no_scheduler {
+        None
+    } else {
+        Some(profile_names(&crate::scheduler_config::load(
+            args.scheduler_config.as_ref(),
+        )?))
+    };
+    let loaded = snapshot::load(store, snap, ours.as_ref());
+    progress(&format!(
+        "copied {} objects; {} pending pods to decide, {} of other schedulers left out, {} refused",
+        loaded.copied.values().sum::<usize>(),
+        loaded.pending.len(),
+        loaded.not_ours.len(),
+        loaded.rejected.len()
+    ));
+    Ok(loaded)
+}
+
+/// Starts the claim controller with the run's seed (so generated claim names repeat from run to
+/// run) and, for a copied cluster, the garbage collector and the kubelet; returns the sender
+/// that stops them.
+fn start_controllers(store: &Store, seed: u64, copied: bool) -> tokio::sync::watch::Sender<bool> {
+    let (stop_controllers, controllers_stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(unisched_sim::controllers::claims::run_seeded(
+        store.clone(),
+        seed,
+        controllers_stopped.clone(),
+    ));
+    if copied {
+        tokio::spawn(unisched_sim::controllers::gc::run(
+            store.clone(),
+            controllers_stopped.clone(),
+        ));
+        tokio::spawn(unisched_sim::controllers::kubelet::run(
+            store.clone(),
+            unisched_sim::controllers::KubeletConfig::default(),
+            controllers_stopped,
+        ));
+    }
+    stop_controllers
+}
+
+/// Applies one step: its deletions, its other objects, then its pods, held until their claims
+/// exist and (with an in-process scheduler) the scheduler has seen all of it.
+async fn apply_step(store: &Store, step: &scenario::Step, scheduler: Option<&Scheduler>) -> Result<()> {
+    apply_deletes(store, step)?;
+    apply_objects(store, step, false)?;
+    if let Some(s) = scheduler {
+        // A barrier: the pods of a step see the cluster the step describes, whatever order the
+        // watches deliver events in. Without it placement would depend on thread timing.
+        wait_for_cache(&store_inventory(store), s, Duration::from_secs(10)).await;
+    }
+    // Pods are held until the claims generated from their templates exist and the scheduler
+    // has seen them, then released in creation order, as on a real cluster (`--kubeconfig`):
+    // a pod whose claim the scheduler has not seen yet waits for it while later pods go
+    // first, and placements would depend on which of two watch streams was faster.
+    let held = apply_pods_held(store, step)?;
+    let generated = await_template_claims_in(store, &held, Duration::from_secs(30)).await;
+    for pod in &generated.missing {
+        progress(&format!("pod {pod}: its claims were not created within 30s"));
+    }
+    if let Some(s) = scheduler {
+        wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
+    }
+    release_held(store, &held)
+}
+
+/// `--serve`: writes the kubeconfig for kubectl and `unisched run`, then waits for Ctrl-C.
+async fn serve_until_interrupted(server: &RunningServer, args: &SimArgs) -> Result<()> {
+    let kubeconfig = server.kubeconfig();
+    let path = args
+        .kubeconfig_out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("unisched-sim.kubeconfig"));
+    if let Err(source) = std::fs::write(&path, kubeconfig) {
+        return Err(EmbeddedError::WriteKubeconfig { path, source });
+    }
+    let shown = std::path::absolute(&path).unwrap_or(path);
+    progress(&format!("wrote the kubeconfig to {}", shown.display()));
+    progress(&format!(
+        "serving on {} — try: kubectl --kubeconfig {} get pods -A   (Ctrl-C to stop)",
+        server.url(),
+        shown.display()
+    ));
+    let _ = tokio::signal::ctrl_c().await;
+    Ok(())
 }
 
 fn plural_of(kind: &str) -> String {
@@ -280,8 +306,8 @@ fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()>
     Ok(())
 }
 
-/// Creates the step's pods held by [`HOLD_GATE`](crate::hold::HOLD_GATE) and returns them as (namespace, name), in
-/// creation order.
+/// Creates the step's pods held by [`HOLD_GATE`](crate::hold::HOLD_GATE) and returns them as
+/// (namespace, name), in creation order.
 fn apply_pods_held(store: &Store, step: &scenario::Step) -> Result<Vec<(String, String)>> {
     let mut held = Vec::new();
     for o in step.apply.iter().filter(|o| o.kind == "Pod") {
