@@ -12,7 +12,8 @@ ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p unisched \
+# Only the scheduler: the benchmark binary (unisched-bench, cmd/unisched-bench) is not shipped.
+RUN cargo build --release --locked -p unisched --bin unisched \
     && strip --strip-all target/release/unisched \
     && target/release/unisched version
 

@@ -1,4 +1,4 @@
-//! Embeds the workload files of `e2e/perf/` into the library, so `unisched bench` runs from any
+//! Embeds the workload files of `e2e/perf/` into the library, so `unisched-bench` runs from any
 //! directory. `--workloads-dir` (or `Catalog::load_dir`) reads them from disk instead.
 
 use std::{

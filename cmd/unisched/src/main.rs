@@ -1,22 +1,19 @@
-//! The unisched binary: `run` (in a cluster), `sim` (the embedded control plane), `bench`, `version`.
+//! The unisched binary: `run` (in a cluster), `sim` (the embedded control plane), `version`.
 //!
-//! Thin on purpose: parsing flags, setting up logging and calling into the runtime and the
-//! simulator. Flags keep kube-scheduler's names where they exist.
+//! Thin on purpose: parsing flags, setting up logging and calling into the runtime
+//! (`unisched-runtime`) and the simulator's front end (`unisched-simctl`). The benchmark is a
+//! binary of its own (`unisched-bench`), so the harness that starts control planes and reaps
+//! processes is not linked into the scheduler. Flags keep kube-scheduler's names where they exist.
 #![forbid(unsafe_code)]
 
-mod bench;
-mod logging;
-mod remote;
 mod run;
-mod sim;
-mod snapshot;
 
 use clap::{Parser, Subcommand};
 
 /// jemalloc instead of the C library's allocator. The scheduler allocates and frees many small
 /// objects across threads (decoded watch events, per-attempt state, request bodies), where glibc's
 /// malloc spent ~17 % of the real-control-plane profile (its free-list consolidation included).
-/// Measured in back-to-back runs (docs/perf.md, issue 18, eighth round): 8–29 % less scheduler CPU
+/// Measured in back-to-back runs (docs/perf.md, eighth round): 8–29 % less scheduler CPU
 /// per pod, ~40 MiB more peak RSS at SchedulingAtScale (still under the 1 GiB target).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -46,9 +43,7 @@ enum Command {
     /// Run the scheduler against a cluster (or a `unisched sim --serve` control plane).
     Run(run::RunArgs),
     /// Run a scenario on the embedded control plane and print a report.
-    Sim(sim::SimArgs),
-    /// Run scheduler_perf-style benchmarks against the embedded control plane.
-    Bench(bench::BenchArgs),
+    Sim(unisched_simctl::SimArgs),
     /// Print the version.
     Version,
 }
@@ -65,7 +60,7 @@ fn async_runtime(command: &Command) -> std::io::Result<tokio::runtime::Runtime> 
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.verbosity, &cli.logging_format);
+    unisched_logging::init(cli.verbosity, &cli.logging_format);
     let rt = match async_runtime(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {
@@ -79,16 +74,16 @@ fn main() -> std::process::ExitCode {
             Ok(0)
         }
         Command::Run(args) => rt.block_on(run::run(args)),
-        Command::Sim(args) => rt.block_on(sim::sim(args)),
-        // Outside the runtime: the benchmark starts runtimes of its own.
-        Command::Bench(args) => bench::bench(args, cli.verbosity),
+        Command::Sim(args) => rt
+            .block_on(unisched_simctl::sim(args))
+            .map_err(anyhow::Error::from),
     };
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             // In JSON mode stderr must stay one object per line.
-            if logging::json_enabled() {
+            if unisched_logging::json_enabled() {
                 tracing::error!(error = format!("{e:#}"), "exiting");
             } else {
                 eprintln!("error: {e:#}");

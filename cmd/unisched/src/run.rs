@@ -5,7 +5,6 @@ use std::{net::SocketAddr, path::PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use kube::{Config, config::KubeConfigOptions, config::Kubeconfig};
-use unisched_framework::config::KubeSchedulerConfiguration;
 use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
 
 /// Flags of `unisched run` (kube-scheduler names where they exist).
@@ -40,21 +39,9 @@ pub struct RunArgs {
     /// cycles on binding threads that write on connections of their own.) One spends about a
     /// millisecond per DRA pod, several times less than the kube-apiserver that commits the pod's
     /// writes; a second one made the scheduler spend ~10 % more CPU per pod, in thread wake-ups,
-    /// at the same throughput (docs/perf.md, issue 18, ninth round).
+    /// at the same throughput (docs/perf.md, ninth round).
     #[arg(long = "io-threads", default_value_t = 1)]
     pub io_threads: usize,
-}
-
-/// Loads the configuration file (or the defaults) and applies flag overrides.
-pub fn load_config(path: Option<&PathBuf>) -> Result<KubeSchedulerConfiguration> {
-    match path {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            KubeSchedulerConfiguration::from_yaml(&text)
-                .with_context(|| format!("invalid configuration {}", p.display()))
-        }
-        None => Ok(KubeSchedulerConfiguration::defaulted()),
-    }
 }
 
 /// This replica's identity: hostname plus a random suffix, like kube-scheduler.
@@ -103,7 +90,7 @@ pub async fn client_config(kubeconfig: Option<&PathBuf>) -> Result<Config> {
 
 /// Runs until the lease is lost (exit 1) or SIGTERM/SIGINT (graceful stop, exit 0).
 pub async fn run(args: RunArgs) -> Result<u8> {
-    let mut config = load_config(args.config.as_ref())?;
+    let mut config = unisched_simctl::scheduler_config::load(args.config.as_ref())?;
     if let Some(v) = args.leader_elect {
         config.leader_election.leader_elect = v;
     }

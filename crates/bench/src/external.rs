@@ -1,4 +1,4 @@
-//! External mode (`unisched bench --external`): the same workload against a real control plane
+//! External mode (`unisched-bench --external`): the same workload against a real control plane
 //! (upstream's kube-apiserver, etcd and kube-controller-manager, started by
 //! `e2e/upstream/control-plane`), decided once by upstream kube-scheduler and once by
 //! `unisched run`, back to back, each a child process this harness did not link in.
@@ -45,7 +45,7 @@ pub enum Contender {
     Upstream,
     /// `unisched run`.
     Unisched,
-    /// unisched on the embedded control plane: the bench's own full mode (`bench --mode full`,
+    /// unisched on the embedded control plane: the bench's own full mode (`unisched-bench --mode full`,
     /// a child process), so one invocation also gives the column without a real control plane.
     Embedded,
 }
@@ -77,6 +77,9 @@ pub struct ExternalOptions {
     pub upstream_bin: PathBuf,
     /// The `unisched` binary to run as `unisched run`.
     pub unisched_bin: PathBuf,
+    /// The `unisched-bench` binary, run as `unisched-bench --internal-child` for
+    /// [`Contender::Embedded`].
+    pub bench_bin: PathBuf,
     /// A `KubeSchedulerConfiguration` for both schedulers (default: the default profile); its
     /// profiles are renamed `unisched`, leader election is turned off and the client QPS set.
     pub scheduler_config: Option<PathBuf>,
@@ -149,7 +152,7 @@ pub struct ExternalRun {
     pub notes: Vec<String>,
 }
 
-/// Everything one `unisched bench --external` invocation ran.
+/// Everything one `unisched-bench --external` invocation ran.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ExternalReport {
@@ -897,12 +900,12 @@ pub fn run_external(w: &Workload, opts: &ExternalOptions) -> Vec<ExternalRun> {
         .collect()
 }
 
-/// [`Contender::Embedded`]: `unisched bench --mode full` for `w` in a child process (its own peak
+/// [`Contender::Embedded`]: `unisched-bench --mode full` for `w` in a child process (its own peak
 /// RSS and CPU), read back as an [`ExternalRun`].
 fn run_embedded(w: &Workload, opts: &ExternalOptions) -> Result<ExternalRun, BenchError> {
-    let mut cmd = Command::new(&opts.unisched_bin);
+    let mut cmd = Command::new(&opts.bench_bin);
     cmd.arg(format!("--v={}", opts.verbosity))
-        .args(["bench", "--internal-child", "--output", "json", "--mode", "full"])
+        .args(["--internal-child", "--output", "json", "--mode", "full"])
         .args(["--workload", &w.name, "--seed", &opts.seed.to_string()]);
     if w.smoke {
         cmd.arg("--smoke");
@@ -913,8 +916,7 @@ fn run_embedded(w: &Workload, opts: &ExternalOptions) -> Result<ExternalRun, Ben
     if let Some(d) = &opts.workloads_dir {
         cmd.arg("--workloads-dir").arg(d);
     }
-    let failed =
-        |e: std::io::Error| BenchError::Setup(format!("starting {}: {e}", opts.unisched_bin.display()));
+    let failed = |e: std::io::Error| BenchError::Setup(format!("starting {}: {e}", opts.bench_bin.display()));
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,6 +1,6 @@
 //! What external mode starts must not outlive it.
 //!
-//! `bench --external` starts processes that are not its children in the kernel's sense of
+//! `unisched-bench --external` starts processes that are not its children in the kernel's sense of
 //! "dies with me": `control-plane start` daemonises etcd, kube-apiserver and
 //! kube-controller-manager (pid files in the run's directory), and each scheduler under test is a
 //! child process. Drop guards stop them when a run ends, but a signal ends the process without

@@ -1,4 +1,4 @@
-//! `unisched bench`: upstream scheduler_perf-style workloads run against the embedded control
+//! `unisched-bench`: upstream scheduler_perf-style workloads run against the embedded control
 //! plane, with the measurements upstream reports.
 //!
 //! A workload (YAML in `e2e/perf/`, see [`workload`]) creates nodes, DRA objects and pods; the

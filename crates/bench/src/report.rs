@@ -229,7 +229,7 @@ pub struct SummaryRow {
     pub upstream_threshold: Option<f64>,
 }
 
-/// Everything `unisched bench` ran.
+/// Everything `unisched-bench` ran.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BenchReport {

@@ -1,5 +1,5 @@
 //! Where the harness creates its objects: the embedded store (in process, the default) or an
-//! external API server over HTTP (`unisched bench --external`). The [`Driver`](crate::driver)
+//! external API server over HTTP (`unisched-bench --external`). The [`Driver`](crate::driver)
 //! runs the same ops against either.
 
 use serde_json::{Value, json};

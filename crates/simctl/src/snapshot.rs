@@ -21,7 +21,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use anyhow::{Context, Result, bail};
 use kube::{
     Api,
     api::{DynamicObject, ListParams},
@@ -29,10 +28,72 @@ use kube::{
     discovery::ApiResource,
 };
 use serde_json::{Value, json};
-use unisched_sim::{Patch, Store, report::FromCluster};
+use unisched_sim::{Patch, Store, StoreError, report::FromCluster};
+
+use crate::remote::RemoteError;
+
+/// Why the live cluster could not be read, or an object not copied.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Connecting to the live cluster.
+    #[error(transparent)]
+    Connect(Box<RemoteError>),
+    /// A list was refused: the message says which permission is missing.
+    #[error(
+        "listing {plural} on {server} is Forbidden: {message}. --from-cluster only reads: grant \
+         this identity get and list on {plural} (API group {group:?}) and nothing else"
+    )]
+    Forbidden {
+        /// The resource.
+        plural: String,
+        /// The API server.
+        server: String,
+        /// The API server's message.
+        message: String,
+        /// The resource's API group.
+        group: String,
+    },
+    /// The credentials were refused.
+    #[error("listing {plural} on {server}: Unauthorized ({message}); check the kubeconfig's credentials")]
+    Unauthorized {
+        /// The resource.
+        plural: String,
+        /// The API server.
+        server: String,
+        /// The API server's message.
+        message: String,
+    },
+    /// Any other failed list (the error is part of the message).
+    #[error("listing {plural} on {server}: {error}")]
+    List {
+        /// The resource.
+        plural: String,
+        /// The API server.
+        server: String,
+        /// Why.
+        error: Box<kube::Error>,
+    },
+    /// The live cluster has no nodes.
+    #[error("{server} has no nodes: nothing to simulate on")]
+    NoNodes {
+        /// The API server.
+        server: String,
+    },
+    /// The embedded control plane refused the object.
+    #[error(transparent)]
+    Create(Box<StoreError>),
+    /// A namespace's labels could not be copied onto the built-in namespace.
+    #[error("copying the namespace's labels")]
+    NamespaceLabels(#[source] Box<StoreError>),
+    /// The status the copy keeps could not be written.
+    #[error("writing its status")]
+    Status(#[source] Box<StoreError>),
+}
+
+type Result<T, E = SnapshotError> = std::result::Result<T, E>;
 
 /// What is copied, in the order it is loaded: (plural, group, version, kind).
-pub const COPIED: &[(&str, &str, &str, &str)] = &[
+pub(crate) const COPIED: &[(&str, &str, &str, &str)] = &[
     ("namespaces", "", "v1", "Namespace"),
     ("priorityclasses", "scheduling.k8s.io", "v1", "PriorityClass"),
     ("deviceclasses", "resource.k8s.io", "v1", "DeviceClass"),
@@ -62,7 +123,7 @@ const SERVER_FIELDS: &[&str] = &[
 ];
 
 /// Everything read from the live cluster, by plural.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The API server it was read from.
     pub server: String,
     /// Objects by plural, as listed.
@@ -72,8 +133,10 @@ pub struct Snapshot {
 /// Connects with the kubeconfig and lists every resource of [`COPIED`]. A resource the server does
 /// not serve (no DRA, say) is copied as empty; anything else that fails is an error naming the
 /// resource.
-pub async fn read(kubeconfig: &std::path::Path) -> Result<Snapshot> {
-    let (client, server) = crate::remote::client_for(kubeconfig).await?;
+pub(crate) async fn read(kubeconfig: &std::path::Path) -> Result<Snapshot> {
+    let (client, server) = crate::remote::client_for(kubeconfig)
+        .await
+        .map_err(|e| SnapshotError::Connect(Box::new(e)))?;
     let mut objects = BTreeMap::new();
     for (plural, group, version, kind) in COPIED {
         let gvk = GroupVersionKind::gvk(group, version, kind);
@@ -98,7 +161,7 @@ pub async fn read(kubeconfig: &std::path::Path) -> Result<Snapshot> {
                 ));
                 Vec::new()
             }
-            Err(e) => return Err(list_error(&server, plural, group, &e)),
+            Err(e) => return Err(list_error(&server, plural, group, e)),
         };
         objects.insert((*plural).to_string(), items);
     }
@@ -111,24 +174,30 @@ fn group_or_core(group: &str) -> &str {
 
 /// The error for a failed list: Forbidden says what permission is missing (and that only reads
 /// are needed); anything else names the resource and the server.
-fn list_error(server: &str, plural: &str, group: &str, e: &kube::Error) -> anyhow::Error {
+fn list_error(server: &str, plural: &str, group: &str, e: kube::Error) -> SnapshotError {
+    let (plural, server) = (plural.to_string(), server.to_string());
     match e {
-        kube::Error::Api(s) if s.code == 403 => anyhow::anyhow!(
-            "listing {plural} on {server} is Forbidden: {}. --from-cluster only reads: grant this \
-             identity get and list on {plural} (API group {:?}) and nothing else",
-            s.message,
-            group
-        ),
-        kube::Error::Api(s) if s.code == 401 => anyhow::anyhow!(
-            "listing {plural} on {server}: Unauthorized ({}); check the kubeconfig's credentials",
-            s.message
-        ),
-        other => anyhow::anyhow!("listing {plural} on {server}: {other}"),
+        kube::Error::Api(s) if s.code == 403 => SnapshotError::Forbidden {
+            plural,
+            server,
+            message: s.message.clone(),
+            group: group.to_string(),
+        },
+        kube::Error::Api(s) if s.code == 401 => SnapshotError::Unauthorized {
+            plural,
+            server,
+            message: s.message.clone(),
+        },
+        error => SnapshotError::List {
+            plural,
+            server,
+            error: Box::new(error),
+        },
     }
 }
 
 fn progress(msg: &str) {
-    crate::sim::progress(&format!("from-cluster: {msg}"));
+    crate::progress::progress(&format!("from-cluster: {msg}"));
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -222,7 +291,7 @@ fn is_finished(pod: &Value) -> bool {
 
 /// Loads the snapshot into the store. `ours` are the scheduler names of the in-process profiles
 /// (`None`: no in-process scheduler, every pending pod is copied).
-pub fn load(store: &Store, snap: &Snapshot, ours: Option<&BTreeSet<String>>) -> FromCluster {
+pub(crate) fn load(store: &Store, snap: &Snapshot, ours: Option<&BTreeSet<String>>) -> FromCluster {
     let mut out = FromCluster {
         server: snap.server.clone(),
         ..FromCluster::default()
@@ -254,7 +323,7 @@ pub fn load(store: &Store, snap: &Snapshot, ours: Option<&BTreeSet<String>>) -> 
                     *out.copied.entry((*kind).to_string()).or_default() += 1;
                 }
                 Err(e) => {
-                    let line = format!("{kind} {}: {e:#}", display(v));
+                    let line = format!("{kind} {}: {}", display(v), crate::error_chain(&e));
                     progress(&format!("left out {line}"));
                     out.rejected.push(line);
                 }
@@ -283,12 +352,14 @@ fn load_one(store: &Store, plural: &str, v: &Value, uids: &HashMap<String, Strin
                         name,
                         &Patch::Merge(json!({"metadata": {"labels": labels}})),
                     )
-                    .context("copying the namespace's labels")?;
+                    .map_err(|e| SnapshotError::NamespaceLabels(Box::new(e)))?;
             }
         }
         return Ok(existing.uid().to_string());
     }
-    let made = store.create(plural, ns, obj)?;
+    let made = store
+        .create(plural, ns, obj)
+        .map_err(|e| SnapshotError::Create(Box::new(e)))?;
     let status = match plural {
         "nodes" => v["status"].clone(),
         "pods" => pod_status(v, is_bound(v)),
@@ -298,15 +369,17 @@ fn load_one(store: &Store, plural: &str, v: &Value, uids: &HashMap<String, Strin
     if status.as_object().is_some_and(|s| !s.is_empty()) {
         store
             .patch_status(plural, ns, name, &Patch::Merge(json!({"status": status})))
-            .context("writing its status")?;
+            .map_err(|e| SnapshotError::Status(Box::new(e)))?;
     }
     Ok(made.uid().to_string())
 }
 
 /// Fails when the snapshot has nothing to schedule onto (a wrong kubeconfig, most likely).
-pub fn check_not_empty(snap: &Snapshot) -> Result<()> {
+pub(crate) fn check_not_empty(snap: &Snapshot) -> Result<()> {
     if snap.objects.get("nodes").is_none_or(Vec::is_empty) {
-        bail!("{} has no nodes: nothing to simulate on", snap.server);
+        return Err(SnapshotError::NoNodes {
+            server: snap.server.clone(),
+        });
     }
     Ok(())
 }
@@ -386,7 +459,7 @@ mod tests {
             )
             .with_code(403),
         ));
-        let msg = list_error("https://h:6443", "resourceclaims", "resource.k8s.io", &e).to_string();
+        let msg = list_error("https://h:6443", "resourceclaims", "resource.k8s.io", e).to_string();
         assert!(
             msg.contains("listing resourceclaims on https://h:6443 is Forbidden")
                 && msg.contains("get and list on resourceclaims")

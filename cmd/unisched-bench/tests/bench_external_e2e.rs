@@ -1,4 +1,4 @@
-//! `unisched bench --external` as a user runs it: what it starts does not outlive a signal, and
+//! `unisched-bench --external` as a user runs it: what it starts does not outlive a signal, and
 //! the embedded column comes from the same invocation.
 //!
 //! The real control plane needs upstream's binaries (the upstream tier covers a real run); here a
@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use common::{ChildGuard, bin, tempdir, wait_for};
+use common::{ChildGuard, bench_bin, tempdir, unisched_bin, wait_for};
 
 const STAND_IN: &str = r#"#!/usr/bin/env bash
 set -eu
@@ -48,21 +48,14 @@ fn stand_in_control_plane(dir: &Path) -> PathBuf {
     script
 }
 
-/// `unisched bench --external` of the smoke-sized `SchedulingBasic/500Nodes` for `schedulers`,
+/// `unisched-bench --external` of the smoke-sized `SchedulingBasic/500Nodes` for `schedulers`,
 /// JSON report on stdout, control planes below `work`, no stdin; callers add the rest.
 fn smoke_external(schedulers: &str, work: &Path) -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "--v=0",
-        "bench",
-        "--external",
-        "--smoke",
-        "-w",
-        "SchedulingBasic/500Nodes",
-    ])
-    .args(["--schedulers", schedulers, "-o", "json", "--work-dir"])
-    .arg(work)
-    .stdin(Stdio::null());
+    let mut cmd = Command::new(bench_bin());
+    cmd.args(["--v=0", "--external", "--smoke", "-w", "SchedulingBasic/500Nodes"])
+        .args(["--schedulers", schedulers, "-o", "json", "--work-dir"])
+        .arg(work)
+        .stdin(Stdio::null());
     cmd
 }
 
@@ -97,7 +90,7 @@ fn sigterm_stops_the_scheduler_and_control_plane_it_started() {
     let child = smoke_external("unisched", &work)
         .arg("--control-plane")
         .arg(&script)
-        .env("UNISCHED_BIN", bin())
+        .env("UNISCHED_BIN", unisched_bin())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

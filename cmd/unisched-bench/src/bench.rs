@@ -1,4 +1,4 @@
-//! `unisched bench`: runs scheduler_perf-style workloads (`e2e/perf/`) against the embedded control
+//! `unisched-bench`: runs scheduler_perf-style workloads (`e2e/perf/`) against the embedded control
 //! plane and prints throughput, latency, writes, CPU and memory next to the harness limit.
 //!
 //! Each (workload, mode) runs in a fresh child process (`--internal-child`), so peak RSS and CPU
@@ -7,17 +7,19 @@
 //!
 //! `--external` runs the workloads on real control planes instead (`e2e/upstream/control-plane`,
 //! a fresh one per scheduler), decided by upstream kube-scheduler and then by `unisched run`, both
-//! child processes, and prints both side by side (see `unisched_bench::external`).
+//! child processes, and prints both side by side (see `unisched_bench::external`). `unisched run`
+//! is the `unisched` binary next to this one unless `--unisched-bin` names another.
 
 use std::{
     io::Write,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use unisched_bench::{BenchReport, Catalog, Machine, Mode, RunOptions, RunReport};
+use unisched_framework::config::KubeSchedulerConfiguration;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -66,7 +68,7 @@ pub enum ContenderArg {
     Embedded,
 }
 
-/// Flags of `unisched bench`.
+/// Flags of `unisched-bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// A workload (`TestCase/workload`) or a test case (all its workloads); repeatable.
@@ -113,7 +115,8 @@ pub struct BenchArgs {
     #[arg(long = "upstream-bin", default_value = "e2e/upstream/bin")]
     pub upstream_bin: PathBuf,
     /// External mode: the program started as `PROGRAM --v=0 run ...` for the unisched contender
-    /// (default: this binary). Another build, or a wrapper script that runs one under a profiler.
+    /// (default: the `unisched` binary next to this one). Another build, or a wrapper script that
+    /// runs one under a profiler.
     #[arg(long = "unisched-bin")]
     pub unisched_bin: Option<PathBuf>,
     /// External mode: which schedulers, in order (kube-scheduler is `upstream`; `embedded` adds
@@ -141,9 +144,16 @@ fn catalog(args: &BenchArgs) -> Result<Catalog> {
     })
 }
 
+/// Reads `--scheduler-config` (the same file `unisched run --config` reads).
+fn load_config(path: &Path) -> Result<KubeSchedulerConfiguration> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    KubeSchedulerConfiguration::from_yaml(&text)
+        .with_context(|| format!("invalid configuration {}", path.display()))
+}
+
 fn options(args: &BenchArgs, progress: bool) -> Result<RunOptions> {
     let config = match &args.scheduler_config {
-        Some(p) => Some(crate::run::load_config(Some(p))?),
+        Some(p) => Some(load_config(p)?),
         None => None,
     };
     Ok(RunOptions {
@@ -155,17 +165,10 @@ fn options(args: &BenchArgs, progress: bool) -> Result<RunOptions> {
 
 /// Runs one (workload, mode) in a child process and reads its report.
 fn run_child(args: &BenchArgs, verbosity: u8, workload: &str, mode: Mode) -> Result<RunReport> {
-    let exe = std::env::current_exe().context("locating the unisched binary")?;
+    let exe = std::env::current_exe().context("locating the unisched-bench binary")?;
     let mut cmd = Command::new(exe);
     cmd.arg(format!("--v={verbosity}"))
-        .args([
-            "bench",
-            "--internal-child",
-            "--output",
-            "json",
-            "--workload",
-            workload,
-        ])
+        .args(["--internal-child", "--output", "json", "--workload", workload])
         .args(["--mode", mode.as_str(), "--seed", &args.seed.to_string()]);
     if args.smoke {
         cmd.arg("--smoke");
@@ -213,7 +216,7 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
         for sel in &args.workloads {
             let found = catalog.select(sel);
             if found.is_empty() {
-                bail!("no workload or test case named {sel:?} (see `unisched bench --list`)");
+                bail!("no workload or test case named {sel:?} (see `unisched-bench --list`)");
             }
             for n in found {
                 if !names.contains(&n) {
@@ -286,13 +289,16 @@ pub fn bench(args: BenchArgs, verbosity: u8) -> Result<u8> {
 fn external(args: &BenchArgs, verbosity: u8, catalog: &Catalog, names: &[String]) -> Result<u8> {
     // Control planes are daemons and schedulers are children: neither may outlive a Ctrl-C.
     unisched_bench::leftovers::stop_all_on_signals().context("installing signal handlers")?;
+    let bench_bin = std::env::current_exe().context("locating the unisched-bench binary")?;
+    let unisched_bin = match &args.unisched_bin {
+        Some(path) => path.clone(),
+        None => unisched_next_to(&bench_bin, &args.schedulers)?,
+    };
     let opts = unisched_bench::ExternalOptions {
         control_plane: args.control_plane.clone(),
         upstream_bin: args.upstream_bin.clone(),
-        unisched_bin: match &args.unisched_bin {
-            Some(path) => path.clone(),
-            None => std::env::current_exe().context("locating the unisched binary")?,
-        },
+        unisched_bin,
+        bench_bin,
         scheduler_config: args.scheduler_config.clone(),
         creator_qps: args.creator_qps,
         scheduler_qps: args.scheduler_qps,
@@ -331,4 +337,19 @@ fn external(args: &BenchArgs, verbosity: u8, catalog: &Catalog, names: &[String]
         Output::Table => print!("{}", report.to_table()),
     }
     Ok(u8::from(failed))
+}
+
+/// The `unisched` binary in the directory of `bench_bin` (`target/release/unisched` beside
+/// `target/release/unisched-bench`): the default `--unisched-bin`. When the unisched contender
+/// runs and it is not there, the error says how to build it.
+fn unisched_next_to(bench_bin: &Path, schedulers: &[ContenderArg]) -> Result<PathBuf> {
+    let path = bench_bin.with_file_name("unisched");
+    if schedulers.contains(&ContenderArg::Unisched) && !path.exists() {
+        bail!(
+            "no unisched binary at {} for `unisched run`: build it with this one \
+             (cargo build --release --bin unisched --bin unisched-bench) or pass --unisched-bin",
+            path.display()
+        );
+    }
+    Ok(path)
 }

@@ -1,4 +1,6 @@
-//! Logging: tracing with klog-style `-v` levels, text or JSON, on stderr.
+//! Logging of the unisched binaries (`unisched`, `unisched-bench`): tracing with klog-style `-v`
+//! levels, text or JSON, on stderr. One crate, so both binaries log alike and the benchmark's
+//! child processes take the same `--v` and `--logging-format` as the scheduler.
 //!
 //! Operators read these lines with the habits of kube-scheduler's klog output, so the rules follow
 //! klog rather than tracing's defaults:
@@ -59,10 +61,13 @@ pub fn default_filter(verbosity: u8) -> &'static str {
             "warn,unisched::run=info,unisched::sim=info,unisched_runtime::leader=info,kube=error,hyper=error,tower=error"
         }
         2 | 3 => "info,kube=warn,hyper=warn,tower=warn",
+        // `unisched_simctl` is the front end of `unisched sim`, once a module of the binary.
         4 => {
-            "info,unisched=debug,unisched_runtime=debug,unisched_framework=debug,unisched_sim=debug,kube=warn"
+            "info,unisched=debug,unisched_simctl=debug,unisched_runtime=debug,unisched_framework=debug,unisched_sim=debug,kube=warn"
         }
-        _ => "debug,unisched=trace,unisched_runtime=trace,kube=info,hyper=info,tower=info",
+        _ => {
+            "debug,unisched=trace,unisched_simctl=trace,unisched_runtime=trace,kube=info,hyper=info,tower=info"
+        }
     }
 }
 

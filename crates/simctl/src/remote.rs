@@ -1,5 +1,5 @@
-//! A scenario applied to an API server that `unisched sim` did not start (`--kubeconfig`), such as
-//! the real control plane of `e2e/upstream/control-plane` or a test cluster.
+//! An API server that `unisched sim` did not start (`--kubeconfig`), such as the real control
+//! plane of `e2e/upstream/control-plane` or a test cluster, and what a run created on it.
 //!
 //! The cluster is shared with whatever else runs there, so this module keeps to three rules:
 //! it says what it will write before the first write; it creates objects but never modifies or
@@ -16,7 +16,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
 use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -26,17 +25,174 @@ use kube::{
 use serde_json::{Value, json};
 use unisched_sim::scenario::{DeleteRef, ScenarioObject};
 
-/// The label on every object a run creates; its value is the run's id.
-pub const RUN_LABEL: &str = "sim.unisched.dev/run";
+use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
+use crate::in_process::Inventory;
 
-/// The scheduling gate pods are created with and released from once their claims exist.
-///
-/// The embedded claim controller creates a pod's claims from its templates at once, so all of a
-/// step's pods reach the scheduler together, in creation order. kube-controller-manager takes a
-/// moment per pod, and pods without template claims would overtake the others; the placement
-/// would then depend on that timing. Holding every pod of a step until all its claims exist and
-/// releasing them in creation order gives the scheduler the same sequence on both.
-pub const HOLD_GATE: &str = "sim.unisched.dev/hold";
+/// What went wrong on the remote API server. Messages name the scenario file and object where
+/// there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// A request failed (the API server's answer is the message).
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// An object did not convert to or from JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Discovery does not know the kind.
+    #[error("the API server does not serve {api_version} {kind}")]
+    NotServed {
+        /// The kind's group/version.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// The discovery error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A namespace of the scenario could not be created.
+    #[error("creating namespace {name}")]
+    CreateNamespace {
+        /// The namespace.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// kube-controller-manager did not create the namespace's `default` ServiceAccount.
+    #[error(
+        "namespace {namespace} has no default ServiceAccount after 60s \
+         (is kube-controller-manager running?)"
+    )]
+    NoServiceAccount {
+        /// The namespace.
+        namespace: String,
+    },
+    /// A scenario document did not decode as an object.
+    #[error("{file}: not a Kubernetes object")]
+    NotAnObject {
+        /// The scenario file and document.
+        file: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The object exists already: this run never changes what it did not create.
+    #[error(
+        "{file}: {kind} {name} already exists on {server}; unisched sim only creates objects, it \
+         never changes or deletes one it did not create"
+    )]
+    AlreadyExists {
+        /// The scenario file and document.
+        file: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The API server.
+        server: String,
+    },
+    /// The API server refused an object (its answer is part of the message).
+    #[error("{file}: creating {kind} {name}: {error}")]
+    Create {
+        /// The scenario file and document.
+        file: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The API server's answer.
+        error: kube::Error,
+    },
+    /// A node's status could not be written.
+    #[error("{file}: writing the status of node {name}")]
+    NodeStatus {
+        /// The scenario file and document.
+        file: String,
+        /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// A held pod could not be released.
+    #[error("releasing pod {name}")]
+    Release {
+        /// The pod.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// A step deletes an object this run did not create.
+    #[error("{file}: {kind} {name} was not created by this run; unisched sim deletes only what it created")]
+    NotCreatedByRun {
+        /// The scenario file and document.
+        file: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+    },
+    /// An object this run created could not be deleted.
+    #[error("deleting {kind} {name}")]
+    Delete {
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The deletion of a terminating pod could not be finished.
+    #[error("finishing the deletion of pod {namespace}/{name}")]
+    FinishDeletion {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// The kubeconfig could not be read.
+    #[error("reading kubeconfig {}", path.display())]
+    ReadKubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig could not be turned into a client configuration.
+    #[error("loading kubeconfig {}", path.display())]
+    LoadKubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The client could not be built from the configuration.
+    #[error("building the API client")]
+    Client(#[source] kube::Error),
+    /// `GET /version` failed.
+    #[error("the API server at {server} (kubeconfig {}) does not answer", path.display())]
+    NoAnswer {
+        /// The API server.
+        server: String,
+        /// The kubeconfig.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+type Result<T, E = RemoteError> = std::result::Result<T, E>;
+
+/// The label on every object a run creates; its value is the run's id.
+pub(crate) const RUN_LABEL: &str = "sim.unisched.dev/run";
 
 /// The resources a report and the settle check read, with their group/version and kind.
 const LISTED: &[(&str, &str, &str)] = &[
@@ -58,7 +214,7 @@ struct Created {
 }
 
 /// A remote API server and what this run created on it.
-pub struct RemoteCluster {
+pub(crate) struct RemoteCluster {
     client: Client,
     server: String,
     run_id: String,
@@ -66,7 +222,7 @@ pub struct RemoteCluster {
     created: Vec<Created>,
     /// Namespaces whose `default` ServiceAccount exists (pods cannot be created before it).
     ready_namespaces: BTreeSet<String>,
-    /// Pods whose [`HOLD_GATE`] has been removed.
+    /// Pods whose [`HOLD_GATE`](crate::hold::HOLD_GATE) has been removed.
     released: BTreeSet<(Option<String>, String)>,
 }
 
@@ -142,7 +298,11 @@ impl RemoteCluster {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let found = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
-            .with_context(|| format!("the API server does not serve {api_version} {kind}"))?;
+            .map_err(|source| RemoteError::NotServed {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                source,
+            })?;
         self.kinds.insert(key, found.clone());
         Ok(found)
     }
@@ -167,7 +327,10 @@ impl RemoteCluster {
         }))?;
         api.create(&PostParams::default(), &obj)
             .await
-            .with_context(|| format!("creating namespace {name}"))?;
+            .map_err(|source| RemoteError::CreateNamespace {
+                name: name.to_string(),
+                source,
+            })?;
         self.created.push(Created {
             kind: "Namespace".into(),
             namespace: None,
@@ -188,10 +351,9 @@ impl RemoteCluster {
         let start = Instant::now();
         while api.get_opt("default").await?.is_none() {
             if start.elapsed() > Duration::from_secs(60) {
-                bail!(
-                    "namespace {namespace} has no default ServiceAccount after 60s \
-                     (is kube-controller-manager running?)"
-                );
+                return Err(RemoteError::NoServiceAccount {
+                    namespace: namespace.to_string(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -226,21 +388,27 @@ impl RemoteCluster {
             hold(&mut value);
         }
         let status = (o.kind == "Node").then(|| node_status(&value)).flatten();
-        let obj: DynamicObject = serde_json::from_value(value)
-            .with_context(|| format!("{}: not a Kubernetes object", o.source))?;
+        let obj: DynamicObject =
+            serde_json::from_value(value).map_err(|source| RemoteError::NotAnObject {
+                file: o.source.to_string(),
+                source,
+            })?;
         let api = self.api(&ar, namespace.as_deref());
         let made = create_with_admission_retry(&api, &obj)
             .await
-            .map_err(|e| match &e {
-                kube::Error::Api(s) if s.code == 409 => anyhow::anyhow!(
-                    "{}: {} {} already exists on {}; unisched sim only creates objects, it never \
-                 changes or deletes one it did not create",
-                    o.source,
-                    o.kind,
-                    o.display_name(),
-                    self.server
-                ),
-                _ => anyhow::anyhow!("{}: creating {} {}: {e}", o.source, o.kind, o.display_name()),
+            .map_err(|error| match &error {
+                kube::Error::Api(s) if s.code == 409 => RemoteError::AlreadyExists {
+                    file: o.source.to_string(),
+                    kind: o.kind.clone(),
+                    name: o.display_name(),
+                    server: self.server.clone(),
+                },
+                _ => RemoteError::Create {
+                    file: o.source.to_string(),
+                    kind: o.kind.clone(),
+                    name: o.display_name(),
+                    error,
+                },
             })?;
         let name = made.metadata.name.clone().unwrap_or_default();
         self.created.push(Created {
@@ -256,7 +424,11 @@ impl RemoteCluster {
                 &Patch::Merge(json!({"status": status})),
             )
             .await
-            .with_context(|| format!("{}: writing the status of node {name}", o.source))?;
+            .map_err(|source| RemoteError::NodeStatus {
+                file: o.source.to_string(),
+                name: name.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -300,7 +472,10 @@ impl RemoteCluster {
             let pod = serde_json::to_value(api.get(&c.name).await?)?;
             api.patch(&c.name, &PatchParams::default(), &Patch::Merge(release(&pod)))
                 .await
-                .with_context(|| format!("releasing pod {}", c.name))?;
+                .map_err(|source| RemoteError::Release {
+                    name: c.name.clone(),
+                    source,
+                })?;
             self.released.insert((c.namespace.clone(), c.name.clone()));
         }
         Ok(())
@@ -320,12 +495,11 @@ impl RemoteCluster {
         let Some(pos) = self.created.iter().position(|c| {
             c.kind == d.kind && c.name == d.name && (c.namespace.is_none() || c.namespace == d.namespace)
         }) else {
-            bail!(
-                "{}: {} {} was not created by this run; unisched sim deletes only what it created",
-                d.source,
-                d.kind,
-                d.name
-            );
+            return Err(RemoteError::NotCreatedByRun {
+                file: d.source.to_string(),
+                kind: d.kind.clone(),
+                name: d.name.clone(),
+            });
         };
         let c = self.created.remove(pos);
         self.delete_created(&c).await
@@ -342,7 +516,11 @@ impl RemoteCluster {
         match api.delete(&c.name, &dp).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("deleting {} {}", c.kind, c.name)),
+            Err(source) => Err(RemoteError::Delete {
+                kind: c.kind.clone(),
+                name: c.name.clone(),
+                source,
+            }),
         }
     }
 
@@ -420,8 +598,12 @@ impl RemoteCluster {
             match self.api(ar, Some(ns)).delete(name, &dp).await {
                 Ok(_) => n += 1,
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("finishing the deletion of pod {ns}/{name}"));
+                Err(source) => {
+                    return Err(RemoteError::FinishDeletion {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        source,
+                    });
                 }
             }
         }
@@ -466,7 +648,7 @@ impl RemoteCluster {
         let (pods, rest): (Vec<_>, Vec<_>) = created.into_iter().partition(|c| c.kind == "Pod");
         for c in pods.iter().rev().chain(rest.iter().rev()) {
             if let Err(e) = self.delete_created(c).await {
-                failed.push(format!("{e:#}"));
+                failed.push(crate::error_chain(&e));
             }
         }
         // A namespace lingers while kube-controller-manager empties it; wait, so that the next run
@@ -488,20 +670,27 @@ impl RemoteCluster {
 
 /// A client for the kubeconfig's current context, checked with one `GET /version`; returns it
 /// with the server's URL.
-pub async fn client_for(kubeconfig: &Path) -> Result<(Client, String)> {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
-        .with_context(|| format!("reading kubeconfig {}", kubeconfig.display()))?;
+pub(crate) async fn client_for(kubeconfig: &Path) -> Result<(Client, String)> {
+    let kc =
+        kube::config::Kubeconfig::read_from(kubeconfig).map_err(|source| RemoteError::ReadKubeconfig {
+            path: kubeconfig.to_path_buf(),
+            source,
+        })?;
     let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
-        .with_context(|| format!("loading kubeconfig {}", kubeconfig.display()))?;
+        .map_err(|source| RemoteError::LoadKubeconfig {
+            path: kubeconfig.to_path_buf(),
+            source,
+        })?;
     let server = config.cluster_url.to_string();
-    let client = Client::try_from(config).context("building the API client")?;
-    client.apiserver_version().await.with_context(|| {
-        format!(
-            "the API server at {server} (kubeconfig {}) does not answer",
-            kubeconfig.display()
-        )
-    })?;
+    let client = Client::try_from(config).map_err(RemoteError::Client)?;
+    if let Err(source) = client.apiserver_version().await {
+        return Err(RemoteError::NoAnswer {
+            server,
+            path: kubeconfig.to_path_buf(),
+            source,
+        });
+    }
     Ok((client, server))
 }
 
@@ -528,81 +717,6 @@ async fn create_with_admission_retry(
     }
 }
 
-/// Adds [`HOLD_GATE`] to a pod's scheduling gates.
-pub(crate) fn hold(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let gates = spec.entry("schedulingGates").or_insert_with(|| json!([]));
-    if let Some(list) = gates.as_array_mut() {
-        list.push(json!({"name": HOLD_GATE}));
-    }
-}
-
-/// The merge patch that removes [`HOLD_GATE`] from `pod`'s scheduling gates and keeps the
-/// others. A JSON patch with a test of the resourceVersion would be stricter; the gate list is
-/// ours alone until the pod is released, so a merge patch of the whole list is enough.
-pub(crate) fn release(pod: &Value) -> Value {
-    let gates: Vec<Value> = pod["spec"]["schedulingGates"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| g["name"] != HOLD_GATE)
-        .cloned()
-        .collect();
-    json!({"spec": {"schedulingGates": gates}})
-}
-
-/// True when every claim the pod creates from a template has been created (its name is in the
-/// pod's `status.resourceClaimStatuses`).
-pub(crate) fn claims_created(pod: &Value) -> bool {
-    let statuses = pod["status"]["resourceClaimStatuses"].as_array();
-    pod["spec"]["resourceClaims"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|rc| rc.get("resourceClaimTemplateName").is_some_and(|t| !t.is_null()))
-        .all(|rc| {
-            statuses.into_iter().flatten().any(|s| {
-                s["name"] == rc["name"] && s["resourceClaimName"].as_str().is_some_and(|n| !n.is_empty())
-            })
-        })
-}
-
-/// What [`RemoteCluster::await_template_claims`] found.
-#[derive(Debug, Default)]
-pub struct TemplateClaims {
-    /// The generated claims of the held pods, as (namespace, name).
-    pub claims: Vec<(String, String)>,
-    /// The pods (`namespace/name`) whose claims were not created in time.
-    pub missing: Vec<String>,
-}
-
-/// The names of the claims the claim controller generated for a pod's template references.
-pub(crate) fn generated_claim_names(pod: &Value) -> Vec<String> {
-    pod["status"]["resourceClaimStatuses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["resourceClaimName"].as_str())
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Totals of the whole cluster (see [`RemoteCluster::cluster_inventory`]).
-#[derive(Debug, Default)]
-pub struct Inventory {
-    /// Nodes.
-    pub nodes: usize,
-    /// ResourceSlices.
-    pub slices: usize,
-    /// DeviceClass names.
-    pub classes: Vec<String>,
-    /// Namespace names.
-    pub namespaces: Vec<String>,
-}
-
 /// The status to write for a scenario node: its own, plus a Ready condition if it has none.
 fn node_status(node: &Value) -> Option<Value> {
     let mut status = node.get("status").cloned().unwrap_or_else(|| json!({}));
@@ -620,7 +734,7 @@ fn node_status(node: &Value) -> Option<Value> {
 }
 
 /// A fingerprint of a listing: changes whenever any listed object changes.
-pub fn fingerprint(listing: &BTreeMap<String, Vec<Value>>) -> Vec<(String, String, String, String)> {
+pub(crate) fn fingerprint(listing: &BTreeMap<String, Vec<Value>>) -> Vec<(String, String, String, String)> {
     let mut out: Vec<_> = listing
         .iter()
         .flat_map(|(plural, items)| {
@@ -655,47 +769,6 @@ mod tests {
         let s = node_status(&not_ready).unwrap_or_default();
         assert_eq!(s["conditions"].as_array().map(Vec::len), Some(1));
         assert_eq!(s["conditions"][0]["status"], "False");
-    }
-
-    #[test]
-    fn claims_created_needs_every_template_claim() {
-        let pod = |statuses: Value| {
-            json!({
-                "spec": {"resourceClaims": [
-                    {"name": "gpu", "resourceClaimTemplateName": "t"},
-                    {"name": "shared", "resourceClaimName": "c"},
-                ]},
-                "status": {"resourceClaimStatuses": statuses},
-            })
-        };
-        assert!(!claims_created(&pod(json!(null))));
-        assert!(!claims_created(&pod(json!([{"name": "gpu"}]))));
-        assert!(claims_created(&pod(
-            json!([{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
-        )));
-        assert!(claims_created(&json!({"spec": {"containers": []}})));
-    }
-
-    #[test]
-    fn generated_claim_names_are_the_named_statuses() {
-        let pod = json!({"status": {"resourceClaimStatuses": [
-            {"name": "gpu", "resourceClaimName": "p-gpu-x"},
-            {"name": "none"},
-            {"name": "empty", "resourceClaimName": ""},
-            {"name": "cpu", "resourceClaimName": "p-cpu-y"},
-        ]}});
-        assert_eq!(generated_claim_names(&pod), ["p-gpu-x", "p-cpu-y"]);
-        assert!(generated_claim_names(&json!({"status": {}})).is_empty());
-    }
-
-    #[test]
-    fn hold_keeps_the_pods_own_gates() {
-        let mut p = json!({"spec": {"schedulingGates": [{"name": "mine"}]}});
-        hold(&mut p);
-        assert_eq!(
-            p["spec"]["schedulingGates"],
-            json!([{"name": "mine"}, {"name": HOLD_GATE}])
-        );
     }
 
     #[test]
