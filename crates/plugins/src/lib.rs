@@ -45,6 +45,7 @@ mod noderesources;
 mod pod_topology_spread;
 mod queue_sort;
 mod registry;
+mod resource_scoring;
 mod scheduling_gates;
 mod selector;
 mod taint_toleration;

@@ -42,7 +42,7 @@ use unisched_framework::{CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, 
 use super::ClassCapacity;
 use super::state::{CycleData, NodeResult, PodState, STATE_KEY};
 use crate::helper::{PluginArgs, aggregate, invalid, quote};
-use crate::noderesources::{Strategy, score_vector};
+use crate::resource_scoring::{Strategy, score_vector};
 use crate::{ResourceSpec, ScoringStrategy, ScoringStrategyType};
 
 /// Plugin name.

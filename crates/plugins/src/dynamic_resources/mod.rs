@@ -40,6 +40,7 @@ mod args;
 mod claims;
 mod class_capacity;
 pub(crate) use class_capacity::ClassCapacity;
+use class_capacity::ClassCapacitySource;
 mod device_scoring;
 mod extended;
 mod hints;
@@ -69,11 +70,11 @@ use unisched_dra::{
 };
 use unisched_fasthash::FastHashMap;
 use unisched_framework::{
-    ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
-    FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeScore,
-    NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin,
-    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
-    StatusFuture,
+    ClusterEventWithHint, Code, CycleState, DEVICE_CLASS_CAPACITY_KEY, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail,
+    EnqueueExtensions, FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints,
+    NodeInfo, NodeScore, NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin,
+    ScorePlugin, Status, StatusFuture,
 };
 use unisched_resource::node_allocatable_claim_footprint;
 
@@ -196,6 +197,7 @@ impl DynamicResources {
     fn shed_filter_state(state: &mut CycleState) {
         state.delete(NODE_VETO_KEY);
         state.delete(DIAGNOSIS_DETAIL_KEY);
+        state.delete(DEVICE_CLASS_CAPACITY_KEY);
         let Some(mut data) = Self::data(state) else {
             return;
         };
@@ -658,6 +660,10 @@ impl PreFilterPlugin for DynamicResources {
             Err(s) => return (None, s),
         };
         state.write(NODE_FOOTPRINTS_KEY, data.footprints.clone());
+        state.write(
+            DEVICE_CLASS_CAPACITY_KEY,
+            ClassCapacitySource::handle(data.clone()),
+        );
         state.write(
             DIAGNOSIS_DETAIL_KEY,
             DiagnosisDetail(Arc::new(DetailSource(data.clone()))),

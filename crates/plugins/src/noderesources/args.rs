@@ -8,8 +8,7 @@ use unisched_resource::{CPU, MEMORY};
 
 use crate::helper::{PluginArgs, aggregate, invalid, qualified_name_errors, quote};
 
-/// Highest score of a `requestedToCapacityRatio` shape point (upstream `MaxCustomPriorityScore`).
-pub const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+pub use crate::resource_scoring::MAX_CUSTOM_PRIORITY_SCORE;
 
 fn yes() -> bool {
     true

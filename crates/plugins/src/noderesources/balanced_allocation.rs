@@ -21,9 +21,10 @@ use unisched_framework::{
 
 use super::{
     args::NodeResourcesBalancedAllocationArgs,
-    scoring::{ResourceAllocationScorer, ScorePreState, Strategy},
+    scoring::{ResourceAllocationScorer, ScorePreState},
 };
 use crate::names::NODE_RESOURCES_BALANCED_ALLOCATION;
+use crate::resource_scoring::Strategy;
 
 const PRE_SCORE_KEY: &str = "PreScoreNodeResourcesBalancedAllocation";
 

@@ -32,8 +32,9 @@ use unisched_resource::{Resource, is_extended_resource_name, pod_resources};
 
 use super::{
     args::{NodeResourcesFitArgs, ScoringStrategyType},
-    scoring::{ResourceAllocationScorer, ScorePreState, Strategy},
+    scoring::{ResourceAllocationScorer, ScorePreState},
 };
+use crate::resource_scoring::Strategy;
 use crate::{
     helper::{event_nodes, event_pods, object_kind, pod_key},
     names::NODE_RESOURCES_FIT,
