@@ -115,11 +115,13 @@ impl Requirement {
                 errs.push(invalid(&format!("values[{i}]"), quote(v), v_errs.join("; ")));
             }
         }
-        aggregate(errs).map(|()| Requirement {
-            key: key.to_string(),
-            op,
-            values,
-        })
+        aggregate(errs)
+            .map(|()| Requirement {
+                key: key.to_string(),
+                op,
+                values,
+            })
+            .map_err(|e| e.to_string())
     }
 }
 

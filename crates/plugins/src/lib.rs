@@ -63,6 +63,7 @@ pub use default_preemption::{
 pub use dynamic_resources::{
     DeviceResources, DeviceResourcesArgs, DraApi, DraApiError, DynamicResources, DynamicResourcesArgs,
 };
+pub use helper::PluginArgsError;
 pub use helper::default_normalize_score;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs, NamespaceLister};
@@ -78,7 +79,7 @@ pub use noderesources::{
 };
 pub use pod_topology_spread::{PodTopologySpread, PodTopologySpreadArgs};
 pub use queue_sort::PrioritySort;
-pub use registry::{PluginContext, PluginFactory, Registry};
+pub use registry::{PluginContext, PluginFactory, Registry, RegistryError, validate_plugin_args};
 pub use scheduling_gates::SchedulingGates;
 pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
 pub use taint_toleration::TaintToleration;

@@ -47,7 +47,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, aggregate, event_nodes, event_pod_objects, invalid},
+    helper::{PluginArgs, PluginArgsError, aggregate, event_nodes, event_pod_objects, invalid},
     label_selector::labels_of,
     names::INTER_POD_AFFINITY,
 };
@@ -139,7 +139,7 @@ impl InterPodAffinity {
     pub fn new(
         args: &InterPodAffinityArgs,
         namespaces: Option<Arc<dyn NamespaceLister>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PluginArgsError> {
         let weight = args
             .hard_pod_affinity_weight
             .unwrap_or(DEFAULT_HARD_POD_AFFINITY_WEIGHT);

@@ -196,7 +196,7 @@ impl PodTerms {
             ),
         );
         errs.extend(weighted_errs);
-        aggregate(errs)?;
+        aggregate(errs).map_err(|e| e.to_string())?;
         Ok(PodTerms {
             required_affinity,
             required_anti_affinity,

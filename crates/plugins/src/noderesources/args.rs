@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use unisched_resource::{CPU, MEMORY};
 
-use crate::helper::{PluginArgs, aggregate, invalid, qualified_name_errors, quote};
+use crate::helper::{PluginArgs, PluginArgsError, aggregate, invalid, qualified_name_errors, quote};
 
 pub use crate::resource_scoring::MAX_CUSTOM_PRIORITY_SCORE;
 
@@ -218,7 +218,7 @@ impl NodeResourcesFitArgs {
     }
 
     /// Upstream validation; every problem is reported with its field path.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         let mut errs = Vec::new();
         for (i, r) in self.ignored_resources.iter().enumerate() {
             for e in qualified_name_errors(r) {
@@ -310,7 +310,7 @@ impl NodeResourcesBalancedAllocationArgs {
     }
 
     /// Upstream validation: no duplicate resources, every weight 1.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         let mut errs = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, r) in self.resources.iter().enumerate() {
@@ -424,7 +424,7 @@ mod tests {
         for c in cases {
             let mut a: NodeResourcesFitArgs = decode_args(&c.args).unwrap();
             a.complete();
-            let err = a.validate().unwrap_err();
+            let err = a.validate().unwrap_err().to_string();
             assert!(err.contains(c.want), "{}: {err}", c.name);
         }
     }
@@ -459,7 +459,9 @@ mod tests {
             },
         ];
         for c in cases {
-            let err = decode_args::<NodeResourcesFitArgs>(&c.args).unwrap_err();
+            let err = decode_args::<NodeResourcesFitArgs>(&c.args)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(c.want) && err.starts_with("decoding NodeResourcesFitArgs"),
                 "{}: {err}",
@@ -513,7 +515,7 @@ mod tests {
                     assert!(a.validate().is_ok(), "{}", c.name);
                     assert_eq!(a.resources, res, "{}", c.name);
                 }
-                Err(msg) => assert!(a.validate().unwrap_err().contains(msg), "{}", c.name),
+                Err(msg) => assert!(a.validate().unwrap_err().to_string().contains(msg), "{}", c.name),
             }
         }
     }

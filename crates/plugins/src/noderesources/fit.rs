@@ -36,7 +36,7 @@ use super::{
 };
 use crate::resource_scoring::Strategy;
 use crate::{
-    helper::{event_nodes, event_pods, object_kind, pod_key},
+    helper::{PluginArgsError, event_nodes, event_pods, object_kind, pod_key},
     names::NODE_RESOURCES_FIT,
 };
 
@@ -196,7 +196,7 @@ impl NodeResourcesFit {
     pub fn new(
         args: &NodeResourcesFitArgs,
         resolver: Option<Arc<dyn ExtendedResourceResolver>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PluginArgsError> {
         let mut args = args.clone();
         args.complete();
         args.validate()?;
@@ -213,10 +213,7 @@ impl NodeResourcesFit {
                 Strategy::ratio(&shape)
             }
             None => {
-                return Err(format!(
-                    "scoring strategy {} is not supported",
-                    strategy_args.type_
-                ));
+                return Err(PluginArgsError::UnsupportedStrategy(strategy_args.type_));
             }
         };
         Ok(NodeResourcesFit {

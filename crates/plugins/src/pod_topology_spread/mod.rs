@@ -44,7 +44,8 @@ use unisched_framework::{
 
 use crate::{
     helper::{
-        PluginArgs, aggregate, event_pod_objects, invalid, object_kind, pod_key, qualified_name_errors, quote,
+        PluginArgs, PluginArgsError, aggregate, event_pod_objects, invalid, object_kind, pod_key,
+        qualified_name_errors, quote,
     },
     label_selector::labels_of,
     names::POD_TOPOLOGY_SPREAD,
@@ -95,7 +96,7 @@ impl PluginArgs for PodTopologySpreadArgs {
 }
 
 /// Upstream `ValidatePodTopologySpreadArgs`.
-fn validate_args(args: &PodTopologySpreadArgs) -> Result<(), String> {
+fn validate_args(args: &PodTopologySpreadArgs) -> Result<(), PluginArgsError> {
     let mut errs = Vec::new();
     let defaulting = args.defaulting_type.as_deref().unwrap_or(SYSTEM_DEFAULTING);
     if defaulting != SYSTEM_DEFAULTING && defaulting != LIST_DEFAULTING {
@@ -187,7 +188,7 @@ impl Default for PodTopologySpread {
 
 impl PodTopologySpread {
     /// Builds the plugin, validating the args as upstream.
-    pub fn new(args: &PodTopologySpreadArgs) -> Result<Self, String> {
+    pub fn new(args: &PodTopologySpreadArgs) -> Result<Self, PluginArgsError> {
         validate_args(args)?;
         let system = args.defaulting_type.as_deref().unwrap_or(SYSTEM_DEFAULTING) == SYSTEM_DEFAULTING;
         Ok(PodTopologySpread {

@@ -47,7 +47,7 @@ use super::{
     resolve_claims,
 };
 use crate::{
-    helper::{PluginArgs, decode_args},
+    helper::{PluginArgs, PluginArgsError, decode_args},
     label_selector::{NO_LABELS, api_selector_matches},
 };
 
@@ -121,13 +121,13 @@ impl PluginArgs for VolumeBindingArgs {
 
 impl VolumeBindingArgs {
     /// Decodes and validates `pluginConfig` args (`null`: defaults).
-    pub fn from_value(args: &serde_json::Value) -> Result<Self, String> {
+    pub fn from_value(args: &serde_json::Value) -> Result<Self, PluginArgsError> {
         let a: VolumeBindingArgs = decode_args(args)?;
         if a.bind_timeout_seconds < 0 {
-            return Err(format!(
+            return Err(PluginArgsError::Invalid(vec![format!(
                 "bindTimeoutSeconds: Invalid value: {}: invalid BindTimeoutSeconds, should not be a negative value",
                 a.bind_timeout_seconds
-            ));
+            )]));
         }
         Ok(a)
     }
@@ -1377,7 +1377,9 @@ mod tests {
             30
         );
         assert_eq!(
-            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1})).unwrap_err(),
+            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1}))
+                .unwrap_err()
+                .to_string(),
             "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
         );
     }
