@@ -45,13 +45,17 @@ pub struct RunArgs {
     pub io_threads: usize,
 }
 
-/// Loads the configuration file (or the defaults) and applies flag overrides.
+/// Loads the configuration file (or the defaults), validated with every configured plugin's args,
+/// so that a bad plugin arg fails here, naming its field, before anything starts.
 pub fn load_config(path: Option<&PathBuf>) -> Result<KubeSchedulerConfiguration> {
     match path {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            KubeSchedulerConfiguration::from_yaml(&text)
-                .with_context(|| format!("invalid configuration {}", p.display()))
+            let config = KubeSchedulerConfiguration::from_yaml(&text)
+                .with_context(|| format!("invalid configuration {}", p.display()))?;
+            unisched_plugins::validate_plugin_args(&config)
+                .with_context(|| format!("invalid configuration {}", p.display()))?;
+            Ok(config)
         }
         None => Ok(KubeSchedulerConfiguration::defaulted()),
     }
