@@ -111,7 +111,7 @@ impl PluginArgsError {
 }
 
 /// Upstream's aggregate error text: one error alone, several in brackets.
-fn aggregate_text(errs: &[String]) -> String {
+pub(crate) fn aggregate_text(errs: &[String]) -> String {
     match errs {
         [one] => one.clone(),
         _ => format!("[{}]", errs.join(", ")),

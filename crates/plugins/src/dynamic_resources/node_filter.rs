@@ -332,9 +332,10 @@ fn node_allocatable_statuses(
             .collect();
         if let Some(ca) = node_allocatable::claim_allocatable(PLACEHOLDER_NAME, &containers, a, index)
             .map_err(|e| {
+                let message = e.to_string();
                 (
-                    Status::unresolvable(e.clone()),
-                    Some(NodeFailure::Invalid { message: e }),
+                    Status::unresolvable(message.clone()),
+                    Some(NodeFailure::Invalid { message }),
                 )
             })?
         {
