@@ -18,7 +18,10 @@ use std::{
 };
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// One workspace member: where it is, its package name, and its normal dependencies (name as
@@ -33,7 +36,9 @@ struct Member {
 /// The `members = [...]` list of the root manifest.
 fn member_paths() -> Vec<String> {
     let text = fs::read_to_string(root().join("Cargo.toml")).unwrap();
-    let start = text.find("members = [").expect("root manifest has a members list");
+    let start = text
+        .find("members = [")
+        .expect("root manifest has a members list");
     let list = &text[start..];
     let list = &list[..list.find(']').unwrap()];
     list.split('"').skip(1).step_by(2).map(str::to_string).collect()
@@ -87,7 +92,10 @@ fn short(name: &str) -> String {
 /// The rows of the table under `## Crates` in docs/design.md: path → (crate, uses).
 fn design_table() -> BTreeMap<String, (String, BTreeSet<String>)> {
     let text = fs::read_to_string(root().join("docs/design.md")).unwrap();
-    let section = text.split("\n## Crates\n").nth(1).expect("design.md has a Crates section");
+    let section = text
+        .split("\n## Crates\n")
+        .nth(1)
+        .expect("design.md has a Crates section");
     let mut rows = BTreeMap::new();
     for line in section.lines() {
         if line.starts_with("## ") {
@@ -97,7 +105,11 @@ fn design_table() -> BTreeMap<String, (String, BTreeSet<String>)> {
             continue;
         }
         let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
-        assert_eq!(cells.len(), 4, "a crate row has path, crate, responsibility, uses: {line}");
+        assert_eq!(
+            cells.len(),
+            4,
+            "a crate row has path, crate, responsibility, uses: {line}"
+        );
         let path = cells[0].trim_matches('`').to_string();
         let krate = cells[1].trim_matches('`').to_string();
         let uses = cells[3]
@@ -123,7 +135,10 @@ fn design_crate_table_is_the_cargo_graph() {
             continue;
         };
         if *krate != m.name {
-            problems.push(format!("{}: the table names {krate}, Cargo.toml {}", m.path, m.name));
+            problems.push(format!(
+                "{}: the table names {krate}, Cargo.toml {}",
+                m.path, m.name
+            ));
         }
         let cargo: BTreeSet<String> = m
             .dependencies
@@ -140,16 +155,25 @@ fn design_crate_table_is_the_cargo_graph() {
     }
     for path in table.keys() {
         if !members.iter().any(|m| &m.path == path) {
-            problems.push(format!("{path}: in docs/design.md's crate table but not a workspace member"));
+            problems.push(format!(
+                "{path}: in docs/design.md's crate table but not a workspace member"
+            ));
         }
     }
-    assert!(problems.is_empty(), "docs/design.md and the manifests disagree:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "docs/design.md and the manifests disagree:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
 fn readme_layout_lists_every_crate() {
     let readme = fs::read_to_string(root().join("README.md")).unwrap();
-    let layout = readme.split("\n## Layout\n").nth(1).expect("README has a Layout section");
+    let layout = readme
+        .split("\n## Layout\n")
+        .nth(1)
+        .expect("README has a Layout section");
     let missing: Vec<String> = members()
         .into_iter()
         .map(|m| m.path)
@@ -194,7 +218,9 @@ fn every_dependency_is_used_by_product_code() {
             sources.push(build);
         }
         for (dep, ident) in &m.dependencies {
-            let allowed = LINKED_WITHOUT_A_PATH.iter().any(|(krate, d, _)| *krate == m.name && d == dep);
+            let allowed = LINKED_WITHOUT_A_PATH
+                .iter()
+                .any(|(krate, d, _)| *krate == m.name && d == dep);
             let named = sources.iter().any(|s| {
                 s.contains(&format!("{ident}::"))
                     || s.contains(&format!("use {ident}"))
@@ -228,5 +254,8 @@ fn a_dependency_only_tests_name_is_found_unused() {
     fs::remove_dir_all(&dir).unwrap();
     let joined = sources.join("\n");
     assert!(joined.contains("serde_json::"));
-    assert!(!joined.contains("unisched_resource"), "test modules are not product code");
+    assert!(
+        !joined.contains("unisched_resource"),
+        "test modules are not product code"
+    );
 }

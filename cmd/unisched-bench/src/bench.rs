@@ -147,8 +147,11 @@ fn catalog(args: &BenchArgs) -> Result<Catalog> {
 /// Reads `--scheduler-config` (the same file `unisched run --config` reads).
 fn load_config(path: &Path) -> Result<KubeSchedulerConfiguration> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    KubeSchedulerConfiguration::from_yaml(&text)
-        .with_context(|| format!("invalid configuration {}", path.display()))
+    let config = KubeSchedulerConfiguration::from_yaml(&text)
+        .with_context(|| format!("invalid configuration {}", path.display()))?;
+    unisched_plugins::validate_plugin_args(&config)
+        .with_context(|| format!("invalid configuration {}", path.display()))?;
+    Ok(config)
 }
 
 fn options(args: &BenchArgs, progress: bool) -> Result<RunOptions> {

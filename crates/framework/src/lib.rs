@@ -36,7 +36,10 @@ pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventKeysFn, EventNarrowing, EventObject, EventResource,
     PodKeysFn, QueueingHint, QueueingHintFn, well_known,
 };
-pub use footprint::{NODE_FOOTPRINTS_KEY, NodeFootprints};
+pub use footprint::{
+    ClassDeviceCount, DEVICE_CLASS_CAPACITY_KEY, DeviceClassCapacity, DeviceClassSource, NODE_FOOTPRINTS_KEY,
+    NodeFootprints,
+};
 pub use node_info::{HostPortInfo, ImageStateSummary, NodeInfo, SlotMemo};
 pub use node_veto::{NODE_VETO_KEY, NodeVeto, NodeVetoHandle};
 pub use permit::WaitingPods;

@@ -41,37 +41,113 @@ pub(crate) trait PluginArgs: DeserializeOwned + Default {
     fn api_version(&self) -> Option<&str>;
 }
 
+/// A plugin's `pluginConfig[].args` that cannot be used. Every message is upstream's text, since
+/// users and tests match on it; field errors name the field relative to the args object.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginArgsError {
+    /// The args do not decode as the plugin's args kind (unknown field, wrong type).
+    #[error("decoding {kind}: {source}")]
+    Decode {
+        /// The args kind, e.g. `NodeResourcesFitArgs`.
+        kind: &'static str,
+        /// What the decoder said, naming the field.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The args name another kind.
+    #[error("decoding {kind}: kind: Unsupported value: {given:?}: supported values: {kind:?}")]
+    Kind {
+        /// The plugin's args kind.
+        kind: &'static str,
+        /// The `kind` the args gave.
+        given: String,
+    },
+    /// The args name an API version other than `kubescheduler.config.k8s.io/v1`.
+    #[error(
+        "decoding {kind}: apiVersion: Unsupported value: {given:?}: supported values: {ARGS_API_VERSION:?}"
+    )]
+    ApiVersion {
+        /// The plugin's args kind.
+        kind: &'static str,
+        /// The `apiVersion` the args gave.
+        given: String,
+    },
+    /// Values that decode but are invalid, as upstream's field errors (`path: Invalid value: …`),
+    /// printed as upstream's aggregate error: one alone, several in brackets.
+    #[error("{}", aggregate_text(.0))]
+    Invalid(Vec<String>),
+    /// A plugin without args got an args object with fields.
+    #[error("plugin {plugin} takes no args, got field {field:?}")]
+    UnexpectedField {
+        /// The plugin.
+        plugin: String,
+        /// The first field given.
+        field: String,
+    },
+    /// A plugin without args got something other than an object.
+    #[error("plugin {plugin} takes no args, got {value}")]
+    NotAnObject {
+        /// The plugin.
+        plugin: String,
+        /// The value given, as JSON.
+        value: String,
+    },
+    /// A scoring strategy type the plugin cannot score with.
+    #[error("scoring strategy {0} is not supported")]
+    UnsupportedStrategy(String),
+}
+
+impl PluginArgsError {
+    /// The error as configuration field errors under `path` (the args object's own path, e.g.
+    /// `profiles[0].pluginConfig[1].args`): each field error with its field's full path, any other
+    /// error once, after the path.
+    pub fn field_errors_under(&self, path: &str) -> Vec<String> {
+        match self {
+            PluginArgsError::Invalid(errs) => errs.iter().map(|e| format!("{path}.{e}")).collect(),
+            other => vec![format!("{path}: {other}")],
+        }
+    }
+}
+
+/// Upstream's aggregate error text: one error alone, several in brackets.
+pub(crate) fn aggregate_text(errs: &[String]) -> String {
+    match errs {
+        [one] => one.clone(),
+        _ => format!("[{}]", errs.join(", ")),
+    }
+}
+
 /// Decodes a plugin's args: `null` (no `pluginConfig` entry) gives the defaults; unknown fields
 /// and wrong types are errors that name the field.
-pub(crate) fn decode_args<T: PluginArgs>(args: &serde_json::Value) -> Result<T, String> {
+pub(crate) fn decode_args<T: PluginArgs>(args: &serde_json::Value) -> Result<T, PluginArgsError> {
     if args.is_null() {
         return Ok(T::default());
     }
+    let kind = T::KIND;
     let decoded: T =
-        serde_json::from_value(args.clone()).map_err(|e| format!("decoding {}: {e}", T::KIND))?;
-    if let Some(kind) = decoded.kind().filter(|k| *k != T::KIND) {
-        return Err(format!(
-            "decoding {}: kind: Unsupported value: {kind:?}: supported values: {:?}",
-            T::KIND,
-            T::KIND
-        ));
+        serde_json::from_value(args.clone()).map_err(|source| PluginArgsError::Decode { kind, source })?;
+    if let Some(given) = decoded.kind().filter(|k| *k != kind) {
+        return Err(PluginArgsError::Kind {
+            kind,
+            given: given.to_string(),
+        });
     }
-    if let Some(v) = decoded.api_version().filter(|v| *v != ARGS_API_VERSION) {
-        return Err(format!(
-            "decoding {}: apiVersion: Unsupported value: {v:?}: supported values: {ARGS_API_VERSION:?}",
-            T::KIND
-        ));
+    if let Some(given) = decoded.api_version().filter(|v| *v != ARGS_API_VERSION) {
+        return Err(PluginArgsError::ApiVersion {
+            kind,
+            given: given.to_string(),
+        });
     }
     Ok(decoded)
 }
 
-/// Joins validation errors as upstream's aggregate error prints them: one error alone, several in
-/// brackets.
-pub(crate) fn aggregate(errs: Vec<String>) -> Result<(), String> {
-    match errs.len() {
-        0 => Ok(()),
-        1 => Err(errs.into_iter().next().unwrap_or_default()),
-        _ => Err(format!("[{}]", errs.join(", "))),
+/// Validation errors as one result: `Ok` when there are none (see [`PluginArgsError::Invalid`]).
+pub(crate) fn aggregate(errs: Vec<String>) -> Result<(), PluginArgsError> {
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(PluginArgsError::Invalid(errs))
     }
 }
 
@@ -417,8 +493,9 @@ mod tests {
 
     #[test]
     fn aggregate_formats_like_upstream() {
-        assert_eq!(aggregate(vec![]), Ok(()));
-        assert_eq!(aggregate(vec!["a".into()]), Err("a".into()));
-        assert_eq!(aggregate(vec!["a".into(), "b".into()]), Err("[a, b]".into()));
+        let text = |errs: Vec<String>| aggregate(errs).map_err(|e| e.to_string());
+        assert_eq!(text(vec![]), Ok(()));
+        assert_eq!(text(vec!["a".into()]), Err("a".into()));
+        assert_eq!(text(vec!["a".into(), "b".into()]), Err("[a, b]".into()));
     }
 }

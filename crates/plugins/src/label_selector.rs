@@ -19,7 +19,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector as ApiLabelSelector, LabelSelectorRequirement,
 };
 
-use crate::helper::{aggregate, go_string_slice, invalid, label_value_errors, qualified_name_errors, quote};
+use crate::helper::{
+    aggregate_text, go_string_slice, invalid, label_value_errors, qualified_name_errors, quote,
+};
 
 /// Object labels.
 pub(crate) type Labels = BTreeMap<String, String>;
@@ -90,7 +92,7 @@ impl Requirement {
 
     /// Upstream `labels.NewRequirement` validation: the key must be a qualified name, the values
     /// valid label values, and their number must suit the operator.
-    fn parse(key: &str, op: Operator, values: Vec<String>) -> Result<Self, String> {
+    fn parse(key: &str, op: Operator, values: Vec<String>) -> Result<Self, LabelSelectorError> {
         let mut errs = Vec::new();
         let key_errs = qualified_name_errors(key);
         if !key_errs.is_empty() {
@@ -115,12 +117,26 @@ impl Requirement {
                 errs.push(invalid(&format!("values[{i}]"), quote(v), v_errs.join("; ")));
             }
         }
-        aggregate(errs).map(|()| Requirement {
+        if !errs.is_empty() {
+            return Err(LabelSelectorError::Requirement(errs));
+        }
+        Ok(Requirement {
             key: key.to_string(),
             op,
             values,
         })
     }
+}
+
+/// A label selector that cannot be parsed; the texts are upstream's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LabelSelectorError {
+    /// An operator other than `In`, `NotIn`, `Exists` and `DoesNotExist`.
+    #[error("{0:?} is not a valid label selector operator")]
+    Operator(String),
+    /// A requirement's field errors (key, values), printed as upstream's aggregate error.
+    #[error("{}", aggregate_text(.0))]
+    Requirement(Vec<String>),
 }
 
 /// A parsed label selector.
@@ -140,7 +156,7 @@ impl LabelSelector {
 
     /// Upstream `LabelSelectorAsSelector`: `None` selects nothing, an empty selector everything;
     /// the first invalid requirement is the error.
-    pub(crate) fn parse(selector: Option<&ApiLabelSelector>) -> Result<Self, String> {
+    pub(crate) fn parse(selector: Option<&ApiLabelSelector>) -> Result<Self, LabelSelectorError> {
         let Some(sel) = selector else {
             return Ok(LabelSelector::Nothing);
         };
@@ -150,7 +166,7 @@ impl LabelSelector {
         }
         for e in sel.match_expressions.iter().flatten() {
             let op = Operator::parse(&e.operator)
-                .ok_or_else(|| format!("{} is not a valid label selector operator", quote(&e.operator)))?;
+                .ok_or_else(|| LabelSelectorError::Operator(e.operator.clone()))?;
             reqs.push(Requirement::parse(
                 &e.key,
                 op,
@@ -384,7 +400,7 @@ mod tests {
             },
         ];
         for c in cases {
-            let err = LabelSelector::parse(Some(&c.selector)).unwrap_err();
+            let err = LabelSelector::parse(Some(&c.selector)).unwrap_err().to_string();
             assert!(err.starts_with(c.want), "{}: {err}", c.name);
         }
     }

@@ -45,6 +45,7 @@ mod noderesources;
 mod pod_topology_spread;
 mod queue_sort;
 mod registry;
+mod resource_scoring;
 mod scheduling_gates;
 mod selector;
 mod taint_toleration;
@@ -62,6 +63,7 @@ pub use default_preemption::{
 pub use dynamic_resources::{
     DeviceResources, DeviceResourcesArgs, DraApi, DraApiError, DynamicResources, DynamicResourcesArgs,
 };
+pub use helper::PluginArgsError;
 pub use helper::default_normalize_score;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs, NamespaceLister};
@@ -77,7 +79,7 @@ pub use noderesources::{
 };
 pub use pod_topology_spread::{PodTopologySpread, PodTopologySpreadArgs};
 pub use queue_sort::PrioritySort;
-pub use registry::{PluginContext, PluginFactory, Registry};
+pub use registry::{PluginContext, PluginFactory, Registry, RegistryError, validate_plugin_args};
 pub use scheduling_gates::SchedulingGates;
 pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
 pub use taint_toleration::TaintToleration;

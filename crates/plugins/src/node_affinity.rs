@@ -20,7 +20,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, aggregate, default_normalize_score, event_nodes},
+    helper::{PluginArgs, PluginArgsError, aggregate, default_normalize_score, event_nodes},
     names::NODE_AFFINITY,
     selector::{NodeSelectorMatcher, OBJECT_NAME_FIELD, PreferredTerms, RequiredNodeAffinity},
 };
@@ -69,7 +69,7 @@ pub struct NodeAffinity {
 
 impl NodeAffinity {
     /// Builds the plugin, validating `addedAffinity` (every error names its field).
-    pub fn new(args: &NodeAffinityArgs) -> Result<Self, String> {
+    pub fn new(args: &NodeAffinityArgs) -> Result<Self, PluginArgsError> {
         let mut errs = Vec::new();
         let mut pl = NodeAffinity::default();
         if let Some(added) = &args.added_affinity {
@@ -217,7 +217,7 @@ fn pod_preferred(pod: &Pod) -> Result<Option<PreferredTerms>, String> {
         None => Ok(None),
         Some(t) => PreferredTerms::parse(t, "")
             .map(Some)
-            .map_err(|e| aggregate(e).err().unwrap_or_default()),
+            .map_err(|e| aggregate(e).err().map(|e| e.to_string()).unwrap_or_default()),
     }
 }
 
@@ -583,7 +583,7 @@ mod tests {
             }
         }))
         .unwrap();
-        let err = NodeAffinity::new(&args).unwrap_err();
+        let err = NodeAffinity::new(&args).unwrap_err().to_string();
         assert!(
             err.contains("addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Unsupported value: \"Bogus\""),
             "{err}"

@@ -4,17 +4,30 @@
 //! Plugins get what they need from outside the scheduling core (the API binder, the DRA side's
 //! extended-resource mapping) through [`PluginContext`], built once by the runtime. Out-of-tree
 //! plugins are added with [`Registry::register`].
+//!
+//! A bad `pluginConfig[].args` is a configuration error, so it is found when the configuration is
+//! validated ([`validate_plugin_args`], [`Registry::validate_plugin_args`]), before the scheduler
+//! connects to anything, and not only when the runtime builds the profiles. Validation builds each
+//! configured plugin and drops it: constructors only decode, check and store their args, so the
+//! checks are exactly the ones the real build makes, with no second copy to drift.
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use k8s_openapi::api::core::v1::Pod;
 use unisched_cache::{DraCache, VolumeCache};
-use unisched_framework::{Plugin, PluginRegistry};
+use unisched_framework::{
+    Plugin, PluginRegistry,
+    config::{ConfigError, KubeSchedulerConfiguration},
+};
 
 use crate::{
     Binder, DefaultBinder, DraApi, DynamicResources, DynamicResourcesArgs, ExtendedResourceResolver,
     NodeAffinity, NodeAffinityArgs, NodeName, NodePorts, NodeResourcesBalancedAllocation,
     NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
-    PrioritySort, SchedulingGates, TaintToleration, helper::decode_args, names,
+    PrioritySort, SchedulingGates, TaintToleration,
+    default_binder::BindError,
+    helper::{PluginArgsError, decode_args},
+    names,
 };
 use crate::{DefaultPreemption, DefaultPreemptionArgs, PdbLister, Preemptor};
 use crate::{DeviceResources, DeviceResourcesArgs};
@@ -125,9 +138,19 @@ impl PluginContext {
     }
 }
 
-/// Builds a plugin from its args and the context.
+/// Builds a plugin from its args and the context. It must do nothing but decode, check and keep
+/// its args and the context: configuration validation calls it to check args, and drops the plugin.
 pub type PluginFactory =
-    Arc<dyn Fn(&serde_json::Value, &PluginContext) -> Result<Arc<dyn Plugin>, String> + Send + Sync>;
+    Arc<dyn Fn(&serde_json::Value, &PluginContext) -> Result<Arc<dyn Plugin>, PluginArgsError> + Send + Sync>;
+
+/// A registry that cannot take a plugin.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The name is taken.
+    #[error("a plugin named {0} already exists")]
+    Duplicate(String),
+}
 
 /// Plugin constructors by name.
 #[derive(Clone)]
@@ -145,14 +168,20 @@ impl std::fmt::Debug for Registry {
 }
 
 /// Plugins without args accept no args, an empty object, or only `kind`/`apiVersion`.
-fn no_args(name: &str, args: &serde_json::Value) -> Result<(), String> {
+fn no_args(name: &str, args: &serde_json::Value) -> Result<(), PluginArgsError> {
     match args {
         serde_json::Value::Null => Ok(()),
         serde_json::Value::Object(m) => match m.keys().find(|k| *k != "kind" && *k != "apiVersion") {
             None => Ok(()),
-            Some(k) => Err(format!("plugin {name} takes no args, got field {k:?}")),
+            Some(k) => Err(PluginArgsError::UnexpectedField {
+                plugin: name.to_string(),
+                field: k.clone(),
+            }),
         },
-        other => Err(format!("plugin {name} takes no args, got {other}")),
+        other => Err(PluginArgsError::NotAnObject {
+            plugin: name.to_string(),
+            value: other.to_string(),
+        }),
     }
 }
 
@@ -311,9 +340,9 @@ impl Registry {
     }
 
     /// Adds a plugin constructor; an error when the name is taken.
-    pub fn register(&mut self, name: &str, factory: PluginFactory) -> Result<(), String> {
+    pub fn register(&mut self, name: &str, factory: PluginFactory) -> Result<(), RegistryError> {
         if self.factories.contains_key(name) {
-            return Err(format!("a plugin named {name} already exists"));
+            return Err(RegistryError::Duplicate(name.to_string()));
         }
         self.factories.insert(name.to_string(), factory);
         Ok(())
@@ -327,6 +356,48 @@ impl Registry {
     /// The context plugins are built with.
     pub fn context(&self) -> &PluginContext {
         &self.context
+    }
+
+    /// Decodes and validates the `pluginConfig[].args` of every profile for the plugins this
+    /// registry knows, as building them would; every problem is reported, each under its args'
+    /// path (`profiles[0].pluginConfig[1].args.scoringStrategy.type: Unsupported value: …`).
+    /// Entries for plugins the registry does not know are left to `Framework::new`, which rejects
+    /// them.
+    pub fn validate_plugin_args(&self, config: &KubeSchedulerConfiguration) -> Result<(), ConfigError> {
+        let mut errs = Vec::new();
+        for (i, profile) in config.profiles.iter().enumerate() {
+            for (j, entry) in profile.plugin_config.iter().enumerate() {
+                let Some(factory) = self.factories.get(&entry.name) else {
+                    continue;
+                };
+                if let Err(e) = factory(&entry.args, &self.context) {
+                    errs.extend(e.field_errors_under(&format!("profiles[{i}].pluginConfig[{j}].args")));
+                }
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errs))
+        }
+    }
+}
+
+/// [`Registry::validate_plugin_args`] for the in-tree plugins: what every caller of
+/// `KubeSchedulerConfiguration::validate` runs next, so that a bad plugin arg fails the
+/// configuration before anything starts.
+pub fn validate_plugin_args(config: &KubeSchedulerConfiguration) -> Result<(), ConfigError> {
+    Registry::in_tree(PluginContext::new(Arc::new(ValidationOnlyBinder))).validate_plugin_args(config)
+}
+
+/// The binder of a registry built only to validate args; its plugins never bind.
+struct ValidationOnlyBinder;
+
+impl Binder for ValidationOnlyBinder {
+    fn bind(&self, _pod: &Pod, _node: &str) -> Result<(), BindError> {
+        Err(BindError::Api(
+            "a registry built to validate args does not bind".into(),
+        ))
     }
 }
 
@@ -344,7 +415,7 @@ impl PluginRegistry for Registry {
             .factories
             .get(name)
             .ok_or_else(|| format!("plugin {name:?} does not exist"))?;
-        Ok(f(args, &self.context)?)
+        f(args, &self.context).map_err(unisched_framework::PluginBuildError::new)
     }
 }
 
@@ -525,6 +596,117 @@ mod tests {
             let err = Framework::new(&cfg.profiles[0], &registry).unwrap_err();
             assert!(err.to_string().contains(c.want), "{}: {err}", c.name);
         }
+    }
+
+    #[test]
+    fn config_validation_names_the_bad_arg() {
+        struct Case {
+            plugin: &'static str,
+            args: &'static str,
+            want: &'static str,
+        }
+        let cases = [
+            Case {
+                plugin: "NodeResourcesFit",
+                args: "{scoringStrategy: {type: Fancy}}",
+                want: "profiles[0].pluginConfig[1].args.scoringStrategy.type: Unsupported value: \"Fancy\"",
+            },
+            Case {
+                plugin: "NodeResourcesBalancedAllocation",
+                args: "{resources: cpu}",
+                want: "profiles[0].pluginConfig[1].args: decoding NodeResourcesBalancedAllocationArgs: invalid type",
+            },
+            Case {
+                plugin: "NodeAffinity",
+                args: "{addedAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Near}]}]}}}",
+                want: "profiles[0].pluginConfig[1].args.addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: Unsupported value: \"Near\"",
+            },
+            Case {
+                plugin: "DynamicResources",
+                args: "{bindingTimeout: 500ms}",
+                want: "profiles[0].pluginConfig[1].args.bindingTimeout: Invalid value: \"500ms\": must be at least 1s",
+            },
+            Case {
+                plugin: "DeviceResources",
+                args: "{scoringStrategy: {type: Packed}}",
+                want: "profiles[0].pluginConfig[1].args.scoringStrategy.type: Unsupported value: \"Packed\"",
+            },
+            Case {
+                plugin: "PodTopologySpread",
+                args: "{defaultingType: Other}",
+                want: "profiles[0].pluginConfig[1].args.defaultingType: Unsupported value: \"Other\"",
+            },
+            Case {
+                plugin: "InterPodAffinity",
+                args: "{hardPodAffinityWeight: -1}",
+                want: "profiles[0].pluginConfig[1].args.hardPodAffinityWeight: Invalid value: -1: not in valid range [0, 100]",
+            },
+            Case {
+                plugin: "VolumeBinding",
+                args: "{bindTimeoutSeconds: -1}",
+                want: "profiles[0].pluginConfig[1].args.bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds",
+            },
+            Case {
+                plugin: "DefaultPreemption",
+                args: "{minCandidateNodesPercentage: 101}",
+                want: "profiles[0].pluginConfig[1].args.minCandidateNodesPercentage: Invalid value: 101: not in valid range [0, 100]",
+            },
+            Case {
+                plugin: "NodePorts",
+                args: "{ports: 1}",
+                want: "profiles[0].pluginConfig[1].args: plugin NodePorts takes no args, got field \"ports\"",
+            },
+            Case {
+                plugin: "NodeResourcesFit",
+                args: "{kind: NodeAffinityArgs}",
+                want: "profiles[0].pluginConfig[1].args: decoding NodeResourcesFitArgs: kind: Unsupported value: \"NodeAffinityArgs\"",
+            },
+        ];
+        for c in cases {
+            let yaml = format!(
+                "profiles: [{{pluginConfig: [{{name: PrioritySort, args: {{}}}}, {{name: {}, args: {}}}]}}]",
+                c.plugin, c.args
+            );
+            let cfg = KubeSchedulerConfiguration::from_yaml(&yaml).unwrap();
+            let err = validate_plugin_args(&cfg).unwrap_err().to_string();
+            assert!(err.starts_with("invalid configuration: "), "{}: {err}", c.plugin);
+            assert!(err.contains(c.want), "{}: {err}", c.plugin);
+        }
+    }
+
+    #[test]
+    fn config_validation_reports_every_profile_and_accepts_good_args() {
+        let yaml = r#"
+profiles:
+- schedulerName: a
+  pluginConfig:
+  - name: NodeResourcesFit
+    args: {scoringStrategy: {type: MostAllocated, resources: [{name: cpu, weight: 1}]}}
+  - name: NoSuchPlugin
+    args: {anything: 1}
+- schedulerName: b
+  pluginConfig:
+  - name: InterPodAffinity
+    args: {hardPodAffinityWeight: 101}
+  - name: DefaultPreemption
+    args: {minCandidateNodesPercentage: -1, minCandidateNodesAbsolute: -1}
+"#;
+        let cfg = KubeSchedulerConfiguration::from_yaml(yaml).unwrap();
+        let err = validate_plugin_args(&cfg).unwrap_err().to_string();
+        for want in [
+            "profiles[1].pluginConfig[0].args.hardPodAffinityWeight: Invalid value: 101",
+            "profiles[1].pluginConfig[1].args.minCandidateNodesPercentage: Invalid value: -1",
+            "profiles[1].pluginConfig[1].args.minCandidateNodesAbsolute: Invalid value: -1",
+        ] {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        assert!(!err.contains("profiles[0]"), "{err}");
+        let good = KubeSchedulerConfiguration::from_yaml(
+            "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: MostAllocated}}}, {name: DynamicResources, args: {bindingTimeout: 2s}}]}]",
+        )
+        .unwrap();
+        validate_plugin_args(&good).unwrap();
+        validate_plugin_args(&KubeSchedulerConfiguration::defaulted()).unwrap();
     }
 
     #[test]

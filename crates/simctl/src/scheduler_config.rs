@@ -1,5 +1,6 @@
 //! The `KubeSchedulerConfiguration` file of `unisched run` and of the in-process scheduler of
-//! `unisched sim` (`--scheduler-config`): one loader, so both read a file the same way.
+//! `unisched sim` (`--scheduler-config`): one loader, so both read a file the same way, and both
+//! check every configured plugin's args with the rest of the configuration.
 
 use std::path::PathBuf;
 
@@ -36,10 +37,14 @@ pub fn load(path: Option<&PathBuf>) -> Result<KubeSchedulerConfiguration, Schedu
                 path: p.clone(),
                 source,
             })?;
-            KubeSchedulerConfiguration::from_yaml(&text).map_err(|source| SchedulerConfigError::Invalid {
+            let invalid = |source| SchedulerConfigError::Invalid {
                 path: p.clone(),
                 source,
-            })
+            };
+            let config = KubeSchedulerConfiguration::from_yaml(&text).map_err(invalid)?;
+            // Plugin args are checked now, so a bad one names its field before anything starts.
+            unisched_plugins::validate_plugin_args(&config).map_err(invalid)?;
+            Ok(config)
         }
         None => Ok(KubeSchedulerConfiguration::defaulted()),
     }

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::helper::{PluginArgs, aggregate, invalid};
+use crate::helper::{PluginArgs, PluginArgsError, aggregate, invalid};
 
 /// Default `minCandidateNodesPercentage`.
 pub const DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE: i32 = 10;
@@ -50,7 +50,7 @@ pub(crate) struct CandidateLimits {
 
 impl DefaultPreemptionArgs {
     /// Applies defaults and validates as upstream (`ValidateDefaultPreemptionArgs`).
-    pub(crate) fn limits(&self) -> Result<CandidateLimits, String> {
+    pub(crate) fn limits(&self) -> Result<CandidateLimits, PluginArgsError> {
         let pct = self
             .min_candidate_nodes_percentage
             .unwrap_or(DEFAULT_MIN_CANDIDATE_NODES_PERCENTAGE);
@@ -138,7 +138,9 @@ mod tests {
             (json!({"kind": "Other"}), Err("kind: Unsupported value")),
         ];
         for (input, want) in cases {
-            let got = decode_args::<DefaultPreemptionArgs>(&input).and_then(|a| a.limits());
+            let got = decode_args::<DefaultPreemptionArgs>(&input)
+                .and_then(|a| a.limits())
+                .map_err(|e| e.to_string());
             match (got, want) {
                 (Ok(l), Ok((p, a))) => assert_eq!((l.percentage, l.absolute), (p, a), "{input}"),
                 (Err(e), Err(w)) => assert!(e.contains(w), "{input}: {e}"),

@@ -98,7 +98,7 @@ impl DefaultPreemption {
         args: &DefaultPreemptionArgs,
         preemptor: Option<Arc<dyn Preemptor>>,
         pdbs: Option<Arc<dyn PdbLister>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, crate::helper::PluginArgsError> {
         Ok(DefaultPreemption {
             limits: args.limits()?,
             preemptor,

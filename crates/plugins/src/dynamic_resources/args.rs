@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use unisched_framework::config::GoDuration;
 
+use crate::helper::{PluginArgs, PluginArgsError, decode_args};
+
 /// The `kind` of the args object.
 pub const ARGS_KIND: &str = "DynamicResourcesArgs";
-const ARGS_API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
 
 /// Default `filterTimeout`.
 pub const DEFAULT_FILTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,35 +46,31 @@ impl Default for DynamicResourcesArgs {
     }
 }
 
+impl PluginArgs for DynamicResourcesArgs {
+    const KIND: &'static str = ARGS_KIND;
+    fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+    fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+}
+
 impl DynamicResourcesArgs {
     /// Decodes and validates `pluginConfig[].args` (`null`: the defaults). Errors name the field.
-    pub fn from_value(args: &serde_json::Value) -> Result<Self, String> {
-        if args.is_null() {
-            return Ok(Self::default());
-        }
-        let a: DynamicResourcesArgs =
-            serde_json::from_value(args.clone()).map_err(|e| format!("decoding {ARGS_KIND}: {e}"))?;
-        if let Some(kind) = a.kind.as_deref().filter(|k| *k != ARGS_KIND) {
-            return Err(format!(
-                "decoding {ARGS_KIND}: kind: Unsupported value: {kind:?}: supported values: {ARGS_KIND:?}"
-            ));
-        }
-        if let Some(v) = a.api_version.as_deref().filter(|v| *v != ARGS_API_VERSION) {
-            return Err(format!(
-                "decoding {ARGS_KIND}: apiVersion: Unsupported value: {v:?}: supported values: {ARGS_API_VERSION:?}"
-            ));
-        }
+    pub fn from_value(args: &serde_json::Value) -> Result<Self, PluginArgsError> {
+        let a: DynamicResourcesArgs = decode_args(args)?;
         a.validate()?;
         Ok(a)
     }
 
     /// Upstream validation: `bindingTimeout` must be at least one second.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         if self.binding_timeout.0 < Duration::from_secs(1) {
-            return Err(format!(
+            return Err(PluginArgsError::Invalid(vec![format!(
                 "bindingTimeout: Invalid value: {:?}: must be at least 1s",
                 unisched_framework::config::format_go_duration(self.binding_timeout.0)
-            ));
+            )]));
         }
         Ok(())
     }
@@ -126,7 +123,10 @@ mod tests {
             },
         ];
         for c in cases {
-            match (DynamicResourcesArgs::from_value(&c.json), c.want) {
+            match (
+                DynamicResourcesArgs::from_value(&c.json).map_err(|e| e.to_string()),
+                c.want,
+            ) {
                 (Ok(a), Ok((f, b))) => {
                     assert_eq!((a.filter_timeout.0, a.binding_timeout.0), (f, b), "{}", c.json);
                 }

@@ -41,8 +41,8 @@ use unisched_framework::{CycleState, NodeInfo, Plugin, PodInfo, PreScorePlugin, 
 
 use super::ClassCapacity;
 use super::state::{CycleData, NodeResult, PodState, STATE_KEY};
-use crate::helper::{PluginArgs, aggregate, invalid, quote};
-use crate::noderesources::{Strategy, score_vector};
+use crate::helper::{PluginArgs, PluginArgsError, aggregate, invalid, quote};
+use crate::resource_scoring::{Strategy, score_vector};
 use crate::{ResourceSpec, ScoringStrategy, ScoringStrategyType};
 
 /// Plugin name.
@@ -80,7 +80,7 @@ impl PluginArgs for DeviceResourcesArgs {
 
 impl DeviceResourcesArgs {
     /// Validation in the style of NodeResourcesFitArgs.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         let mut errs = Vec::new();
         if let Some(s) = &self.scoring_strategy {
             if !s.type_.is_empty() && ScoringStrategyType::parse(&s.type_).is_none() {
@@ -122,7 +122,7 @@ pub struct DeviceResources {
 
 impl DeviceResources {
     /// Builds the plugin from validated args.
-    pub fn new(args: &DeviceResourcesArgs) -> Result<Self, String> {
+    pub fn new(args: &DeviceResourcesArgs) -> Result<Self, PluginArgsError> {
         args.validate()?;
         let s = args.scoring_strategy.clone().unwrap_or_default();
         let strategy = match ScoringStrategyType::parse(&s.type_) {
@@ -624,7 +624,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let err = DeviceResources::new(&bad).unwrap_err();
+        let err = DeviceResources::new(&bad).unwrap_err().to_string();
         assert!(err.contains("Unsupported value: \"Packed\""), "{err}");
         assert!(err.contains("resources[0].weight"), "{err}");
         let no_shape = DeviceResourcesArgs {
@@ -635,6 +635,11 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(DeviceResources::new(&no_shape).unwrap_err().contains("shape"));
+        assert!(
+            DeviceResources::new(&no_shape)
+                .unwrap_err()
+                .to_string()
+                .contains("shape")
+        );
     }
 }

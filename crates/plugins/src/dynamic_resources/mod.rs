@@ -9,12 +9,15 @@
 //!   rejects claims reserved by too many others or in flight for another pod, resolves classes and
 //!   compiles selectors once ([`unisched_dra::PreparedClaim`]), and builds the allocator against the
 //!   cache's [`DraSnapshot`] (committed + in-flight allocations). Nothing to do → Skip.
-//! * **Filter** (parallel) — allocated claims must be usable on the node; the others are allocated
+//! * **Filter** (parallel, step by step in [`node_filter`]) — allocated claims must be usable on the node; the others are allocated
 //!   with the filter timeout (a pod with one simple claim is decided by the device summary,
 //!   [`unisched_dra::Allocator::fits_without_search`], and allocated only for the node Reserve
 //!   gets); then the KEP-5517 footprint is computed and checked against the node's
 //!   remaining allocatable (authoritative; NodeResourcesFit only checks spec requests). Per-node
 //!   results, footprints (for scoring, [`NodeFootprints`]) and typed failure reasons are recorded.
+//!   PreFilter also publishes the framework's read-only [`unisched_framework::DeviceClassCapacity`]
+//!   handle, through which the resource scorers count the devices of DRA-backed extended
+//!   resources ([`class_capacity`]) without reading this plugin's state.
 //! * **PreFilter extensions** ([`preemption`]) — in preemption dry runs, a removed victim's
 //!   allocated claims that nobody else consumes count as free, so Filter can hand their devices
 //!   to the preemptor; AddPod undoes it.
@@ -40,10 +43,12 @@ mod args;
 mod claims;
 mod class_capacity;
 pub(crate) use class_capacity::ClassCapacity;
+use class_capacity::ClassCapacitySource;
 mod device_scoring;
 mod extended;
 mod hints;
 mod node_allocatable;
+mod node_filter;
 mod prebind;
 mod preemption;
 mod reasons;
@@ -58,33 +63,29 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{NodeAllocatableResourceClaimStatus, Pod};
-use k8s_openapi::api::resource::v1::AllocationResult;
+use k8s_openapi::api::core::v1::Pod;
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraCache;
-use unisched_dra::nodesel::node_selector_matches;
-use unisched_dra::{
-    AllocationError, Allocator, CelSelectorEngine, Deadline, FatalError, Features, NodeSummary,
-    PreparedClaim, summary_shape,
-};
+use unisched_dra::{Allocator, CelSelectorEngine, Features, PreparedClaim, summary_shape};
 use unisched_fasthash::FastHashMap;
 use unisched_framework::{
-    ClusterEventWithHint, Code, CycleState, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail, EnqueueExtensions,
-    FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints, NodeInfo, NodeScore,
-    NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult, PreBindPlugin,
-    PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
-    StatusFuture,
+    ClusterEventWithHint, Code, CycleState, DEVICE_CLASS_CAPACITY_KEY, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail,
+    EnqueueExtensions, FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints,
+    NodeInfo, NodeScore, NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin,
+    ScorePlugin, Status, StatusFuture,
 };
-use unisched_resource::node_allocatable_claim_footprint;
 
 pub use api::{ClaimFuture, DraApi, DraApiError, DraApiLater, merge_patch};
 pub use args::{DEFAULT_BINDING_TIMEOUT, DEFAULT_FILTER_TIMEOUT, DynamicResourcesArgs};
 pub use claims::RESERVED_FOR_MAX_SIZE;
 pub use extended::PLACEHOLDER_NAME;
 
-use reasons::{DetailSource, FailureLog, NodeFailure};
+pub(crate) use node_filter::allocation_failure;
+use node_filter::fatal_message;
+use reasons::{DetailSource, FailureLog};
 use short_nodes::{ShortNodeVeto, ShortNodes};
-use state::{BindingProgress, CycleData, Deferred, NodeResult, PodClaim, PodState, STATE_KEY, SummaryFits};
+use state::{BindingProgress, CycleData, PodClaim, PodState, STATE_KEY, SummaryFits};
 
 /// The plugin name.
 pub const NAME: &str = "DynamicResources";
@@ -196,6 +197,7 @@ impl DynamicResources {
     fn shed_filter_state(state: &mut CycleState) {
         state.delete(NODE_VETO_KEY);
         state.delete(DIAGNOSIS_DETAIL_KEY);
+        state.delete(DEVICE_CLASS_CAPACITY_KEY);
         let Some(mut data) = Self::data(state) else {
             return;
         };
@@ -304,282 +306,6 @@ impl DynamicResources {
             binding: Mutex::new(BindingProgress::default()),
         }))
     }
-
-    /// Filter for one node, returning the result to record: `None` when the node is recorded in
-    /// `data.fits` instead. `allocator` is `data.allocator`, or in a preemption dry run the one
-    /// that sees the victims' devices as free.
-    fn filter_node(
-        &self,
-        data: &PodState,
-        allocator: Option<&Allocator>,
-        pod: &PodInfo,
-        node: &NodeInfo,
-    ) -> Result<Option<NodeResult>, (Status, Option<NodeFailure>)> {
-        let Some(node_obj) = node.node() else {
-            return Err((Status::unresolvable("node not found"), None));
-        };
-        let node_name = node.name();
-
-        // Extended resources: which are served by DRA here.
-        let mut variant = None;
-        if let Some(plan) = &data.extended {
-            if plan.has_stale_claim() {
-                return Err((Status::unresolvable(reason::STALE_EXTENDED), None));
-            }
-            variant = plan
-                .variant_for(&node.allocatable, &data.snapshot, &*self.engine, &self.features)
-                .map_err(|e| {
-                    (
-                        Status::unresolvable(e.clone()),
-                        Some(NodeFailure::Invalid { message: e }),
-                    )
-                })?;
-        }
-
-        // Allocated claims must be usable here.
-        let mut unavailable = Vec::new();
-        for (i, c) in data.claims.iter().enumerate() {
-            if !c.allocated {
-                continue;
-            }
-            let usable = match &c.available_on {
-                None => true,
-                Some(sel) => node_selector_matches(sel, node_obj).unwrap_or(false),
-            };
-            if !usable || prebind::binding_failed_or_timed_out(&c.claim, self.args.binding_timeout.0) {
-                unavailable.push(i);
-            }
-        }
-        if !unavailable.is_empty() {
-            let first = data.claims[unavailable[0]].key.clone();
-            data.unavailable.lock().extend(unavailable);
-            return Err((
-                Status::unresolvable(reason::NOT_AVAILABLE),
-                Some(NodeFailure::ClaimUnavailable { claim: first }),
-            ));
-        }
-
-        // Allocate.
-        let mut allocations = Vec::new();
-        let mut ext_alloc = None;
-        if let Some(allocator) = allocator
-            && (!data.to_allocate.is_empty() || variant.is_some())
-        {
-            let mut list = data.to_allocate_list();
-            if let Some(v) = &variant {
-                list.push(&v.prepared);
-            }
-            // The device summary decides the simple claim without a search; the allocation
-            // itself is made for the chosen node only (`PodState::node_result`). The claim is
-            // the pod's one claim or, for a pod with no claims, its extended-resource claim. Not
-            // in preemption dry runs (their allocator sees victims' devices as free), not with
-            // other claims of the pod whose node-allocatable statuses need the full path. (The
-            // summary decides only nodes whose devices are plain, so the decided claim itself
-            // has no node-allocatable statuses to compute.) A node it finds short gets the same
-            // status the allocator's failure gives; why it failed is asked of the allocator only
-            // if no node fits ([`reasons::DetailSource`]), so Filter records nothing for it.
-            let own_allocator = data
-                .allocator
-                .as_ref()
-                .is_some_and(|a| std::ptr::eq(a, allocator));
-            if self.summary && own_allocator && data.claims.len() + usize::from(variant.is_some()) == 1 {
-                let slot = short_nodes::node_slot(allocator.index(), node);
-                match allocator.summarize_in_slot(slot, &list) {
-                    NodeSummary::Fits => {
-                        if variant.is_none()
-                            && let Some(slot) = slot
-                            && data.fits.insert(slot)
-                        {
-                            return Ok(None);
-                        }
-                        return Ok(Some(NodeResult {
-                            deferred: Some(Deferred {
-                                node: node_obj.clone(),
-                                extended: variant,
-                            }),
-                            ..NodeResult::default()
-                        }));
-                    }
-                    NodeSummary::Short { free } => {
-                        // The table is for the snapshot's index, the allocator's too.
-                        if let Some((table, _)) = &data.short
-                            && Arc::ptr_eq(data.snapshot.index(), allocator.index())
-                            && let Some(slot) = slot
-                        {
-                            table.record(slot, free);
-                        }
-                        return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None));
-                    }
-                    NodeSummary::Undecided => {}
-                }
-            }
-            let deadline = match self.args.filter_timeout() {
-                Some(d) => Deadline::after(d),
-                None => Deadline::none(),
-            };
-            match allocator.allocate_claims(node_obj, &list, deadline) {
-                Ok(mut results) => {
-                    if results.len() != list.len() {
-                        return Err((Status::unresolvable(reason::CANNOT_ALLOCATE), None));
-                    }
-                    if variant.is_some() {
-                        ext_alloc = results.pop();
-                    }
-                    allocations = results;
-                }
-                Err(e) => {
-                    let (status, failure) = allocation_failure(&list, e);
-                    return Err((status, Some(failure)));
-                }
-            }
-        }
-
-        // KEP-5517: node-allocatable footprint and fit.
-        let mut statuses: Vec<NodeAllocatableResourceClaimStatus> = Vec::new();
-        let index = data.snapshot.index();
-        let mut new_alloc = allocations.iter();
-        for (i, c) in data.claims.iter().enumerate() {
-            let allocation: Option<&AllocationResult> = if c.allocated {
-                c.claim.status.as_ref().and_then(|s| s.allocation.as_ref())
-            } else if data.to_allocate.contains(&i) {
-                new_alloc.next()
-            } else {
-                None
-            };
-            let Some(allocation) = allocation else { continue };
-            let computed = node_allocatable::claim_allocatable(c.name(), &c.containers, allocation, index)
-                .map_err(|e| {
-                    let message = format!("claim {}: {e}", c.key);
-                    (
-                        Status::unresolvable(message.clone()),
-                        Some(NodeFailure::Invalid { message }),
-                    )
-                })?;
-            let Some(ca) = computed else { continue };
-            if ca.mapped && claims::reserved_for_others(&c.claim, &pod.uid) > 0 {
-                return Err((
-                    Status::unresolvable(format!(
-                        "node allocatable resource claim {} has a mapped device and cannot be shared across pods",
-                        // Upstream names the claim without its namespace here.
-                        c.claim.metadata.name.as_deref().unwrap_or_default()
-                    )),
-                    Some(NodeFailure::MappedShared { claim: c.key.clone() }),
-                ));
-            }
-            statuses.push(ca.status);
-        }
-        if let (Some(v), Some(a)) = (&variant, &ext_alloc) {
-            let containers: Vec<String> = v
-                .mappings
-                .iter()
-                .map(|m| m.container_name.clone())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            if let Some(ca) = node_allocatable::claim_allocatable(PLACEHOLDER_NAME, &containers, a, index)
-                .map_err(|e| {
-                    (
-                        Status::unresolvable(e.clone()),
-                        Some(NodeFailure::Invalid { message: e }),
-                    )
-                })?
-            {
-                statuses.push(ca.status);
-            }
-        }
-        statuses.sort_by(|a, b| a.resource_claim_name.cmp(&b.resource_claim_name));
-        if !statuses.is_empty() {
-            if let Err((status, shortfalls)) = node_allocatable::check_fit(&pod.pod, &statuses, node) {
-                let failure = (!shortfalls.is_empty()).then_some(NodeFailure::Allocatable { shortfalls });
-                return Err((status, failure));
-            }
-            data.footprints
-                .set(node_name, node_allocatable_claim_footprint(&statuses, &pod.pod));
-        }
-
-        let score = if data.has_first_available {
-            first_available_score(data, &allocations)
-        } else {
-            0
-        };
-        Ok(Some(NodeResult {
-            allocations,
-            extended: variant.zip(ext_alloc),
-            statuses,
-            score,
-            deferred: None,
-        }))
-    }
-}
-
-/// A fatal allocator error as a user-facing message (upstream wording for a missing class, which
-/// names the request but not the claim).
-fn fatal_message(e: &FatalError) -> String {
-    match e {
-        FatalError::ClassNotFound { request, class, .. } => {
-            format!("request {request}: device class {class} does not exist")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// The status and recorded reason of a node where the allocator failed.
-pub(crate) fn allocation_failure(list: &[&PreparedClaim], e: AllocationError) -> (Status, NodeFailure) {
-    match e {
-        AllocationError::Unschedulable(u) => {
-            let needed = needed_devices(list, &u);
-            (
-                Status::unresolvable(reason::CANNOT_ALLOCATE),
-                NodeFailure::Allocation { reason: u, needed },
-            )
-        }
-        AllocationError::Aborted(_) => (Status::unresolvable(reason::TIMED_OUT), NodeFailure::Timeout),
-        // Something is wrong with the claim or class itself (a CEL runtime error on some device,
-        // an `All` request contradicting its constraint): another node would only hide it, so
-        // the attempt ends with an error and the pod stays pending (upstream).
-        AllocationError::Fatal(e) => {
-            let message = fatal_message(&e);
-            (Status::error(message.clone()), NodeFailure::Invalid { message })
-        }
-    }
-}
-
-/// The device count of the failing request, to say "fewer than N devices".
-fn needed_devices(list: &[&PreparedClaim], u: &unisched_dra::Unschedulable) -> Option<usize> {
-    let claim = list.iter().find(|c| c.key() == u.claim)?;
-    let request = u.request.as_deref()?;
-    claim
-        .requests()
-        .iter()
-        .flat_map(|r| r.alternatives.iter())
-        .find(|a| a.full_name == request)
-        .map(|a| a.min_devices())
-}
-
-/// Σ over the `firstAvailable` requests of `8 - index of the chosen subrequest`.
-fn first_available_score(data: &PodState, allocations: &[AllocationResult]) -> i64 {
-    let mut score = 0;
-    for (k, &i) in data.to_allocate.iter().enumerate() {
-        let (Some(pc), Some(a)) = (data.claims[i].prepared.as_ref(), allocations.get(k)) else {
-            continue;
-        };
-        let chosen: BTreeSet<&str> = a
-            .devices
-            .iter()
-            .flat_map(|d| d.results.iter().flatten())
-            .map(|r| r.request.as_str())
-            .collect();
-        for req in pc.requests().iter().filter(|r| r.has_subrequests) {
-            if let Some(pos) = req
-                .alternatives
-                .iter()
-                .position(|alt| chosen.contains(alt.full_name.as_str()))
-            {
-                score += FIRST_AVAILABLE_MAX - i64::try_from(pos).unwrap_or(FIRST_AVAILABLE_MAX);
-            }
-        }
-    }
-    score
 }
 
 impl Plugin for DynamicResources {
@@ -658,6 +384,10 @@ impl PreFilterPlugin for DynamicResources {
             Err(s) => return (None, s),
         };
         state.write(NODE_FOOTPRINTS_KEY, data.footprints.clone());
+        state.write(
+            DEVICE_CLASS_CAPACITY_KEY,
+            ClassCapacitySource::handle(data.clone()),
+        );
         state.write(
             DIAGNOSIS_DETAIL_KEY,
             DiagnosisDetail(Arc::new(DetailSource(data.clone()))),

@@ -25,7 +25,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, Device};
 use unisched_dra::{DeviceMaps, DraSnapshotIndex, PoolKey};
 use unisched_framework::{Code, NodeInfo, Status};
 use unisched_resource::{
-    CPU, EPHEMERAL_STORAGE, MEMORY, PodRequestOptions, Quantity, Resource, is_hugepages,
+    CPU, EPHEMERAL_STORAGE, MEMORY, PodRequestOptions, Quantity, QuantityError, Resource, is_hugepages,
     pod_requests_with_claims,
 };
 
@@ -53,8 +53,51 @@ pub(crate) fn find_device<'a>(
     })
 }
 
-fn q(v: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Quantity, String> {
-    Quantity::from_api(v).map_err(|e| format!("{:?}: {e}", v.0))
+/// A device's node-allocatable declaration that cannot be used. Messages name the device and the
+/// field.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NodeAllocatableError {
+    /// A quantity that does not parse.
+    #[error("device {device} {field}: {value:?}: {source}")]
+    Quantity {
+        /// `driver/pool/device`.
+        device: String,
+        /// The field, e.g. `overhead.perPod`.
+        field: &'static str,
+        /// The quantity as given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: QuantityError,
+    },
+    /// `mapping.capacityKey` names a capacity the device does not have.
+    #[error("device {device} capacityKey: no capacity {key:?}")]
+    NoCapacity {
+        /// `driver/pool/device`.
+        device: String,
+        /// The capacity named.
+        key: String,
+    },
+    /// Capacity × multiplier does not fit a quantity.
+    #[error("device {device} capacityMultiplier: overflow")]
+    Overflow {
+        /// `driver/pool/device`.
+        device: String,
+    },
+}
+
+/// Parses `v`, the `field` of `device`.
+fn q(
+    v: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    device: &str,
+    field: &'static str,
+) -> Result<Quantity, NodeAllocatableError> {
+    Quantity::from_api(v).map_err(|source| NodeAllocatableError::Quantity {
+        device: device.to_string(),
+        field,
+        value: v.0.clone(),
+        source,
+    })
 }
 
 fn add(map: &mut BTreeMap<String, Quantity>, name: &str, amount: Quantity) {
@@ -69,7 +112,7 @@ pub(crate) fn claim_allocatable(
     containers: &[String],
     allocation: &AllocationResult,
     index: &DraSnapshotIndex,
-) -> Result<Option<ClaimAllocatable>, String> {
+) -> Result<Option<ClaimAllocatable>, NodeAllocatableError> {
     let mut mapping: BTreeMap<String, Quantity> = BTreeMap::new();
     let mut per_pod: BTreeMap<String, Quantity> = BTreeMap::new();
     let mut per_container: BTreeMap<String, Quantity> = BTreeMap::new();
@@ -86,48 +129,47 @@ pub(crate) fn claim_allocatable(
         else {
             continue;
         };
-        let what = |field: &str| format!("device {}/{}/{} {field}", r.driver, r.pool, r.device);
+        let dev = format!("{}/{}/{}", r.driver, r.pool, r.device);
+        let dev = dev.as_str();
         for (resource, spec) in nar {
             any = true;
             if let Some(m) = &spec.mapping {
                 if let Some(key) = m.capacity_key.as_deref() {
                     let base = match r.consumed_capacity.as_ref().and_then(|c| c.get(key)) {
-                        Some(v) => q(v),
+                        Some(v) => q(v, dev, "capacityKey")?,
                         None => match maps.capacity_of(key) {
-                            Some(c) => q(&c.value),
-                            None => Err(format!("no capacity {key:?}")),
+                            Some(c) => q(&c.value, dev, "capacityKey")?,
+                            None => {
+                                return Err(NodeAllocatableError::NoCapacity {
+                                    device: dev.to_string(),
+                                    key: key.to_string(),
+                                });
+                            }
                         },
-                    }
-                    .map_err(|e| format!("{}: {e}", what("capacityKey")))?;
+                    };
                     let mult = match &m.capacity_multiplier {
-                        Some(v) => q(v).map_err(|e| format!("{}: {e}", what("capacityMultiplier")))?,
+                        Some(v) => q(v, dev, "capacityMultiplier")?,
                         None => Quantity::from_i64(1),
                     };
                     let amount = base
                         .checked_mul(&mult)
-                        .ok_or_else(|| format!("{}: overflow", what("capacityMultiplier")))?;
+                        .ok_or_else(|| NodeAllocatableError::Overflow {
+                            device: dev.to_string(),
+                        })?;
                     add(&mut mapping, resource, amount);
                     mapped = true;
                 } else if let Some(v) = &m.device_multiplier {
-                    let amount = q(v).map_err(|e| format!("{}: {e}", what("deviceMultiplier")))?;
+                    let amount = q(v, dev, "deviceMultiplier")?;
                     add(&mut mapping, resource, amount);
                     mapped = true;
                 }
             }
             if let Some(o) = &spec.overhead {
                 if let Some(v) = &o.per_pod {
-                    add(
-                        &mut per_pod,
-                        resource,
-                        q(v).map_err(|e| format!("{}: {e}", what("overhead.perPod")))?,
-                    );
+                    add(&mut per_pod, resource, q(v, dev, "overhead.perPod")?);
                 }
                 if let Some(v) = &o.per_container {
-                    add(
-                        &mut per_container,
-                        resource,
-                        q(v).map_err(|e| format!("{}: {e}", what("overhead.perContainer")))?,
-                    );
+                    add(&mut per_container, resource, q(v, dev, "overhead.perContainer")?);
                 }
             }
         }

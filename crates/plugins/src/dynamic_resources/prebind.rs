@@ -55,6 +55,84 @@ use super::{DynamicResources, FINALIZER};
 /// Attempts per claim write before giving up on conflicts.
 const MAX_CONFLICT_RETRIES: usize = 5;
 
+/// Why PreBind could not write or keep a claim; each becomes the message of an Error status.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimWriteError {
+    /// The claim is gone, or was replaced by another of the same name.
+    #[error("claim {key} got deleted in the meantime")]
+    Deleted {
+        /// `namespace/name`.
+        key: String,
+    },
+    /// Re-reading the claim after a conflict failed.
+    #[error("claim {key}: {source}")]
+    Read {
+        /// `namespace/name`.
+        key: String,
+        /// The API error.
+        #[source]
+        source: DraApiError,
+    },
+    /// Someone else allocated the claim to other devices since Filter.
+    #[error("claim {key} got allocated elsewhere in the meantime")]
+    AllocatedElsewhere {
+        /// `namespace/name`.
+        key: String,
+    },
+    /// Someone else deallocated the claim while its binding conditions were awaited.
+    #[error("claim {key} got deallocated elsewhere in the meantime")]
+    DeallocatedElsewhere {
+        /// `namespace/name`.
+        key: String,
+    },
+    /// Adding the delete-protection finalizer failed.
+    #[error("adding finalizer to claim {key}: {source}")]
+    AddFinalizer {
+        /// `namespace/name`.
+        key: String,
+        /// The API error.
+        #[source]
+        source: DraApiError,
+    },
+    /// The status patch could not be encoded.
+    #[error("claim {key}: {source}")]
+    Encode {
+        /// `namespace/name`.
+        key: String,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Patching the claim's status failed.
+    #[error("updating claim {key}: {source}")]
+    Update {
+        /// `namespace/name`.
+        key: String,
+        /// The API error.
+        #[source]
+        source: DraApiError,
+    },
+    /// Every attempt conflicted with another writer.
+    #[error("claim {key}: giving up after {MAX_CONFLICT_RETRIES} conflicting updates")]
+    Conflicts {
+        /// `namespace/name`.
+        key: String,
+    },
+    /// A write through the synchronous API did not complete at once (a bug).
+    #[error("internal error: a synchronous claim write waited")]
+    WaitedSynchronously,
+    /// A binding failure condition of one of the claim's devices is true.
+    #[error("claim {key} binding failed: reason={reason}, message={message:?}")]
+    BindingFailed {
+        /// `namespace/name`.
+        key: String,
+        /// The condition's reason.
+        reason: String,
+        /// The condition's message.
+        message: String,
+    },
+}
+
 fn has_finalizer(c: &ResourceClaim) -> bool {
     c.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
 }
@@ -112,7 +190,7 @@ async fn bind_claim(
     allocation: Option<&AllocationResult>,
     pod: &Consumer,
     binding_conditions: bool,
-) -> Result<ResourceClaim, String> {
+) -> Result<ResourceClaim, ClaimWriteError> {
     let ns = start.metadata.namespace.clone().unwrap_or_default();
     let name = start.metadata.name.clone().unwrap_or_default();
     let uid = start.metadata.uid.clone().unwrap_or_default();
@@ -122,19 +200,19 @@ async fn bind_claim(
         if attempt > 0 {
             claim = match api.get_claim(&ns, &name).await {
                 Ok(Some(c)) => c,
-                Ok(None) => return Err(format!("claim {key} got deleted in the meantime")),
-                Err(e) => return Err(format!("claim {key}: {e}")),
+                Ok(None) => return Err(ClaimWriteError::Deleted { key }),
+                Err(source) => return Err(ClaimWriteError::Read { key, source }),
             };
         }
         if claim.metadata.uid.as_deref() != Some(uid.as_str()) || claim.metadata.deletion_timestamp.is_some()
         {
-            return Err(format!("claim {key} got deleted in the meantime"));
+            return Err(ClaimWriteError::Deleted { key });
         }
         let current = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
         let mut write_allocation = allocation;
         if let (Some(want), Some(have)) = (allocation, current) {
             if devices_of(want) != devices_of(have) {
-                return Err(format!("claim {key} got allocated elsewhere in the meantime"));
+                return Err(ClaimWriteError::AllocatedElsewhere { key });
             }
             write_allocation = None;
         }
@@ -143,16 +221,16 @@ async fn bind_claim(
             return Ok(claim);
         }
         if binding_conditions && allocation.is_none() && current.is_none() {
-            return Err(format!("claim {key} got deallocated elsewhere in the meantime"));
+            return Err(ClaimWriteError::DeallocatedElsewhere { key });
         }
         if write_allocation.is_some() && !has_finalizer(&claim) {
             match api.add_claim_finalizer(&ns, &name, &claim).await {
                 Ok(c) => claim = c,
                 Err(DraApiError::Conflict(_)) => continue,
                 Err(DraApiError::NotFound(_)) => {
-                    return Err(format!("claim {key} got deleted in the meantime"));
+                    return Err(ClaimWriteError::Deleted { key });
                 }
-                Err(e) => return Err(format!("adding finalizer to claim {key}: {e}")),
+                Err(source) => return Err(ClaimWriteError::AddFinalizer { key, source }),
             }
         }
         let mut reserved: Vec<ResourceClaimConsumerReference> = claim
@@ -171,7 +249,10 @@ async fn bind_claim(
         let mut status = serde_json::Map::new();
         status.insert(
             "reservedFor".into(),
-            serde_json::to_value(&reserved).map_err(|e| format!("claim {key}: {e}"))?,
+            serde_json::to_value(&reserved).map_err(|source| ClaimWriteError::Encode {
+                key: key.clone(),
+                source,
+            })?,
         );
         if let Some(a) = write_allocation {
             let mut a = a.clone();
@@ -180,7 +261,10 @@ async fn bind_claim(
             }
             status.insert(
                 "allocation".into(),
-                serde_json::to_value(&a).map_err(|e| format!("claim {key}: {e}"))?,
+                serde_json::to_value(&a).map_err(|source| ClaimWriteError::Encode {
+                    key: key.clone(),
+                    source,
+                })?,
             );
         }
         match api
@@ -189,13 +273,11 @@ async fn bind_claim(
         {
             Ok(c) => return Ok(c),
             Err(DraApiError::Conflict(_)) => continue,
-            Err(DraApiError::NotFound(_)) => return Err(format!("claim {key} got deleted in the meantime")),
-            Err(e) => return Err(format!("updating claim {key}: {e}")),
+            Err(DraApiError::NotFound(_)) => return Err(ClaimWriteError::Deleted { key }),
+            Err(source) => return Err(ClaimWriteError::Update { key, source }),
         }
     }
-    Err(format!(
-        "claim {key}: giving up after {MAX_CONFLICT_RETRIES} conflicting updates"
-    ))
+    Err(ClaimWriteError::Conflicts { key })
 }
 
 /// The pod a claim is reserved for.
@@ -248,13 +330,13 @@ impl DraApiLater for Now<'_> {
 
 /// Runs a claim loop over [`Now`] to its end: it never waits, so one poll completes it.
 fn bind_now(
-    future: impl std::future::Future<Output = Result<ResourceClaim, String>>,
-) -> Result<ResourceClaim, String> {
+    future: impl std::future::Future<Output = Result<ResourceClaim, ClaimWriteError>>,
+) -> Result<ResourceClaim, ClaimWriteError> {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => Err("internal error: a synchronous claim write waited".into()),
+        std::task::Poll::Pending => Err(ClaimWriteError::WaitedSynchronously),
     }
 }
 
@@ -505,7 +587,7 @@ fn condition_true(
 }
 
 /// `Ok(true)` ready, `Ok(false)` not yet, `Err` a binding failure condition is true.
-fn ready(claim: &ResourceClaim) -> Result<bool, String> {
+fn ready(claim: &ResourceClaim) -> Result<bool, ClaimWriteError> {
     let Some(alloc) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
         return Ok(false);
     };
@@ -536,10 +618,11 @@ fn ready(claim: &ResourceClaim) -> Result<bool, String> {
                 .flatten()
                 .find(|c| &c.type_ == f && c.status == "True")
             {
-                return Err(format!(
-                    "claim {key} binding failed: reason={}, message={:?}",
-                    c.reason, c.message
-                ));
+                return Err(ClaimWriteError::BindingFailed {
+                    key,
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                });
             }
         }
         if !conds

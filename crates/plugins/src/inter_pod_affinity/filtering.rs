@@ -12,7 +12,8 @@ use super::{
     ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH, InterPodAffinity,
     terms::{
-        Incoming, NsResolver, PodTerms, TopologyCounts, all_match, existing_term_matches, required_anti_terms,
+        Incoming, NsResolver, PodTerms, PodTermsError, TopologyCounts, all_match, existing_term_matches,
+        required_anti_terms,
     },
 };
 use crate::label_selector::{Labels, labels_of};
@@ -77,7 +78,7 @@ impl InterPodAffinity {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
         no_existing_anti_affinity: bool,
-    ) -> Result<Option<PreFilterState>, String> {
+    ) -> Result<Option<PreFilterState>, PodTermsError> {
         let terms = PodTerms::parse(&pod.pod)?;
         let lister = self.namespaces.as_deref();
         let incoming = Incoming::new(pod, terms, lister);

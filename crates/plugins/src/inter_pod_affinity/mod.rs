@@ -47,12 +47,13 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, aggregate, event_nodes, event_pod_objects, invalid},
+    helper::{PluginArgs, PluginArgsError, aggregate, event_nodes, event_pod_objects, invalid},
     label_selector::labels_of,
     names::INTER_POD_AFFINITY,
 };
 use terms::{
-    NsResolver, PodTerms, TargetNs, Term, all_match, any_match, existing_term_matches, required_anti_terms,
+    NsResolver, PodTerms, PodTermsError, TargetNs, Term, all_match, any_match, existing_term_matches,
+    required_anti_terms,
 };
 
 /// Filter reason: the pod's required affinity is not met.
@@ -139,7 +140,7 @@ impl InterPodAffinity {
     pub fn new(
         args: &InterPodAffinityArgs,
         namespaces: Option<Arc<dyn NamespaceLister>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PluginArgsError> {
         let weight = args
             .hard_pod_affinity_weight
             .unwrap_or(DEFAULT_HARD_POD_AFFINITY_WEIGHT);
@@ -186,7 +187,7 @@ fn namespace_of(pod: &Pod) -> &str {
 
 impl InterPodAffinity {
     /// The waiting pod's required terms, for hints.
-    fn required_terms(pod: &Pod) -> Result<(Vec<Term>, Vec<Term>), String> {
+    fn required_terms(pod: &Pod) -> Result<(Vec<Term>, Vec<Term>), PodTermsError> {
         let t = PodTerms::parse(pod)?;
         Ok((t.required_affinity, t.required_anti_affinity))
     }
@@ -201,7 +202,8 @@ impl InterPodAffinity {
         if new.is_some_and(|p| !is_assigned(p)) || old.is_some_and(|p| !is_assigned(p)) {
             return Ok(QueueingHint::Skip);
         }
-        let (affinity, anti) = Self::required_terms(pod)?;
+        // A queueing hint's error is the framework's text.
+        let (affinity, anti) = Self::required_terms(pod).map_err(|e| e.to_string())?;
         let mut resolver = NsResolver::new(self.namespaces.as_deref());
         let r = &mut resolver;
         let all = |terms: &[Term], p: &Pod, r: &mut NsResolver<'_>| {
@@ -251,7 +253,8 @@ impl InterPodAffinity {
         new: Option<&EventObject>,
     ) -> Result<QueueingHint, String> {
         let (old, new) = event_nodes(old, new)?;
-        let (affinity, anti) = Self::required_terms(pod)?;
+        // A queueing hint's error is the framework's text.
+        let (affinity, anti) = Self::required_terms(pod).map_err(|e| e.to_string())?;
         let new_labels = labels_of(&new.metadata);
         let Some(old) = old else {
             // A new node: it helps affinity only with a term's topology key; it has no pods, so it

@@ -14,9 +14,10 @@ use unisched_framework::PodInfo;
 
 use super::NamespaceLister;
 use crate::{
-    helper::aggregate,
+    helper::aggregate_text,
     label_selector::{
-        LabelSelector, Labels, Requirement, api_selector_is_empty, api_selector_matches, labels_of,
+        LabelSelector, LabelSelectorError, Labels, Requirement, api_selector_is_empty, api_selector_matches,
+        labels_of,
     },
 };
 
@@ -54,7 +55,7 @@ pub(crate) struct Term {
 }
 
 impl Term {
-    fn parse(owner_ns: &str, owner_labels: &Labels, t: &PodAffinityTerm) -> Result<Term, String> {
+    fn parse(owner_ns: &str, owner_labels: &Labels, t: &PodAffinityTerm) -> Result<Term, LabelSelectorError> {
         let mut selector = LabelSelector::parse(t.label_selector.as_ref())?;
         if t.label_selector.is_some() {
             let matching = t
@@ -120,7 +121,11 @@ pub(crate) struct PodTerms {
     pub(crate) preferred_anti_affinity: Vec<(Term, i64)>,
 }
 
-fn parse_list(ns: &str, labels: &Labels, terms: Option<&Vec<PodAffinityTerm>>) -> Result<Vec<Term>, String> {
+fn parse_list(
+    ns: &str,
+    labels: &Labels,
+    terms: Option<&Vec<PodAffinityTerm>>,
+) -> Result<Vec<Term>, LabelSelectorError> {
     terms
         .into_iter()
         .flatten()
@@ -132,7 +137,7 @@ fn parse_weighted(
     ns: &str,
     labels: &Labels,
     terms: Option<&Vec<WeightedPodAffinityTerm>>,
-) -> Result<Vec<(Term, i64)>, String> {
+) -> Result<Vec<(Term, i64)>, LabelSelectorError> {
     terms
         .into_iter()
         .flatten()
@@ -140,19 +145,36 @@ fn parse_weighted(
         .collect()
 }
 
+/// A pod's affinity terms that cannot be parsed: every failing group, printed as upstream's
+/// aggregate error.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", aggregate_text(&.0.iter().map(ToString::to_string).collect::<Vec<_>>()))]
+pub(crate) struct PodTermsError(Vec<TermGroupError>);
+
+/// The first bad selector of one group of terms (`requiredAffinityTerms`, …).
+#[derive(Debug, thiserror::Error)]
+#[error("{group}: {source}")]
+pub(crate) struct TermGroupError {
+    /// The group, as upstream names it.
+    group: &'static str,
+    /// The selector's error.
+    #[source]
+    source: LabelSelectorError,
+}
+
 impl PodTerms {
     /// Parses every term of `pod`; the error lists each failing group as upstream's `PodInfo` does
     /// (`requiredAffinityTerms: …`).
-    pub(crate) fn parse(pod: &Pod) -> Result<PodTerms, String> {
+    pub(crate) fn parse(pod: &Pod) -> Result<PodTerms, PodTermsError> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let labels = labels_of(&pod.metadata);
         let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
         let aff = affinity.and_then(|a| a.pod_affinity.as_ref());
         let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         let mut errs = Vec::new();
-        let mut keep = |what: &str, r: Result<Vec<Term>, String>| {
-            r.unwrap_or_else(|e| {
-                errs.push(format!("{what}: {e}"));
+        let mut keep = |group: &'static str, r: Result<Vec<Term>, LabelSelectorError>| {
+            r.unwrap_or_else(|source| {
+                errs.push(TermGroupError { group, source });
                 Vec::new()
             })
         };
@@ -173,9 +195,9 @@ impl PodTerms {
             ),
         );
         let mut weighted_errs = Vec::new();
-        let mut keep_weighted = |what: &str, r: Result<Vec<(Term, i64)>, String>| {
-            r.unwrap_or_else(|e| {
-                weighted_errs.push(format!("{what}: {e}"));
+        let mut keep_weighted = |group: &'static str, r: Result<Vec<(Term, i64)>, LabelSelectorError>| {
+            r.unwrap_or_else(|source| {
+                weighted_errs.push(TermGroupError { group, source });
                 Vec::new()
             })
         };
@@ -196,7 +218,9 @@ impl PodTerms {
             ),
         );
         errs.extend(weighted_errs);
-        aggregate(errs)?;
+        if !errs.is_empty() {
+            return Err(PodTermsError(errs));
+        }
         Ok(PodTerms {
             required_affinity,
             required_anti_affinity,

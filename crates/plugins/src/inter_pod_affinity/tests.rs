@@ -806,7 +806,8 @@ fn args_validation() {
     ];
     for (args, want) in cases {
         let got = decode_args::<InterPodAffinityArgs>(&args)
-            .and_then(|a| InterPodAffinity::new(&a, None).map(|_| ()));
+            .and_then(|a| InterPodAffinity::new(&a, None).map(|_| ()))
+            .map_err(|e| e.to_string());
         assert_eq!(got, want.map_err(str::to_string), "{args}");
     }
 }

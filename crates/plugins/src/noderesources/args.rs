@@ -6,10 +6,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use unisched_resource::{CPU, MEMORY};
 
-use crate::helper::{PluginArgs, aggregate, invalid, qualified_name_errors, quote};
+use crate::helper::{PluginArgs, PluginArgsError, aggregate, invalid, qualified_name_errors, quote};
 
-/// Highest score of a `requestedToCapacityRatio` shape point (upstream `MaxCustomPriorityScore`).
-pub const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+pub use crate::resource_scoring::MAX_CUSTOM_PRIORITY_SCORE;
 
 fn yes() -> bool {
     true
@@ -219,7 +218,7 @@ impl NodeResourcesFitArgs {
     }
 
     /// Upstream validation; every problem is reported with its field path.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         let mut errs = Vec::new();
         for (i, r) in self.ignored_resources.iter().enumerate() {
             for e in qualified_name_errors(r) {
@@ -311,7 +310,7 @@ impl NodeResourcesBalancedAllocationArgs {
     }
 
     /// Upstream validation: no duplicate resources, every weight 1.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PluginArgsError> {
         let mut errs = Vec::new();
         let mut seen = BTreeSet::new();
         for (i, r) in self.resources.iter().enumerate() {
@@ -425,7 +424,7 @@ mod tests {
         for c in cases {
             let mut a: NodeResourcesFitArgs = decode_args(&c.args).unwrap();
             a.complete();
-            let err = a.validate().unwrap_err();
+            let err = a.validate().unwrap_err().to_string();
             assert!(err.contains(c.want), "{}: {err}", c.name);
         }
     }
@@ -460,7 +459,9 @@ mod tests {
             },
         ];
         for c in cases {
-            let err = decode_args::<NodeResourcesFitArgs>(&c.args).unwrap_err();
+            let err = decode_args::<NodeResourcesFitArgs>(&c.args)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(c.want) && err.starts_with("decoding NodeResourcesFitArgs"),
                 "{}: {err}",
@@ -514,7 +515,7 @@ mod tests {
                     assert!(a.validate().is_ok(), "{}", c.name);
                     assert_eq!(a.resources, res, "{}", c.name);
                 }
-                Err(msg) => assert!(a.validate().unwrap_err().contains(msg), "{}", c.name),
+                Err(msg) => assert!(a.validate().unwrap_err().to_string().contains(msg), "{}", c.name),
             }
         }
     }

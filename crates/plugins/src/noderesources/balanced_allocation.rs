@@ -21,9 +21,11 @@ use unisched_framework::{
 
 use super::{
     args::NodeResourcesBalancedAllocationArgs,
-    scoring::{ResourceAllocationScorer, ScorePreState, Strategy},
+    scoring::{ResourceAllocationScorer, ScorePreState},
 };
+use crate::helper::PluginArgsError;
 use crate::names::NODE_RESOURCES_BALANCED_ALLOCATION;
+use crate::resource_scoring::Strategy;
 
 const PRE_SCORE_KEY: &str = "PreScoreNodeResourcesBalancedAllocation";
 
@@ -35,7 +37,7 @@ pub struct NodeResourcesBalancedAllocation {
 
 impl NodeResourcesBalancedAllocation {
     /// Builds the plugin from args (defaults applied, then validated as upstream).
-    pub fn new(args: &NodeResourcesBalancedAllocationArgs) -> Result<Self, String> {
+    pub fn new(args: &NodeResourcesBalancedAllocationArgs) -> Result<Self, PluginArgsError> {
         let mut args = args.clone();
         args.complete();
         args.validate()?;

@@ -32,10 +32,11 @@ use unisched_resource::{Resource, is_extended_resource_name, pod_resources};
 
 use super::{
     args::{NodeResourcesFitArgs, ScoringStrategyType},
-    scoring::{ResourceAllocationScorer, ScorePreState, Strategy},
+    scoring::{ResourceAllocationScorer, ScorePreState},
 };
+use crate::resource_scoring::Strategy;
 use crate::{
-    helper::{event_nodes, event_pods, object_kind, pod_key},
+    helper::{PluginArgsError, event_nodes, event_pods, object_kind, pod_key},
     names::NODE_RESOURCES_FIT,
 };
 
@@ -195,7 +196,7 @@ impl NodeResourcesFit {
     pub fn new(
         args: &NodeResourcesFitArgs,
         resolver: Option<Arc<dyn ExtendedResourceResolver>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PluginArgsError> {
         let mut args = args.clone();
         args.complete();
         args.validate()?;
@@ -212,10 +213,7 @@ impl NodeResourcesFit {
                 Strategy::ratio(&shape)
             }
             None => {
-                return Err(format!(
-                    "scoring strategy {} is not supported",
-                    strategy_args.type_
-                ));
+                return Err(PluginArgsError::UnsupportedStrategy(strategy_args.type_));
             }
         };
         Ok(NodeResourcesFit {

@@ -5,8 +5,6 @@ mod balanced_allocation;
 mod fit;
 mod scoring;
 
-pub(crate) use scoring::{Strategy, score_vector};
-
 pub use args::{
     MAX_CUSTOM_PRIORITY_SCORE, NodeResourcesBalancedAllocationArgs, NodeResourcesFitArgs,
     RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, ScoringStrategyType, UtilizationShapePoint,

@@ -6,7 +6,7 @@ use unisched_framework::PodInfo;
 
 use crate::{
     helper::{taints, tolerations},
-    label_selector::{LabelSelector, Labels, Requirement, labels_of},
+    label_selector::{LabelSelector, LabelSelectorError, Labels, Requirement, labels_of},
     selector::RequiredNodeAffinity,
     toleration::{do_not_schedule, find_untolerated_taint},
 };
@@ -77,7 +77,7 @@ pub(crate) fn filter_constraints(
     list: &[TopologySpreadConstraint],
     pod_labels: &Labels,
     action: &str,
-) -> Result<Vec<Constraint>, String> {
+) -> Result<Vec<Constraint>, LabelSelectorError> {
     let mut out = Vec::new();
     for c in list.iter().filter(|c| c.when_unsatisfiable == action) {
         let mut selector = LabelSelector::parse(c.label_selector.as_ref())?;

@@ -44,9 +44,10 @@ use unisched_framework::{
 
 use crate::{
     helper::{
-        PluginArgs, aggregate, event_pod_objects, invalid, object_kind, pod_key, qualified_name_errors, quote,
+        PluginArgs, PluginArgsError, aggregate, event_pod_objects, invalid, object_kind, pod_key,
+        qualified_name_errors, quote,
     },
-    label_selector::labels_of,
+    label_selector::{LabelSelectorError, labels_of},
     names::POD_TOPOLOGY_SPREAD,
 };
 use common::{
@@ -94,8 +95,31 @@ impl PluginArgs for PodTopologySpreadArgs {
     }
 }
 
+/// A pod's topology spread constraints, or the cluster defaults, that cannot be parsed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConstraintsError {
+    /// One of the pod's own constraints.
+    #[error("obtaining pod's {kind} topology spread constraints: {source}")]
+    Pod {
+        /// `hard` (DoNotSchedule) or `soft` (ScheduleAnyway).
+        kind: &'static str,
+        /// The bad selector.
+        #[source]
+        source: LabelSelectorError,
+    },
+    /// One of the default constraints.
+    #[error("setting default {kind} topology spread constraints: {source}")]
+    Defaults {
+        /// `hard` (DoNotSchedule) or `soft` (ScheduleAnyway).
+        kind: &'static str,
+        /// The bad selector.
+        #[source]
+        source: LabelSelectorError,
+    },
+}
+
 /// Upstream `ValidatePodTopologySpreadArgs`.
-fn validate_args(args: &PodTopologySpreadArgs) -> Result<(), String> {
+fn validate_args(args: &PodTopologySpreadArgs) -> Result<(), PluginArgsError> {
     let mut errs = Vec::new();
     let defaulting = args.defaulting_type.as_deref().unwrap_or(SYSTEM_DEFAULTING);
     if defaulting != SYSTEM_DEFAULTING && defaulting != LIST_DEFAULTING {
@@ -187,7 +211,7 @@ impl Default for PodTopologySpread {
 
 impl PodTopologySpread {
     /// Builds the plugin, validating the args as upstream.
-    pub fn new(args: &PodTopologySpreadArgs) -> Result<Self, String> {
+    pub fn new(args: &PodTopologySpreadArgs) -> Result<Self, PluginArgsError> {
         validate_args(args)?;
         let system = args.defaulting_type.as_deref().unwrap_or(SYSTEM_DEFAULTING) == SYSTEM_DEFAULTING;
         Ok(PodTopologySpread {
@@ -203,7 +227,7 @@ impl PodTopologySpread {
 
     /// The pod's constraints for `action`, or the cluster defaults when it defines none. The error
     /// names the kind of constraint that failed to parse.
-    fn constraints(&self, pod: &Pod, action: &str) -> Result<Vec<Constraint>, String> {
+    fn constraints(&self, pod: &Pod, action: &str) -> Result<Vec<Constraint>, ConstraintsError> {
         let kind = if action == DO_NOT_SCHEDULE { "hard" } else { "soft" };
         let own = pod
             .spec
@@ -213,10 +237,10 @@ impl PodTopologySpread {
         let labels = labels_of(&pod.metadata);
         if !own.is_empty() {
             return filter_constraints(own, labels, action)
-                .map_err(|e| format!("obtaining pod's {kind} topology spread constraints: {e}"));
+                .map_err(|source| ConstraintsError::Pod { kind, source });
         }
         let mut defaults = filter_constraints(&self.default_constraints, labels, action)
-            .map_err(|e| format!("setting default {kind} topology spread constraints: {e}"))?;
+            .map_err(|source| ConstraintsError::Defaults { kind, source })?;
         if defaults.is_empty() {
             return Ok(defaults);
         }
@@ -291,7 +315,10 @@ impl PodTopologySpread {
         if new.is_some_and(|p| !involved(p)) || old.is_some_and(|p| !involved(p)) {
             return Ok(QueueingHint::Skip);
         }
-        let constraints = self.constraints(pod, DO_NOT_SCHEDULE)?;
+        // A queueing hint's error is the framework's text.
+        let constraints = self
+            .constraints(pod, DO_NOT_SCHEDULE)
+            .map_err(|e| e.to_string())?;
         let hint = |b: bool| {
             if b {
                 QueueingHint::Queue
@@ -335,7 +362,10 @@ impl PodTopologySpread {
         new: Option<&EventObject>,
     ) -> Result<QueueingHint, String> {
         let (old, new) = event_nodes_any(old, new)?;
-        let constraints = self.constraints(pod, DO_NOT_SCHEDULE)?;
+        // A queueing hint's error is the framework's text.
+        let constraints = self
+            .constraints(pod, DO_NOT_SCHEDULE)
+            .map_err(|e| e.to_string())?;
         let has_keys = |n: &Node| node_has_all_keys(labels_of(&n.metadata), &constraints);
         let hint = |b: bool| {
             if b {

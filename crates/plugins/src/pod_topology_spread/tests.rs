@@ -806,7 +806,8 @@ fn args_validation_table() {
     ];
     for c in cases {
         let got = decode_args::<PodTopologySpreadArgs>(&c.args)
-            .and_then(|a| PodTopologySpread::new(&a).map(|_| ()));
+            .and_then(|a| PodTopologySpread::new(&a).map(|_| ()))
+            .map_err(|e| e.to_string());
         match (got, c.want) {
             (Ok(()), Ok(())) => {}
             (Err(e), Err(w)) => assert!(e.starts_with(w), "{}: {e}", c.name),

@@ -47,7 +47,7 @@ use super::{
     resolve_claims,
 };
 use crate::{
-    helper::{PluginArgs, decode_args},
+    helper::{PluginArgs, PluginArgsError, decode_args},
     label_selector::{NO_LABELS, api_selector_matches},
 };
 
@@ -121,16 +121,35 @@ impl PluginArgs for VolumeBindingArgs {
 
 impl VolumeBindingArgs {
     /// Decodes and validates `pluginConfig` args (`null`: defaults).
-    pub fn from_value(args: &serde_json::Value) -> Result<Self, String> {
+    pub fn from_value(args: &serde_json::Value) -> Result<Self, PluginArgsError> {
         let a: VolumeBindingArgs = decode_args(args)?;
         if a.bind_timeout_seconds < 0 {
-            return Err(format!(
+            return Err(PluginArgsError::Invalid(vec![format!(
                 "bindTimeoutSeconds: Invalid value: {}: invalid BindTimeoutSeconds, should not be a negative value",
                 a.bind_timeout_seconds
-            ));
+            )]));
         }
         Ok(a)
     }
+}
+
+/// Why the volume binding PreBind waits for can no longer complete as Reserve decided it.
+#[derive(Debug, thiserror::Error)]
+enum BindingLostError {
+    /// One of the pod's claims is gone.
+    #[error("persistentvolumeclaim {0:?} was deleted")]
+    ClaimDeleted(String),
+    /// A volume Reserve chose is gone.
+    #[error("persistentvolume {0:?} was deleted")]
+    VolumeDeleted(String),
+    /// A volume Reserve chose was bound to a claim of someone else.
+    #[error("persistentvolume {volume:?} was bound to another claim {claim:?}")]
+    VolumeTaken {
+        /// The volume.
+        volume: String,
+        /// The claim that took it.
+        claim: String,
+    },
 }
 
 /// A claim that waits for its first consumer: what Filter needs to match it.
@@ -430,7 +449,7 @@ impl VolumeBinding {
         volumes: &VolumeCache,
         data: &PodVolumes,
         reserved: &Reserved,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, BindingLostError> {
         let mut all = true;
         for name in data
             .bound
@@ -439,7 +458,7 @@ impl VolumeBinding {
             .chain(data.delayed.iter().map(|c| &c.name))
         {
             let Some(pvc) = volumes.api_pvc(&data.namespace, name) else {
-                return Err(format!("persistentvolumeclaim {name:?} was deleted"));
+                return Err(BindingLostError::ClaimDeleted(name.clone()));
             };
             let bound = claim_volume_name(&pvc).is_some()
                 && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
@@ -449,7 +468,7 @@ impl VolumeBinding {
         }
         for pv_name in &reserved.pvs {
             let Some(pv) = volumes.api_pv(pv_name) else {
-                return Err(format!("persistentvolume {pv_name:?} was deleted"));
+                return Err(BindingLostError::VolumeDeleted(pv_name.clone()));
             };
             let claimed_by = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
             if let Some(r) = claimed_by
@@ -459,10 +478,10 @@ impl VolumeBinding {
                         .iter()
                         .any(|c| r.name.as_deref() == Some(c.name.as_str())))
             {
-                return Err(format!(
-                    "persistentvolume {pv_name:?} was bound to another claim {:?}",
-                    r.name.as_deref().unwrap_or_default()
-                ));
+                return Err(BindingLostError::VolumeTaken {
+                    volume: pv_name.clone(),
+                    claim: r.name.clone().unwrap_or_default(),
+                });
             }
         }
         Ok(all)
@@ -1377,7 +1396,9 @@ mod tests {
             30
         );
         assert_eq!(
-            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1})).unwrap_err(),
+            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1}))
+                .unwrap_err()
+                .to_string(),
             "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
         );
     }
