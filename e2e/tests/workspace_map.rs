@@ -37,7 +37,7 @@ struct Member {
 fn member_paths() -> Vec<String> {
     let text = fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let start = text
-        .find("members = [")
+        .find("\nmembers = [")
         .expect("root manifest has a members list");
     let list = &text[start..];
     let list = &list[..list.find(']').unwrap()];
