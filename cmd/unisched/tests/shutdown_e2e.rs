@@ -1,8 +1,8 @@
-//! Graceful shutdown of `unisched run` (issue 16.1): SIGTERM of the leader stops it taking pods,
+//! Graceful shutdown of `unisched run`: SIGTERM of the leader stops it taking pods,
 //! lets in-flight bindings finish, releases the lease (empty `holderIdentity`) and exits 0, so the
 //! standby leads at its next retry — long before the lease would expire — and no pod is lost or
 //! bound twice. Also the ways a leader stops leading without being asked: the lease taken from it,
-//! and a pause (SIGSTOP) longer than the lease, after which it must not write again (issue 15.2).
+//! and a pause (SIGSTOP) longer than the lease, after which it must not write again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -862,7 +862,7 @@ fn concurrent_use() {
     }
 }
 
-/// Issue 15.7: two 9e15-CPU pods bound (by nodeName) to a 9e15-CPU node overflow the `i64`
+/// Two 9e15-CPU pods bound (by nodeName) to a 9e15-CPU node overflow the `i64`
 /// milli-CPU total. After one is deleted, the node must be exactly as full as the survivor makes
 /// it, so an 8e15-CPU pod does not fit beside it.
 #[test]

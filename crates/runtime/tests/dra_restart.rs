@@ -1,4 +1,4 @@
-//! Issue 15.3: DRA pods must not stay Pending after a restart although a node has room.
+//! DRA pods must not stay Pending after a restart although a node has room.
 //!
 //! A first scheduler places part of a tightly packed DRA workload (consumable-capacity shares,
 //! partitions of a device with shared counters, one claim shared by two pods) and stops; a second

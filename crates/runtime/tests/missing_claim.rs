@@ -1,4 +1,4 @@
-//! Issue 15.8: a pod that names a `resourceClaimName` that does not exist is held by
+//! A pod that names a `resourceClaimName` that does not exist is held by
 //! DynamicResources' PreEnqueue. It must say so (a Warning `FailedScheduling` event and a
 //! `PodScheduled=False` condition naming the claim, once, not at every re-check), and it must be
 //! scheduled as soon as the claim appears. A pod waiting for the claim controller to create a

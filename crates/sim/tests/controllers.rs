@@ -116,7 +116,7 @@ async fn kubelet_runs_bound_pods_and_rejects_overcommit() {
     server.shutdown().await;
 }
 
-/// Issue 15.7: the kubelet's admission sum must stay exact. Two 9e15-CPU pods on a 9e15-CPU node
+/// The kubelet's admission sum must stay exact. Two 9e15-CPU pods on a 9e15-CPU node
 /// overflow an `i64` milli-CPU total; a wrapping sum admitted the second one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_admission_is_exact_for_huge_requests() {

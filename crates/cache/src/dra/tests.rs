@@ -556,7 +556,7 @@ fn layered_mem(cache: &DraCache) -> Option<String> {
     }
 }
 
-/// Issue 15.3: the watch echoes a claim's allocation (or PreBind assumes it) while the same
+/// The watch echoes a claim's allocation (or PreBind assumes it) while the same
 /// allocation is still recorded as in flight; a snapshot taken in between must count the
 /// consumable-capacity share once, not twice. The extended-resource claim is keyed in flight by
 /// its placeholder UID, not the claim's, so the de-duplication cannot rely on UIDs.
@@ -613,7 +613,7 @@ fn a_share_in_flight_and_echoed_is_counted_once() {
     }
 }
 
-/// Issue 15.3, restart: the new leader's informer lists claims the previous leader allocated
+/// Restart: the new leader's informer lists claims the previous leader allocated
 /// (shares s-old-*), then this leader allocates more shares of the same device; while they are in
 /// flight and echoed, the device's consumption is the sum of the distinct shares.
 #[test]
@@ -648,7 +648,7 @@ fn after_a_restart_listed_and_new_shares_are_each_counted_once() {
     );
 }
 
-/// The scheduler's own steps reach the observer (issue 15.3: without an event a pod rejected
+/// The scheduler's own steps reach the observer (without an event a pod rejected
 /// meanwhile waits for the 5-minute flush): assume and forget always, an in-flight release only
 /// when it frees devices (not after a successful PreBind, whose assumed claim holds them).
 #[test]
