@@ -425,6 +425,8 @@ fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
         "unisched-system",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        "--secure-port",
+        "0",
         "--v",
         "0",
     ]);
