@@ -287,8 +287,9 @@ fn every_manifest_parses_into_its_type_without_losing_fields() {
     let m = manifests();
     assert_eq!(m.namespaces.len(), 1);
     assert_eq!(m.service_accounts.len(), 1);
-    assert_eq!(m.cluster_roles.len(), 1);
-    assert_eq!(m.cluster_role_bindings.len(), 1);
+    // The scheduler's own and the metrics reader's; its own and system:auth-delegator's.
+    assert_eq!(m.cluster_roles.len(), 2);
+    assert_eq!(m.cluster_role_bindings.len(), 2);
     assert_eq!(m.roles.len(), 1);
     assert_eq!(m.role_bindings.len(), 1);
     assert_eq!(m.config_maps.len(), 1);
@@ -393,8 +394,8 @@ fn probe_path(p: Option<&Probe>, what: &str) -> (String, IntOrString) {
         .unwrap_or_else(|| panic!("{what} is an httpGet probe"));
     assert_eq!(
         get.scheme.as_deref().unwrap_or("HTTP"),
-        "HTTP",
-        "{what}: the endpoints are plain HTTP"
+        "HTTPS",
+        "{what}: the endpoints are served over HTTPS only"
     );
     (get.path.clone().unwrap_or_default(), get.port.clone())
 }
@@ -476,11 +477,17 @@ fn deployment_is_hardened_probed_and_configured() {
         "args start with run --config {CONFIG_PATH}"
     );
     assert!(c.command.is_none(), "the image's entrypoint is the binary");
-    let bind = args
+    assert!(
+        !args.iter().any(|a| a.starts_with("--metrics-bind-address")),
+        "no plain-HTTP endpoint in a cluster"
+    );
+    let port: i32 = args
         .iter()
-        .find_map(|a| a.strip_prefix("--metrics-bind-address="))
-        .unwrap_or("0.0.0.0:10259");
-    let port: i32 = bind.rsplit(':').next().unwrap().parse().unwrap();
+        .find_map(|a| a.strip_prefix("--secure-port="))
+        .unwrap_or("10259")
+        .parse()
+        .unwrap();
+    assert_ne!(port, 0, "HTTPS is on");
 
     let env = c
         .env
@@ -502,7 +509,7 @@ fn deployment_is_hardened_probed_and_configured() {
         .expect("a port named metrics");
     assert_eq!(
         metrics.container_port, port,
-        "the metrics port is where --metrics-bind-address listens"
+        "the metrics port is where --secure-port listens"
     );
     for (probe, what, path) in [
         (c.liveness_probe.as_ref(), "livenessProbe", "/livez"),
@@ -620,10 +627,27 @@ fn service_monitor_and_pdb_select_the_scheduler_pods() {
             "endpoints refer to the Service port by name"
         );
         assert_eq!(e["path"], "/metrics");
-        assert_eq!(e["scheme"], "http", "the metrics endpoint is plain HTTP");
+        assert_eq!(e["scheme"], "https", "the metrics endpoint is HTTPS only");
+        assert_eq!(
+            e["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "Prometheus authenticates with its service account token"
+        );
+        assert_eq!(
+            e["tlsConfig"]["insecureSkipVerify"], true,
+            "the serving certificate is self-signed by default"
+        );
         for k in e.as_object().unwrap().keys() {
             assert!(
-                ["port", "path", "scheme", "interval", "scrapeTimeout"].contains(&k.as_str()),
+                [
+                    "port",
+                    "path",
+                    "scheme",
+                    "bearerTokenFile",
+                    "tlsConfig",
+                    "interval",
+                    "scrapeTimeout",
+                ]
+                .contains(&k.as_str()),
                 "endpoint field {k}"
             );
         }
@@ -698,6 +722,20 @@ const fn lease(verb: &'static str, name: Option<&'static str>, why: &'static str
 /// permission table equal to it; the upstream tier checks the calls a real API server sees.
 const CALLS: &[Call] = &[
     call("", "pods", "list", "pod informer (queue and cache)", Use::Now),
+    call(
+        "authentication.k8s.io",
+        "tokenreviews",
+        "create",
+        "secure serving: bearer tokens (system:auth-delegator)",
+        Use::Now,
+    ),
+    call(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "create",
+        "secure serving: may the user get the path (system:auth-delegator)",
+        Use::Now,
+    ),
     call("", "pods", "watch", "pod informer", Use::Now),
     call("", "nodes", "list", "node informer (cache)", Use::Now),
     call("", "nodes", "watch", "node informer", Use::Now),
@@ -982,6 +1020,22 @@ fn is_subject(s: &Subject, sa: &str, ns: &str) -> bool {
 }
 
 /// The rules that reach the Deployment's ServiceAccount through the bindings.
+/// The rules of the bootstrap ClusterRoles the manifests bind (the API server reconciles them).
+fn built_in_cluster_role(name: &str) -> Option<Vec<PolicyRule>> {
+    let create = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(vec![resource.to_string()]),
+        verbs: vec!["create".to_string()],
+        ..PolicyRule::default()
+    };
+    (name == "system:auth-delegator").then(|| {
+        vec![
+            create("authentication.k8s.io", "tokenreviews"),
+            create("authorization.k8s.io", "subjectaccessreviews"),
+        ]
+    })
+}
+
 fn effective_rbac(m: &Manifests) -> Rbac {
     let sa = m
         .pod_spec()
@@ -999,6 +1053,10 @@ fn effective_rbac(m: &Manifests) -> Rbac {
         }
         assert_eq!(b.role_ref.kind, "ClusterRole");
         assert_eq!(b.role_ref.api_group.as_deref(), Some("rbac.authorization.k8s.io"));
+        if let Some(rules) = built_in_cluster_role(&b.role_ref.name) {
+            rbac.cluster.extend(rules);
+            continue;
+        }
         let role = m
             .cluster_roles
             .iter()
@@ -1990,10 +2048,36 @@ fn helm_rbac_is_the_manifests_rbac() {
     let m = manifests();
     let text = read(&format!("{CHART}/templates/rbac.yaml"));
     let values = helm_values();
+    let cluster_role = |name: &str| {
+        m.cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no ClusterRole {name}"))
+            .rules
+            .clone()
+            .unwrap()
+    };
     assert_eq!(
         template_rules(&text, "ClusterRole", &values),
-        one(&m.cluster_roles, "ClusterRole").rules.clone().unwrap(),
+        cluster_role("unisched"),
         "the chart's ClusterRole rules drifted from deploy/manifests/rbac.yaml"
+    );
+    // What Prometheus needs to scrape the HTTPS endpoint, in both.
+    let metrics_reader = cluster_role("unisched-metrics-reader");
+    assert_eq!(metrics_reader.len(), 1);
+    assert_eq!(
+        metrics_reader[0].non_resource_urls,
+        Some(vec!["/metrics".to_string()])
+    );
+    assert_eq!(metrics_reader[0].verbs, ["get"]);
+    let chart_reader = text
+        .split("\n---")
+        .find(|d| d.contains("-metrics-reader\n"))
+        .expect("the chart's metrics-reader ClusterRole");
+    assert!(chart_reader.contains("  - nonResourceURLs: [/metrics]\n    verbs: [get]"));
+    assert!(
+        text.contains("  name: system:auth-delegator\n"),
+        "the chart binds system:auth-delegator"
     );
     assert_eq!(
         template_rules(&text, "Role", &values),

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use kube::{Config, config::KubeConfigOptions, config::Kubeconfig};
 use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
+use unisched_serving::SecureServingOptions;
 
 /// Flags of `unisched run` (kube-scheduler names where they exist).
 #[derive(Args, Debug)]
@@ -28,9 +29,15 @@ pub struct RunArgs {
     /// Override `clientConnection.burst`.
     #[arg(long = "kube-api-burst")]
     pub burst: Option<i32>,
-    /// Where to serve /metrics, /healthz, /livez, /readyz and /configz (plain HTTP).
-    #[arg(long = "metrics-bind-address", default_value = "0.0.0.0:10259")]
-    pub metrics_bind_address: SocketAddr,
+    /// Also serve /metrics, /healthz, /livez, /readyz and /configz in plain HTTP, without
+    /// authentication, on this address (for local tools and tests; off by default: the
+    /// endpoints are served over HTTPS on --secure-port).
+    #[arg(long = "metrics-bind-address")]
+    pub metrics_bind_address: Option<SocketAddr>,
+    /// HTTPS with delegated authentication and authorization (kube-scheduler's flags); boxed
+    /// because it is large next to the other subcommands' arguments.
+    #[command(flatten)]
+    pub secure_serving: Box<SecureServingOptions>,
     /// Seed for tie-breaks among equally scored nodes (default: random).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -121,15 +128,31 @@ pub async fn run(args: RunArgs) -> Result<u8> {
         config,
         seed,
         identity: identity(),
-        health_addr: Some(args.metrics_bind_address),
+        health_addr: args.metrics_bind_address,
         default_namespace: own_namespace(),
         // Binding cycles send their writes on connections of their own (see `SyncWriter`).
         binding_connections: Some(client_config),
     };
-    let scheduler = Scheduler::new(client, options).await?;
+    let scheduler = Scheduler::new(client.clone(), options).await?;
     if let Some(addr) = scheduler.health_addr {
-        tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /configz");
+        tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /configz in plain HTTP");
     }
+    // Dropped (and so stopped) when `run` returns.
+    let _secure = match args
+        .secure_serving
+        .builder()
+        .default_client(client)
+        .bind(scheduler.router())
+        .await
+        .context("starting secure serving")?
+    {
+        Some(server) => {
+            let addr = server.local_addr().context("secure serving address")?;
+            tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /configz over HTTPS");
+            Some(AbortOnDrop(server.spawn()))
+        }
+        None => None,
+    };
     // SIGTERM (what the kubelet sends on every rollout) and SIGINT stop the scheduler in order:
     // no new pod, in-flight bindings finish within the grace period, the lease is released.
     let run = scheduler.run();
@@ -152,6 +175,15 @@ pub async fn run(args: RunArgs) -> Result<u8> {
             Ok(1)
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Stops a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -69,7 +69,12 @@ fn run(tag: &str, config: &str, args: &[&str]) -> Run {
         .arg(&cfg)
         .arg("--kubeconfig")
         .arg(&kc)
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+        .args([
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--secure-port",
+            "0",
+        ])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -404,7 +404,7 @@ fn scheduler_args(config: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Vec<
         .expect("container args")
         .iter()
         .map(|a| a.as_str().unwrap().to_string())
-        .filter(|a| !a.starts_with("--metrics-bind-address"))
+        .filter(|a| !a.starts_with("--metrics-bind-address") && !a.starts_with("--secure-port"))
         .map(|a| {
             if a == CONFIG_PATH {
                 config.display().to_string()
@@ -415,7 +415,9 @@ fn scheduler_args(config: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Vec<
         .collect();
     assert_eq!(args[0], "run");
     args.extend([
+        // Plain HTTP for the scrape under test; no HTTPS port to collide with other tests.
         format!("--metrics-bind-address={metrics}"),
+        "--secure-port=0".into(),
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
         // A fixed seed makes the 10 % plugin-timing sample deterministic.

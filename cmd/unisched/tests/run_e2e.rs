@@ -55,7 +55,14 @@ fn invalid_config_is_rejected_at_startup_naming_the_field() {
         let kc = dir.join("kc");
         std::fs::write(&kc, unisched_kubeconfig("http://127.0.0.1:9")).unwrap();
         let out = Command::new(bin())
-            .args(["run", "--metrics-bind-address", "127.0.0.1:0", "--config"])
+            .args([
+                "run",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--secure-port",
+                "0",
+                "--config",
+            ])
             .arg(&cfg)
             .arg("--kubeconfig")
             .arg(&kc)
@@ -104,7 +111,12 @@ fn start_replica(kc: &Path, cfg: &Path, port: u16) -> ChildGuard {
             .arg(cfg)
             .arg("--kubeconfig")
             .arg(kc)
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{port}"),
+                "--secure-port",
+                "0",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

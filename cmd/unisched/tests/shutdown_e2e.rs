@@ -97,7 +97,12 @@ fn sigterm_releases_the_lease_and_the_standby_leads_within_two_seconds() {
                     .arg(&cfg)
                     .arg("--kubeconfig")
                     .arg(&kc)
-                    .args(["--metrics-bind-address", &format!("127.0.0.1:{p}")])
+                    .args([
+                        "--metrics-bind-address",
+                        &format!("127.0.0.1:{p}"),
+                        "--secure-port",
+                        "0",
+                    ])
                     .stdout(Stdio::null())
                     .stderr(std::fs::File::create(dir.join(format!("replica-{i}.log"))).unwrap())
                     .spawn()
@@ -204,7 +209,12 @@ fn losing_the_lease_mid_binding_exits_1_without_a_panic() {
             .arg(&cfg)
             .arg("--kubeconfig")
             .arg(&kc)
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{port}"),
+                "--secure-port",
+                "0",
+            ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("replica.log")).unwrap())
             .spawn()
@@ -372,7 +382,12 @@ fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
                     .arg(&cfg)
                     .arg("--kubeconfig")
                     .arg(proxies[i].kubeconfig(&dir))
-                    .args(["--metrics-bind-address", &format!("127.0.0.1:{p}")])
+                    .args([
+                        "--metrics-bind-address",
+                        &format!("127.0.0.1:{p}"),
+                        "--secure-port",
+                        "0",
+                    ])
                     .stdout(Stdio::null())
                     .stderr(std::fs::File::create(dir.join(format!("replica-{i}.log"))).unwrap())
                     .spawn()

@@ -371,14 +371,27 @@ fn audit_key(e: &Value) -> (String, String, String) {
     )
 }
 
-/// What deploy/manifests/rbac.yaml grants: (verb, group, resource) triples.
+/// What deploy/manifests/rbac.yaml grants: (verb, group, resource) triples, with the rules of the
+/// bootstrap ClusterRole system:auth-delegator (TokenReviews and SubjectAccessReviews of secure
+/// serving) that it binds. Non-resource rules (the metrics reader's) grant no API call.
 fn granted() -> BTreeSet<(String, String, String)> {
     let text = std::fs::read_to_string(repo().join("deploy/manifests/rbac.yaml")).unwrap();
     let mut out = BTreeSet::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v["roleRef"]["name"] == "system:auth-delegator" {
+            for (group, resource) in [
+                ("authentication.k8s.io", "tokenreviews"),
+                ("authorization.k8s.io", "subjectaccessreviews"),
+            ] {
+                out.insert(("create".to_string(), group.to_string(), resource.to_string()));
+            }
+        }
         for rule in v["rules"].as_array().into_iter().flatten() {
-            for g in rule["apiGroups"].as_array().unwrap() {
+            let Some(groups) = rule["apiGroups"].as_array() else {
+                continue;
+            };
+            for g in groups {
                 for r in rule["resources"].as_array().unwrap() {
                     for verb in rule["verbs"].as_array().unwrap() {
                         out.insert((
@@ -425,6 +438,8 @@ fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
         "unisched-system",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        "--secure-port",
+        "0",
         "--v",
         "0",
     ]);
@@ -838,4 +853,121 @@ fn from_cluster_copies_the_real_cluster_read_only_and_decides_its_pending_pod() 
     // And the live cluster is as it was: too-big is still pending there.
     let pod = cp.kubectl_json(&["get", "pod", "-n", "demo", "too-big"]);
     assert!(pod["spec"]["nodeName"].is_null(), "{pod:#}");
+}
+
+/// `curl -sk` of `https://127.0.0.1:<port><path>` with extra arguments: `Some((status, body))`,
+/// or `None` when no HTTP answer came (connection or TLS handshake refused).
+fn https_get(port: u16, path: &str, extra: &[&str]) -> Option<(u16, String)> {
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("running curl");
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n')?;
+    Some((code.trim().parse().ok()?, body.to_string()))
+}
+
+#[test]
+fn secure_serving_delegates_authentication_and_authorization_to_kube_apiserver() {
+    let cp = ControlPlane::start("secure");
+    let dir = &cp.dir;
+    // Service accounts with and without deploy/'s metrics-reader ClusterRole.
+    cp.kubectl(&["create", "serviceaccount", "reader", "-n", "default"]);
+    cp.kubectl(&["create", "serviceaccount", "nobody", "-n", "default"]);
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "reader-metrics",
+        "--clusterrole=unisched-metrics-reader",
+        "--serviceaccount=default:reader",
+    ]);
+    let token = |sa: &str| {
+        cp.kubectl(&["create", "token", sa, "-n", "default"])
+            .trim()
+            .to_string()
+    };
+    let (reader, nobody) = (token("reader"), token("nobody"));
+    // A client certificate from a CA unisched does not trust.
+    let (stranger_key, stranger_crt) = (dir.join("stranger.key"), dir.join("stranger.crt"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=stranger",
+        ])
+        .arg("-keyout")
+        .arg(&stranger_key)
+        .arg("-out")
+        .arg(&stranger_crt)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "openssl could not make a client certificate");
+
+    let port = common::free_port();
+    let _scheduler = ChildGuard(
+        Command::new(bin())
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(cp.scheduler())
+            .args(["--leader-elect=false", "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string()])
+            .arg("--client-ca-file")
+            .arg(dir.join("ca.crt"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("unisched-secure.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let healthz = wait_for(Duration::from_secs(60), || {
+        https_get(port, "/healthz", &[]).filter(|(code, _)| *code == 200)
+    });
+    assert!(healthz.is_some(), "/healthz never answered 200 over HTTPS");
+
+    let bearer = |t: &str| format!("Authorization: Bearer {t}");
+    let (code, body) = https_get(port, "/metrics", &[]).unwrap();
+    assert_eq!(code, 403, "anonymous: {body}");
+    assert!(
+        body.contains(r#"User \"system:anonymous\" cannot get path \"/metrics\""#),
+        "{body}"
+    );
+    let (code, body) = https_get(port, "/metrics", &["-H", &bearer("not-a-token")]).unwrap();
+    assert_eq!(code, 401, "a token kube-apiserver rejects: {body}");
+    let (code, body) = https_get(port, "/metrics", &["-H", &bearer(&nobody)]).unwrap();
+    assert_eq!(code, 403, "no RBAC for /metrics: {body}");
+    assert!(
+        body.contains(r#"User \"system:serviceaccount:default:nobody\" cannot get path \"/metrics\""#),
+        "{body}"
+    );
+    let (code, body) = https_get(port, "/metrics", &["-H", &bearer(&reader)]).unwrap();
+    assert_eq!(code, 200, "bound to unisched-metrics-reader: {body}");
+    assert!(body.contains("scheduler_pending_pods"), "{body}");
+    let (code, _) = https_get(port, "/configz", &["-H", &bearer(&reader)]).unwrap();
+    assert_eq!(code, 403, "the metrics reader may not read /configz");
+    let stranger = https_get(
+        port,
+        "/metrics",
+        &[
+            "--cert",
+            stranger_crt.to_str().unwrap(),
+            "--key",
+            stranger_key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        stranger, None,
+        "a certificate from a foreign CA is refused in the handshake"
+    );
 }

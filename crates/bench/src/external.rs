@@ -847,7 +847,13 @@ fn start_scheduler(
                 .arg(cp.dir.join("scheduler.kubeconfig"))
                 .arg("--config")
                 .arg(&cfg_path)
-                .args(["--leader-elect=false", "--metrics-bind-address", "127.0.0.1:0"])
+                .args([
+                    "--leader-elect=false",
+                    "--metrics-bind-address",
+                    "127.0.0.1:0",
+                    "--secure-port",
+                    "0",
+                ])
                 .args(["--seed", &opts.seed.to_string()]);
             c
         }

@@ -28,10 +28,13 @@ mod writer;
 
 // What the binary, the simulator, the benchmark and the integration tests use; everything else
 // is reached through these (or stays inside the crate).
-pub use dra::{DELETE_PROTECTION_FINALIZER, DraHandler, RuntimeDraApi};
+pub use dra::{DELETE_PROTECTION_FINALIZER, DraHandler, DraKind, RuntimeDraApi};
+pub use explain::Explanations;
 pub use gated::GATED_REPORT_GRACE;
+pub use http::{Health, router};
 pub use informers::Handler;
 pub use metrics::Metrics;
+pub use namespaces::NamespaceStore;
 pub use rest_client::instrumented_client;
 pub use scheduler::{RuntimeError, Scheduler, SchedulerOptions};
 pub use writer::{ApiWriter, LeaderFlag, patch_for_metadata};

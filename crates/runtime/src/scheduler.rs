@@ -168,6 +168,8 @@ pub struct Scheduler {
     client: Client,
     /// Where the health endpoints listen, when served.
     pub health_addr: Option<SocketAddr>,
+    /// The endpoints' router, for a server of the caller's (HTTPS in `unisched run`).
+    router: axum::Router,
     /// How long a stop waits for in-flight binding cycles before giving up the lease anyway.
     shutdown_grace: Duration,
 }
@@ -272,9 +274,10 @@ impl Scheduler {
         let cache = Arc::new(Cache::new());
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
         let health = Health::default();
+        let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
-            let (bound, _task) = serve(addr, metrics.clone(), health.clone(), configz)
+            let (bound, _task) = serve(addr, metrics.clone(), health.clone(), configz.clone())
                 .await
                 .map_err(|error| RuntimeError::Serve { addr, error })?;
             health_addr = Some(bound);
@@ -308,6 +311,7 @@ impl Scheduler {
             options,
             client,
             health_addr,
+            router,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         })
     }
@@ -368,6 +372,12 @@ impl Scheduler {
     /// (`unisched sim --explain`).
     pub fn explanations(&self) -> &Explanations {
         &self.shared.explanations
+    }
+
+    /// The router of `/metrics`, `/healthz`, `/livez`, `/readyz` and `/configz`, to serve
+    /// elsewhere (over HTTPS, behind authentication).
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
     }
 
     /// Health state.

@@ -9,6 +9,6 @@ mod watch;
 mod writer;
 
 pub use claim_calls::DELETE_PROTECTION_FINALIZER;
-pub use watch::DraHandler;
 pub(crate) use watch::observe_own_claim_changes;
+pub use watch::{DraHandler, DraKind};
 pub use writer::RuntimeDraApi;
