@@ -24,13 +24,21 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// One workspace member: where it is, its package name, and its normal dependencies (name as
-/// written in the manifest, the identifier its code uses).
+/// One workspace member: where it is, its package name, and its normal dependencies.
 #[derive(Debug)]
 struct Member {
     path: String,
     name: String,
-    dependencies: Vec<(String, String)>,
+    dependencies: Vec<Dependency>,
+}
+
+/// A normal dependency: its name in the manifest, the identifier its code uses, and whether a
+/// feature brings it in (then the feature's code, e.g. a `testing` fixture module, uses it).
+#[derive(Debug)]
+struct Dependency {
+    name: String,
+    ident: String,
+    optional: bool,
 }
 
 /// The `members = [...]` list of the root manifest.
@@ -70,7 +78,11 @@ fn member(path: &str) -> Member {
             || (section.starts_with("target.") && section.ends_with(".dependencies"));
         if is_dependencies {
             // `alias = { package = "real", ... }` is named by its alias in code.
-            dependencies.push((key.to_string(), key.replace('-', "_")));
+            dependencies.push(Dependency {
+                name: key.to_string(),
+                ident: key.replace('-', "_"),
+                optional: value.contains("optional = true"),
+            });
         }
     }
     Member {
@@ -143,8 +155,8 @@ fn design_crate_table_is_the_cargo_graph() {
         let cargo: BTreeSet<String> = m
             .dependencies
             .iter()
-            .filter(|(dep, _)| ours.contains(dep))
-            .map(|(dep, _)| short(dep))
+            .filter(|dep| ours.contains(&dep.name))
+            .map(|dep| short(&dep.name))
             .collect();
         if *uses != cargo {
             problems.push(format!(
@@ -183,16 +195,17 @@ fn readme_layout_lists_every_crate() {
 }
 
 /// Every `.rs` file of a member's product code: `src/` (and `build.rs`), without test modules
-/// and the files that only tests compile.
-fn product_sources(dir: &Path, out: &mut Vec<String>) {
+/// and, unless `with_features` (the code optional dependencies serve), the fixture modules that
+/// only tests compile.
+fn product_sources(dir: &Path, with_features: bool, out: &mut Vec<String>) {
     for entry in fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if path.is_dir() {
             if name != "tests" {
-                product_sources(&path, out);
+                product_sources(&path, with_features, out);
             }
-        } else if name.ends_with(".rs") && name != "tests.rs" && name != "testing.rs" {
+        } else if name.ends_with(".rs") && name != "tests.rs" && (with_features || name != "testing.rs") {
             let text = fs::read_to_string(&path).unwrap();
             // A module's tests sit at its end behind `#[cfg(test)]`: what follows is not product code.
             let product = match text.find("#[cfg(test)]\nmod ") {
@@ -212,16 +225,23 @@ fn every_dependency_is_used_by_product_code() {
     let mut unused = Vec::new();
     for m in members() {
         let dir = root().join(&m.path);
-        let mut sources = Vec::new();
-        product_sources(&dir.join("src"), &mut sources);
+        let (mut sources, mut feature_sources) = (Vec::new(), Vec::new());
+        product_sources(&dir.join("src"), false, &mut sources);
+        product_sources(&dir.join("src"), true, &mut feature_sources);
         if let Ok(build) = fs::read_to_string(dir.join("build.rs")) {
             sources.push(build);
         }
-        for (dep, ident) in &m.dependencies {
+        for Dependency {
+            name: dep,
+            ident,
+            optional,
+        } in &m.dependencies
+        {
+            let searched = if *optional { &feature_sources } else { &sources };
             let allowed = LINKED_WITHOUT_A_PATH
                 .iter()
                 .any(|(krate, d, _)| *krate == m.name && d == dep);
-            let named = sources.iter().any(|s| {
+            let named = searched.iter().any(|s| {
                 s.contains(&format!("{ident}::"))
                     || s.contains(&format!("use {ident}"))
                     || s.contains(&format!("{ident}!"))
@@ -250,7 +270,7 @@ fn a_dependency_only_tests_name_is_found_unused() {
     )
     .unwrap();
     let mut sources = Vec::new();
-    product_sources(&dir.join("src"), &mut sources);
+    product_sources(&dir.join("src"), false, &mut sources);
     fs::remove_dir_all(&dir).unwrap();
     let joined = sources.join("\n");
     assert!(joined.contains("serde_json::"));

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use kube::{Config, config::KubeConfigOptions, config::Kubeconfig};
+use unisched_features::FeatureGates;
 use unisched_runtime::{RuntimeError, Scheduler, SchedulerOptions};
 use unisched_serving::SecureServingOptions;
 
@@ -38,6 +39,10 @@ pub struct RunArgs {
     /// because it is large next to the other subcommands' arguments.
     #[command(flatten)]
     pub secure_serving: Box<SecureServingOptions>,
+    /// Feature gates, `Name=true,Other=false`, with kube-scheduler 1.37.2's names, defaults and
+    /// checks. A gate the scheduler reads may only be set to a value unisched implements.
+    #[arg(long = "feature-gates", default_value = "")]
+    pub feature_gates: String,
     /// Seed for tie-breaks among equally scored nodes (default: random).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -97,6 +102,24 @@ pub async fn client_config(kubeconfig: Option<&PathBuf>) -> Result<Config> {
 
 /// Runs until the lease is lost (exit 1) or SIGTERM/SIGINT (graceful stop, exit 0).
 pub async fn run(args: RunArgs) -> Result<u8> {
+    // Flags first, as upstream: a bad gate stops the process before anything else.
+    let feature_gates = FeatureGates::parse(&args.feature_gates).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid argument {:?} for \"--feature-gates\" flag: {e}",
+            args.feature_gates
+        )
+    })?;
+    let gaps: Vec<String> = feature_gates
+        .gaps()
+        .iter()
+        .map(|(gate, _)| gate.to_string())
+        .collect();
+    if !gaps.is_empty() {
+        tracing::info!(
+            gates = gaps.join(","),
+            "feature gates on by default upstream whose behaviour unisched does not implement yet"
+        );
+    }
     let mut config = unisched_simctl::scheduler_config::load(args.config.as_ref())?;
     if let Some(v) = args.leader_elect {
         config.leader_election.leader_elect = v;
@@ -132,6 +155,7 @@ pub async fn run(args: RunArgs) -> Result<u8> {
         default_namespace: own_namespace(),
         // Binding cycles send their writes on connections of their own (see `SyncWriter`).
         binding_connections: Some(client_config),
+        feature_gates,
     };
     let scheduler = Scheduler::new(client.clone(), options).await?;
     if let Some(addr) = scheduler.health_addr {

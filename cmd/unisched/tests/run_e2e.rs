@@ -243,3 +243,92 @@ fn check_once(kc: &Path, n: usize) {
         assert_eq!(c, 1, "{pod} scheduled {c} times");
     }
 }
+
+/// `--feature-gates`: upstream's errors before anything starts; the effective gates in
+/// `/configz` and `kubernetes_feature_enabled`.
+#[test]
+fn feature_gates_are_checked_at_startup_and_reported() {
+    let dir = tempdir("gates");
+    let kc = dir.join("kc");
+    std::fs::write(&kc, unisched_kubeconfig("http://127.0.0.1:9")).unwrap();
+    let cases = [
+        (
+            "NoSuchGate=true",
+            "invalid argument \"NoSuchGate=true\" for \"--feature-gates\" flag: unrecognized feature gate: NoSuchGate",
+        ),
+        (
+            "DynamicResourceAllocation=false",
+            "cannot set feature gate DynamicResourceAllocation to false, feature is locked to true",
+        ),
+        (
+            "PodLevelResources=maybe",
+            "invalid value of PodLevelResources=maybe",
+        ),
+        (
+            "GenericWorkload=true",
+            "feature gate GenericWorkload=true is not supported by unisched, which always runs GenericWorkload=false",
+        ),
+    ];
+    for (flag, want) in cases {
+        let out = Command::new(bin())
+            .args([
+                "run",
+                "--secure-port",
+                "0",
+                "--feature-gates",
+                flag,
+                "--kubeconfig",
+            ])
+            .arg(&kc)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{flag}: want {want:?} in {err}");
+    }
+
+    std::fs::write(dir.join("nodes.yaml"), node_yaml("node-0", "4", "8Gi")).unwrap();
+    let (_cp, kc) = serve(&dir, &dir.join("nodes.yaml"), &["--no-scheduler"]);
+    let port = free_port();
+    let _replica = ChildGuard(
+        Command::new(bin())
+            .args([
+                "run",
+                "--leader-elect=false",
+                "--secure-port",
+                "0",
+                "--kubeconfig",
+            ])
+            .arg(&kc)
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{port}"),
+                "--feature-gates",
+                "PodLevelResources=true,APIResponseCompression=false",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let metrics = wait_for(Duration::from_secs(30), || {
+        http_get(port, "/metrics").filter(|b| b.contains("kubernetes_feature_enabled"))
+    })
+    .expect("metrics served");
+    for line in [
+        r#"kubernetes_feature_enabled{name="APIResponseCompression",stage="BETA"} 0"#,
+        r#"kubernetes_feature_enabled{name="PodLevelResources",stage="BETA"} 1"#,
+        r#"kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 0"#,
+        r#"kubernetes_feature_enabled{name="DynamicResourceAllocation",stage=""} 1"#,
+        r#"kubernetes_feature_enabled{name="DRANodeAllocatableResources",stage="ALPHA"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in /metrics");
+    }
+    let configz = http_get(port, "/configz").unwrap();
+    let body = &configz[configz.find("\r\n\r\n").unwrap() + 4..];
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["featureGates"]["APIResponseCompression"], false);
+    assert_eq!(v["featureGates"]["DRANodeAllocatableResources"], true);
+    assert_eq!(v["componentconfig"]["kind"], "KubeSchedulerConfiguration");
+}

@@ -149,6 +149,7 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
                     health_addr: None,
                     default_namespace: "default".into(),
                     binding_connections: None,
+                    feature_gates: Default::default(),
                 };
                 let s = Arc::new(
                     Scheduler::new(client, options)

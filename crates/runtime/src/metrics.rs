@@ -76,6 +76,9 @@ pub struct Metrics {
     /// `leader_election_master_status{name}` (client-go's; mirrors [`Self::leader`] under the lease
     /// name, see [`Self::set_lease_name`]).
     pub leader_election_master_status: IntGaugeVec,
+    /// `kubernetes_feature_enabled{name,stage}` (component-base's): 1 for each enabled feature
+    /// gate, 0 for each disabled one, set once at start-up by [`Self::record_feature_gates`].
+    pub feature_enabled: IntGaugeVec,
     lease_name: Arc<Mutex<Option<String>>>,
 }
 
@@ -246,6 +249,13 @@ impl Metrics {
                 ),
                 &["name"],
             )?,
+            feature_enabled: IntGaugeVec::new(
+                Opts::new(
+                    "kubernetes_feature_enabled",
+                    "This metric records the data about the stage and enablement of a k8s feature.",
+                ),
+                &["name", "stage"],
+            )?,
             lease_name: Arc::new(Mutex::new(None)),
             registry,
         };
@@ -273,6 +283,7 @@ impl Metrics {
         r.register(Box::new(m.events_dropped.clone()))?;
         r.register(Box::new(m.plugin_evaluation.clone()))?;
         r.register(Box::new(m.permit_wait.clone()))?;
+        r.register(Box::new(m.feature_enabled.clone()))?;
         r.register(Box::new(m.event_handling.clone()))?;
         r.register(Box::new(m.leader_election_master_status.clone()))?;
         crate::rest_client::register(r)?;
@@ -326,6 +337,15 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// One `kubernetes_feature_enabled` sample per known gate, as kube-scheduler reports them.
+    pub fn record_feature_gates(&self, gates: &unisched_features::FeatureGates) {
+        for (name, stage, enabled) in gates.all() {
+            self.feature_enabled
+                .with_label_values(&[name, stage.label()])
+                .set(i64::from(enabled));
+        }
     }
 
     /// The registry (for tests and extra collectors).

@@ -27,6 +27,8 @@ use unisched_framework::{
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
 
+use unisched_features::FeatureGates;
+
 use crate::{
     binding_threads::{BINDING_THREAD_KEEP_ALIVE, BindingThreads, SyncWriter},
     dra::{RuntimeDraApi, observe_own_claim_changes},
@@ -95,6 +97,9 @@ pub struct SchedulerOptions {
     /// through the shared client. `unisched run` sets it; the embedded simulator, whose API server
     /// shares the I/O runtime, does not.
     pub binding_connections: Option<kube::Config>,
+    /// The effective feature gates (`--feature-gates`): reported by `/configz` and
+    /// `kubernetes_feature_enabled`.
+    pub feature_gates: FeatureGates,
 }
 
 /// Binds through the API writer: from a binding thread ([`Binder::bind`]), or as a future on the
@@ -256,7 +261,13 @@ impl Scheduler {
             frameworks.push(fwk.clone());
             profiles.insert(name, fwk);
         }
-        let configz = configz(cfg, &frameworks, &options.default_namespace);
+        let configz = configz(
+            cfg,
+            &frameworks,
+            &options.default_namespace,
+            &options.feature_gates,
+        );
+        metrics.record_feature_gates(&options.feature_gates);
         let gate_reporter = GateReporter::new(
             metrics.clone(),
             events.clone(),
@@ -561,15 +572,28 @@ impl Scheduler {
 }
 
 /// The `/configz` body: the effective configuration (defaults applied, the plugins each profile
-/// runs, the lease namespace actually used) under `componentconfig`, as upstream serves it.
-fn configz(cfg: &KubeSchedulerConfiguration, frameworks: &[Arc<Framework>], own_namespace: &str) -> String {
+/// runs, the lease namespace actually used) under `componentconfig`, as upstream serves it, and
+/// every feature gate's effective value under `featureGates`.
+fn configz(
+    cfg: &KubeSchedulerConfiguration,
+    frameworks: &[Arc<Framework>],
+    own_namespace: &str,
+    gates: &FeatureGates,
+) -> String {
     let mut effective = cfg.clone();
     if effective.leader_election.resource_namespace.is_empty() {
         effective.leader_election.resource_namespace = own_namespace.to_string();
     }
     let resolved: Vec<_> = frameworks.iter().map(|f| f.plugin_names()).collect();
-    serde_json::to_string_pretty(&json!({"componentconfig": effective.effective_json(&resolved)}))
-        .unwrap_or_default()
+    let feature_gates: serde_json::Map<String, serde_json::Value> = gates
+        .all()
+        .map(|(name, _, on)| (name.to_string(), json!(on)))
+        .collect();
+    serde_json::to_string_pretty(&json!({
+        "componentconfig": effective.effective_json(&resolved),
+        "featureGates": feature_gates,
+    }))
+    .unwrap_or_default()
 }
 
 async fn periodic(sh: Arc<Shared>) {

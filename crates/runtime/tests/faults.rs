@@ -55,6 +55,7 @@ async fn start() -> (
         health_addr: None,
         default_namespace: "default".into(),
         binding_connections: None,
+        feature_gates: Default::default(),
     };
     let s = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
     let runner = s.clone();

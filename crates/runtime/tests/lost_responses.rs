@@ -36,6 +36,7 @@ async fn start() -> (
         // As `unisched run` does: binding cycles write on connections of their own, so the lost
         // answers below are lost on those.
         binding_connections: Some(kube::Config::new(server.url().parse().unwrap())),
+        feature_gates: Default::default(),
     };
     let s = std::sync::Arc::new(Scheduler::new(client, options).await.unwrap());
     let runner = s.clone();

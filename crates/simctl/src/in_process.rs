@@ -109,6 +109,7 @@ pub(crate) async fn start_scheduler(
         health_addr: None,
         default_namespace: "default".into(),
         binding_connections: None,
+        feature_gates: Default::default(),
     };
     let s = Arc::new(Scheduler::new(client, options).await?);
     s.explanations().set_recording(args.explain);

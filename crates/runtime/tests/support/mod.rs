@@ -62,6 +62,7 @@ pub async fn start_scheduler_with(
         default_namespace: "default".into(),
         binding_connections: own_binding_connections
             .then(|| kube::Config::new(server.url().parse().unwrap())),
+        feature_gates: Default::default(),
     };
     let s = Arc::new(Scheduler::new(client(server), options).await.unwrap());
     let runner = s.clone();
