@@ -11,7 +11,11 @@ mod resource;
 mod sum;
 
 pub use quantity::{Format, Quantity, QuantityError};
-pub use requests::*;
+pub use requests::{
+    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodRequestOptions, PodResources,
+    node_allocatable_claim_footprint, pod_limits, pod_requests, pod_requests_checked,
+    pod_requests_with_claims, pod_resources,
+};
 pub use resource::{
     CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, InvalidQuantity, MEMORY, PODS, Resource,
     is_extended_resource_name, is_hugepages, is_node_allocatable_resource,
