@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 /// jemalloc instead of the C library's allocator. The scheduler allocates and frees many small
 /// objects across threads (decoded watch events, per-attempt state, request bodies), where glibc's
 /// malloc spent ~17 % of the real-control-plane profile (its free-list consolidation included).
-/// Measured in back-to-back runs (docs/perf.md, eighth round): 8–29 % less scheduler CPU
+/// Measured in back-to-back runs (docs/perf-history.md, eighth round): 8–29 % less scheduler CPU
 /// per pod, ~40 MiB more peak RSS at SchedulingAtScale (still under the 1 GiB target).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -51,7 +51,7 @@ pub struct RunArgs {
     /// cycles on binding threads that write on connections of their own.) One spends about a
     /// millisecond per DRA pod, several times less than the kube-apiserver that commits the pod's
     /// writes; a second one made the scheduler spend ~10 % more CPU per pod, in thread wake-ups,
-    /// at the same throughput (docs/perf.md, ninth round).
+    /// at the same throughput (docs/perf-history.md, ninth round).
     #[arg(long = "io-threads", default_value_t = 1)]
     pub io_threads: usize,
 }
