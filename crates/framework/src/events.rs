@@ -464,4 +464,51 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn hint_errors_read_as_the_plugins_wrote_them() {
+        let cases = [
+            (
+                QueueingHintError::UnexpectedObject {
+                    expected: "Node",
+                    side: EventSide::Old,
+                    got: "Pod",
+                },
+                "expected a Node as the old object, got Pod",
+            ),
+            (
+                QueueingHintError::MissingObject {
+                    expected: "Node",
+                    side: EventSide::New,
+                },
+                "expected a Node as the new object, got nothing",
+            ),
+            (
+                QueueingHintError::NotObject {
+                    expected: "StorageClass",
+                    side: EventSide::New,
+                },
+                "expected a StorageClass as the new object",
+            ),
+            (
+                QueueingHintError::UnexpectedKind {
+                    expected: "DeviceClass",
+                    got: "CSINode",
+                },
+                "expected a DeviceClass, got CSINode",
+            ),
+            (
+                QueueingHintError::EmptyEvent { kind: "pod" },
+                "a pod event without a pod",
+            ),
+            (QueueingHintError::from("boom"), "boom"),
+            (
+                QueueingHintError::plugin(std::fmt::Error),
+                "an error occurred when formatting an argument",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.to_string(), want);
+        }
+    }
 }
