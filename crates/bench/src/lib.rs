@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 pub use external::{Contender, ExternalOptions, ExternalReport, ExternalRun};
 pub use limit::LimitScheduler;
-pub use report::{BenchReport, Machine, Mode, RunReport, SummaryRow};
+pub use report::{BenchReport, Machine, Mode, RunReport, SummaryRow, UnknownModeError};
 pub use sampler::Throughput;
 pub use workload::{Catalog, Op, Upstream, Workload};
 

@@ -30,14 +30,19 @@ impl Mode {
     }
 }
 
+/// A mode name other than `full`, `limit` or `engine`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown mode {0:?} (full, limit, engine)")]
+pub struct UnknownModeError(String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownModeError;
+    fn from_str(s: &str) -> Result<Self, UnknownModeError> {
         match s {
             "full" => Ok(Mode::Full),
             "limit" => Ok(Mode::Limit),
             "engine" => Ok(Mode::Engine),
-            other => Err(format!("unknown mode {other:?} (full, limit, engine)")),
+            other => Err(UnknownModeError(other.to_string())),
         }
     }
 }

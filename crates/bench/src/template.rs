@@ -117,17 +117,51 @@ pub fn substitute(path: &str, text: &str, vars: &Vars) -> Result<String, BenchEr
     Ok(out)
 }
 
-fn operand(tok: &str, vars: &Vars) -> Result<Var, String> {
+/// Why a `{{ expr }}` placeholder could not be evaluated.
+#[derive(Debug, thiserror::Error)]
+enum ExpressionError {
+    /// The placeholder holds nothing.
+    #[error("empty placeholder")]
+    Empty,
+    /// A `.name` the template's variables do not have.
+    #[error("unknown variable .{name} (known: {known})")]
+    UnknownVariable {
+        /// The variable's name.
+        name: String,
+        /// The known variables, `.a, .b`.
+        known: String,
+    },
+    /// An operand that is neither `.name` nor an integer.
+    #[error("expected a variable or an integer, got {0:?}")]
+    BadOperand(String),
+    /// An operator at the end of the expression.
+    #[error("operator {0} needs an operand")]
+    MissingOperand(String),
+    /// Arithmetic on a string.
+    #[error("operator {0} needs integers")]
+    NotIntegers(String),
+    /// `/` or `%` by zero.
+    #[error("division by zero")]
+    DivisionByZero,
+    /// An operator other than `+ - * / %`.
+    #[error("unknown operator {0:?} (use + - * / %)")]
+    UnknownOperator(String),
+}
+
+fn operand(tok: &str, vars: &Vars) -> Result<Var, ExpressionError> {
     if let Some(name) = tok.strip_prefix('.') {
         return vars
             .0
             .get(name)
             .cloned()
-            .ok_or_else(|| format!("unknown variable .{name} (known: {})", known(vars)));
+            .ok_or_else(|| ExpressionError::UnknownVariable {
+                name: name.to_string(),
+                known: known(vars),
+            });
     }
     tok.parse::<i64>()
         .map(Var::Int)
-        .map_err(|_| format!("expected a variable or an integer, got {tok:?}"))
+        .map_err(|_| ExpressionError::BadOperand(tok.to_string()))
 }
 
 fn known(vars: &Vars) -> String {
@@ -138,16 +172,16 @@ fn known(vars: &Vars) -> String {
         .join(", ")
 }
 
-fn eval(expr: &str, vars: &Vars) -> Result<Var, String> {
+fn eval(expr: &str, vars: &Vars) -> Result<Var, ExpressionError> {
     let mut toks = expr.split_whitespace();
-    let first = toks.next().ok_or("empty placeholder")?;
+    let first = toks.next().ok_or(ExpressionError::Empty)?;
     let mut acc = operand(first, vars)?;
     while let Some(op) = toks.next() {
         let rhs = toks
             .next()
-            .ok_or_else(|| format!("operator {op} needs an operand"))?;
+            .ok_or_else(|| ExpressionError::MissingOperand(op.to_string()))?;
         let (Var::Int(a), Var::Int(b)) = (&acc, operand(rhs, vars)?) else {
-            return Err(format!("operator {op} needs integers"));
+            return Err(ExpressionError::NotIntegers(op.to_string()));
         };
         let a = *a;
         acc = Var::Int(match op {
@@ -156,8 +190,8 @@ fn eval(expr: &str, vars: &Vars) -> Result<Var, String> {
             "*" => a.saturating_mul(b),
             "/" if b != 0 => a / b,
             "%" if b != 0 => a % b,
-            "/" | "%" => return Err("division by zero".into()),
-            other => return Err(format!("unknown operator {other:?} (use + - * / %)")),
+            "/" | "%" => return Err(ExpressionError::DivisionByZero),
+            other => return Err(ExpressionError::UnknownOperator(other.to_string())),
         });
     }
     Ok(acc)

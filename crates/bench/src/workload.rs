@@ -509,13 +509,21 @@ fn read_dir_rec(dir: &Path, base: &Path, out: &mut Vec<(String, String)>) -> Res
     Ok(())
 }
 
+/// Why a workload's op could not be filled in with its parameters.
+#[derive(Debug, thiserror::Error)]
+enum ParamsError {
+    /// The op names a parameter (`$name`) the workload does not set.
+    #[error("parameter {0} is not set")]
+    Unset(String),
+}
+
 /// Replaces `$name` strings by parameter values, recursively.
-fn fill_params(v: &Value, params: &serde_json::Map<String, Value>) -> Result<Value, String> {
+fn fill_params(v: &Value, params: &serde_json::Map<String, Value>) -> Result<Value, ParamsError> {
     Ok(match v {
         Value::String(s) if s.starts_with('$') => params
             .get(&s[1..])
             .cloned()
-            .ok_or_else(|| format!("parameter {s} is not set"))?,
+            .ok_or_else(|| ParamsError::Unset(s.clone()))?,
         Value::Array(a) => Value::Array(
             a.iter()
                 .map(|x| fill_params(x, params))
@@ -524,7 +532,7 @@ fn fill_params(v: &Value, params: &serde_json::Map<String, Value>) -> Result<Val
         Value::Object(m) => Value::Object(
             m.iter()
                 .map(|(k, x)| Ok((k.clone(), fill_params(x, params)?)))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, ParamsError>>()?,
         ),
         other => other.clone(),
     })

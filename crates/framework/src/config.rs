@@ -270,8 +270,8 @@ impl<'de> Deserialize<'de> for GoDuration {
 }
 
 /// Parses `1h2m3.5s`, `500ms`, `10us`, `0`.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?}");
+pub fn parse_go_duration(s: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Duration(s.to_string());
     if s == "0" {
         return Ok(Duration::ZERO);
     }
@@ -345,6 +345,9 @@ pub enum ConfigError {
     /// Values that decode but are invalid, one line per field, upstream style.
     #[error("invalid configuration: {}", .0.join("; "))]
     Invalid(Vec<String>),
+    /// A duration that is not Go's `time.ParseDuration` syntax (or negative, or absurdly long).
+    #[error("invalid duration {0:?}")]
+    Duration(String),
 }
 
 /// client-go's `leaderelection.JitterFactor`: retries wait up to this many retry periods.

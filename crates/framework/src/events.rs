@@ -5,7 +5,7 @@
 //! queue runs only the hints of the plugins that rejected the pod, so a node label change does not
 //! wake every pod waiting for a GPU.
 
-use std::{fmt, sync::Arc};
+use std::{error::Error, fmt, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
@@ -220,9 +220,104 @@ pub enum QueueingHint {
     Queue,
 }
 
+/// Which object of an event a hint reads: the one before the change or the one after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventSide {
+    /// The object before the change (absent on Add).
+    Old,
+    /// The object after the change (absent on Delete).
+    New,
+}
+
+impl fmt::Display for EventSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventSide::Old => "old",
+            EventSide::New => "new",
+        })
+    }
+}
+
+/// Why a queueing hint could not answer. The queue logs it and retries the pod as if the hint had
+/// said `Queue`: a hint that cannot read an event must not leave a pod waiting forever.
+///
+/// Most failures are an event that does not carry what the hint reads (a registration bug, or an
+/// informer delivering a tombstone); the rest are the plugin's own, such as a pod whose terms do
+/// not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueingHintError {
+    /// The event carries another kind of object than the hint reads.
+    #[error("expected a {expected} as the {side} object, got {got}")]
+    UnexpectedObject {
+        /// The kind the hint reads (`Node`, `Pod`, …).
+        expected: &'static str,
+        /// Which of the event's objects.
+        side: EventSide,
+        /// The kind the event carried.
+        got: &'static str,
+    },
+    /// The event lacks the object the hint reads.
+    #[error("expected a {expected} as the {side} object, got nothing")]
+    MissingObject {
+        /// The kind the hint reads.
+        expected: &'static str,
+        /// Which of the event's objects.
+        side: EventSide,
+    },
+    /// The event's object is absent or of another kind; the hint does not tell which.
+    #[error("expected a {expected} as the {side} object")]
+    NotObject {
+        /// The kind the hint reads.
+        expected: &'static str,
+        /// Which of the event's objects.
+        side: EventSide,
+    },
+    /// The object the hint reads (old or new, whichever is present) is of another kind.
+    #[error("expected a {expected}, got {got}")]
+    UnexpectedKind {
+        /// The kind the hint reads.
+        expected: &'static str,
+        /// The kind the event carried.
+        got: &'static str,
+    },
+    /// The event carries neither an old nor a new object.
+    #[error("a {kind} event without a {kind}")]
+    EmptyEvent {
+        /// The event's kind in words (`pod`, `node`, `claim`).
+        kind: &'static str,
+    },
+    /// The plugin's own failure, such as the pod's terms not parsing; printed as the failure.
+    #[error(transparent)]
+    Plugin(Box<dyn Error + Send + Sync>),
+    /// A failure told in words only.
+    #[error("{0}")]
+    Message(String),
+}
+
+impl QueueingHintError {
+    /// Wraps a plugin's own error.
+    pub fn plugin(err: impl Error + Send + Sync + 'static) -> Self {
+        QueueingHintError::Plugin(Box::new(err))
+    }
+}
+
+impl From<String> for QueueingHintError {
+    fn from(message: String) -> Self {
+        QueueingHintError::Message(message)
+    }
+}
+
+impl From<&str> for QueueingHintError {
+    fn from(message: &str) -> Self {
+        QueueingHintError::Message(message.to_string())
+    }
+}
+
 /// A hint function: `(pod, old, new)`. An error counts as `Queue`.
 pub type QueueingHintFn = Arc<
-    dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String> + Send + Sync,
+    dyn Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, QueueingHintError>
+        + Send
+        + Sync,
 >;
 
 /// The keys an event carries for [`EventNarrowing`]: `None` when it may concern any pod.
@@ -302,7 +397,7 @@ impl ClusterEventWithHint {
     /// An event with a hint.
     pub fn with_hint(
         event: ClusterEvent,
-        hint: impl Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, String>
+        hint: impl Fn(&Pod, Option<&EventObject>, Option<&EventObject>) -> Result<QueueingHint, QueueingHintError>
         + Send
         + Sync
         + 'static,
@@ -367,6 +462,53 @@ mod tests {
                 *want,
                 "case {i}: {registered:?} vs {incoming:?}"
             );
+        }
+    }
+
+    #[test]
+    fn hint_errors_read_as_the_plugins_wrote_them() {
+        let cases = [
+            (
+                QueueingHintError::UnexpectedObject {
+                    expected: "Node",
+                    side: EventSide::Old,
+                    got: "Pod",
+                },
+                "expected a Node as the old object, got Pod",
+            ),
+            (
+                QueueingHintError::MissingObject {
+                    expected: "Node",
+                    side: EventSide::New,
+                },
+                "expected a Node as the new object, got nothing",
+            ),
+            (
+                QueueingHintError::NotObject {
+                    expected: "StorageClass",
+                    side: EventSide::New,
+                },
+                "expected a StorageClass as the new object",
+            ),
+            (
+                QueueingHintError::UnexpectedKind {
+                    expected: "DeviceClass",
+                    got: "CSINode",
+                },
+                "expected a DeviceClass, got CSINode",
+            ),
+            (
+                QueueingHintError::EmptyEvent { kind: "pod" },
+                "a pod event without a pod",
+            ),
+            (QueueingHintError::from("boom"), "boom"),
+            (
+                QueueingHintError::plugin(std::fmt::Error),
+                "an error occurred when formatting an argument",
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.to_string(), want);
         }
     }
 }

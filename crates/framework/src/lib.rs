@@ -34,7 +34,7 @@ pub use diagnosis::{
 };
 pub use events::{
     ActionType, ClusterEvent, ClusterEventWithHint, EventKeysFn, EventNarrowing, EventObject, EventResource,
-    PodKeysFn, QueueingHint, QueueingHintFn, well_known,
+    EventSide, PodKeysFn, QueueingHint, QueueingHintError, QueueingHintFn, well_known,
 };
 pub use footprint::{
     ClassDeviceCount, DEVICE_CLASS_CAPACITY_KEY, DeviceClassCapacity, DeviceClassSource, NODE_FOOTPRINTS_KEY,

@@ -5,7 +5,7 @@ use std::fmt::Display;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::de::DeserializeOwned;
-use unisched_framework::{EventObject, NodeScore, PodInfo};
+use unisched_framework::{EventObject, EventSide, NodeScore, PodInfo, QueueingHintError};
 
 /// Rescales raw scores linearly so that the highest becomes `max_priority` (upstream
 /// `DefaultNormalizeScore`). With `reverse`, the scale is flipped: the highest raw score gets 0 and
@@ -263,24 +263,19 @@ pub(crate) fn label_value_errors(value: &str) -> Vec<String> {
 pub(crate) fn event_nodes<'a>(
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
-) -> Result<(Option<&'a Node>, &'a Node), String> {
+) -> Result<(Option<&'a Node>, &'a Node), QueueingHintError> {
     let old = match old {
         None => None,
         Some(EventObject::Node(n)) => Some(&**n),
-        Some(other) => {
-            return Err(format!(
-                "expected a Node as the old object, got {}",
-                object_kind(other)
-            ));
-        }
+        Some(other) => return Err(unexpected_object("Node", EventSide::Old, other)),
     };
     match new {
         Some(EventObject::Node(n)) => Ok((old, &**n)),
-        Some(other) => Err(format!(
-            "expected a Node as the new object, got {}",
-            object_kind(other)
-        )),
-        None => Err("expected a Node as the new object, got nothing".to_string()),
+        Some(other) => Err(unexpected_object("Node", EventSide::New, other)),
+        None => Err(QueueingHintError::MissingObject {
+            expected: "Node",
+            side: EventSide::New,
+        }),
     }
 }
 
@@ -289,19 +284,16 @@ pub(crate) fn event_nodes<'a>(
 pub(crate) fn event_pods<'a>(
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
-) -> Result<(Option<&'a PodInfo>, Option<&'a PodInfo>), String> {
-    let conv = |o: Option<&'a EventObject>, which: &str| match o {
+) -> Result<(Option<&'a PodInfo>, Option<&'a PodInfo>), QueueingHintError> {
+    let conv = |o: Option<&'a EventObject>, side: EventSide| match o {
         None => Ok(None),
         Some(EventObject::Pod(p)) => Ok(Some(&**p)),
-        Some(other) => Err(format!(
-            "expected a Pod as the {which} object, got {}",
-            object_kind(other)
-        )),
+        Some(other) => Err(unexpected_object("Pod", side, other)),
     };
-    let old = conv(old, "old")?;
-    let new = conv(new, "new")?;
+    let old = conv(old, EventSide::Old)?;
+    let new = conv(new, EventSide::New)?;
     if old.is_none() && new.is_none() {
-        return Err("a pod event without a pod".to_string());
+        return Err(QueueingHintError::EmptyEvent { kind: "pod" });
     }
     Ok((old, new))
 }
@@ -311,9 +303,22 @@ pub(crate) fn event_pods<'a>(
 pub(crate) fn event_pod_objects<'a>(
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
-) -> Result<(Option<&'a Pod>, Option<&'a Pod>), String> {
+) -> Result<(Option<&'a Pod>, Option<&'a Pod>), QueueingHintError> {
     let (old, new) = event_pods(old, new)?;
     Ok((old.map(|p| &*p.pod), new.map(|p| &*p.pod)))
+}
+
+/// A hint's error for an event object of another kind than `expected`.
+pub(crate) fn unexpected_object(
+    expected: &'static str,
+    side: EventSide,
+    got: &EventObject,
+) -> QueueingHintError {
+    QueueingHintError::UnexpectedObject {
+        expected,
+        side,
+        got: object_kind(got),
+    }
 }
 
 pub(crate) fn object_kind(o: &EventObject) -> &'static str {

@@ -20,7 +20,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, PluginArgsError, aggregate, default_normalize_score, event_nodes},
+    helper::{PluginArgs, PluginArgsError, aggregate, aggregate_text, default_normalize_score, event_nodes},
     names::NODE_AFFINITY,
     selector::{NodeSelectorMatcher, OBJECT_NAME_FIELD, PreferredTerms, RequiredNodeAffinity},
 };
@@ -206,7 +206,16 @@ impl FilterPlugin for NodeAffinity {
 #[derive(Clone, Debug, Default)]
 struct PreScoreState(Option<PreferredTerms>);
 
-fn pod_preferred(pod: &Pod) -> Result<Option<PreferredTerms>, String> {
+/// A pod's own node affinity that cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum NodeAffinityError {
+    /// The pod's preferred terms do not parse: upstream's field errors, printed as its aggregate
+    /// error (one alone, several in brackets).
+    #[error("{}", aggregate_text(.0))]
+    PreferredTerms(Vec<String>),
+}
+
+fn pod_preferred(pod: &Pod) -> Result<Option<PreferredTerms>, NodeAffinityError> {
     let terms = pod
         .spec
         .as_ref()
@@ -217,7 +226,7 @@ fn pod_preferred(pod: &Pod) -> Result<Option<PreferredTerms>, String> {
         None => Ok(None),
         Some(t) => PreferredTerms::parse(t, "")
             .map(Some)
-            .map_err(|e| aggregate(e).err().map(|e| e.to_string()).unwrap_or_default()),
+            .map_err(NodeAffinityError::PreferredTerms),
     }
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
     EventResource, FilterPlugin, HostPort, HostPortInfo, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
-    PreFilterResult, QueueingHint, Status,
+    PreFilterResult, QueueingHint, QueueingHintError, Status,
 };
 
 use crate::{helper::event_pods, names::NODE_PORTS};
@@ -72,7 +72,7 @@ fn assigned_pod_deleted(
     pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let (deleted, _) = event_pods(old, new)?;
     let Some(deleted) = deleted else {
         return Ok(QueueingHint::Skip);

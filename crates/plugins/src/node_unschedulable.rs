@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
-    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, QueueingHint, Status,
+    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, QueueingHint, QueueingHintError, Status,
 };
 
 use crate::{
@@ -68,7 +68,7 @@ fn node_change(
     _pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let (old, new) = event_nodes(old, new)?;
     let now_schedulable = !is_cordoned(new);
     let became_schedulable = match old {

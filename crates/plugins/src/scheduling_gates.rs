@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EnqueueExtensions, EventObject, EventResource, Plugin,
-    PodInfo, PreEnqueuePlugin, QueueingHint, Status,
+    PodInfo, PreEnqueuePlugin, QueueingHint, QueueingHintError, Status,
 };
 
 use crate::{
@@ -51,7 +51,7 @@ fn gates_eliminated(
     pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let (_, modified) = event_pod_objects(old, new)?;
     match modified {
         Some(m) if pod_key(m) == pod_key(pod) => Ok(QueueingHint::Queue),

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, Toleration};
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
     EventResource, FilterPlugin, MAX_NODE_SCORE, NodeInfo, NodeScore, Plugin, PodInfo, PreScorePlugin,
-    QueueingHint, ScorePlugin, Status,
+    QueueingHint, QueueingHintError, ScorePlugin, Status,
 };
 
 use crate::{
@@ -170,7 +170,7 @@ fn is_same_pod(
     pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let (_, modified) = event_pod_objects(old, new)?;
     Ok(match modified {
         Some(m) if pod_key(m) == pod_key(pod) => QueueingHint::Queue,

@@ -17,7 +17,7 @@ use crate::admission;
 use crate::error::{Cause, StoreError};
 use crate::registry::ResourceType;
 use crate::store::ObjectRef;
-use crate::util::{check_dns_label, check_dns_subdomain, get_path, get_str, name_of};
+use crate::util::{NameError, check_dns_label, check_dns_subdomain, get_path, get_str, name_of};
 
 /// Read access to other objects during admission.
 pub(crate) trait Lookup {
@@ -188,15 +188,15 @@ pub(crate) fn prepare_update(
 
 /// RBAC objects are named like `system:kube-scheduler`: kube-apiserver only asks that the name can
 /// be one segment of a URL path.
-fn check_path_segment(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        Err("must be non-empty".into())
-    } else if name == "." || name == ".." {
-        Err(format!("may not be '{name}'"))
-    } else if let Some(c) = name.chars().find(|c| *c == '/' || *c == '%') {
-        Err(format!("may not contain '{c}'"))
-    } else {
-        Ok(())
+fn check_path_segment(name: &str) -> Result<(), NameError> {
+    match name {
+        "" => Err(NameError::Empty),
+        "." => Err(NameError::DotSegment(".")),
+        ".." => Err(NameError::DotSegment("..")),
+        _ => match name.chars().find(|c| *c == '/' || *c == '%') {
+            Some(c) => Err(NameError::ForbiddenCharacter(c)),
+            None => Ok(()),
+        },
     }
 }
 

@@ -91,13 +91,47 @@ pub fn generate_name(base: &str) -> String {
     format!("{base}{}", name_suffix())
 }
 
+/// A name (or namespace, or name segment) kube-apiserver rejects, in its words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is empty.
+    #[error("must be non-empty")]
+    Empty,
+    /// The name is longer than its kind allows.
+    #[error("must be no more than {max} characters")]
+    TooLong {
+        /// The limit.
+        max: usize,
+    },
+    /// Not an RFC 1123 DNS label.
+    #[error(
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
+         start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for \
+         validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+    )]
+    NotLabel,
+    /// Not an RFC 1123 DNS subdomain.
+    #[error(
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
+         and must start and end with an alphanumeric character (e.g. 'example.com', regex used for \
+         validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    )]
+    NotSubdomain,
+    /// A URL path segment that is `.` or `..`.
+    #[error("may not be '{0}'")]
+    DotSegment(&'static str),
+    /// A URL path segment with a character it may not hold (`/` or `%`).
+    #[error("may not contain '{0}'")]
+    ForbiddenCharacter(char),
+}
+
 /// Checks an RFC 1123 DNS label (lowercase alphanumerics and '-', at most 63 characters).
-pub fn check_dns_label(s: &str) -> Result<(), String> {
+pub fn check_dns_label(s: &str) -> Result<(), NameError> {
     if s.is_empty() {
-        return Err("must be non-empty".into());
+        return Err(NameError::Empty);
     }
     if s.len() > 63 {
-        return Err("must be no more than 63 characters".into());
+        return Err(NameError::TooLong { max: 63 });
     }
     let bytes = s.as_bytes();
     let ok_inner = bytes
@@ -108,22 +142,17 @@ pub fn check_dns_label(s: &str) -> Result<(), String> {
     if ok_inner && ok_ends {
         Ok(())
     } else {
-        Err(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must \
-             start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for \
-             validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-                .into(),
-        )
+        Err(NameError::NotLabel)
     }
 }
 
 /// Checks an RFC 1123 DNS subdomain (dot-separated labels, at most 253 characters).
-pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
+pub fn check_dns_subdomain(s: &str) -> Result<(), NameError> {
     if s.is_empty() {
-        return Err("must be non-empty".into());
+        return Err(NameError::Empty);
     }
     if s.len() > 253 {
-        return Err("must be no more than 253 characters".into());
+        return Err(NameError::TooLong { max: 253 });
     }
     let bytes = s.as_bytes();
     let ok_inner = bytes
@@ -134,12 +163,7 @@ pub fn check_dns_subdomain(s: &str) -> Result<(), String> {
     if ok_inner && ok_ends {
         Ok(())
     } else {
-        Err(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', \
-             and must start and end with an alphanumeric character (e.g. 'example.com', regex used for \
-             validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-                .into(),
-        )
+        Err(NameError::NotSubdomain)
     }
 }
 

@@ -173,27 +173,60 @@ pub(crate) fn is_allocated(claim: &ResourceClaim) -> bool {
     claim.status.as_ref().is_some_and(|s| s.allocation.is_some())
 }
 
+/// Why a claim the pod names cannot be used for it, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimCheckError {
+    /// No such claim. Upstream's claim lookup goes through the scheduler's assume cache, whose
+    /// miss reads `could not find <type> "<namespace>/<name>"`.
+    #[error("could not find ResourceClaim \"{namespace}/{name}\"")]
+    NotFound {
+        /// The pod's namespace.
+        namespace: String,
+        /// The claim's name.
+        name: String,
+    },
+    /// The claim is being deleted.
+    #[error("resourceclaim {name:?} is being deleted")]
+    BeingDeleted {
+        /// The claim's name.
+        name: String,
+    },
+    /// A claim generated from a template that another pod owns.
+    #[error("ResourceClaim {namespace}/{name} was not created for Pod {pod} (Pod is not owner)")]
+    NotOwner {
+        /// The pod's namespace.
+        namespace: String,
+        /// The claim's name.
+        name: String,
+        /// The pod's key.
+        pod: String,
+    },
+}
+
 /// Checks a looked-up claim: exists, not being deleted, owned by the pod when generated.
 pub(crate) fn check(
     pod: &Pod,
     r: &ClaimRef,
     claim: Option<Arc<ResourceClaim>>,
-) -> Result<Arc<ResourceClaim>, String> {
+) -> Result<Arc<ResourceClaim>, ClaimCheckError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let Some(claim) = claim else {
-        // Upstream's wording: its claim lookup goes through the scheduler's assume cache, whose
-        // miss reads `could not find <type> "<namespace>/<name>"`.
-        return Err(format!("could not find ResourceClaim \"{ns}/{}\"", r.claim_name));
+        return Err(ClaimCheckError::NotFound {
+            namespace: ns.to_string(),
+            name: r.claim_name.clone(),
+        });
     };
     if claim.metadata.deletion_timestamp.is_some() {
-        return Err(format!("resourceclaim {:?} is being deleted", r.claim_name));
+        return Err(ClaimCheckError::BeingDeleted {
+            name: r.claim_name.clone(),
+        });
     }
     if r.must_check_owner && !is_for_pod(pod, &claim) {
-        return Err(format!(
-            "ResourceClaim {ns}/{} was not created for Pod {} (Pod is not owner)",
-            r.claim_name,
-            pod_key(pod)
-        ));
+        return Err(ClaimCheckError::NotOwner {
+            namespace: ns.to_string(),
+            name: r.claim_name.clone(),
+            pod: pod_key(pod),
+        });
     }
     Ok(claim)
 }

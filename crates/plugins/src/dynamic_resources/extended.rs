@@ -27,10 +27,19 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use parking_lot::Mutex;
 use unisched_cache::{DraSnapshot, EXTENDED_RESOURCE_CLAIM_ANNOTATION, IMPLICIT_EXTENDED_RESOURCE_PREFIX};
-use unisched_dra::{Features, PreparedClaim, SelectorEngine};
+use unisched_dra::{FatalError, Features, PreparedClaim, SelectorEngine};
 use unisched_resource::{Quantity, Resource, is_extended_resource_name};
 
 use super::FINALIZER;
+
+/// Why the extended-resource claim for a node could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExtendedClaimError {
+    /// The claim's requests do not prepare (for example a device class that does not exist);
+    /// printed as the preparation's error.
+    #[error(transparent)]
+    Prepare(Box<FatalError>),
+}
 
 /// Name of the in-memory claim before PreBind creates it (deliberately not a valid name).
 pub const PLACEHOLDER_NAME: &str = "<extended-resources>";
@@ -172,7 +181,7 @@ impl ExtendedPlan {
         snapshot: &DraSnapshot,
         engine: &dyn SelectorEngine,
         features: &Features,
-    ) -> Result<Option<Arc<Variant>>, String> {
+    ) -> Result<Option<Arc<Variant>>, ExtendedClaimError> {
         let mask: Vec<bool> = self
             .items
             .iter()
@@ -214,8 +223,8 @@ impl ExtendedPlan {
             })
             .collect();
         let claim = Arc::new(self.claim_object(requests));
-        let prepared =
-            PreparedClaim::new(claim.clone(), snapshot, engine, features).map_err(|e| e.to_string())?;
+        let prepared = PreparedClaim::new(claim.clone(), snapshot, engine, features)
+            .map_err(ExtendedClaimError::Prepare)?;
         let v = Arc::new(Variant {
             claim,
             prepared: Arc::new(prepared),

@@ -225,7 +225,7 @@ impl DynamicResources {
         let mut has_first_available = false;
         for r in &refs {
             let claim = claims::check(p, r, dra.claim(&pod.namespace, &r.claim_name))
-                .map_err(Status::unresolvable)?;
+                .map_err(|e| Status::unresolvable(e.to_string()))?;
             let key = format!("{}/{}", pod.namespace, r.claim_name);
             let uid = claim.metadata.uid.clone().unwrap_or_default();
             let allocated = claims::is_allocated(&claim);
@@ -341,7 +341,7 @@ impl PreEnqueuePlugin for DynamicResources {
         };
         for r in &refs {
             if let Err(e) = claims::check(&pod.pod, r, dra.claim(&pod.namespace, &r.claim_name)) {
-                return Status::unresolvable(e);
+                return Status::unresolvable(e.to_string());
             }
         }
         Status::success()

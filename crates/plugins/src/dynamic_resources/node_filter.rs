@@ -116,9 +116,10 @@ impl DynamicResources {
         }
         plan.variant_for(&node.allocatable, &data.snapshot, &*self.engine, &self.features)
             .map_err(|e| {
+                let message = e.to_string();
                 (
-                    Status::unresolvable(e.clone()),
-                    Some(NodeFailure::Invalid { message: e }),
+                    Status::unresolvable(message.clone()),
+                    Some(NodeFailure::Invalid { message }),
                 )
             })
     }

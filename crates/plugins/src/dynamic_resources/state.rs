@@ -17,13 +17,47 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraSnapshot;
-use unisched_dra::{Allocator, CelSelectorEngine, Deadline, Features, PreparedClaim};
+use unisched_dra::{AllocationError, Allocator, CelSelectorEngine, Deadline, Features, PreparedClaim};
 use unisched_fasthash::FastHashMap;
 use unisched_framework::{NodeFootprints, NodeInfo};
 
 use super::extended::{ExtendedPlan, Variant};
 use super::reasons::{FailureLog, NodeFailure};
 use super::short_nodes::ShortTable;
+
+/// Why Filter's result for a node could not be completed after the device summary vouched for it:
+/// a disagreement between the summary and the allocator (a bug, reported instead of binding), or
+/// a node gone from the snapshot.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NodeResultError {
+    /// The node passed Filter but the snapshot no longer has it.
+    #[error("node {node} passed Filter but is not in the scheduling snapshot")]
+    NotInSnapshot {
+        /// The node's name.
+        node: String,
+    },
+    /// The allocator failed where the summary said the claims fit.
+    #[error("allocating on node {node} after the device summary said it fits: {source}")]
+    Allocate {
+        /// The node's name.
+        node: String,
+        /// The allocator's error.
+        #[source]
+        source: AllocationError,
+    },
+    /// The allocator allocated fewer claims than asked.
+    #[error(
+        "allocating on node {node} after the device summary said it fits: {allocated} of {wanted} claims allocated"
+    )]
+    Incomplete {
+        /// The node's name.
+        node: String,
+        /// How many claims were allocated.
+        allocated: usize,
+        /// How many were asked for.
+        wanted: usize,
+    },
+}
 
 /// Cycle-state key.
 pub(crate) const STATE_KEY: &str = "DynamicResources";
@@ -177,7 +211,7 @@ impl PodState {
         &self,
         node: &str,
         node_obj: impl FnOnce() -> Option<Arc<Node>>,
-    ) -> Result<Option<Arc<NodeResult>>, String> {
+    ) -> Result<Option<Arc<NodeResult>>, NodeResultError> {
         let Some(allocator) = &self.allocator else {
             return Ok(self.nodes.read().get(node).cloned());
         };
@@ -191,8 +225,8 @@ impl PodState {
                 if self.fits_slot(node).is_none() {
                     return Ok(None);
                 }
-                let obj = node_obj().ok_or_else(|| {
-                    format!("node {node} passed Filter but is not in the scheduling snapshot")
+                let obj = node_obj().ok_or_else(|| NodeResultError::NotInSnapshot {
+                    node: node.to_string(),
                 })?;
                 (obj, None)
             }
@@ -203,13 +237,16 @@ impl PodState {
         }
         let mut allocations = allocator
             .allocate_claims(&node_obj, &list, Deadline::none())
-            .map_err(|e| format!("allocating on node {node} after the device summary said it fits: {e}"))?;
+            .map_err(|source| NodeResultError::Allocate {
+                node: node.to_string(),
+                source,
+            })?;
         if allocations.len() != list.len() {
-            return Err(format!(
-                "allocating on node {node} after the device summary said it fits: {} of {} claims allocated",
-                allocations.len(),
-                list.len()
-            ));
+            return Err(NodeResultError::Incomplete {
+                node: node.to_string(),
+                allocated: allocations.len(),
+                wanted: list.len(),
+            });
         }
         let extended = match &extended {
             Some(v) => allocations.pop().map(|a| (v.clone(), a)),

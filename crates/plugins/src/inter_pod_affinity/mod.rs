@@ -43,7 +43,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, EnqueueExtensions, EventObject, EventResource, Plugin,
-    QueueingHint,
+    QueueingHint, QueueingHintError,
 };
 
 use crate::{
@@ -197,13 +197,12 @@ impl InterPodAffinity {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_pod_objects(old, new)?;
         if new.is_some_and(|p| !is_assigned(p)) || old.is_some_and(|p| !is_assigned(p)) {
             return Ok(QueueingHint::Skip);
         }
-        // A queueing hint's error is the framework's text.
-        let (affinity, anti) = Self::required_terms(pod).map_err(|e| e.to_string())?;
+        let (affinity, anti) = Self::required_terms(pod).map_err(QueueingHintError::plugin)?;
         let mut resolver = NsResolver::new(self.namespaces.as_deref());
         let r = &mut resolver;
         let all = |terms: &[Term], p: &Pod, r: &mut NsResolver<'_>| {
@@ -251,10 +250,9 @@ impl InterPodAffinity {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_nodes(old, new)?;
-        // A queueing hint's error is the framework's text.
-        let (affinity, anti) = Self::required_terms(pod).map_err(|e| e.to_string())?;
+        let (affinity, anti) = Self::required_terms(pod).map_err(QueueingHintError::plugin)?;
         let new_labels = labels_of(&new.metadata);
         let Some(old) = old else {
             // A new node: it helps affinity only with a term's topology key; it has no pods, so it

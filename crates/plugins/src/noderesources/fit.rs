@@ -26,7 +26,7 @@ use k8s_openapi::api::{
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, EnqueueExtensions, EventObject,
     EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    QueueingHint, ScorePlugin, Status, score_each,
+    QueueingHint, QueueingHintError, ScorePlugin, Status, score_each,
 };
 use unisched_resource::{Resource, is_extended_resource_name, pod_resources};
 
@@ -353,7 +353,7 @@ impl NodeResourcesFit {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
         let (original, modified) = event_pods(old, new)?;
         let Some(modified) = modified else {
             // Deleted: only a pod that held (or was about to hold) resources frees any.
@@ -425,12 +425,15 @@ impl NodeResourcesFit {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
-        let class = |o: Option<&EventObject>| -> Result<Option<Arc<DeviceClass>>, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
+        let class = |o: Option<&EventObject>| -> Result<Option<Arc<DeviceClass>>, QueueingHintError> {
             match o {
                 None => Ok(None),
                 Some(EventObject::DeviceClass(c)) => Ok(Some(c.clone())),
-                Some(other) => Err(format!("expected a DeviceClass, got {}", object_kind(other))),
+                Some(other) => Err(QueueingHintError::UnexpectedKind {
+                    expected: "DeviceClass",
+                    got: object_kind(other),
+                }),
             }
         };
         let (old, new) = (class(old)?, class(new)?);

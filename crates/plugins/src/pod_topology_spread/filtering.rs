@@ -9,7 +9,7 @@ use unisched_framework::{
 };
 
 use super::{
-    ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, PodTopologySpread,
+    ConstraintsError, ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, PodTopologySpread,
     common::{Constraint, DO_NOT_SCHEDULE, count_matching, node_has_all_keys},
 };
 use crate::{label_selector::labels_of, selector::RequiredNodeAffinity};
@@ -85,6 +85,18 @@ impl PreFilterState {
     }
 }
 
+/// Why PreFilter could not compute the pod's spreading state.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FilteringError {
+    /// The pod's hard constraints (or the defaults applied to it) do not parse.
+    #[error("get constraints from pod: {source}")]
+    Constraints {
+        /// The unparsable constraint.
+        #[source]
+        source: ConstraintsError,
+    },
+}
+
 fn read_state(state: &CycleState) -> Result<&PreFilterState, Status> {
     state
         .read::<PreFilterState>(PRE_FILTER_KEY)
@@ -96,10 +108,10 @@ impl PodTopologySpread {
         &self,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
-    ) -> Result<Option<PreFilterState>, String> {
+    ) -> Result<Option<PreFilterState>, FilteringError> {
         let constraints = self
             .constraints(&pod.pod, DO_NOT_SCHEDULE)
-            .map_err(|e| format!("get constraints from pod: {e}"))?;
+            .map_err(|source| FilteringError::Constraints { source })?;
         if constraints.is_empty() {
             return Ok(None);
         }

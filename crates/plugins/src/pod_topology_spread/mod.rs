@@ -38,14 +38,14 @@ mod tests;
 use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
 use serde::{Deserialize, Serialize};
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, EnqueueExtensions, EventObject, EventResource, Plugin,
-    QueueingHint,
+    ActionType, ClusterEvent, ClusterEventWithHint, EnqueueExtensions, EventObject, EventResource, EventSide,
+    Plugin, QueueingHint, QueueingHintError,
 };
 
 use crate::{
     helper::{
-        PluginArgs, PluginArgsError, aggregate, event_pod_objects, invalid, object_kind, pod_key,
-        qualified_name_errors, quote,
+        PluginArgs, PluginArgsError, aggregate, event_pod_objects, invalid, pod_key, qualified_name_errors,
+        quote, unexpected_object,
     },
     label_selector::{LabelSelectorError, labels_of},
     names::POD_TOPOLOGY_SPREAD,
@@ -272,18 +272,15 @@ impl Plugin for PodTopologySpread {
 fn event_nodes_any<'a>(
     old: Option<&'a EventObject>,
     new: Option<&'a EventObject>,
-) -> Result<(Option<&'a Node>, Option<&'a Node>), String> {
-    let conv = |o: Option<&'a EventObject>, which: &str| match o {
+) -> Result<(Option<&'a Node>, Option<&'a Node>), QueueingHintError> {
+    let conv = |o: Option<&'a EventObject>, side: EventSide| match o {
         None => Ok(None),
         Some(EventObject::Node(n)) => Ok(Some(&**n)),
-        Some(other) => Err(format!(
-            "expected a Node as the {which} object, got {}",
-            object_kind(other)
-        )),
+        Some(other) => Err(unexpected_object("Node", side, other)),
     };
-    let (old, new) = (conv(old, "old")?, conv(new, "new")?);
+    let (old, new) = (conv(old, EventSide::Old)?, conv(new, EventSide::New)?);
     if old.is_none() && new.is_none() {
-        return Err("a node event without a node".to_string());
+        return Err(QueueingHintError::EmptyEvent { kind: "node" });
     }
     Ok((old, new))
 }
@@ -306,7 +303,7 @@ impl PodTopologySpread {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_pod_objects(old, new)?;
         let target = pod_key(pod);
         // Only the rejected pod itself, or assigned pods in its namespace, change its counts.
@@ -315,10 +312,9 @@ impl PodTopologySpread {
         if new.is_some_and(|p| !involved(p)) || old.is_some_and(|p| !involved(p)) {
             return Ok(QueueingHint::Skip);
         }
-        // A queueing hint's error is the framework's text.
         let constraints = self
             .constraints(pod, DO_NOT_SCHEDULE)
-            .map_err(|e| e.to_string())?;
+            .map_err(QueueingHintError::plugin)?;
         let hint = |b: bool| {
             if b {
                 QueueingHint::Queue
@@ -360,12 +356,11 @@ impl PodTopologySpread {
         pod: &Pod,
         old: Option<&EventObject>,
         new: Option<&EventObject>,
-    ) -> Result<QueueingHint, String> {
+    ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_nodes_any(old, new)?;
-        // A queueing hint's error is the framework's text.
         let constraints = self
             .constraints(pod, DO_NOT_SCHEDULE)
-            .map_err(|e| e.to_string())?;
+            .map_err(QueueingHintError::plugin)?;
         let has_keys = |n: &Node| node_has_all_keys(labels_of(&n.metadata), &constraints);
         let hint = |b: bool| {
             if b {

@@ -37,8 +37,8 @@ use serde_json::json;
 use unisched_cache::VolumeCache;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
-    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    QueueingHint, ReservePlugin, Status,
+    EventResource, EventSide, FilterPlugin, NodeInfo, Plugin, PodInfo, PreBindPlugin, PreFilterPlugin,
+    PreFilterResult, QueueingHint, QueueingHintError, ReservePlugin, Status,
 };
 use unisched_resource::Quantity;
 
@@ -318,7 +318,7 @@ impl VolumeBinding {
     }
 
     fn prepare(&self, volumes: &VolumeCache, pod: &Pod) -> Result<PodVolumes, Status> {
-        let claims = resolve_claims(volumes, pod).map_err(Status::unresolvable)?;
+        let claims = resolve_claims(volumes, pod).map_err(|e| Status::unresolvable(e.to_string()))?;
         let mut bound = Vec::new();
         let mut delayed = Vec::new();
         let mut immediate = false;
@@ -804,9 +804,12 @@ fn pv_hint(
     volumes: Option<&VolumeCache>,
     pod: &Pod,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let Some(EventObject::PersistentVolume(pv)) = new else {
-        return Err("expected a PersistentVolume as the new object".to_string());
+        return Err(QueueingHintError::NotObject {
+            expected: "PersistentVolume",
+            side: EventSide::New,
+        });
     };
     let Some(volumes) = volumes else {
         return Ok(QueueingHint::Queue);
@@ -839,9 +842,12 @@ fn class_hint(
     pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
-) -> Result<QueueingHint, String> {
+) -> Result<QueueingHint, QueueingHintError> {
     let Some(EventObject::StorageClass(class)) = new else {
-        return Err("expected a StorageClass as the new object".to_string());
+        return Err(QueueingHintError::NotObject {
+            expected: "StorageClass",
+            side: EventSide::New,
+        });
     };
     if let Some(EventObject::StorageClass(o)) = old
         && o.provisioner == class.provisioner

@@ -83,9 +83,31 @@ pub(crate) fn pod_namespace(pod: &Pod) -> &str {
         .unwrap_or("default")
 }
 
-/// The API server's NotFound text for a claim.
-pub(crate) fn claim_not_found(name: &str) -> String {
-    format!("persistentvolumeclaim {name:?} not found")
+/// Why a pod's claims could not be resolved through the cache, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimLookupError {
+    /// The claim does not exist (the API server's NotFound text).
+    #[error("persistentvolumeclaim {name:?} not found")]
+    NotFound {
+        /// The claim's name.
+        name: String,
+    },
+    /// A generic ephemeral volume's claim the ephemeral volume controller has not created yet.
+    #[error("waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}")]
+    EphemeralPending {
+        /// The claim's name (`<pod>-<volume>`).
+        name: String,
+    },
+    /// A claim with an ephemeral volume's name that another owner created.
+    #[error("PVC {namespace}/{name} was not created for pod {namespace}/{pod} (pod is not owner)")]
+    NotOwner {
+        /// The pod's (and claim's) namespace.
+        namespace: String,
+        /// The claim's name.
+        name: String,
+        /// The pod's name.
+        pod: String,
+    },
 }
 
 /// The claim's storage class: `spec.storageClassName`, else the beta annotation, else `""`.
@@ -128,7 +150,7 @@ pub(crate) fn pv_node_affinity_matches(pv: &PersistentVolume, node: &Node) -> bo
 pub(crate) fn resolve_claims(
     volumes: &VolumeCache,
     pod: &Pod,
-) -> Result<Vec<(String, std::sync::Arc<PersistentVolumeClaim>)>, String> {
+) -> Result<Vec<(String, std::sync::Arc<PersistentVolumeClaim>)>, ClaimLookupError> {
     let ns = pod_namespace(pod);
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let mut out: Vec<(String, std::sync::Arc<PersistentVolumeClaim>)> = Vec::new();
@@ -150,17 +172,17 @@ pub(crate) fn resolve_claims(
         }
         let Some(pvc) = volumes.pvc(ns, &name) else {
             return Err(if ephemeral {
-                format!(
-                    "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
-                )
+                ClaimLookupError::EphemeralPending { name }
             } else {
-                claim_not_found(&name)
+                ClaimLookupError::NotFound { name }
             });
         };
         if ephemeral && !owned_by(&pvc, pod) {
-            return Err(format!(
-                "PVC {ns}/{name} was not created for pod {ns}/{pod_name} (pod is not owner)"
-            ));
+            return Err(ClaimLookupError::NotOwner {
+                namespace: ns.to_string(),
+                name,
+                pod: pod_name.to_string(),
+            });
         }
         out.push((name, pvc));
     }
@@ -181,17 +203,17 @@ pub(crate) fn claim_event_hint(
     pod: &Pod,
     old: Option<&unisched_framework::EventObject>,
     new: Option<&unisched_framework::EventObject>,
-) -> Result<unisched_framework::QueueingHint, String> {
-    use unisched_framework::{EventObject, QueueingHint};
+) -> Result<unisched_framework::QueueingHint, unisched_framework::QueueingHintError> {
+    use unisched_framework::{EventObject, QueueingHint, QueueingHintError};
     let pvc = match new.or(old) {
         Some(EventObject::PersistentVolumeClaim(c)) => c,
         Some(other) => {
-            return Err(format!(
-                "expected a PersistentVolumeClaim, got {}",
-                crate::helper::object_kind(other)
-            ));
+            return Err(QueueingHintError::UnexpectedKind {
+                expected: "PersistentVolumeClaim",
+                got: crate::helper::object_kind(other),
+            });
         }
-        None => return Err("a claim event without a claim".to_string()),
+        None => return Err(QueueingHintError::EmptyEvent { kind: "claim" }),
     };
     let same_ns = pvc.metadata.namespace.as_deref().unwrap_or("default") == pod_namespace(pod);
     let name = pvc.metadata.name.as_deref().unwrap_or_default();
@@ -244,13 +266,13 @@ mod hint_tests {
         );
         let cache = VolumeCache::new();
         assert_eq!(
-            resolve_claims(&cache, &pod).unwrap_err(),
+            resolve_claims(&cache, &pod).unwrap_err().to_string(),
             "waiting for ephemeral volume controller to create the persistentvolumeclaim \"p-scratch\""
         );
         let mut foreign = PvcBuilder::new("p-scratch", "x", "1Gi").build();
         cache.apply_pvc(Arc::new(foreign.clone()));
         assert_eq!(
-            resolve_claims(&cache, &pod).unwrap_err(),
+            resolve_claims(&cache, &pod).unwrap_err().to_string(),
             "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
         );
         foreign.metadata.owner_references = Some(vec![OwnerReference {

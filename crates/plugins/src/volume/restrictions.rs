@@ -145,7 +145,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         {
             let claims = match resolve_claims(cache, &pod.pod) {
                 Ok(c) => c,
-                Err(e) => return (None, Status::unresolvable(e)),
+                Err(e) => return (None, Status::unresolvable(e.to_string())),
             };
             s.rwop_claims = claims
                 .into_iter()

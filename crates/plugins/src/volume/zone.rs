@@ -122,7 +122,7 @@ impl PreFilterPlugin for VolumeZone {
         };
         let claims = match resolve_claims(cache, &pod.pod) {
             Ok(c) => c,
-            Err(e) => return (None, Status::unresolvable(e)),
+            Err(e) => return (None, Status::unresolvable(e.to_string())),
         };
         let mut topologies = Vec::new();
         for (_, pvc) in claims {

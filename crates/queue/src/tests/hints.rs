@@ -69,7 +69,7 @@ fn rejected(q: &crate::SchedulingQueue, name: &str, unschedulable: &[&str], pend
 
 #[test]
 fn hints_decide_skip_or_queue() {
-    let hint_error = ClusterEventWithHint::with_hint(SLICE_ADD, |_, _, _| Err("boom".to_string()));
+    let hint_error = ClusterEventWithHint::with_hint(SLICE_ADD, |_, _, _| Err("boom".into()));
     let plugins = vec![
         fake("NodeFit", vec![node_hint(well_known::NODE_ADD)]),
         fake("Other", vec![ev(CLAIM_ADD)]),

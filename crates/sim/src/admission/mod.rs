@@ -39,7 +39,7 @@ pub use pods::check_pod_ports;
 pub use slices::check_resource_slice;
 
 use crate::error::Cause;
-use crate::util::{check_dns_label, check_dns_subdomain};
+use crate::util::{NameError, check_dns_label, check_dns_subdomain};
 
 /// At most this many requests per claim (and constraints, and config entries).
 pub const DEVICE_REQUESTS_MAX: usize = 32;
@@ -166,11 +166,11 @@ fn declarative_duplicates(
 /// The message our name checks give a name with a bad last character: upstream's pattern
 /// message, which it also gives an empty name where no "required" check comes first (ours say
 /// "must be non-empty" there).
-fn pattern_message(check: fn(&str) -> Result<(), String>, value: &str, message: String) -> String {
+fn pattern_message(check: fn(&str) -> Result<(), NameError>, value: &str, error: NameError) -> NameError {
     if value.is_empty() {
-        check("-").err().unwrap_or(message)
+        check("-").err().unwrap_or(error)
     } else {
-        message
+        error
     }
 }
 
@@ -223,7 +223,7 @@ fn check_pool_name(causes: &mut Vec<Cause>, field: &str, pool: &str, declarative
             let msg = if declarative {
                 format!("segment {i}: {msg}")
             } else {
-                msg
+                msg.to_string()
             };
             push(causes, field, format!("Invalid value: {part:?}: {msg}"));
         }

@@ -278,12 +278,13 @@ fn create_claim(
     entry_name: &str,
     template: &str,
     seed: u64,
-) -> Result<ObjectRef, String> {
+) -> Result<ObjectRef, ClaimCreationError> {
     let ns = pod.namespace();
-    // Upstream reads templates through a lister, whose NotFound names the singular resource.
     let tpl = store
         .try_get("resourceclaimtemplates", Some(ns), template)
-        .ok_or_else(|| format!("resource claim template {template:?}: resourceclaimtemplate.resource.k8s.io {template:?} not found"))?;
+        .ok_or_else(|| ClaimCreationError::TemplateNotFound {
+            template: template.to_string(),
+        })?;
     let tmeta = get_path(tpl.value(), &["spec", "metadata"])
         .cloned()
         .unwrap_or(json!({}));
@@ -328,12 +329,47 @@ fn create_claim(
         match store.create("resourceclaims", Some(ns), claim.clone()) {
             Ok(c) => return Ok(c),
             Err(crate::StoreError::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(format!("create ResourceClaim {generate}: {e}")),
+            Err(source) => {
+                return Err(ClaimCreationError::Create {
+                    generate_name: generate,
+                    source,
+                });
+            }
         }
     }
-    Err(format!(
-        "create ResourceClaim {generate}: no free name after {MAX_NAME_ATTEMPTS} attempts"
-    ))
+    Err(ClaimCreationError::NoFreeName {
+        generate_name: generate,
+    })
+}
+
+/// Why a claim could not be created from a pod's template (recorded as a Warning event on the
+/// pod, in upstream's wording).
+#[derive(Debug, thiserror::Error)]
+enum ClaimCreationError {
+    /// The template does not exist. Upstream reads templates through a lister, whose NotFound
+    /// names the singular resource.
+    #[error(
+        "resource claim template {template:?}: resourceclaimtemplate.resource.k8s.io {template:?} not found"
+    )]
+    TemplateNotFound {
+        /// The template's name.
+        template: String,
+    },
+    /// The store refused the claim.
+    #[error("create ResourceClaim {generate_name}: {source}")]
+    Create {
+        /// The claim's name prefix.
+        generate_name: String,
+        /// The store's error.
+        #[source]
+        source: crate::StoreError,
+    },
+    /// Every generated name tried was taken.
+    #[error("create ResourceClaim {generate_name}: no free name after {MAX_NAME_ATTEMPTS} attempts")]
+    NoFreeName {
+        /// The claim's name prefix.
+        generate_name: String,
+    },
 }
 
 /// How many suffixes [`create_claim`] tries before giving up.
