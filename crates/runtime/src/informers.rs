@@ -24,6 +24,30 @@ use unisched_queue::SchedulingQueue;
 
 use crate::lean::Lean;
 
+/// What a watch can carry: an API object the watcher decodes and the handlers share across
+/// tasks (the bounds every watched kind needs, written once).
+pub trait WatchedObject:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> WatchedObject for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Applies watch events for one kind.
 pub trait Handler: Send + Sync + 'static {
     /// The object type.
@@ -275,13 +299,7 @@ pub async fn run_watch<H, K>(
     on_synced: impl Fn() + Send + 'static,
 ) where
     H: Handler<Obj = K>,
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: WatchedObject,
 {
     let api = Api::<Lean<K>>::all(client);
     let mut stream = watcher(api, config).default_backoff().boxed();

@@ -25,7 +25,7 @@ use unisched_queue::SchedulingQueue;
 use crate::{
     dra::DraHandler,
     http::Health,
-    informers::{self, Handler, NodeHandler, PodHandler},
+    informers::{self, Handler, NodeHandler, PodHandler, WatchedObject},
     namespaces::{NamespaceHandler, NamespaceStore},
     preemption::{PdbHandler, PdbStore},
     volume::VolumeHandler,
@@ -231,13 +231,7 @@ impl Runner {
     fn spawn<H, K>(self, handler: H) -> JoinHandle<()>
     where
         H: Handler<Obj = K>,
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: WatchedObject,
     {
         self.spawn_shared(Arc::new(handler))
     }
@@ -245,13 +239,7 @@ impl Runner {
     fn spawn_shared<H, K>(self, handler: Arc<H>) -> JoinHandle<()>
     where
         H: Handler<Obj = K>,
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: WatchedObject,
     {
         let Runner {
             client,
