@@ -37,16 +37,5 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     unisched_logging::init(cli.verbosity, &cli.logging_format);
     // No async runtime here: every run starts the runtimes it needs.
-    match bench::bench(cli.bench, cli.verbosity) {
-        Ok(code) => std::process::ExitCode::from(code),
-        Err(e) => {
-            // In JSON mode stderr must stay one object per line.
-            if unisched_logging::json_enabled() {
-                tracing::error!(error = format!("{e:#}"), "exiting");
-            } else {
-                eprintln!("error: {e:#}");
-            }
-            std::process::ExitCode::from(1)
-        }
-    }
+    unisched_logging::exit_code(bench::bench(cli.bench, cli.verbosity))
 }

@@ -79,18 +79,7 @@ fn main() -> std::process::ExitCode {
             .map_err(anyhow::Error::from),
     };
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
-    match result {
-        Ok(code) => std::process::ExitCode::from(code),
-        Err(e) => {
-            // In JSON mode stderr must stay one object per line.
-            if unisched_logging::json_enabled() {
-                tracing::error!(error = format!("{e:#}"), "exiting");
-            } else {
-                eprintln!("error: {e:#}");
-            }
-            std::process::ExitCode::from(1)
-        }
-    }
+    unisched_logging::exit_code(result)
 }
 
 #[cfg(test)]

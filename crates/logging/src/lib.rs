@@ -53,6 +53,23 @@ pub fn json_enabled() -> bool {
     JSON.load(Ordering::Relaxed)
 }
 
+/// The process's exit code for a command's result, printing the error first: `error: …` with
+/// its whole chain (`{:#}`) on stderr, or one JSON record in JSON mode, where stderr must stay
+/// one object per line. Both binaries end this way.
+pub fn exit_code<E: std::fmt::Display>(result: Result<u8, E>) -> std::process::ExitCode {
+    match result {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            if json_enabled() {
+                tracing::error!(error = format!("{e:#}"), "exiting");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
 /// The default filter for a klog verbosity.
 pub fn default_filter(verbosity: u8) -> &'static str {
     match verbosity {
