@@ -184,7 +184,8 @@ impl SchedulingAlgorithm {
                 fit.diagnosis.detail.extend(extra);
             }
             let mut nomination = None;
-            if fwk.has_post_filter_plugins() {
+            // A pod-group member does not preempt on its own: the group may not fit as a whole.
+            if fwk.has_post_filter_plugins() && state.pod_group.is_none() {
                 let (result, status) =
                     fwk.run_post_filter(state, pod, &fit.diagnosis.node_to_status, nominator);
                 if status.code() == Code::Error {
@@ -243,10 +244,24 @@ impl SchedulingAlgorithm {
             return Ok((Vec::new(), diagnosis, 0));
         }
 
-        if let Some(node) = Self::nominated_node_fits(fwk, state, pod, snapshot, nominator)? {
+        let placement = state.pod_group.as_ref().and_then(|g| g.placement.clone());
+        if let Some(node) = Self::nominated_node_fits(fwk, state, pod, snapshot, nominator)?
+            && placement.as_ref().is_none_or(|p| p.contains(node.name()))
+        {
             return Ok((vec![node], diagnosis, 1));
         }
-        let candidates = pre_filter_candidates(fwk, all, pre_result, &mut diagnosis);
+        let mut candidates = pre_filter_candidates(fwk, all, pre_result, &mut diagnosis);
+        if let Some(placement) = &placement {
+            // A pod-group placement narrows the nodes as upstream's placement snapshot does:
+            // the others are not considered at all.
+            candidates = Cow::Owned(
+                candidates
+                    .iter()
+                    .filter(|n| placement.contains(n.name()))
+                    .cloned()
+                    .collect(),
+            );
+        }
         let n = candidates.len();
         if n == 0 {
             return Ok((Vec::new(), diagnosis, 0));

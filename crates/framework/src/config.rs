@@ -177,11 +177,16 @@ pub struct Plugins {
     pub pre_bind: PluginSet,
     pub bind: PluginSet,
     pub post_bind: PluginSet,
+    pub placement_generate: PluginSet,
+    pub placement_score: PluginSet,
+    pub pod_group_post_filter: PluginSet,
     pub multi_point: PluginSet,
 }
 
-/// The extension points, in order, with their configuration names.
-pub const EXTENSION_POINTS: [&str; 12] = [
+/// The extension points, in order, with their configuration names. The last three are the
+/// pod-group cycle's (a group's candidate placements, their scores, and what to do when the
+/// whole group does not fit).
+pub const EXTENSION_POINTS: [&str; 15] = [
     "preEnqueue",
     "queueSort",
     "preFilter",
@@ -194,6 +199,9 @@ pub const EXTENSION_POINTS: [&str; 12] = [
     "preBind",
     "bind",
     "postBind",
+    "placementGenerate",
+    "placementScore",
+    "podGroupPostFilter",
 ];
 
 impl Plugins {
@@ -212,6 +220,9 @@ impl Plugins {
             "preBind" => &self.pre_bind,
             "bind" => &self.bind,
             "postBind" => &self.post_bind,
+            "placementGenerate" => &self.placement_generate,
+            "placementScore" => &self.placement_score,
+            "podGroupPostFilter" => &self.pod_group_post_filter,
             "multiPoint" => &self.multi_point,
             _ => return None,
         })
@@ -574,6 +585,11 @@ pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", 0),
+    // Added by the workload gates (GenericWorkload; TopologyAwareWorkloadScheduling for the
+    // last two): the registry leaves them out of the default profile when their gate is off.
+    ("GangScheduling", 0),
+    ("TopologyPlacementGenerator", 0),
+    ("PodGroupPodsCount", 1),
 ];
 
 /// Merges a default plugin set with a user set, as upstream: user-disabled defaults are dropped

@@ -7,7 +7,13 @@
 //! is cheap; a plugin whose data is changed by `AddPod`/`RemovePod` stores it behind `StateData::clone_data`
 //! so that the clone is deep where it has to be.
 
-use std::{any::Any, borrow::Cow, collections::HashSet, fmt, sync::Arc};
+use std::{
+    any::Any,
+    borrow::Cow,
+    collections::{BTreeSet, HashSet},
+    fmt,
+    sync::Arc,
+};
 
 use crate::Snapshot;
 
@@ -47,6 +53,17 @@ pub struct CycleState {
     pub pods_to_activate: Vec<String>,
     /// Whether per-plugin duration metrics are recorded for this attempt (a sample, as upstream).
     pub record_plugin_metrics: bool,
+    /// Set when the attempt is one member's of a pod-group cycle: PostFilter does not run (a
+    /// member must not preempt for a group that may not fit as a whole), and Filter considers
+    /// only the placement's nodes when there is one.
+    pub pod_group: Option<PodGroupAttempt>,
+}
+
+/// What a pod-group cycle tells one member's attempt.
+#[derive(Clone, Debug, Default)]
+pub struct PodGroupAttempt {
+    /// The nodes the member may go to (`None`: any).
+    pub placement: Option<Arc<BTreeSet<String>>>,
 }
 
 impl fmt::Debug for CycleState {
@@ -171,6 +188,7 @@ impl CycleState {
             skip_score_plugins: self.skip_score_plugins.clone(),
             pods_to_activate: self.pods_to_activate.clone(),
             record_plugin_metrics: self.record_plugin_metrics,
+            pod_group: self.pod_group.clone(),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::{error::Error, fmt, sync::Arc};
 use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
+    scheduling::v1beta1::PodGroup,
     storage::v1::{CSINode, StorageClass},
 };
 
@@ -40,6 +41,8 @@ pub enum EventResource {
     StorageClass,
     /// storage.k8s.io CSINode.
     CsiNode,
+    /// scheduling.k8s.io PodGroup.
+    PodGroup,
     /// Every resource.
     Wildcard,
 }
@@ -59,6 +62,7 @@ impl EventResource {
             EventResource::PersistentVolumeClaim => "PersistentVolumeClaim",
             EventResource::StorageClass => "storage.k8s.io/StorageClass",
             EventResource::CsiNode => "storage.k8s.io/CSINode",
+            EventResource::PodGroup => "scheduling.k8s.io/PodGroup",
             EventResource::Wildcard => "*",
         }
     }
@@ -199,6 +203,8 @@ pub enum EventObject {
     StorageClass(Arc<StorageClass>),
     /// A CSINode.
     CsiNode(Arc<CSINode>),
+    /// A PodGroup.
+    PodGroup(Arc<PodGroup>),
     /// Something the hint does not need to inspect.
     Other,
 }

@@ -17,6 +17,7 @@ mod node_veto;
 mod permit;
 mod plugin;
 mod plugin_clock;
+mod pod_group;
 mod pod_info;
 mod profile;
 mod rng;
@@ -28,7 +29,7 @@ mod status;
 pub mod config;
 
 pub use algorithm::{NoNominations, PodNominator, ScheduleError, ScheduleResult, SchedulingAlgorithm};
-pub use cycle_state::{CycleState, StateData, StateError};
+pub use cycle_state::{CycleState, PodGroupAttempt, StateData, StateError};
 pub use diagnosis::{
     DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, DiagnosisDetailSource, FitError, NodeToStatus,
 };
@@ -50,6 +51,11 @@ pub use plugin::{
     ReservePlugin, ScorePlugin, StatusFuture, score_each,
 };
 pub use plugin_clock::calibrate_plugin_clock;
+pub use pod_group::{
+    GroupPolicy, MemberCounts, MemberDecision, Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin,
+    PlacementProgress, PlacementScorePlugin, PodGroupAssignments, PodGroupCycleInput, PodGroupCycleResult,
+    PodGroupInfo, PodGroupKey, PodGroupStore, run_pod_group_cycle,
+};
 pub use pod_info::{HostPort, PodInfo, QueuedPodInfo, shrink_vec};
 pub use profile::{
     BindInFlight, DurationRecorder, FilterChain, Framework, FrameworkError, FrameworkObserver,

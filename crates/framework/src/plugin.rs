@@ -12,7 +12,10 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use crate::{ClusterEventWithHint, CycleState, NodeInfo, NodeToStatus, PodInfo, QueuedPodInfo, Status};
+use crate::{
+    ClusterEventWithHint, CycleState, NodeInfo, NodeToStatus, PlacementFeasiblePlugin,
+    PlacementGeneratePlugin, PlacementScorePlugin, PodInfo, QueuedPodInfo, Status,
+};
 
 /// Highest score a Score plugin may return after normalisation.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -48,6 +51,9 @@ pub trait Plugin: Send + Sync + 'static {
         as_post_bind => PostBindPlugin,
         as_enqueue_extensions => EnqueueExtensions,
         as_assumed_pod => AssumedPodPlugin,
+        as_placement_generate => PlacementGeneratePlugin,
+        as_placement_score => PlacementScorePlugin,
+        as_placement_feasible => PlacementFeasiblePlugin,
     }
 }
 
@@ -78,6 +84,9 @@ macro_rules! serves {
     (@one as_post_bind) => { fn as_post_bind(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PostBindPlugin>> { Some(self) } };
     (@one as_assumed_pod) => { fn as_assumed_pod(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::AssumedPodPlugin>> { Some(self) } };
     (@one as_enqueue_extensions) => { fn as_enqueue_extensions(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::EnqueueExtensions>> { Some(self) } };
+    (@one as_placement_generate) => { fn as_placement_generate(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementGeneratePlugin>> { Some(self) } };
+    (@one as_placement_score) => { fn as_placement_score(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementScorePlugin>> { Some(self) } };
+    (@one as_placement_feasible) => { fn as_placement_feasible(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementFeasiblePlugin>> { Some(self) } };
 }
 
 /// Decides whether a pod may enter the active queue at all (scheduling gates, missing claims).

@@ -9,8 +9,9 @@
 use std::{collections::BTreeSet, error::Error, sync::Arc, time::Instant};
 
 use crate::{
-    BindInFlight, Code, CycleState, FitError, Framework, PodInfo, PodNominator, PreBindInFlight,
-    ScheduleError, ScheduleResult, SchedulingAlgorithm, Snapshot, Status, diagnosis::truncate_message,
+    BindInFlight, Code, CycleState, FitError, Framework, PodGroupAttempt, PodInfo, PodNominator,
+    PreBindInFlight, ScheduleError, ScheduleResult, SchedulingAlgorithm, Snapshot, Status,
+    diagnosis::truncate_message,
 };
 
 /// What the scheduling cycle needs from the cache.
@@ -125,6 +126,36 @@ impl SchedulingFailure {
         }
     }
 
+    /// A member of a pod group that failed as a whole: the group's verdict is the message
+    /// (upstream's wording, not a node count). No plugin of the member's own rejected it, so
+    /// any cluster event may help it, unless the status is an unresolvable one named after a
+    /// plugin (the group is missing), whose events then wake it.
+    pub fn from_pod_group(pod: Arc<PodInfo>, status: Status) -> Self {
+        let rejected = status.is_rejected();
+        let mut unschedulable_plugins = BTreeSet::new();
+        if status.code() == Code::UnschedulableAndUnresolvable
+            && let Some(p) = status.plugin()
+        {
+            unschedulable_plugins.insert(p.to_string());
+        }
+        let message = truncate_message(&status.message());
+        SchedulingFailure {
+            pod,
+            reason: if rejected {
+                reasons::UNSCHEDULABLE
+            } else {
+                reasons::SCHEDULER_ERROR
+            },
+            message,
+            status,
+            fit_error: None,
+            unschedulable_plugins,
+            pending_plugins: BTreeSet::new(),
+            nominated_node: None,
+            released_assumed: false,
+        }
+    }
+
     fn from_fit(pod: Arc<PodInfo>, fit: Box<FitError>, nominated: Option<String>) -> Self {
         let message = truncate_message(&fit.to_string());
         SchedulingFailure {
@@ -178,6 +209,20 @@ pub fn run_scheduling_cycle(
     pod: Arc<PodInfo>,
     record_plugin_metrics: bool,
 ) -> CycleOutcome {
+    run_member_cycle(fwk, algo, cache, nominator, pod, record_plugin_metrics, None)
+}
+
+/// The scheduling cycle of one pod, alone (`pod_group` is `None`) or as one member of a
+/// pod-group cycle, which then owns what this cycle assumed.
+pub(crate) fn run_member_cycle(
+    fwk: &Framework,
+    algo: &mut SchedulingAlgorithm,
+    cache: &dyn SchedulerCache,
+    nominator: &dyn PodNominator,
+    pod: Arc<PodInfo>,
+    record_plugin_metrics: bool,
+    pod_group: Option<PodGroupAttempt>,
+) -> CycleOutcome {
     let started = Instant::now();
     if pod.is_terminating() {
         return CycleOutcome::Skipped("skip schedule deleting pod");
@@ -196,6 +241,7 @@ pub fn run_scheduling_cycle(
     let snapshot = cache.update_snapshot();
     let mut state = CycleState::with_snapshot(snapshot);
     state.record_plugin_metrics = record_plugin_metrics;
+    state.pod_group = pod_group;
     let result = match algo.schedule_pod(fwk, &mut state, &pod, nominator) {
         Ok(r) => r,
         Err(ScheduleError::Fit(fit, nomination)) => {

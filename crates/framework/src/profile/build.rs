@@ -29,6 +29,11 @@ use crate::{
 pub trait PluginRegistry {
     /// True when a plugin of that name can be built.
     fn contains(&self, name: &str) -> bool;
+    /// True when the plugin belongs in the default profile (upstream adds some only when their
+    /// feature gate is on); by default, every plugin the registry can build.
+    fn in_default_profile(&self, name: &str) -> bool {
+        self.contains(name)
+    }
     /// Builds the plugin with its `pluginConfig` args (`Null` when none were given).
     fn build(&self, name: &str, args: &serde_json::Value) -> Result<Arc<dyn Plugin>, PluginBuildError>;
 }
@@ -184,6 +189,13 @@ impl Framework {
             return Err(FrameworkError::NoBind(name));
         }
         let filter: Vec<_> = take("filter").filter_map(|(p, _)| p.as_filter()).collect();
+        // The gang's quorum check is not a configured point: any plugin in use that judges
+        // placements does (as upstream).
+        let placement_feasible = built
+            .iter()
+            .filter(|(n, _)| used.contains(*n))
+            .filter_map(|(_, p)| p.clone().as_placement_feasible())
+            .collect();
         Ok(Framework {
             profile_name: name,
             percentage_of_nodes_to_score,
@@ -209,6 +221,13 @@ impl Framework {
             pre_bind: take("preBind").filter_map(|(p, _)| p.as_pre_bind()).collect(),
             bind,
             post_bind: take("postBind").filter_map(|(p, _)| p.as_post_bind()).collect(),
+            placement_generate: take("placementGenerate")
+                .filter_map(|(p, _)| p.as_placement_generate())
+                .collect(),
+            placement_score: take("placementScore")
+                .filter_map(|(p, w)| p.as_placement_score().map(|p| (p, w)))
+                .collect(),
+            placement_feasible,
             assumed_pod,
             events,
             plugins: built,
@@ -341,7 +360,7 @@ fn resolve_point(
 fn default_multi_point(registry: &dyn PluginRegistry) -> Vec<PluginRef> {
     DEFAULT_MULTI_POINT
         .iter()
-        .filter(|(n, _)| registry.contains(n))
+        .filter(|(n, _)| registry.in_default_profile(n))
         .map(|(n, w)| PluginRef {
             name: (*n).to_string(),
             weight: (*w > 0).then_some(*w),
@@ -365,6 +384,10 @@ fn probe(point: &str) -> Probe {
         "permit" => |p| p.clone().as_permit().is_some(),
         "preBind" => |p| p.clone().as_pre_bind().is_some(),
         "bind" => |p| p.clone().as_bind().is_some(),
+        "placementGenerate" => |p| p.clone().as_placement_generate().is_some(),
+        "placementScore" => |p| p.clone().as_placement_score().is_some(),
+        // No plugin of unisched's acts when a whole group does not fit (group preemption).
+        "podGroupPostFilter" => |_| false,
         _ => |p| p.clone().as_post_bind().is_some(),
     }
 }

@@ -18,9 +18,9 @@ pub use run::{BindInFlight, FilterChain, NodePluginScores, PreBindInFlight, Scor
 pub use timing::{DurationRecorder, FrameworkObserver, PluginTiming, TimingBatch};
 
 use crate::{
-    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin,
-    PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
-    ReservePlugin, permit::WaitingPods,
+    AssumedPodPlugin, BindPlugin, ClusterEventWithHint, FilterPlugin, PermitPlugin, PlacementFeasiblePlugin,
+    PlacementGeneratePlugin, PlacementScorePlugin, Plugin, PostBindPlugin, PostFilterPlugin, PreBindPlugin,
+    PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, ReservePlugin, permit::WaitingPods,
 };
 
 /// One profile's plugins per extension point.
@@ -43,6 +43,9 @@ pub struct Framework {
     pre_bind: Vec<Arc<dyn PreBindPlugin>>,
     bind: Vec<Arc<dyn BindPlugin>>,
     post_bind: Vec<Arc<dyn PostBindPlugin>>,
+    placement_generate: Vec<Arc<dyn PlacementGeneratePlugin>>,
+    placement_score: Vec<(Arc<dyn PlacementScorePlugin>, i64)>,
+    placement_feasible: Vec<Arc<dyn PlacementFeasiblePlugin>>,
     assumed_pod: Vec<Arc<dyn AssumedPodPlugin>>,
     events: Vec<(String, Vec<ClusterEventWithHint>)>,
     waiting_pods: WaitingPods,
@@ -128,6 +131,18 @@ impl Framework {
         m.insert("preBind", names(&self.pre_bind));
         m.insert("bind", names(&self.bind));
         m.insert("postBind", names(&self.post_bind));
+        if !self.placement_generate.is_empty() {
+            m.insert("placementGenerate", names(&self.placement_generate));
+        }
+        if !self.placement_score.is_empty() {
+            m.insert(
+                "placementScore",
+                self.placement_score
+                    .iter()
+                    .map(|(p, w)| format!("{}={w}", p.name()))
+                    .collect(),
+            );
+        }
         m
     }
 

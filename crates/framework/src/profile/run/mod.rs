@@ -15,6 +15,7 @@
 mod binding;
 mod filter;
 mod in_flight;
+mod placement;
 mod post_filter;
 mod queueing;
 mod score;

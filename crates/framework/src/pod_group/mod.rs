@@ -1,0 +1,29 @@
+//! Pod groups: the scheduling.k8s.io PodGroups whose pods are decided together.
+//!
+//! A pod joins a group through `spec.schedulingGroup.podGroupName`. The group's policy says what
+//! "placed" means for it: `gang` (all or nothing: at least `minCount` of its pods, or none) or
+//! `basic` (each pod placed if it fits, all in one cycle). A group may also ask for one topology
+//! domain (`schedulingConstraints.topology`): then each domain is a candidate *placement*, every
+//! placement is tried, and the best one is kept.
+//!
+//! The pieces, one per concern:
+//! - [`group`]: the group as the scheduler reads it (key, policy, topology key, priority);
+//! - [`store`]: the groups the watches saw and which pods belong to each, shared by the watch
+//!   handlers (writers), the queue and the plugins (readers);
+//! - [`placement`]: the three placement extension points (`placementGenerate`, `placementScore`
+//!   and the feasibility check gangs plug into);
+//! - [`cycle`]: the pod-group scheduling cycle itself, which places the members one by one on
+//!   tentative reservations and takes them all back when the group as a whole fails.
+
+mod cycle;
+mod group;
+mod placement;
+mod store;
+
+pub use cycle::{MemberDecision, PodGroupCycleInput, PodGroupCycleResult, run_pod_group_cycle};
+pub use group::{GroupPolicy, PodGroupInfo, PodGroupKey};
+pub use placement::{
+    Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress, PlacementScorePlugin,
+    PodGroupAssignments,
+};
+pub use store::{MemberCounts, PodGroupStore};

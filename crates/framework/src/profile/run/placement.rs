@@ -1,0 +1,105 @@
+//! The pod-group cycle's points: placementGenerate, the placement feasibility check, and
+//! placementScore.
+
+use crate::{
+    Code, Framework, Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, Snapshot, Status,
+};
+
+impl Framework {
+    /// True when the profile has placementGenerate plugins.
+    pub fn has_placement_generate_plugins(&self) -> bool {
+        !self.placement_generate.is_empty()
+    }
+
+    /// placementGenerate: each plugin in turn refines every placement the previous ones made
+    /// (starting from `parent`). A plugin's failure stops the point, named after the plugin.
+    pub fn run_placement_generate(
+        &self,
+        group: &PodGroupInfo,
+        snapshot: &Snapshot,
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
+        let mut placements = vec![parent.clone()];
+        for plugin in &self.placement_generate {
+            let mut next = Vec::new();
+            for placement in &placements {
+                match plugin.generate_placements(group, snapshot, placement) {
+                    Ok(generated) => next.extend(generated),
+                    Err(s) => {
+                        return Err(Status::error(format!(
+                            "running PlacementGenerate plugin {:?}: {}",
+                            plugin.name(),
+                            s.message()
+                        ))
+                        .with_plugin(plugin.name()));
+                    }
+                }
+            }
+            placements = next;
+        }
+        Ok(placements)
+    }
+
+    /// The feasibility check: the first verdict that is not Success decides (a Wait from one
+    /// plugin and an Unschedulable from a later one is Unschedulable: the attempt cannot
+    /// succeed); an error becomes the point's error.
+    pub fn run_placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status {
+        let mut verdict = Status::success();
+        for plugin in &self.placement_feasible {
+            let s = plugin.placement_feasible(group, progress);
+            match s.code() {
+                Code::Success => {}
+                Code::Wait => {
+                    if verdict.is_success() {
+                        verdict = s.with_plugin(plugin.name());
+                    }
+                }
+                Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                    return s.with_plugin(plugin.name());
+                }
+                _ => {
+                    return Status::error(format!(
+                        "running PlacementFeasible plugin {:?}: {}",
+                        plugin.name(),
+                        s.message()
+                    ));
+                }
+            }
+        }
+        verdict
+    }
+
+    /// placementScore: every plugin scores every placement, normalises its scores, and the
+    /// weighted sums are returned in the order of `assignments`.
+    pub fn run_placement_score(
+        &self,
+        group: &PodGroupInfo,
+        assignments: &[PodGroupAssignments],
+    ) -> Result<Vec<i64>, Status> {
+        let mut totals = vec![0i64; assignments.len()];
+        for (plugin, weight) in &self.placement_score {
+            let mut scores = Vec::with_capacity(assignments.len());
+            for a in assignments {
+                scores.push(plugin.score_placement(group, a).map_err(|s| {
+                    Status::error(format!(
+                        "running PlacementScore plugin {:?}: {}",
+                        plugin.name(),
+                        s.message()
+                    ))
+                })?);
+            }
+            let s = plugin.normalize_placement_scores(group, &mut scores);
+            if !s.is_success() {
+                return Err(Status::error(format!(
+                    "running NormalizePlacementScore plugin {:?}: {}",
+                    plugin.name(),
+                    s.message()
+                )));
+            }
+            for (t, s) in totals.iter_mut().zip(scores) {
+                *t = t.saturating_add(s.saturating_mul(*weight));
+            }
+        }
+        Ok(totals)
+    }
+}
