@@ -281,6 +281,12 @@ impl State {
     /// Ends the pod's in-flight period and drops the events nobody in flight can need any more.
     fn finish_in_flight(&mut self, uid: &str) -> Option<InFlight> {
         let f = self.in_flight.remove(uid)?;
+        self.drop_events_nobody_needs();
+        Some(f)
+    }
+
+    /// Drops the recorded events older than every pod in flight.
+    fn drop_events_nobody_needs(&mut self) {
         let oldest = self.in_flight.values().map(|f| f.seq).min();
         while self
             .events
@@ -289,7 +295,6 @@ impl State {
         {
             self.events.pop_front();
         }
-        Some(f)
     }
 }
 
@@ -977,29 +982,83 @@ impl SchedulingQueue {
                 }
                 None => return None,
             };
-            let uid = qpi.pod_info.uid.clone();
-            if st.in_flight.contains_key(&uid) {
+            if st.in_flight.contains_key(&qpi.pod_info.uid) {
                 tracing::error!(pod = %qpi.pod_info.key(), "the same pod is tracked in multiple places; discarding the queued copy");
                 continue;
             }
-            qpi.attempts += 1;
-            self.count_rejectors(&qpi, -1);
-            qpi.unschedulable_plugins.clear();
-            qpi.pending_plugins.clear();
-            qpi.gating_plugin = None;
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            st.in_flight.insert(
-                uid,
-                InFlight {
-                    seq,
-                    pod: qpi.pod_info.clone(),
-                    deleted: false,
-                },
-            );
+            self.start_flight(st, &mut qpi);
             st.cycle += 1;
             return Some(qpi);
         }
+    }
+
+    /// A popped pod's attempt begins: counted, its rejectors cleared, in flight.
+    fn start_flight(&self, st: &mut State, qpi: &mut QueuedPodInfo) {
+        qpi.attempts += 1;
+        self.count_rejectors(qpi, -1);
+        qpi.unschedulable_plugins.clear();
+        qpi.pending_plugins.clear();
+        qpi.gating_plugin = None;
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.in_flight.insert(
+            qpi.pod_info.uid.clone(),
+            InFlight {
+                seq,
+                pod: qpi.pod_info.clone(),
+                deleted: false,
+            },
+        );
+    }
+
+    /// Forgets the events recorded so far for these in-flight pods: a pod-group cycle that took
+    /// its members' tentative reservations back caused those events itself (devices and CPU
+    /// released), and replaying them would requeue the group at once, forever. Events that
+    /// arrive from now until the requeue still count.
+    pub fn forget_events_so_far<'a>(&self, uids: impl IntoIterator<Item = &'a str>) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        for uid in uids {
+            let seq = st.next_seq;
+            if let Some(f) = st.in_flight.get_mut(uid) {
+                f.seq = seq;
+                st.next_seq += 1;
+            }
+        }
+        st.drop_events_nobody_needs();
+    }
+
+    /// Takes the other members of a popped pod's group out of the queue, wherever they wait
+    /// (activeQ, backoff, or the unschedulable pool; not when gated by a PreEnqueue plugin), so
+    /// that the group is decided in one cycle. They are in flight, as a popped pod is, until
+    /// [`Self::done`] or a requeue. Uids the queue does not hold there are skipped.
+    pub fn take_group_members<'a>(&self, uids: impl IntoIterator<Item = &'a str>) -> Vec<QueuedPodInfo> {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let mut taken = Vec::new();
+        for uid in uids {
+            let queued = st
+                .active
+                .remove(uid, &*self.active_less())
+                .or_else(|| st.backoff.remove(uid, &*self.backoff_less()))
+                .or_else(|| st.error_backoff.remove(uid, &*self.error_less()))
+                .or_else(|| {
+                    let pooled_ungated = st
+                        .unschedulable
+                        .get(uid)
+                        .is_some_and(|q| q.gating_plugin.is_none());
+                    if pooled_ungated {
+                        st.unsched_take(uid)
+                    } else {
+                        None
+                    }
+                });
+            if let Some(mut qpi) = queued {
+                self.start_flight(st, &mut qpi);
+                taken.push(qpi);
+            }
+        }
+        taken
     }
 
     /// Pops the next pod, waiting up to `timeout` (real time) for one. `None` on timeout or when the
