@@ -332,6 +332,7 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
         EventObject::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
         EventObject::StorageClass(_) => "StorageClass",
         EventObject::CsiNode(_) => "CSINode",
+        EventObject::PodGroup(_) => "PodGroup",
         EventObject::Other => "another object",
     }
 }

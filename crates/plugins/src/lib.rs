@@ -51,6 +51,7 @@ mod selector;
 mod taint_toleration;
 mod toleration;
 pub mod volume;
+mod workload;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -88,6 +89,7 @@ pub use volume::{
     NodeVolumeLimits, VolumeApi, VolumeApiError, VolumeBinding, VolumeBindingArgs, VolumeRestrictions,
     VolumeZone,
 };
+pub use workload::{GangScheduling, PodGroupPodsCount, TopologyPlacementGenerator};
 
 /// The plugins' rejection reasons, as upstream prints them (`Insufficient <resource>` is built per
 /// resource).
@@ -154,6 +156,12 @@ pub mod names {
     pub const VOLUME_BINDING: &str = "VolumeBinding";
     /// `VolumeZone`.
     pub const VOLUME_ZONE: &str = "VolumeZone";
+    /// `GangScheduling`.
+    pub const GANG_SCHEDULING: &str = "GangScheduling";
+    /// `TopologyPlacementGenerator`.
+    pub const TOPOLOGY_PLACEMENT_GENERATOR: &str = "TopologyPlacementGenerator";
+    /// `PodGroupPodsCount`.
+    pub const POD_GROUP_PODS_COUNT: &str = "PodGroupPodsCount";
     /// `DeviceResources` (unisched; not in the default profile).
     pub const DEVICE_RESOURCES: &str = crate::dynamic_resources::DEVICE_RESOURCES;
 }

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use k8s_openapi::api::core::v1::Pod;
 use unisched_cache::{DraCache, VolumeCache};
 use unisched_framework::{
-    Plugin, PluginRegistry,
+    Plugin, PluginRegistry, PodGroupStore,
     config::{ConfigError, KubeSchedulerConfiguration},
 };
 
@@ -31,6 +31,7 @@ use crate::{
 };
 use crate::{DefaultPreemption, DefaultPreemptionArgs, PdbLister, Preemptor};
 use crate::{DeviceResources, DeviceResourcesArgs};
+use crate::{GangScheduling, PodGroupPodsCount, TopologyPlacementGenerator};
 use crate::{
     ImageLocality, InterPodAffinity, InterPodAffinityArgs, NamespaceLister, PodTopologySpread,
     PodTopologySpreadArgs,
@@ -63,6 +64,11 @@ pub struct PluginContext {
     pub preemptor: Option<Arc<dyn Preemptor>>,
     /// PodDisruptionBudgets for DefaultPreemption; `None`: no budget is considered.
     pub pdbs: Option<Arc<dyn PdbLister>>,
+    /// The PodGroups and their members (GenericWorkload); `None`: pods are scheduled one by one
+    /// and the workload plugins are not in the default profile.
+    pub pod_groups: Option<Arc<PodGroupStore>>,
+    /// Whether the default profile places groups by topology (TopologyAwareWorkloadScheduling).
+    pub topology_aware_workloads: bool,
 }
 
 impl std::fmt::Debug for PluginContext {
@@ -75,6 +81,7 @@ impl std::fmt::Debug for PluginContext {
             .field("volumes", &self.volumes.is_some())
             .field("preemptor", &self.preemptor.is_some())
             .field("pdbs", &self.pdbs.is_some())
+            .field("pod_groups", &self.pod_groups.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -92,7 +99,18 @@ impl PluginContext {
             volume_api: None,
             preemptor: None,
             pdbs: None,
+            pod_groups: None,
+            topology_aware_workloads: false,
         }
+    }
+
+    /// Schedules pod groups from `groups` (GenericWorkload), by topology when
+    /// `topology_aware` (TopologyAwareWorkloadScheduling).
+    #[must_use]
+    pub fn with_pod_groups(mut self, groups: Arc<PodGroupStore>, topology_aware: bool) -> Self {
+        self.pod_groups = Some(groups);
+        self.topology_aware_workloads = topology_aware;
+        self
     }
 
     /// Sets DefaultPreemption's eviction executor and PodDisruptionBudget lister.
@@ -326,6 +344,27 @@ impl Registry {
                 }),
             ),
             (
+                names::GANG_SCHEDULING,
+                Arc::new(|args, ctx| {
+                    no_args(names::GANG_SCHEDULING, args)?;
+                    Ok(Arc::new(GangScheduling::new(ctx.pod_groups.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::TOPOLOGY_PLACEMENT_GENERATOR,
+                Arc::new(|args, ctx| {
+                    no_args(names::TOPOLOGY_PLACEMENT_GENERATOR, args)?;
+                    Ok(Arc::new(TopologyPlacementGenerator::new(ctx.pod_groups.clone())) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
+                names::POD_GROUP_PODS_COUNT,
+                Arc::new(|args, _ctx| {
+                    no_args(names::POD_GROUP_PODS_COUNT, args)?;
+                    Ok(Arc::new(PodGroupPodsCount) as Arc<dyn Plugin>)
+                }),
+            ),
+            (
                 names::DEFAULT_BINDER,
                 Arc::new(|args, ctx| {
                     no_args(names::DEFAULT_BINDER, args)?;
@@ -404,6 +443,19 @@ impl Binder for ValidationOnlyBinder {
 impl PluginRegistry for Registry {
     fn contains(&self, name: &str) -> bool {
         self.factories.contains_key(name)
+    }
+
+    /// The workload plugins join the default profile only when pod groups are scheduled
+    /// (GenericWorkload on and the API served), the placement ones only with topology-aware
+    /// placement on, as upstream's gates add them.
+    fn in_default_profile(&self, name: &str) -> bool {
+        match name {
+            names::GANG_SCHEDULING => self.context.pod_groups.is_some(),
+            names::TOPOLOGY_PLACEMENT_GENERATOR | names::POD_GROUP_PODS_COUNT => {
+                self.context.pod_groups.is_some() && self.context.topology_aware_workloads
+            }
+            _ => self.contains(name),
+        }
     }
 
     fn build(
@@ -753,7 +805,25 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 20);
+        assert_eq!(in_tree.names().count(), 23);
+        // The workload plugins join the default profile with their gates, as upstream's do.
+        let default_has = |registry: &Registry, plugin: &str| {
+            Framework::new(&KubeSchedulerProfile::default(), registry)
+                .unwrap()
+                .plugin(plugin)
+                .is_some()
+        };
+        assert!(!default_has(&in_tree, names::GANG_SCHEDULING));
+        let groups = Arc::new(unisched_framework::PodGroupStore::new());
+        let gangs_only = Registry::in_tree(
+            PluginContext::new(RecordingBinder::new()).with_pod_groups(groups.clone(), false),
+        );
+        assert!(default_has(&gangs_only, names::GANG_SCHEDULING));
+        assert!(!default_has(&gangs_only, names::TOPOLOGY_PLACEMENT_GENERATOR));
+        let with_topology =
+            Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_pod_groups(groups, true));
+        assert!(default_has(&with_topology, names::TOPOLOGY_PLACEMENT_GENERATOR));
+        assert!(default_has(&with_topology, names::POD_GROUP_PODS_COUNT));
         assert!(matches!(
             Framework::new(
                 &KubeSchedulerProfile::default(),

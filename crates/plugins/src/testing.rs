@@ -318,6 +318,15 @@ impl PodBuilder {
         self
     }
 
+    /// Sets `spec.schedulingGroup.podGroupName`.
+    #[must_use]
+    pub fn pod_group(mut self, name: &str) -> Self {
+        self.spec().scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some(name.to_string()),
+        });
+        self
+    }
+
     /// The pod.
     pub fn build(self) -> Pod {
         self.pod

@@ -1,0 +1,197 @@
+//! `GangScheduling`: all or nothing for pods of a gang PodGroup.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup};
+use unisched_framework::{
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, EnqueueExtensions, EventObject, EventResource,
+    PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupInfo, PodGroupKey, PodGroupStore, PodInfo,
+    PreEnqueuePlugin, QueueingHint, QueueingHintError, Status,
+};
+
+use crate::{helper::event_pod_objects, names::GANG_SCHEDULING};
+
+/// Gates a gang's pods until the quorum exists, and judges pod-group attempts by it.
+#[derive(Clone, Debug, Default)]
+pub struct GangScheduling {
+    groups: Option<Arc<PodGroupStore>>,
+}
+
+impl GangScheduling {
+    /// The plugin over the runtime's groups (`None`: every pod passes).
+    pub fn new(groups: Option<Arc<PodGroupStore>>) -> Self {
+        GangScheduling { groups }
+    }
+}
+
+impl Plugin for GangScheduling {
+    fn name(&self) -> &str {
+        GANG_SCHEDULING
+    }
+    unisched_framework::serves!(as_pre_enqueue, as_enqueue_extensions, as_placement_feasible);
+}
+
+impl PreEnqueuePlugin for GangScheduling {
+    /// A pod of a group waits, `UnschedulableAndUnresolvable`, until its PodGroup exists and,
+    /// for a gang, until `minCount` of the group's pods exist.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let (Some(groups), Some(key)) = (&self.groups, PodGroupKey::of_pod(&pod.pod)) else {
+            return Status::success();
+        };
+        let Some(group) = groups.group(&key) else {
+            return Status::unresolvable(format!(
+                "waiting for pods's pod group {:?} to appear in scheduling queue",
+                key.name
+            ));
+        };
+        if !group.is_gang() {
+            return Status::success();
+        }
+        if groups.counts(&key, &|_| false).all < group.min_count() {
+            return Status::unresolvable(
+                "waiting for minCount pods from a gang to appear in scheduling queue",
+            );
+        }
+        Status::success()
+    }
+}
+
+impl PlacementFeasiblePlugin for GangScheduling {
+    /// Success once `minCount` members are placed; `Wait` while the remaining ones could still
+    /// make it; Unschedulable when they cannot. A basic group's `minCount` is 1.
+    fn placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status {
+        let min = group.min_count();
+        let PlacementProgress { scheduled, remaining } = progress;
+        if remaining + scheduled < min {
+            return Status::unschedulable(format!(
+                "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+            ));
+        }
+        if scheduled < min {
+            return Status::new(
+                Code::Wait,
+                [format!(
+                    "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
+                )],
+            );
+        }
+        Status::success()
+    }
+}
+
+/// The group a pod names, or `None`.
+fn group_of(pod: &Pod) -> Option<PodGroupKey> {
+    PodGroupKey::of_pod(pod)
+}
+
+/// A pod was added (unscheduled or bound): it may complete the waiting pod's gang.
+pub(super) fn pod_added(
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let (_, added) = event_pod_objects(old, new)?;
+    let (Some(mine), Some(added)) = (group_of(pod), added.and_then(group_of)) else {
+        return Ok(QueueingHint::Skip);
+    };
+    Ok(if mine == added {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
+}
+
+fn event_groups<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Result<(Option<&'a PodGroup>, Option<&'a PodGroup>), QueueingHintError> {
+    let read = |o: Option<&'a EventObject>, side| match o {
+        None => Ok(None),
+        Some(EventObject::PodGroup(g)) => Ok(Some(&**g)),
+        Some(other) => Err(QueueingHintError::UnexpectedObject {
+            expected: "PodGroup",
+            side,
+            got: crate::helper::object_kind(other),
+        }),
+    };
+    Ok((
+        read(old, unisched_framework::EventSide::Old)?,
+        read(new, unisched_framework::EventSide::New)?,
+    ))
+}
+
+/// The waiting pod's own PodGroup was created.
+pub(super) fn pod_group_added(
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let (_, added) = event_groups(old, new)?;
+    let Some(added) = added else {
+        return Err(QueueingHintError::MissingObject {
+            expected: "PodGroup",
+            side: unisched_framework::EventSide::New,
+        });
+    };
+    Ok(match group_of(pod) {
+        Some(mine) if mine == PodGroupKey::of_group(added) => QueueingHint::Queue,
+        _ => QueueingHint::Skip,
+    })
+}
+
+/// The waiting pod's gang lowered its `minCount`.
+pub(super) fn pod_group_updated(
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let (Some(old), Some(new)) = event_groups(old, new)? else {
+        return Err(QueueingHintError::EmptyEvent { kind: "pod group" });
+    };
+    match group_of(pod) {
+        Some(mine) if mine == PodGroupKey::of_group(new) => {}
+        _ => return Ok(QueueingHint::Skip),
+    }
+    let (Some(was), Some(now)) = (
+        old.spec.scheduling_policy.gang.as_ref(),
+        new.spec.scheduling_policy.gang.as_ref(),
+    ) else {
+        return Ok(QueueingHint::Skip);
+    };
+    Ok(if now.min_count < was.min_count {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
+}
+
+impl EnqueueExtensions for GangScheduling {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::UnscheduledPod,
+                    ActionType::ADD,
+                    "UnscheduledPodAdd",
+                ),
+                pod_added,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD, "AssignedPodAdd"),
+                pod_added,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::PodGroup, ActionType::ADD, "PodGroupAdd"),
+                pod_group_added,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PodGroup,
+                    ActionType::UPDATE_OTHER,
+                    "PodGroupUpdate",
+                ),
+                pod_group_updated,
+            ),
+        ]
+    }
+}

@@ -1,0 +1,43 @@
+//! `PodGroupPodsCount`: prefers the placement that fits more of the group.
+
+use unisched_framework::{
+    MAX_NODE_SCORE, MIN_NODE_SCORE, PlacementScorePlugin, Plugin, PodGroupAssignments, PodGroupInfo, Status,
+};
+
+use crate::names::POD_GROUP_PODS_COUNT;
+
+/// Scores a placement by the members it holds: placed before this cycle plus proposed in it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PodGroupPodsCount;
+
+impl Plugin for PodGroupPodsCount {
+    fn name(&self) -> &str {
+        POD_GROUP_PODS_COUNT
+    }
+    unisched_framework::serves!(as_placement_score);
+}
+
+impl PlacementScorePlugin for PodGroupPodsCount {
+    fn score_placement(
+        &self,
+        _group: &PodGroupInfo,
+        assignments: &PodGroupAssignments,
+    ) -> Result<i64, Status> {
+        let count = assignments.already_scheduled + assignments.proposed.len();
+        Ok(i64::try_from(count).unwrap_or(i64::MAX))
+    }
+
+    /// Scaled by the largest count, so the best placement scores 100. `minCount` plays no part:
+    /// placements that differ by one pod should differ by little. No placement holding any pod
+    /// is an error (the quorum check lets no such placement through).
+    fn normalize_placement_scores(&self, _group: &PodGroupInfo, scores: &mut [i64]) -> Status {
+        let max = scores.iter().copied().max().unwrap_or(0);
+        if max == 0 {
+            return Status::error("no pods from pod group are assigned to any of the candidate placements");
+        }
+        for s in scores.iter_mut() {
+            *s = MIN_NODE_SCORE + *s * (MAX_NODE_SCORE - MIN_NODE_SCORE) / max;
+        }
+        Status::success()
+    }
+}

@@ -1,0 +1,478 @@
+//! Table tests of the workload plugins, with upstream's cases (gangscheduling,
+//! topologyaware and podgrouppodscount tests of kube-scheduler 1.37.2) as our own tables.
+
+use std::sync::Arc;
+
+use k8s_openapi::{
+    api::scheduling::v1beta1::{
+        BasicSchedulingPolicy, GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints,
+        PodGroupSchedulingPolicy, PodGroupSpec, TopologyConstraint,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use unisched_framework::{
+    Code, EventObject, Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress,
+    PlacementScorePlugin, PodGroupAssignments, PodGroupInfo, PodGroupStore, PreEnqueuePlugin, QueueingHint,
+};
+
+use super::{
+    GangScheduling, PodGroupPodsCount, TopologyPlacementGenerator,
+    gang_scheduling::{pod_added, pod_group_added, pod_group_updated},
+};
+use crate::testing::{NodeBuilder, PodBuilder, snapshot};
+
+fn group(ns: &str, name: &str, gang: Option<i32>, topology: Option<&str>) -> PodGroup {
+    PodGroup {
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: PodGroupSpec {
+            scheduling_policy: PodGroupSchedulingPolicy {
+                gang: gang.map(|min_count| GangSchedulingPolicy { min_count }),
+                basic: gang.is_none().then(BasicSchedulingPolicy::default),
+            },
+            scheduling_constraints: topology.map(|key| PodGroupSchedulingConstraints {
+                topology: Some(vec![TopologyConstraint { key: key.into() }]),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn info(g: PodGroup) -> PodGroupInfo {
+    PodGroupInfo::new(Arc::new(g))
+}
+
+fn member(name: &str, group: &str) -> PodBuilder {
+    PodBuilder::new(name).namespace("ns").uid(name).pod_group(group)
+}
+
+#[test]
+fn pre_enqueue() {
+    struct Case {
+        name: &'static str,
+        group: Option<PodGroup>,
+        other_members: usize,
+        pod_in_group: bool,
+        want: Code,
+        want_message: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "a pod without a scheduling group passes",
+            group: None,
+            other_members: 0,
+            pod_in_group: false,
+            want: Code::Success,
+            want_message: "",
+        },
+        Case {
+            name: "a basic policy pod passes",
+            group: Some(group("ns", "pg", None, None)),
+            other_members: 0,
+            pod_in_group: true,
+            want: Code::Success,
+            want_message: "",
+        },
+        Case {
+            name: "a gang pod waits while its pod group does not exist",
+            group: None,
+            other_members: 5,
+            pod_in_group: true,
+            want: Code::UnschedulableAndUnresolvable,
+            want_message: "waiting for pods's pod group \"pg\" to appear in scheduling queue",
+        },
+        Case {
+            name: "a gang pod waits while the quorum is not met",
+            group: Some(group("ns", "pg", Some(3), None)),
+            other_members: 1,
+            pod_in_group: true,
+            want: Code::UnschedulableAndUnresolvable,
+            want_message: "waiting for minCount pods from a gang to appear in scheduling queue",
+        },
+        Case {
+            name: "a gang pod passes once minCount pods exist",
+            group: Some(group("ns", "pg", Some(3), None)),
+            other_members: 2,
+            pod_in_group: true,
+            want: Code::Success,
+            want_message: "",
+        },
+    ];
+    for c in cases {
+        let store = Arc::new(PodGroupStore::new());
+        if let Some(g) = c.group {
+            store.set_group(Arc::new(g));
+        }
+        for i in 0..c.other_members {
+            store.observe_pod(&member(&format!("other-{i}"), "pg").build());
+        }
+        let pod = if c.pod_in_group {
+            member("p", "pg").build()
+        } else {
+            PodBuilder::new("p").namespace("ns").uid("p").build()
+        };
+        store.observe_pod(&pod);
+        let plugin = GangScheduling::new(Some(store));
+        let s = plugin.pre_enqueue(&unisched_framework::PodInfo::new(pod));
+        assert_eq!(s.code(), c.want, "{}", c.name);
+        assert_eq!(s.message(), c.want_message, "{}", c.name);
+    }
+}
+
+#[test]
+fn without_a_store_every_pod_passes() {
+    let plugin = GangScheduling::new(None);
+    let pod = member("p", "pg").info();
+    assert!(plugin.pre_enqueue(&pod).is_success());
+}
+
+#[test]
+fn placement_feasible() {
+    // (name, minCount, initially scheduled, per-pod outcomes (true: placed), expected verdicts)
+    let cases: [(&str, i32, usize, &[bool], &[Code]); 6] = [
+        (
+            "all pods succeed, minCount met at the end",
+            2,
+            0,
+            &[true, true],
+            &[Code::Wait, Code::Success],
+        ),
+        (
+            "first pod fails, minCount no longer satisfiable",
+            3,
+            0,
+            &[false],
+            &[Code::Unschedulable],
+        ),
+        (
+            "second pod fails, minCount no longer satisfiable",
+            2,
+            0,
+            &[true, false],
+            &[Code::Wait, Code::Unschedulable],
+        ),
+        (
+            "a failure that still leaves enough pods",
+            2,
+            0,
+            &[false, true, true],
+            &[Code::Wait, Code::Wait, Code::Success],
+        ),
+        (
+            "pods scheduled earlier count towards minCount",
+            3,
+            2,
+            &[true],
+            &[Code::Success],
+        ),
+        (
+            "pods beyond minCount keep the group feasible",
+            1,
+            0,
+            &[true, false, true],
+            &[Code::Success, Code::Success, Code::Success],
+        ),
+    ];
+    let plugin = GangScheduling::new(None);
+    for (name, min, initial, outcomes, want) in cases {
+        let g = info(group("ns", "pg", Some(min), None));
+        let mut progress = PlacementProgress {
+            scheduled: initial,
+            remaining: outcomes.len(),
+        };
+        let mut got = Vec::new();
+        for placed in outcomes {
+            progress.remaining -= 1;
+            if *placed {
+                progress.scheduled += 1;
+            }
+            got.push(plugin.placement_feasible(&g, progress).code());
+        }
+        assert_eq!(got, want, "{name}");
+    }
+    let g = info(group("ns", "pg", Some(3), None));
+    let s = plugin.placement_feasible(
+        &g,
+        PlacementProgress {
+            scheduled: 1,
+            remaining: 1,
+        },
+    );
+    assert_eq!(
+        s.message(),
+        "minCount (3) cannot be satisfied: 1 scheduled, 1 remaining"
+    );
+    let basic = info(group("ns", "pg", None, None));
+    let s = plugin.placement_feasible(
+        &basic,
+        PlacementProgress {
+            scheduled: 0,
+            remaining: 2,
+        },
+    );
+    assert_eq!(s.code(), Code::Wait, "a basic group needs one pod");
+}
+
+#[test]
+fn hints() {
+    let waiting = member("w", "pg").build();
+    let same = EventObject::pod(member("n", "pg").build());
+    let other_group = EventObject::pod(member("n", "other").build());
+    let other_ns = EventObject::pod(
+        PodBuilder::new("n")
+            .namespace("ns2")
+            .uid("n")
+            .pod_group("pg")
+            .build(),
+    );
+    let bound = EventObject::pod(member("n", "pg").node_name("node1").build());
+    let cases = [
+        ("a pod of the same group was added", &same, QueueingHint::Queue),
+        (
+            "a bound pod of the same group was added",
+            &bound,
+            QueueingHint::Queue,
+        ),
+        (
+            "a pod of another group was added",
+            &other_group,
+            QueueingHint::Skip,
+        ),
+        (
+            "a pod of a same-named group in another namespace",
+            &other_ns,
+            QueueingHint::Skip,
+        ),
+    ];
+    for (name, added, want) in cases {
+        assert_eq!(pod_added(&waiting, None, Some(added)).unwrap(), want, "{name}");
+    }
+    let no_group = PodBuilder::new("w").namespace("ns").uid("w").build();
+    assert_eq!(
+        pod_added(&no_group, None, Some(&same)).unwrap(),
+        QueueingHint::Skip,
+        "a pod without a group is skipped"
+    );
+
+    let pg =
+        |ns: &str, name: &str, min: Option<i32>| EventObject::PodGroup(Arc::new(group(ns, name, min, None)));
+    assert_eq!(
+        pod_group_added(&waiting, None, Some(&pg("ns", "pg", Some(2)))).unwrap(),
+        QueueingHint::Queue
+    );
+    assert_eq!(
+        pod_group_added(&waiting, None, Some(&pg("ns", "other", Some(2)))).unwrap(),
+        QueueingHint::Skip
+    );
+    assert_eq!(
+        pod_group_added(&waiting, None, Some(&pg("ns2", "pg", Some(2)))).unwrap(),
+        QueueingHint::Skip
+    );
+
+    let updates = [
+        (
+            "minCount decreased",
+            pg("ns", "pg", Some(3)),
+            pg("ns", "pg", Some(2)),
+            QueueingHint::Queue,
+        ),
+        (
+            "basic policy updated",
+            pg("ns", "pg", None),
+            pg("ns", "pg", None),
+            QueueingHint::Skip,
+        ),
+        (
+            "minCount increased",
+            pg("ns", "pg", Some(2)),
+            pg("ns", "pg", Some(3)),
+            QueueingHint::Skip,
+        ),
+        (
+            "minCount unchanged",
+            pg("ns", "pg", Some(2)),
+            pg("ns", "pg", Some(2)),
+            QueueingHint::Skip,
+        ),
+        (
+            "minCount decreased on another group",
+            pg("ns", "other", Some(3)),
+            pg("ns", "other", Some(2)),
+            QueueingHint::Skip,
+        ),
+        (
+            "minCount decreased in another namespace",
+            pg("ns2", "pg", Some(3)),
+            pg("ns2", "pg", Some(2)),
+            QueueingHint::Skip,
+        ),
+    ];
+    for (name, old, new, want) in updates {
+        assert_eq!(
+            pod_group_updated(&waiting, Some(&old), Some(&new)).unwrap(),
+            want,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        pod_group_updated(
+            &no_group,
+            Some(&pg("ns", "pg", Some(3))),
+            Some(&pg("ns", "pg", Some(2)))
+        )
+        .unwrap(),
+        QueueingHint::Skip,
+        "a pod without a scheduling group is skipped"
+    );
+    assert!(
+        pod_group_added(&waiting, None, Some(&same)).is_err(),
+        "a pod where a group belongs"
+    );
+}
+
+#[test]
+fn topology_placements() {
+    let nodes = || {
+        snapshot([
+            NodeBuilder::new("node1").label("rack", "a").info(),
+            NodeBuilder::new("node2").label("rack", "b").info(),
+            NodeBuilder::new("node3").label("rack", "b").info(),
+            NodeBuilder::new("node4").info(),
+        ])
+    };
+    let names = |placements: &[Placement]| -> Vec<(String, Vec<String>)> {
+        placements
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.nodes
+                        .as_ref()
+                        .map(|n| n.iter().cloned().collect())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let store = Arc::new(PodGroupStore::new());
+    let plugin = TopologyPlacementGenerator::new(Some(store.clone()));
+
+    let no_constraint = info(group("ns", "pg", Some(2), None));
+    let parent = Placement::all_nodes();
+    assert_eq!(
+        plugin
+            .generate_placements(&no_constraint, &nodes(), &parent)
+            .unwrap(),
+        vec![parent.clone()],
+        "without a topology constraint the parent placement is returned"
+    );
+
+    let by_rack = info(group("ns", "pg", Some(2), Some("rack")));
+    assert_eq!(
+        names(&plugin.generate_placements(&by_rack, &nodes(), &parent).unwrap()),
+        vec![
+            ("a".to_string(), vec!["node1".to_string()]),
+            ("b".to_string(), vec!["node2".to_string(), "node3".to_string()]),
+        ],
+        "one placement per domain; unlabelled nodes are in none"
+    );
+
+    let narrowed = Placement::of_nodes("parent", ["node1".to_string(), "node2".to_string()]);
+    assert_eq!(
+        names(&plugin.generate_placements(&by_rack, &nodes(), &narrowed).unwrap()),
+        vec![
+            ("a".to_string(), vec!["node1".to_string()]),
+            ("b".to_string(), vec!["node2".to_string()]),
+        ],
+        "only the parent's nodes"
+    );
+
+    store.observe_pod(&member("bound", "pg").node_name("node3").build());
+    assert_eq!(
+        names(&plugin.generate_placements(&by_rack, &nodes(), &parent).unwrap()),
+        vec![("b".to_string(), vec!["node2".to_string(), "node3".to_string()])],
+        "scheduled pods pin the domain"
+    );
+
+    store.observe_pod(&member("bound2", "pg").node_name("node1").build());
+    let err = plugin
+        .generate_placements(&by_rack, &nodes(), &parent)
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("more than 1 domain found for pod group: b, a"),
+        "{}",
+        err.message()
+    );
+
+    let unlabelled = Arc::new(PodGroupStore::new());
+    unlabelled.observe_pod(&member("bound", "pg").node_name("node4").build());
+    let err = TopologyPlacementGenerator::new(Some(unlabelled))
+        .generate_placements(&by_rack, &nodes(), &parent)
+        .unwrap_err();
+    assert!(
+        err.message().contains("no topology domain found"),
+        "{}",
+        err.message()
+    );
+}
+
+#[test]
+fn pods_count_scores_and_normalizes() {
+    let g = info(group("ns", "pg", Some(2), None));
+    let assignments = |already: usize, proposed: usize| PodGroupAssignments {
+        placement: "p".into(),
+        proposed: (0..proposed)
+            .map(|i| (format!("pod{i}"), "node".to_string()))
+            .collect(),
+        already_scheduled: already,
+    };
+    let cases = [
+        ("existing assigned and assumed pods", 3, 2, 5),
+        ("no scheduled pods", 0, 4, 4),
+        ("no proposed pods", 2, 0, 2),
+        ("nothing", 0, 0, 0),
+    ];
+    for (name, already, proposed, want) in cases {
+        assert_eq!(
+            PodGroupPodsCount
+                .score_placement(&g, &assignments(already, proposed))
+                .unwrap(),
+            want,
+            "{name}"
+        );
+    }
+
+    let normalize: [(&str, Vec<i64>, Result<Vec<i64>, &str>); 5] = [
+        ("distinct scores", vec![10, 50, 110], Ok(vec![9, 45, 100])),
+        ("equal scores", vec![50, 50], Ok(vec![100, 100])),
+        ("single score", vec![50], Ok(vec![100])),
+        (
+            "a low score far from a close group",
+            vec![11, 100, 101, 102],
+            Ok(vec![10, 98, 99, 100]),
+        ),
+        (
+            "zero scores",
+            vec![0, 0],
+            Err("no pods from pod group are assigned to any of the candidate placements"),
+        ),
+    ];
+    for (name, mut scores, want) in normalize {
+        let s = PodGroupPodsCount.normalize_placement_scores(&g, &mut scores);
+        match want {
+            Ok(w) => {
+                assert!(s.is_success(), "{name}: {s:?}");
+                assert_eq!(scores, w, "{name}");
+            }
+            Err(m) => {
+                assert_eq!(s.code(), Code::Error, "{name}");
+                assert_eq!(s.message(), m, "{name}");
+            }
+        }
+    }
+}

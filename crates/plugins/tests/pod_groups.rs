@@ -1,0 +1,317 @@
+//! The pod-group cycle with the default profile and the workload plugins, on an in-memory
+//! cache: gangs all or nothing, basic groups pod by pod, topology placements, and the ledger
+//! after every cycle exactly what the placed members hold (nothing of a failed gang left).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::{
+    api::scheduling::v1beta1::{
+        BasicSchedulingPolicy, GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints,
+        PodGroupSchedulingPolicy, PodGroupSpec, TopologyConstraint,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use parking_lot::RwLock;
+use proptest::prelude::*;
+use unisched_framework::{
+    Code, Framework, MemberDecision, NoNominations, NodeInfo, PodGroupCycleInput, PodGroupCycleResult,
+    PodGroupInfo, PodGroupStore, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
+    config::KubeSchedulerProfile, run_pod_group_cycle,
+};
+use unisched_plugins::{
+    PluginContext, Registry,
+    testing::{NodeBuilder, PodBuilder, RecordingBinder},
+};
+
+#[derive(Default)]
+struct MemCache {
+    nodes: RwLock<BTreeMap<String, NodeInfo>>,
+}
+
+impl SchedulerCache for MemCache {
+    fn update_snapshot(&self) -> Arc<Snapshot> {
+        Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
+    }
+    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
+        let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
+        let mut nodes = self.nodes.write();
+        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
+        ni.add_pod(pod);
+        Ok(())
+    }
+    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
+        let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
+        let mut nodes = self.nodes.write();
+        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
+        ni.remove_pod(&pod.uid)
+            .map(|_| ())
+            .ok_or_else(|| format!("pod {} is not assumed", pod.uid).into())
+    }
+    fn is_assumed(&self, uid: &str) -> bool {
+        self.nodes.read().values().any(|n| n.pod(uid).is_some())
+    }
+}
+
+impl MemCache {
+    fn with_nodes(nodes: &[(&str, &str, Option<&str>)]) -> Self {
+        let cache = MemCache::default();
+        for (name, cpu, rack) in nodes {
+            let mut b = NodeBuilder::new(name).alloc("cpu", cpu).alloc("memory", "64Gi");
+            if let Some(r) = rack {
+                b = b.label("rack", r);
+            }
+            cache.nodes.write().insert((*name).to_string(), b.info());
+        }
+        cache
+    }
+
+    /// Pod uid → node of every pod the cache holds.
+    fn placed(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (name, ni) in self.nodes.read().iter() {
+            for p in &ni.pods {
+                out.insert(p.uid.clone(), name.clone());
+            }
+        }
+        out
+    }
+}
+
+fn group(min: Option<i32>, topology: Option<&str>) -> PodGroupInfo {
+    PodGroupInfo::new(Arc::new(PodGroup {
+        metadata: ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some("pg".into()),
+            ..Default::default()
+        },
+        spec: PodGroupSpec {
+            scheduling_policy: PodGroupSchedulingPolicy {
+                gang: min.map(|min_count| GangSchedulingPolicy { min_count }),
+                basic: min.is_none().then(BasicSchedulingPolicy::default),
+            },
+            scheduling_constraints: topology.map(|key| PodGroupSchedulingConstraints {
+                topology: Some(vec![TopologyConstraint { key: key.into() }]),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }))
+}
+
+fn members(cpus: &[&str]) -> Vec<Arc<PodInfo>> {
+    cpus.iter()
+        .enumerate()
+        .map(|(i, cpu)| {
+            PodBuilder::new(&format!("m{i}"))
+                .namespace("ns")
+                .uid(&format!("m{i}"))
+                .pod_group("pg")
+                .req("cpu", cpu)
+                .arc()
+        })
+        .collect()
+}
+
+fn framework(groups: Arc<PodGroupStore>) -> Framework {
+    let registry =
+        Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_pod_groups(groups, true));
+    Framework::new(&KubeSchedulerProfile::default(), &registry).expect("default profile")
+}
+
+fn cycle(cache: &MemCache, group: &PodGroupInfo, pods: Vec<Arc<PodInfo>>) -> PodGroupCycleResult {
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(group.object.clone());
+    for p in &pods {
+        store.observe_pod(&p.pod);
+    }
+    let fwk = framework(store);
+    let mut algo = SchedulingAlgorithm::new(1, None, 7);
+    run_pod_group_cycle(
+        &fwk,
+        &mut algo,
+        cache,
+        &NoNominations,
+        PodGroupCycleInput {
+            group,
+            members: pods,
+            already_scheduled: 0,
+            record_plugin_metrics: false,
+        },
+    )
+}
+
+fn bound(result: &PodGroupCycleResult) -> BTreeMap<String, String> {
+    result
+        .members
+        .iter()
+        .filter_map(|m| match m {
+            MemberDecision::Bind(t) => Some((t.pod.uid.clone(), t.node.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn messages(result: &PodGroupCycleResult) -> Vec<String> {
+    result
+        .members
+        .iter()
+        .filter_map(|m| match m {
+            MemberDecision::Failed(f) => Some(f.message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_gang_that_fits_is_placed_whole() {
+    let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None)]);
+    let result = cycle(&cache, &group(Some(3), None), members(&["2", "2", "2"]));
+    assert!(result.status.is_success(), "{:?}", result.status);
+    assert_eq!(bound(&result).len(), 3);
+    assert_eq!(
+        cache.placed(),
+        bound(&result),
+        "what is bound is exactly what is held"
+    );
+}
+
+#[test]
+fn a_gang_short_of_its_quorum_holds_nothing_and_every_member_says_why() {
+    let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None)]);
+    let result = cycle(&cache, &group(Some(3), None), members(&["3", "3", "3"]));
+    assert_eq!(result.status.code(), Code::Unschedulable);
+    assert_eq!(
+        result.status.message(),
+        "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"
+    );
+    assert!(bound(&result).is_empty());
+    assert!(cache.placed().is_empty(), "the two that fitted were taken back");
+    let m = messages(&result);
+    assert_eq!(m.len(), 3);
+    assert_eq!(
+        m.iter()
+            .filter(|m| *m == "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining")
+            .count(),
+        2,
+        "{m:?}"
+    );
+    assert!(
+        m.iter()
+            .any(|m| m.starts_with("0/2 nodes are available") && m.contains("Insufficient cpu")),
+        "{m:?}"
+    );
+}
+
+#[test]
+fn a_gang_stops_at_the_first_member_that_makes_the_quorum_unreachable() {
+    let cache = MemCache::with_nodes(&[("a", "4", None)]);
+    // minCount 2 of 2: the first member does not fit, so the second is never tried.
+    let result = cycle(&cache, &group(Some(2), None), members(&["8", "1"]));
+    assert_eq!(
+        result.status.message(),
+        "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
+    );
+    let m = messages(&result);
+    assert!(m[0].contains("Insufficient cpu"), "{m:?}");
+    assert_eq!(m[1], "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining");
+    assert!(cache.placed().is_empty());
+}
+
+#[test]
+fn members_beyond_min_count_are_placed_if_they_fit() {
+    let cache = MemCache::with_nodes(&[("a", "4", None)]);
+    let result = cycle(&cache, &group(Some(2), None), members(&["2", "2", "2"]));
+    assert!(result.status.is_success(), "{:?}", result.status);
+    assert_eq!(bound(&result).len(), 2);
+    assert_eq!(
+        messages(&result).len(),
+        1,
+        "the third does not fit, the gang stands"
+    );
+}
+
+#[test]
+fn a_basic_group_places_each_member_that_fits() {
+    let cache = MemCache::with_nodes(&[("a", "8", None), ("b", "8", None)]);
+    let result = cycle(&cache, &group(None, None), members(&["5", "5", "5"]));
+    assert!(result.status.is_success());
+    assert_eq!(bound(&result).len(), 2);
+    assert_eq!(cache.placed(), bound(&result));
+}
+
+#[test]
+fn a_topology_constraint_picks_the_domain_that_holds_the_gang() {
+    let cache = MemCache::with_nodes(&[
+        ("a-1", "4", Some("rack-a")),
+        ("a-2", "4", Some("rack-a")),
+        ("b-1", "8", Some("rack-b")),
+        ("b-2", "8", Some("rack-b")),
+    ]);
+    let result = cycle(
+        &cache,
+        &group(Some(4), Some("rack")),
+        members(&["3", "3", "3", "3"]),
+    );
+    assert!(result.status.is_success(), "{:?}", result.status);
+    assert_eq!(result.placement.as_deref(), Some("rack-b"));
+    let nodes = bound(&result);
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.values().all(|n| n.starts_with("b-")), "{nodes:?}");
+    assert_eq!(cache.placed(), nodes, "only the chosen placement is held");
+}
+
+#[test]
+fn the_placement_holding_more_of_a_basic_group_wins() {
+    let cache = MemCache::with_nodes(&[("a-1", "4", Some("rack-a")), ("b-1", "8", Some("rack-b"))]);
+    let result = cycle(&cache, &group(None, Some("rack")), members(&["3", "3", "3"]));
+    assert_eq!(
+        result.placement.as_deref(),
+        Some("rack-b"),
+        "two of three beat one of three"
+    );
+    assert_eq!(bound(&result).len(), 2);
+}
+
+#[test]
+fn no_domain_holds_the_gang() {
+    let cache = MemCache::with_nodes(&[("a-1", "4", Some("rack-a")), ("b-1", "4", Some("rack-b"))]);
+    let result = cycle(&cache, &group(Some(2), Some("rack")), members(&["3", "3"]));
+    assert_eq!(
+        result.status.message(),
+        "0/2 placements are available, first placement status: pod group is unschedulable"
+    );
+    assert!(cache.placed().is_empty());
+}
+
+proptest! {
+    /// Whatever the sizes, a gang cycle leaves the cache holding exactly the members it binds,
+    /// and a failed gang leaves it as it was.
+    #[test]
+    fn the_cache_holds_exactly_what_a_gang_cycle_binds(
+        cpus in proptest::collection::vec(1u32..6, 1..6),
+        min in 1i32..6,
+        node_cpus in proptest::collection::vec(2u32..9, 1..4),
+    ) {
+        let nodes: Vec<(String, String)> =
+            node_cpus.iter().enumerate().map(|(i, c)| (format!("n{i}"), c.to_string())).collect();
+        let spec: Vec<(&str, &str, Option<&str>)> =
+            nodes.iter().map(|(n, c)| (n.as_str(), c.as_str(), None)).collect();
+        let cache = MemCache::with_nodes(&spec);
+        let sizes: Vec<String> = cpus.iter().map(u32::to_string).collect();
+        let refs: Vec<&str> = sizes.iter().map(String::as_str).collect();
+        let result = cycle(&cache, &group(Some(min), None), members(&refs));
+        let b = bound(&result);
+        prop_assert_eq!(cache.placed(), b.clone());
+        if result.status.is_success() {
+            prop_assert!(b.len() >= usize::try_from(min).unwrap().min(cpus.len()));
+        } else {
+            prop_assert!(b.is_empty());
+        }
+        for ((_, node_cpu), ni) in nodes.iter().zip(cache.nodes.read().values()) {
+            let (requested, _) = ni.recomputed_requested();
+            let alloc = node_cpu.parse::<i64>().unwrap_or(0) * 1000;
+            prop_assert!(requested.milli_cpu <= alloc, "a node holds more than it has");
+        }
+    }
+}
