@@ -87,7 +87,7 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("DRAWorkloadResourceClaims", Implemented::Only(false)),
     ("DynamicResourceAllocation", Implemented::Only(true)),
     ("CompositePodGroup", Implemented::Only(false)),
-    ("GenericWorkload", Implemented::Only(false)),
+    ("GenericWorkload", Implemented::Both),
     ("InPlacePodLevelResourcesVerticalScaling", Implemented::Only(true)),
     ("InPlacePodVerticalScaling", Implemented::Only(true)),
     (
@@ -106,17 +106,29 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("SchedulerPopFromBackoffQ", Implemented::Only(true)),
     ("StorageCapacityScoring", Implemented::Only(false)),
     ("TaintTolerationComparisonOperators", Implemented::Only(false)),
-    ("TopologyAwareWorkloadScheduling", Implemented::Only(false)),
+    ("TopologyAwareWorkloadScheduling", Implemented::Both),
     ("VolumeAttributesClass", Implemented::Only(true)),
     ("VolumeLimitScaling", Implemented::Only(false)),
 ];
 
 /// Gates whose default in unisched differs from upstream's on purpose, and why.
-pub const UNISCHED_DEFAULTS: &[(&str, bool, &str)] = &[(
-    "DRANodeAllocatableResources",
-    true,
-    "one ledger for node resources and devices (KEP-5517) is what unisched is for",
-)];
+pub const UNISCHED_DEFAULTS: &[(&str, bool, &str)] = &[
+    (
+        "DRANodeAllocatableResources",
+        true,
+        "one ledger for node resources and devices (KEP-5517) is what unisched is for",
+    ),
+    (
+        "GenericWorkload",
+        true,
+        "gangs (all-or-nothing PodGroups) are what GPU training on DRA needs first",
+    ),
+    (
+        "TopologyAwareWorkloadScheduling",
+        true,
+        "a gang placed in one rack or zone is how multi-node training is run",
+    ),
+];
 
 /// The two gates that set every unset gate of a stage.
 const ALL_ALPHA: &str = "AllAlpha";
@@ -247,6 +259,7 @@ impl FeatureGates {
                 }
             }
         }
+        gates.follow_dependencies_of_own_defaults(&touched);
         if errors.is_empty() {
             errors.extend(gates.dependency_errors());
         }
@@ -258,6 +271,24 @@ impl FeatureGates {
             0 => Ok(gates),
             1 => Err(errors.remove(0)),
             _ => Err(FeatureGateError::Several(errors)),
+        }
+    }
+
+    /// A gate on only by unisched's default follows its dependencies down: turning
+    /// GenericWorkload off must not make the untouched TopologyAwareWorkloadScheduling an
+    /// error. A gate the flag set keeps upstream's dependency check.
+    fn follow_dependencies_of_own_defaults(&mut self, touched: &[&str]) {
+        for (name, value, _) in UNISCHED_DEFAULTS {
+            if !*value || touched.contains(name) {
+                continue;
+            }
+            let deps = known::DEPENDENCIES
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(&[][..], |(_, d)| *d);
+            if deps.iter().any(|d| !self.enabled(d)) {
+                self.enabled.insert(name, false);
+            }
         }
     }
 

@@ -15,10 +15,12 @@ fn the_empty_flag_gives_upstream_defaults_except_unisched_deviations() {
     // Upstream defaults at 1.37: a GA locked gate, a beta-on gate, an alpha-off gate.
     assert!(gates.enabled("DynamicResourceAllocation"));
     assert!(gates.enabled("PodLevelResources"));
-    assert!(!gates.enabled("TopologyAwareWorkloadScheduling"));
-    assert!(!gates.enabled("GenericWorkload"));
-    // unisched's one deliberate difference.
+    assert!(!gates.enabled("CompositePodGroup"));
+    // unisched's deliberate differences: KEP-5517 and the workload gates.
     assert!(gates.enabled("DRANodeAllocatableResources"));
+    assert!(gates.enabled("TopologyAwareWorkloadScheduling"));
+    assert!(gates.enabled("GenericWorkload"));
+    assert_eq!(known_gate("GenericWorkload").map(|g| g.default), Some(false));
     assert_eq!(
         known_gate("DRANodeAllocatableResources").map(|g| g.default),
         Some(false)
@@ -119,8 +121,8 @@ fn go_boolean_spellings_are_accepted() {
 #[test]
 fn scheduler_gates_unisched_does_not_implement_are_refused_by_name() {
     assert_eq!(
-        err("GenericWorkload=true"),
-        "feature gate GenericWorkload=true is not supported by unisched, which always runs GenericWorkload=false"
+        err("CompositePodGroup=true,GenericWorkload=true,TopologyAwareWorkloadScheduling=true"),
+        "feature gate CompositePodGroup=true is not supported by unisched, which always runs CompositePodGroup=false"
     );
     assert_eq!(
         err("DRANodeAllocatableResources=false"),
@@ -128,25 +130,44 @@ fn scheduler_gates_unisched_does_not_implement_are_refused_by_name() {
          DRANodeAllocatableResources=true"
     );
     // Setting a scheduler gate to the value unisched runs is fine.
-    let gates = FeatureGates::parse("PodLevelResources=true,GenericWorkload=false").unwrap();
+    let gates = FeatureGates::parse("PodLevelResources=true,CompositePodGroup=false").unwrap();
     assert!(gates.enabled("PodLevelResources"));
+}
+
+#[test]
+fn the_workload_gates_switch_and_own_defaults_follow_their_dependencies() {
+    let off = FeatureGates::parse("GenericWorkload=false").unwrap();
+    assert!(!off.enabled("GenericWorkload"));
+    assert!(
+        !off.enabled("TopologyAwareWorkloadScheduling"),
+        "an untouched unisched default follows its dependency down"
+    );
+    let tas_off = FeatureGates::parse("TopologyAwareWorkloadScheduling=false").unwrap();
+    assert!(tas_off.enabled("GenericWorkload"));
+    assert!(!tas_off.enabled("TopologyAwareWorkloadScheduling"));
+    assert!(
+        err("GenericWorkload=false,TopologyAwareWorkloadScheduling=true")
+            .contains("TopologyAwareWorkloadScheduling"),
+        "a gate set by the flag keeps upstream's dependency check"
+    );
 }
 
 #[test]
 fn all_alpha_sets_every_unset_alpha_gate_and_explicit_names_win() {
     // AllAlpha=true alone turns on alpha gates whose beta dependencies stay off, as upstream.
-    let e = err("AllAlpha=true");
+    let e = err("AllAlpha=true,GenericWorkload=false");
     assert!(
         e.contains(
             "TopologyAwareWorkloadScheduling is enabled, but depends on features that are disabled: [GenericWorkload]"
         ),
         "{e}"
     );
-    // With AllBeta=true too, the alpha scheduler gates unisched does not implement are refused.
+    // With the dependencies on, the alpha scheduler gates unisched does not implement are refused.
     let e = err("AllAlpha=true,AllBeta=true");
+    assert!(e.contains("CompositePodGroup=true is not supported"), "{e}");
     assert!(
-        e.contains("TopologyAwareWorkloadScheduling=true is not supported"),
-        "{e}"
+        !e.contains("TopologyAwareWorkloadScheduling=true is not supported"),
+        "unisched implements both values: {e}"
     );
     // AllBeta=false turns beta gates off, including ones unisched runs on: refused too.
     let e = err("AllBeta=false");
@@ -195,5 +216,7 @@ fn stage_labels_are_upstreams() {
     assert_eq!(labels, ["ALPHA", "BETA", "", "DEPRECATED"]);
     let gates = FeatureGates::default();
     let (_, stage, on) = gates.all().find(|(n, ..)| *n == "GenericWorkload").unwrap();
-    assert_eq!((stage, on), (Stage::Beta, false));
+    assert_eq!((stage, on), (Stage::Beta, true), "a beta gate unisched turns on");
+    let (_, stage, on) = gates.all().find(|(n, ..)| *n == "CompositePodGroup").unwrap();
+    assert_eq!((stage, on), (Stage::Alpha, false));
 }
