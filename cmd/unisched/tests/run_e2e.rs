@@ -265,8 +265,8 @@ fn feature_gates_are_checked_at_startup_and_reported() {
             "invalid value of PodLevelResources=maybe",
         ),
         (
-            "GenericWorkload=true",
-            "feature gate GenericWorkload=true is not supported by unisched, which always runs GenericWorkload=false",
+            "CompositePodGroup=true",
+            "feature gate CompositePodGroup=true is not supported by unisched, which always runs CompositePodGroup=false",
         ),
     ];
     for (flag, want) in cases {
@@ -319,7 +319,8 @@ fn feature_gates_are_checked_at_startup_and_reported() {
     for line in [
         r#"kubernetes_feature_enabled{name="APIResponseCompression",stage="BETA"} 0"#,
         r#"kubernetes_feature_enabled{name="PodLevelResources",stage="BETA"} 1"#,
-        r#"kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 0"#,
+        r#"kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 1"#,
+        r#"kubernetes_feature_enabled{name="CompositePodGroup",stage="ALPHA"} 0"#,
         r#"kubernetes_feature_enabled{name="DynamicResourceAllocation",stage=""} 1"#,
         r#"kubernetes_feature_enabled{name="DRANodeAllocatableResources",stage="ALPHA"} 1"#,
     ] {

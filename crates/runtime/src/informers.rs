@@ -19,7 +19,9 @@ use kube::{
 };
 use parking_lot::Mutex;
 use unisched_cache::Cache;
-use unisched_framework::{ActionType, ClusterEvent, EventObject, EventResource, PodInfo, well_known};
+use unisched_framework::{
+    ActionType, ClusterEvent, EventObject, EventResource, PodGroupKey, PodGroupStore, PodInfo, well_known,
+};
 use unisched_queue::SchedulingQueue;
 
 use crate::lean::Lean;
@@ -74,6 +76,8 @@ pub struct PodHandler {
     cache: Arc<Cache>,
     queue: Arc<SchedulingQueue>,
     known: Mutex<HashMap<String, Arc<PodInfo>>>,
+    /// Group membership, kept before the queue sees the pod (its PreEnqueue counts members).
+    groups: Option<Arc<PodGroupStore>>,
 }
 
 impl PodHandler {
@@ -83,6 +87,23 @@ impl PodHandler {
             cache,
             queue,
             known: Mutex::new(HashMap::new()),
+            groups: None,
+        }
+    }
+
+    /// Also records each pod's PodGroup membership in `groups`.
+    #[must_use]
+    pub fn with_pod_groups(mut self, groups: Option<Arc<PodGroupStore>>) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// A pod that names a group was added: the group's gated members may now have their quorum
+    /// (upstream offers every such add to the waiting pods).
+    fn offer_group_member(&self, pod: &Arc<PodInfo>, event: ClusterEvent) {
+        if self.groups.is_some() && PodGroupKey::of_pod(&pod.pod).is_some() {
+            self.queue
+                .move_all_to_active_or_backoff(event, None, Some(EventObject::Pod(pod.clone())));
         }
     }
 
@@ -114,6 +135,9 @@ impl Handler for PodHandler {
         // A bound pod is kept lean: its containers were summed into the derived requests and
         // host ports, and at 150,000 bound pods they would be half of the process's memory.
         let new = Arc::new(PodInfo::watched(pod));
+        if let Some(groups) = &self.groups {
+            groups.observe_pod(&new.pod);
+        }
         let old = self.known.lock().insert(new.uid.clone(), new.clone());
         let terminal = is_terminal(&new.pod);
         let old_assigned = old.as_ref().is_some_and(|o| o.node_name().is_some());
@@ -135,6 +159,7 @@ impl Handler for PodHandler {
                         tracing::warn!(pod = %new.key(), error = %e, "adding pod to cache");
                     }
                     self.queue.assigned_pod_added(&new);
+                    self.offer_group_member(&new, well_known::ASSIGNED_POD_ADD);
                 }
             }
             (true, true) => {
@@ -144,7 +169,8 @@ impl Handler for PodHandler {
             }
             (false, false) => match &old {
                 None => {
-                    self.queue.add(new);
+                    self.queue.add(new.clone());
+                    self.offer_group_member(&new, well_known::UNSCHEDULED_POD_ADD);
                 }
                 Some(old) => self.queue.update(Some(old), new),
             },
@@ -156,6 +182,9 @@ impl Handler for PodHandler {
         let Some(old) = self.known.lock().remove(key) else {
             return;
         };
+        if let Some(groups) = &self.groups {
+            groups.forget_pod(&old.pod);
+        }
         if old.node_name().is_some() {
             if !is_terminal(&old.pod) {
                 self.release(&old);

@@ -15,6 +15,7 @@ mod leader;
 mod lean;
 mod metrics;
 mod namespaces;
+mod pod_groups;
 mod preemption;
 #[cfg(target_os = "linux")]
 mod process;

@@ -18,11 +18,13 @@ use serde_json::json;
 use tokio::{runtime::Handle, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use unisched_cache::{Cache, DraCache, VolumeCache};
+mod workload;
+
 use unisched_framework::{
-    AsyncBinding, BoundPod, CycleOutcome, EventObject, Framework, FrameworkError, PodInfo, QueuedPodInfo,
-    SchedulingAlgorithm, SchedulingFailure, SeededRng, Status, async_binding,
-    config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle, run_scheduling_cycle,
-    start_binding_cycle, wait_for_permit, well_known,
+    AsyncBinding, BindingTask, BoundPod, CycleOutcome, EventObject, Framework, FrameworkError, PodGroupKey,
+    PodGroupStore, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, SeededRng, Status,
+    async_binding, config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle,
+    run_scheduling_cycle, start_binding_cycle, wait_for_permit, well_known,
 };
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
@@ -143,7 +145,7 @@ impl Binder for RuntimeBinder {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     profiles: HashMap<String, Arc<Framework>>,
     cache: Arc<Cache>,
     dra: Arc<DraCache>,
@@ -162,6 +164,9 @@ struct Shared {
     namespaces: Arc<NamespaceStore>,
     explanations: Explanations,
     pdbs: Arc<PdbStore>,
+    /// PodGroups and their members, when pod groups are scheduled together (GenericWorkload on
+    /// and the Workload API served); `None`: every pod is scheduled alone.
+    pub(crate) pod_groups: Option<Arc<PodGroupStore>>,
 }
 
 /// A running scheduler.
@@ -189,6 +194,23 @@ impl std::fmt::Debug for Scheduler {
             .field("identity", &self.options.identity)
             .finish()
     }
+}
+
+/// The PodGroup store when pod groups are scheduled together: GenericWorkload on and the API
+/// server serving PodGroups. Otherwise one line says why not, and pods are scheduled alone.
+async fn workload_store(client: &Client, gates: &FeatureGates) -> Option<Arc<PodGroupStore>> {
+    if !gates.enabled("GenericWorkload") {
+        tracing::info!("GenericWorkload is off: pods of a PodGroup are scheduled one by one");
+        return None;
+    }
+    if !crate::pod_groups::served(client).await {
+        tracing::info!(
+            api = crate::pod_groups::POD_GROUP_API,
+            "PodGroups are not served: pods of a PodGroup are scheduled one by one"
+        );
+        return None;
+    }
+    Some(Arc::new(PodGroupStore::new()))
 }
 
 impl Scheduler {
@@ -239,13 +261,19 @@ impl Scheduler {
         // Volume plugins: PVs, PVCs, StorageClasses and CSINodes from watches (`run`).
         let volumes = Arc::new(VolumeCache::new());
         let volume_api = Arc::new(RuntimeVolumeApi::new(writer.clone(), handle.clone()));
-        let registry = Registry::in_tree(
-            PluginContext::new(binder)
-                .with_dra(dra.clone(), dra_api)
-                .with_namespaces(namespaces.clone())
-                .with_preemption(preemptor, pdbs.clone())
-                .with_volumes(volumes.clone(), volume_api),
-        );
+        let pod_groups = workload_store(&client, &options.feature_gates).await;
+        let mut context = PluginContext::new(binder)
+            .with_dra(dra.clone(), dra_api)
+            .with_namespaces(namespaces.clone())
+            .with_preemption(preemptor, pdbs.clone())
+            .with_volumes(volumes.clone(), volume_api);
+        if let Some(groups) = &pod_groups {
+            context = context.with_pod_groups(
+                groups.clone(),
+                options.feature_gates.enabled("TopologyAwareWorkloadScheduling"),
+            );
+        }
+        let registry = Registry::in_tree(context);
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
         for p in &cfg.profiles {
@@ -283,7 +311,8 @@ impl Scheduler {
         gate_reporter.attach(&queue);
         observe_own_claim_changes(&dra, &queue);
         let cache = Arc::new(Cache::new());
-        let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
+        let pods =
+            Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));
         let health = Health::default();
         let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
         let mut health_addr = None;
@@ -314,6 +343,7 @@ impl Scheduler {
             namespaces,
             explanations: Explanations::default(),
             pdbs,
+            pod_groups,
         });
         Ok(Scheduler {
             shared,
@@ -471,6 +501,7 @@ impl Scheduler {
             namespaces: sh.namespaces.clone(),
             pdbs: sh.pdbs.clone(),
             volumes: sh.volumes.clone(),
+            pod_groups: sh.pod_groups.clone(),
         };
         let mut tasks = watches::spawn_all(&targets, &readiness, stop);
         let (periodic_stop, periodic_shared) = (stop.clone(), sh.clone());
@@ -665,6 +696,18 @@ fn schedule_one(
         .entry(fwk.profile_name().to_string())
         .or_insert_with(|| SchedulingAlgorithm::new(parallelism, percentage, seed));
     let record = sampler.below(100) < 10;
+    if let Some(groups) = &sh.pod_groups
+        && let Some(key) = PodGroupKey::of_pod(&pod.pod)
+    {
+        let pop = workload::GroupPop {
+            key,
+            qpi,
+            record,
+            start,
+        };
+        workload::schedule_group(sh, groups, &fwk, algo, pop);
+        return;
+    }
     let outcome = run_scheduling_cycle(
         &fwk,
         algo,
@@ -679,62 +722,74 @@ fn schedule_one(
             sh.queue.done(&pod.uid);
         }
         CycleOutcome::Failed(f) => handle_failure(sh, &fwk, qpi, *f, start),
-        CycleOutcome::Assumed(task) => {
-            sh.explanations
-                .observe(&pod.key(), fwk.profile_name(), &task.result);
-            sh.metrics
-                .algorithm_duration
-                .with_label_values::<&str>(&[])
-                .observe(start.elapsed().as_secs_f64());
-            sh.bindings_in_flight.start();
-            sh.metrics.goroutines.with_label_values(&["binding"]).inc();
-            let plan = async_binding(&fwk, &task);
-            let assumed = task.assumed.clone();
-            match plan {
-                // Nothing to wait for but API writes: Permit (and PreBind's checks, when no plugin
-                // has work) return at once here, as a Reserve failure's Unreserve runs here; the
-                // writes run on the I/O runtime, holding no thread while they are in flight.
-                Some(AsyncBinding { pre_bind, bind }) => {
-                    let started = match pre_bind {
-                        None => start_binding_cycle(&fwk, sh.cache.as_ref(), *task),
-                        Some(_) => wait_for_permit(&fwk, sh.cache.as_ref(), *task),
-                    };
-                    match started {
-                        Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
-                        Ok(binding) => {
-                            let sh2 = sh.clone();
-                            sh.handle.spawn(async move {
-                                let mut s = Status::success();
-                                if let Some(pre_bind) = pre_bind {
-                                    s = fwk.complete_pre_bind(pre_bind).await;
-                                }
-                                if s.is_success() {
-                                    s = fwk.complete_bind(bind).await;
-                                }
-                                if s.is_success() {
-                                    let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
-                                    binding_done(&sh2, &fwk, qpi, start, &assumed, result);
-                                    return;
-                                }
-                                // Unreserve plugins may write and wait: the undo runs on a
-                                // binding thread, as the whole cycle would have.
-                                let sh3 = sh2.clone();
-                                sh2.binding.spawn(Box::new(move || {
-                                    let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
-                                    binding_done(&sh3, &fwk, qpi, start, &assumed, result);
-                                }));
-                            });
-                        }
-                    }
-                }
-                None => {
+        CycleOutcome::Assumed(task) => start_binding(sh, &fwk, qpi, task, start),
+    }
+}
+
+/// Hands an assumed pod to its binding cycle: as futures on the I/O runtime when it only
+/// writes, else on a binding thread.
+pub(crate) fn start_binding(
+    sh: &Arc<Shared>,
+    fwk: &Arc<Framework>,
+    qpi: QueuedPodInfo,
+    task: Box<BindingTask>,
+    start: Instant,
+) {
+    let fwk = fwk.clone();
+    let pod = task.pod.clone();
+    sh.explanations
+        .observe(&pod.key(), fwk.profile_name(), &task.result);
+    sh.metrics
+        .algorithm_duration
+        .with_label_values::<&str>(&[])
+        .observe(start.elapsed().as_secs_f64());
+    sh.bindings_in_flight.start();
+    sh.metrics.goroutines.with_label_values(&["binding"]).inc();
+    let plan = async_binding(&fwk, &task);
+    let assumed = task.assumed.clone();
+    match plan {
+        // Nothing to wait for but API writes: Permit (and PreBind's checks, when no plugin
+        // has work) return at once here, as a Reserve failure's Unreserve runs here; the
+        // writes run on the I/O runtime, holding no thread while they are in flight.
+        Some(AsyncBinding { pre_bind, bind }) => {
+            let started = match pre_bind {
+                None => start_binding_cycle(&fwk, sh.cache.as_ref(), *task),
+                Some(_) => wait_for_permit(&fwk, sh.cache.as_ref(), *task),
+            };
+            match started {
+                Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
+                Ok(binding) => {
                     let sh2 = sh.clone();
-                    sh.binding.spawn(Box::new(move || {
-                        let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
-                        binding_done(&sh2, &fwk, qpi, start, &assumed, result);
-                    }));
+                    sh.handle.spawn(async move {
+                        let mut s = Status::success();
+                        if let Some(pre_bind) = pre_bind {
+                            s = fwk.complete_pre_bind(pre_bind).await;
+                        }
+                        if s.is_success() {
+                            s = fwk.complete_bind(bind).await;
+                        }
+                        if s.is_success() {
+                            let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
+                            binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                            return;
+                        }
+                        // Unreserve plugins may write and wait: the undo runs on a
+                        // binding thread, as the whole cycle would have.
+                        let sh3 = sh2.clone();
+                        sh2.binding.spawn(Box::new(move || {
+                            let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
+                            binding_done(&sh3, &fwk, qpi, start, &assumed, result);
+                        }));
+                    });
                 }
             }
+        }
+        None => {
+            let sh2 = sh.clone();
+            sh.binding.spawn(Box::new(move || {
+                let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
+                binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+            }));
         }
     }
 }

@@ -20,6 +20,7 @@ use kube::{Client, runtime::watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use unisched_cache::{Cache, DraCache, VolumeCache};
+use unisched_framework::PodGroupStore;
 use unisched_queue::SchedulingQueue;
 
 use crate::{
@@ -27,6 +28,7 @@ use crate::{
     http::Health,
     informers::{self, Handler, NodeHandler, PodHandler, WatchedObject},
     namespaces::{NamespaceHandler, NamespaceStore},
+    pod_groups::PodGroupHandler,
     preemption::{PdbHandler, PdbStore},
     volume::VolumeHandler,
 };
@@ -58,6 +60,8 @@ pub(crate) enum WatchedKind {
     StorageClasses,
     /// CSINodes, for the volume plugins.
     CsiNodes,
+    /// scheduling.k8s.io PodGroups, when pod groups are scheduled together.
+    PodGroups,
 }
 
 /// One row of the watch table.
@@ -114,6 +118,8 @@ pub(crate) struct WatchTargets {
     pub(crate) pdbs: Arc<PdbStore>,
     /// Volume objects.
     pub(crate) volumes: Arc<VolumeCache>,
+    /// PodGroups, when pod groups are scheduled together (then they are watched too).
+    pub(crate) pod_groups: Option<Arc<PodGroupStore>>,
 }
 
 /// Marks the scheduler synced once every readiness-gating watch has finished its first list.
@@ -158,15 +164,23 @@ impl ReadinessGate {
     }
 }
 
-/// Starts every watch of [`WATCHES`]; each ends when `stop` is cancelled.
+/// The watch of PodGroups, started beside [`WATCHES`] when the targets have a store: the API is
+/// served and the feature on (a watch of an unserved kind would only log errors).
+pub(crate) const POD_GROUP_WATCH: Watch = Watch::gating(WatchedKind::PodGroups);
+
+/// Starts every watch of [`WATCHES`] (and [`POD_GROUP_WATCH`] when pod groups are scheduled);
+/// each ends when `stop` is cancelled.
 pub(crate) fn spawn_all(
     targets: &WatchTargets,
     readiness: &ReadinessGate,
     stop: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
+    let optional = targets.pod_groups.as_ref().map(|_| POD_GROUP_WATCH);
     WATCHES
         .iter()
-        .map(|watch| spawn_watch(*watch, targets, readiness, stop.clone()))
+        .copied()
+        .chain(optional)
+        .map(|watch| spawn_watch(watch, targets, readiness, stop.clone()))
         .collect()
 }
 
@@ -217,6 +231,10 @@ pub(crate) fn spawn_watch(
             run.spawn(VolumeHandler::<StorageClass>::new(volumes.clone(), queue.clone()))
         }
         WatchedKind::CsiNodes => run.spawn(VolumeHandler::<CSINode>::new(volumes.clone(), queue.clone())),
+        WatchedKind::PodGroups => match &targets.pod_groups {
+            Some(groups) => run.spawn(PodGroupHandler::new(groups.clone(), queue.clone())),
+            None => tokio::spawn(async {}),
+        },
     }
 }
 
