@@ -25,6 +25,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -342,6 +343,10 @@ impl Default for Registry {
             ResourceType::of::<PriorityClass>()
                 .generation(SetOnCreate)
                 .short(&["pc"]),
+            ResourceType::of::<Workload>().generation(Spec),
+            ResourceType::of::<PodGroup>()
+                .status(ClearOnCreate)
+                .generation(Spec),
             ResourceType::of::<PodDisruptionBudget>()
                 .status(ClearOnCreate)
                 .generation(Spec)

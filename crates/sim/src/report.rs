@@ -48,6 +48,9 @@ pub struct PodReport {
     pub name: String,
     /// Node, when bound.
     pub node: Option<String>,
+    /// The PodGroup it belongs to (`spec.schedulingGroup.podGroupName`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// `status.phase`.
     pub phase: String,
     /// Why it is not running (PodScheduled reason, or the kubelet's rejection reason).
@@ -412,10 +415,16 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
                 ClaimReport { name: cn, devices }
             })
             .collect();
+        let group = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.clone());
         pods.push(PodReport {
             namespace: ns,
             name,
             node,
+            group,
             phase: status.phase.clone().unwrap_or_else(|| "Pending".into()),
             reason,
             message,
@@ -539,8 +548,9 @@ impl Report {
                 (Some(r), None) => r.clone(),
                 _ => String::new(),
             };
+            let group = p.group.as_ref().map(|g| format!(" [{g}]")).unwrap_or_default();
             rows.push([
-                format!("{}/{}", p.namespace, p.name),
+                format!("{}/{}{group}", p.namespace, p.name),
                 p.node.clone().unwrap_or_else(|| "<none>".into()),
                 if devices.is_empty() {
                     "-".into()

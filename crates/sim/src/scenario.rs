@@ -36,6 +36,8 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("v1", "PersistentVolume"),
     ("v1", "PersistentVolumeClaim"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("scheduling.k8s.io/v1beta1", "Workload"),
+    ("scheduling.k8s.io/v1beta1", "PodGroup"),
     ("v1", "Pod"),
 ];
 

@@ -239,6 +239,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
         admission::check_resource_claim(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "ResourceClaimTemplate") {
         admission::check_resource_claim_template(obj, &mut causes);
+    } else if rt.is("scheduling.k8s.io", "PodGroup") {
+        admission::check_pod_group(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "DeviceClass") {
         admission::check_device_class(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "ResourceSlice") {

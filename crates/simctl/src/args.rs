@@ -58,6 +58,10 @@ pub struct SimArgs {
     /// How long nothing may change for the cluster to count as settled (milliseconds).
     #[arg(long = "settle-ms", default_value_t = 500)]
     pub settle_ms: u64,
+    /// Feature gates for the in-process scheduler, as `unisched run --feature-gates` takes them
+    /// (e.g. `GenericWorkload=false` to schedule pod groups pod by pod).
+    #[arg(long = "feature-gates", default_value = "")]
+    pub feature_gates: String,
     /// Explain every placement: the best-scored nodes with each score plugin's weighted score
     /// (a table after the report; `explanations` in JSON output).
     #[arg(long)]

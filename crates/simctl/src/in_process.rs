@@ -24,6 +24,15 @@ pub enum InProcessError {
     /// The runtime refused to start (a configuration it cannot serve, say).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// `--feature-gates` did not parse or set a gate unisched does not run.
+    #[error("invalid argument {flag:?} for \"--feature-gates\" flag: {source}")]
+    FeatureGates {
+        /// The flag's value.
+        flag: String,
+        /// What was wrong.
+        #[source]
+        source: unisched_features::FeatureGateError,
+    },
 }
 
 /// Totals of the whole cluster: what an in-process scheduler's cache must have seen before a
@@ -102,6 +111,12 @@ pub(crate) async fn start_scheduler(
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
     let profiles = profile_names(&config);
+    let feature_gates = unisched_features::FeatureGates::parse(&args.feature_gates).map_err(|source| {
+        InProcessError::FeatureGates {
+            flag: args.feature_gates.clone(),
+            source,
+        }
+    })?;
     let options = SchedulerOptions {
         config,
         seed: args.seed,
@@ -109,7 +124,7 @@ pub(crate) async fn start_scheduler(
         health_addr: None,
         default_namespace: "default".into(),
         binding_connections: None,
-        feature_gates: Default::default(),
+        feature_gates,
     };
     let s = Arc::new(Scheduler::new(client, options).await?);
     s.explanations().set_recording(args.explain);

@@ -24,6 +24,7 @@
 
 mod claim_status;
 mod claims;
+mod pod_groups;
 mod pods;
 mod slices;
 #[cfg(test)]
@@ -35,6 +36,7 @@ use serde_json::{Map, Value};
 
 pub use claim_status::check_claim_status_update;
 pub use claims::{check_device_class, check_resource_claim, check_resource_claim_template};
+pub use pod_groups::check_pod_group;
 pub use pods::check_pod_ports;
 pub use slices::check_resource_slice;
 

@@ -1,0 +1,115 @@
+//! scheduling.k8s.io/v1beta1 PodGroups: the checks kube-apiserver 1.37 makes that the scheduler
+//! relies on (one policy, a positive quorum, at most one topology constraint, resource claims
+//! naming a claim or a template).
+
+use serde_json::Value;
+
+use super::{arr, push};
+use crate::error::Cause;
+
+/// Appends the PodGroup spec's problems.
+pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(spec) = obj.get("spec") else {
+        push(causes, "spec.schedulingPolicy", "Required value");
+        return;
+    };
+    let policy = spec.get("schedulingPolicy").filter(|p| !p.is_null());
+    let basic = policy.and_then(|p| p.get("basic")).is_some_and(|v| !v.is_null());
+    let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());
+    match (basic, gang) {
+        (false, None) => push(
+            causes,
+            "spec.schedulingPolicy",
+            "Invalid value: \"null\": must specify one of: `basic`, `gang`",
+        ),
+        (true, Some(_)) => push(
+            causes,
+            "spec.schedulingPolicy",
+            "Invalid value: {\"basic\",\"gang\"}: must specify exactly one of: `basic`, `gang`",
+        ),
+        _ => {}
+    }
+    if let Some(gang) = gang {
+        let min = gang.get("minCount").and_then(Value::as_i64).unwrap_or(0);
+        if min < 1 {
+            push(
+                causes,
+                "spec.schedulingPolicy.gang.minCount",
+                format!("Invalid value: {min}: must be greater than or equal to 1"),
+            );
+        }
+    }
+    if let Some(constraints) = spec.get("schedulingConstraints") {
+        let topology = arr(constraints, "topology");
+        if topology.len() > 1 {
+            push(
+                causes,
+                "spec.schedulingConstraints.topology",
+                format!("Too many: {}: must have at most 1 item", topology.len()),
+            );
+        }
+        for (i, t) in topology.iter().enumerate() {
+            if t.get("key").and_then(Value::as_str).is_none_or(str::is_empty) {
+                push(
+                    causes,
+                    format!("spec.schedulingConstraints.topology[{i}].key"),
+                    "Required value",
+                );
+            }
+        }
+    }
+    for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
+        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
+        let templated = claim
+            .get("resourceClaimTemplateName")
+            .is_some_and(|v| !v.is_null());
+        if named == templated {
+            push(
+                causes,
+                format!("spec.resourceClaims[{i}]"),
+                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(spec: Value) -> Vec<(String, String)> {
+        let mut causes = Vec::new();
+        check_pod_group(&json!({ "spec": spec }), &mut causes);
+        causes.into_iter().map(|c| (c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn pod_group_specs() {
+        assert!(check(json!({"schedulingPolicy": {"gang": {"minCount": 2}}})).is_empty());
+        assert!(check(json!({"schedulingPolicy": {"basic": {}}, "schedulingConstraints": {"topology": [{"key": "rack"}]}})).is_empty());
+        assert_eq!(
+            check(json!({"schedulingPolicy": {}})),
+            vec![(
+                "spec.schedulingPolicy".to_string(),
+                "Invalid value: \"null\": must specify one of: `basic`, `gang`".to_string()
+            )]
+        );
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"gang": {"minCount": 0}}})),
+            vec![(
+                "spec.schedulingPolicy.gang.minCount".to_string(),
+                "Invalid value: 0: must be greater than or equal to 1".to_string()
+            )]
+        );
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"basic": {}}, "schedulingConstraints": {"topology": [{"key": "a"}, {"key": "b"}]}}))[0].1,
+            "Too many: 2: must have at most 1 item"
+        );
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "x"}]}))[0].0,
+            "spec.resourceClaims[0]"
+        );
+    }
+}
