@@ -1,0 +1,185 @@
+//! Pod groups end to end on the embedded control plane: each scenario under
+//! `e2e/scenarios/workload/` runs through `unisched sim --output json` with the workload gates at
+//! unisched's defaults (on), and where it shows the difference, with them off.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+use common::bin;
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+struct Placed {
+    node: Option<String>,
+    group: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+fn run(scenario: &str, extra: &[&str]) -> BTreeMap<String, Placed> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(bin())
+        .args(["sim", "-o", "json", "--timeout", "60"])
+        .args(extra)
+        .arg(root.join("e2e/scenarios/workload").join(scenario))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() || out.status.code() == Some(1),
+        "sim failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let s = |k: &str| p[k].as_str().map(str::to_string);
+            (
+                s("name").unwrap(),
+                Placed {
+                    node: s("node"),
+                    group: s("group"),
+                    reason: s("reason"),
+                    message: s("message"),
+                },
+            )
+        })
+        .collect()
+}
+
+fn node<'a>(p: &'a BTreeMap<String, Placed>, pod: &str) -> Option<&'a str> {
+    p.get(pod)
+        .unwrap_or_else(|| panic!("no pod {pod} in {p:?}"))
+        .node
+        .as_deref()
+}
+
+#[test]
+fn a_gang_is_placed_whole_or_not_at_all_and_a_failed_gang_holds_nothing() {
+    let p = run("gang-all-or-nothing", &[]);
+    for i in 0..3 {
+        assert!(node(&p, &format!("fits-{i}")).is_some(), "{p:?}");
+        assert_eq!(p[&format!("fits-{i}")].group.as_deref(), Some("fits"));
+    }
+    for i in 0..3 {
+        let pod = &p[&format!("too-big-{i}")];
+        assert_eq!(
+            pod.node, None,
+            "no member of a gang short of its quorum is bound: {p:?}"
+        );
+        assert_eq!(pod.reason.as_deref(), Some("Unschedulable"), "{pod:?}");
+    }
+    // Two members fit on their own and were taken back: they say the quorum was not met; the
+    // third says which resource it lacked.
+    let messages: Vec<&str> = (0..3)
+        .map(|i| p[&format!("too-big-{i}")].message.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| **m == "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining")
+            .count(),
+        2,
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages.iter().filter(|m| m.contains("Insufficient cpu")).count(),
+        1,
+        "{messages:?}"
+    );
+    // What the failed gang would have held is free: a 2.5-CPU pod still fits next to `fits`.
+    assert!(node(&p, "after").is_some(), "{p:?}");
+}
+
+#[test]
+fn without_the_workload_gate_the_same_gang_is_half_placed() {
+    let p = run(
+        "gang-all-or-nothing",
+        &["--feature-gates", "GenericWorkload=false"],
+    );
+    let bound = (0..3)
+        .filter(|i| node(&p, &format!("too-big-{i}")).is_some())
+        .count();
+    assert_eq!(bound, 2, "pod by pod, two of the three fit: {p:?}");
+}
+
+#[test]
+fn a_topology_constraint_puts_the_whole_gang_in_the_one_rack_that_holds_it() {
+    let p = run("topology", &[]);
+    for i in 0..4 {
+        let n = node(&p, &format!("ring-{i}"));
+        assert!(matches!(n, Some("b-1" | "b-2")), "ring-{i} on {n:?}: {p:?}");
+    }
+}
+
+#[test]
+fn a_basic_group_places_each_pod_that_fits() {
+    let p = run("basic-policy", &[]);
+    let bound = (0..3)
+        .filter(|i| node(&p, &format!("serving-{i}")).is_some())
+        .count();
+    assert_eq!(bound, 2, "{p:?}");
+    let pending: Vec<&Placed> = (0..3)
+        .map(|i| &p[&format!("serving-{i}")])
+        .filter(|x| x.node.is_none())
+        .collect();
+    assert!(
+        pending[0]
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("Insufficient cpu"),
+        "{pending:?}"
+    );
+}
+
+#[test]
+fn a_short_gang_and_a_missing_group_wait_and_hold_nothing() {
+    let p = run("waiting", &[]);
+    assert_eq!(node(&p, "short-0"), None, "{p:?}");
+    assert_eq!(node(&p, "short-1"), None, "{p:?}");
+    assert_eq!(node(&p, "orphan"), None, "{p:?}");
+    assert_eq!(node(&p, "plain"), Some("node-a"), "{p:?}");
+}
+
+/// `examples/gang`: the README's gang example. The topology-constrained gang takes rack-b's eight
+/// GPUs; the second gang would get four of the five GPUs it needs, so it gets none: no pod bound,
+/// no claim allocated.
+#[test]
+fn the_gang_example_places_one_gang_in_one_rack_and_holds_no_gpu_for_the_other() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(bin())
+        .args(["sim", "-o", "json", "--timeout", "60"])
+        .arg(root.join("examples/gang"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pods = v["pods"].as_array().unwrap();
+    let by_name = |name: &str| pods.iter().find(|p| p["name"] == name).unwrap();
+    for i in 0..8 {
+        let p = by_name(&format!("train-{i}"));
+        let node = p["node"].as_str().unwrap_or_default();
+        assert!(node.starts_with("gpu-b-"), "train-{i} on {node:?}");
+        assert_eq!(p["claims"][0]["devices"].as_array().map(Vec::len), Some(1), "{p}");
+    }
+    let mut quorum = 0;
+    for i in 0..5 {
+        let p = by_name(&format!("too-big-{i}"));
+        assert!(p["node"].is_null(), "{p}");
+        let devices = p["claims"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["devices"].as_array().cloned().unwrap_or_default())
+            .count();
+        assert_eq!(devices, 0, "a failed gang holds no GPU: {p}");
+        if p["message"] == "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining" {
+            quorum += 1;
+        }
+    }
+    assert_eq!(quorum, 4, "{pods:?}");
+}
