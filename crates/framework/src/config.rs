@@ -557,8 +557,8 @@ fn check_percentage(errs: &mut Vec<String>, path: &str, v: Option<i32>) {
 pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
-    ("NodeUnschedulable", 0),
     ("NodeName", 0),
+    ("NodeUnschedulable", 0),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodePorts", 0),
@@ -569,11 +569,12 @@ pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
     ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
-    ("DynamicResources", 0),
+    ("DynamicResources", 2),
     ("DefaultPreemption", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", 0),
+    ("NodeDeclaredFeatures", 0),
 ];
 
 /// Merges a default plugin set with a user set, as upstream: user-disabled defaults are dropped

@@ -22,9 +22,9 @@ use unisched_framework::{
 
 use crate::{
     Binder, DefaultBinder, DraApi, DynamicResources, DynamicResourcesArgs, ExtendedResourceResolver,
-    NodeAffinity, NodeAffinityArgs, NodeName, NodePorts, NodeResourcesBalancedAllocation,
-    NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
-    PrioritySort, SchedulingGates, TaintToleration,
+    NodeAffinity, NodeAffinityArgs, NodeDeclaredFeatures, NodeName, NodePorts,
+    NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs, NodeResourcesFit,
+    NodeResourcesFitArgs, NodeUnschedulable, PrioritySort, SchedulingGates, TaintToleration,
     default_binder::BindError,
     helper::{PluginArgsError, decode_args},
     names,
@@ -223,6 +223,10 @@ impl Registry {
                 stateless::<TaintToleration>(names::TAINT_TOLERATION),
             ),
             (names::NODE_PORTS, stateless::<NodePorts>(names::NODE_PORTS)),
+            (
+                names::NODE_DECLARED_FEATURES,
+                stateless::<NodeDeclaredFeatures>(names::NODE_DECLARED_FEATURES),
+            ),
             (
                 names::NODE_AFFINITY,
                 Arc::new(|args, _ctx| {
@@ -468,13 +472,14 @@ mod tests {
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
+                    "NodeDeclaredFeatures",
                 ]),
             },
             Case {
                 point: "filter",
                 want: s(&[
-                    "NodeUnschedulable",
                     "NodeName",
+                    "NodeUnschedulable",
                     "TaintToleration",
                     "NodeAffinity",
                     "NodePorts",
@@ -486,6 +491,7 @@ mod tests {
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
+                    "NodeDeclaredFeatures",
                 ]),
             },
             Case {
@@ -512,7 +518,7 @@ mod tests {
                     "NodeResourcesFit=1",
                     "PodTopologySpread=2",
                     "InterPodAffinity=2",
-                    "DynamicResources=1",
+                    "DynamicResources=2",
                     "NodeResourcesBalancedAllocation=1",
                     "ImageLocality=1",
                 ]),
@@ -536,6 +542,7 @@ mod tests {
                 "DynamicResources",
                 "InterPodAffinity",
                 "NodeAffinity",
+                "NodeDeclaredFeatures",
                 "NodeName",
                 "NodePorts",
                 "NodeResourcesFit",
@@ -753,7 +760,7 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 20);
+        assert_eq!(in_tree.names().count(), 21);
         assert!(matches!(
             Framework::new(
                 &KubeSchedulerProfile::default(),
