@@ -167,7 +167,7 @@ fn all_alpha_sets_every_unset_alpha_gate_and_explicit_names_win() {
 fn gaps_name_upstream_defaults_unisched_lacks() {
     let gaps = FeatureGates::default().gaps();
     let names: Vec<&str> = gaps.iter().map(|(n, _)| *n).collect();
-    assert!(names.contains(&"NodeDeclaredFeatures"), "{names:?}");
+    assert!(!names.contains(&"NodeDeclaredFeatures"), "{names:?}");
     assert!(names.contains(&"StorageCapacityScoring"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");
     assert!(gaps.iter().all(|(_, upstream_runs)| *upstream_runs));
@@ -196,4 +196,13 @@ fn stage_labels_are_upstreams() {
     let gates = FeatureGates::default();
     let (_, stage, on) = gates.all().find(|(n, ..)| *n == "GenericWorkload").unwrap();
     assert_eq!((stage, on), (Stage::Beta, false));
+}
+
+#[test]
+fn taint_toleration_comparison_operators_switch_both_ways() {
+    assert!(!FeatureGates::default().enabled("TaintTolerationComparisonOperators"));
+    let on = FeatureGates::parse("TaintTolerationComparisonOperators=true").unwrap();
+    assert!(on.enabled("TaintTolerationComparisonOperators"));
+    let off = FeatureGates::parse("TaintTolerationComparisonOperators=false").unwrap();
+    assert!(!off.enabled("TaintTolerationComparisonOperators"));
 }

@@ -82,7 +82,9 @@ pub use noderesources::{
 };
 pub use pod_topology_spread::{PodTopologySpread, PodTopologySpreadArgs};
 pub use queue_sort::PrioritySort;
-pub use registry::{PluginContext, PluginFactory, Registry, RegistryError, validate_plugin_args};
+pub use registry::{
+    PluginContext, PluginFactory, PluginFeatures, Registry, RegistryError, validate_plugin_args,
+};
 pub use scheduling_gates::SchedulingGates;
 pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
 pub use taint_toleration::TaintToleration;

@@ -37,6 +37,17 @@ use crate::{
 };
 use crate::{NodeVolumeLimits, VolumeApi, VolumeBinding, VolumeBindingArgs, VolumeRestrictions, VolumeZone};
 
+/// The feature gates plugins read, copied once from the scheduler's gates (as upstream hands its
+/// plugins a feature set), so that plugins do not depend on the gate table. Start from
+/// [`Default`] (upstream's defaults) and set fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PluginFeatures {
+    /// `TaintTolerationComparisonOperators` (alpha, off by default): the `Gt`/`Lt` toleration
+    /// operators in TaintToleration, NodeUnschedulable and PodTopologySpread's taint policy.
+    pub taint_toleration_comparison_operators: bool,
+}
+
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
 /// the `with_*` methods; fields are added as plugins need them.
 #[derive(Clone)]
@@ -63,6 +74,8 @@ pub struct PluginContext {
     pub preemptor: Option<Arc<dyn Preemptor>>,
     /// PodDisruptionBudgets for DefaultPreemption; `None`: no budget is considered.
     pub pdbs: Option<Arc<dyn PdbLister>>,
+    /// The feature gates plugins read.
+    pub features: PluginFeatures,
 }
 
 impl std::fmt::Debug for PluginContext {
@@ -75,6 +88,7 @@ impl std::fmt::Debug for PluginContext {
             .field("volumes", &self.volumes.is_some())
             .field("preemptor", &self.preemptor.is_some())
             .field("pdbs", &self.pdbs.is_some())
+            .field("features", &self.features)
             .finish_non_exhaustive()
     }
 }
@@ -92,7 +106,15 @@ impl PluginContext {
             volume_api: None,
             preemptor: None,
             pdbs: None,
+            features: PluginFeatures::default(),
         }
+    }
+
+    /// Sets the feature gates plugins read.
+    #[must_use]
+    pub fn with_features(mut self, features: PluginFeatures) -> Self {
+        self.features = features;
+        self
     }
 
     /// Sets DefaultPreemption's eviction executor and PodDisruptionBudget lister.
@@ -215,12 +237,22 @@ impl Registry {
             ),
             (
                 names::NODE_UNSCHEDULABLE,
-                stateless::<NodeUnschedulable>(names::NODE_UNSCHEDULABLE),
+                Arc::new(|args, ctx| {
+                    no_args(names::NODE_UNSCHEDULABLE, args)?;
+                    Ok(Arc::new(NodeUnschedulable {
+                        enable_comparison_operators: ctx.features.taint_toleration_comparison_operators,
+                    }) as Arc<dyn Plugin>)
+                }),
             ),
             (names::NODE_NAME, stateless::<NodeName>(names::NODE_NAME)),
             (
                 names::TAINT_TOLERATION,
-                stateless::<TaintToleration>(names::TAINT_TOLERATION),
+                Arc::new(|args, ctx| {
+                    no_args(names::TAINT_TOLERATION, args)?;
+                    Ok(Arc::new(TaintToleration {
+                        enable_comparison_operators: ctx.features.taint_toleration_comparison_operators,
+                    }) as Arc<dyn Plugin>)
+                }),
             ),
             (names::NODE_PORTS, stateless::<NodePorts>(names::NODE_PORTS)),
             (
@@ -270,9 +302,11 @@ impl Registry {
             ),
             (
                 names::POD_TOPOLOGY_SPREAD,
-                Arc::new(|args, _ctx| {
+                Arc::new(|args, ctx| {
                     let a: PodTopologySpreadArgs = decode_args(args)?;
-                    Ok(Arc::new(PodTopologySpread::new(&a)?) as Arc<dyn Plugin>)
+                    let mut plugin = PodTopologySpread::new(&a)?;
+                    plugin.enable_comparison_operators = ctx.features.taint_toleration_comparison_operators;
+                    Ok(Arc::new(plugin) as Arc<dyn Plugin>)
                 }),
             ),
             (
@@ -768,5 +802,30 @@ profiles:
             ),
             Err(FrameworkError::QueueSort { .. })
         ));
+    }
+
+    #[test]
+    fn the_comparison_operator_gate_reaches_taint_toleration() {
+        use unisched_framework::CycleState;
+
+        use crate::testing::{NodeBuilder, PodBuilder};
+
+        let pod = PodBuilder::new("p").toleration("sla", "Gt", "900", "").info();
+        let tainted = NodeBuilder::new("n").taint("sla", "950", "NoSchedule").info();
+        for on in [false, true] {
+            let features = PluginFeatures {
+                taint_toleration_comparison_operators: on,
+            };
+            let r = Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_features(features));
+            let filter = |name: &str| {
+                r.build(name, &serde_json::Value::Null)
+                    .unwrap()
+                    .as_filter()
+                    .unwrap()
+            };
+            let state = CycleState::new();
+            let taints = filter(names::TAINT_TOLERATION).filter(&state, &pod, &tainted);
+            assert_eq!(taints.is_success(), on, "TaintToleration, gate {on}");
+        }
     }
 }

@@ -24,7 +24,7 @@ use unisched_framework::{
     config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle, run_scheduling_cycle,
     start_binding_cycle, wait_for_permit, well_known,
 };
-use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
+use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, PluginFeatures, Registry};
 use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
 
 use unisched_features::FeatureGates;
@@ -244,7 +244,8 @@ impl Scheduler {
                 .with_dra(dra.clone(), dra_api)
                 .with_namespaces(namespaces.clone())
                 .with_preemption(preemptor, pdbs.clone())
-                .with_volumes(volumes.clone(), volume_api),
+                .with_volumes(volumes.clone(), volume_api)
+                .with_features(plugin_features(&options.feature_gates)),
         );
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
@@ -569,6 +570,13 @@ impl Scheduler {
         //    is still inside the runtime when it shuts down.
         sh.bindings_in_flight.drained_within(Duration::from_secs(2)).await;
     }
+}
+
+/// The gates plugins read, from the scheduler's `--feature-gates`.
+fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
+    let mut features = PluginFeatures::default();
+    features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
+    features
 }
 
 /// The `/configz` body: the effective configuration (defaults applied, the plugins each profile
