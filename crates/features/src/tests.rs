@@ -188,7 +188,7 @@ fn all_alpha_sets_every_unset_alpha_gate_and_explicit_names_win() {
 fn gaps_name_upstream_defaults_unisched_lacks() {
     let gaps = FeatureGates::default().gaps();
     let names: Vec<&str> = gaps.iter().map(|(n, _)| *n).collect();
-    assert!(names.contains(&"NodeDeclaredFeatures"), "{names:?}");
+    assert!(!names.contains(&"NodeDeclaredFeatures"), "{names:?}");
     assert!(names.contains(&"StorageCapacityScoring"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");
     assert!(gaps.iter().all(|(_, upstream_runs)| *upstream_runs));
@@ -219,4 +219,13 @@ fn stage_labels_are_upstreams() {
     assert_eq!((stage, on), (Stage::Beta, true), "a beta gate unisched turns on");
     let (_, stage, on) = gates.all().find(|(n, ..)| *n == "CompositePodGroup").unwrap();
     assert_eq!((stage, on), (Stage::Alpha, false));
+}
+
+#[test]
+fn taint_toleration_comparison_operators_switch_both_ways() {
+    assert!(!FeatureGates::default().enabled("TaintTolerationComparisonOperators"));
+    let on = FeatureGates::parse("TaintTolerationComparisonOperators=true").unwrap();
+    assert!(on.enabled("TaintTolerationComparisonOperators"));
+    let off = FeatureGates::parse("TaintTolerationComparisonOperators=false").unwrap();
+    assert!(!off.enabled("TaintTolerationComparisonOperators"));
 }

@@ -568,8 +568,8 @@ fn check_percentage(errs: &mut Vec<String>, path: &str, v: Option<i32>) {
 pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
-    ("NodeUnschedulable", 0),
     ("NodeName", 0),
+    ("NodeUnschedulable", 0),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodePorts", 0),
@@ -580,11 +580,12 @@ pub const DEFAULT_MULTI_POINT: &[(&str, i32)] = &[
     ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
-    ("DynamicResources", 0),
+    ("DynamicResources", 2),
     ("DefaultPreemption", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", 0),
+    ("NodeDeclaredFeatures", 0),
     // Added by the workload gates (GenericWorkload; TopologyAwareWorkloadScheduling for the
     // last two): the registry leaves them out of the default profile when their gate is off.
     ("GangScheduling", 0),

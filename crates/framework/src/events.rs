@@ -101,10 +101,12 @@ impl ActionType {
     pub const UPDATE_POD_GENERATED_RESOURCE_CLAIM: ActionType = ActionType(1 << 11);
     /// Any other update (used for non-node, non-pod resources).
     pub const UPDATE_OTHER: ActionType = ActionType(1 << 12);
+    /// Node `status.declaredFeatures` changed (the features its kubelet says it has).
+    pub const UPDATE_NODE_DECLARED_FEATURE: ActionType = ActionType(1 << 13);
     /// Every update.
-    pub const UPDATE: ActionType = ActionType(((1 << 13) - 1) & !0b11);
+    pub const UPDATE: ActionType = ActionType(((1 << 14) - 1) & !0b11);
     /// Everything.
-    pub const ALL: ActionType = ActionType((1 << 13) - 1);
+    pub const ALL: ActionType = ActionType((1 << 14) - 1);
 
     /// Union.
     #[must_use]

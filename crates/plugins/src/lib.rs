@@ -25,6 +25,7 @@
 //! | [`NodeVolumeLimits`] | PreFilter, Filter, events |
 //! | [`VolumeBinding`] | PreFilter, Filter, Reserve, PreBind, events |
 //! | [`VolumeZone`] | PreFilter, Filter, events |
+//! | [`NodeDeclaredFeatures`] | PreFilter, Filter, events |
 //! | [`DynamicResources`] | PreEnqueue, PreFilter (+AddPod/RemovePod), Filter, PostFilter, PreScore, Score (+normalize), Reserve, PreBind, AssumedPod, events |
 //!
 //! [`Registry::in_tree`] builds them by name from `pluginConfig` args.
@@ -38,6 +39,7 @@ mod image_locality;
 mod inter_pod_affinity;
 mod label_selector;
 mod node_affinity;
+mod node_declared_features;
 mod node_name;
 mod node_ports;
 mod node_unschedulable;
@@ -69,6 +71,7 @@ pub use helper::default_normalize_score;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs, NamespaceLister};
 pub use node_affinity::{NodeAffinity, NodeAffinityArgs};
+pub use node_declared_features::NodeDeclaredFeatures;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
 pub use node_unschedulable::NodeUnschedulable;
@@ -80,7 +83,9 @@ pub use noderesources::{
 };
 pub use pod_topology_spread::{PodTopologySpread, PodTopologySpreadArgs};
 pub use queue_sort::PrioritySort;
-pub use registry::{PluginContext, PluginFactory, Registry, RegistryError, validate_plugin_args};
+pub use registry::{
+    PluginContext, PluginFactory, PluginFeatures, Registry, RegistryError, validate_plugin_args,
+};
 pub use scheduling_gates::SchedulingGates;
 pub use selector::{NodeSelectorMatcher, RequiredNodeAffinity};
 pub use taint_toleration::TaintToleration;
@@ -95,6 +100,7 @@ pub use workload::{GangScheduling, PodGroupPodsCount, TopologyPlacementGenerator
 /// resource).
 pub mod reasons {
     pub use crate::node_affinity::{ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD};
+    pub use crate::node_declared_features::ERR_REASON_UNSATISFIED_REQUIREMENTS as NODE_DECLARED_FEATURES;
     pub use crate::node_name::ERR_REASON as NODE_NAME;
     pub use crate::node_ports::ERR_REASON as NODE_PORTS;
     pub use crate::node_unschedulable::{
@@ -156,6 +162,8 @@ pub mod names {
     pub const VOLUME_BINDING: &str = "VolumeBinding";
     /// `VolumeZone`.
     pub const VOLUME_ZONE: &str = "VolumeZone";
+    /// `NodeDeclaredFeatures`.
+    pub const NODE_DECLARED_FEATURES: &str = "NodeDeclaredFeatures";
     /// `GangScheduling`.
     pub const GANG_SCHEDULING: &str = "GangScheduling";
     /// `TopologyPlacementGenerator`.

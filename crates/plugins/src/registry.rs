@@ -22,9 +22,9 @@ use unisched_framework::{
 
 use crate::{
     Binder, DefaultBinder, DraApi, DynamicResources, DynamicResourcesArgs, ExtendedResourceResolver,
-    NodeAffinity, NodeAffinityArgs, NodeName, NodePorts, NodeResourcesBalancedAllocation,
-    NodeResourcesBalancedAllocationArgs, NodeResourcesFit, NodeResourcesFitArgs, NodeUnschedulable,
-    PrioritySort, SchedulingGates, TaintToleration,
+    NodeAffinity, NodeAffinityArgs, NodeDeclaredFeatures, NodeName, NodePorts,
+    NodeResourcesBalancedAllocation, NodeResourcesBalancedAllocationArgs, NodeResourcesFit,
+    NodeResourcesFitArgs, NodeUnschedulable, PrioritySort, SchedulingGates, TaintToleration,
     default_binder::BindError,
     helper::{PluginArgsError, decode_args},
     names,
@@ -37,6 +37,17 @@ use crate::{
     PodTopologySpreadArgs,
 };
 use crate::{NodeVolumeLimits, VolumeApi, VolumeBinding, VolumeBindingArgs, VolumeRestrictions, VolumeZone};
+
+/// The feature gates plugins read, copied once from the scheduler's gates (as upstream hands its
+/// plugins a feature set), so that plugins do not depend on the gate table. Start from
+/// [`Default`] (upstream's defaults) and set fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PluginFeatures {
+    /// `TaintTolerationComparisonOperators` (alpha, off by default): the `Gt`/`Lt` toleration
+    /// operators in TaintToleration, NodeUnschedulable and PodTopologySpread's taint policy.
+    pub taint_toleration_comparison_operators: bool,
+}
 
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
 /// the `with_*` methods; fields are added as plugins need them.
@@ -69,6 +80,8 @@ pub struct PluginContext {
     pub pod_groups: Option<Arc<PodGroupStore>>,
     /// Whether the default profile places groups by topology (TopologyAwareWorkloadScheduling).
     pub topology_aware_workloads: bool,
+    /// The feature gates plugins read.
+    pub features: PluginFeatures,
 }
 
 impl std::fmt::Debug for PluginContext {
@@ -82,6 +95,7 @@ impl std::fmt::Debug for PluginContext {
             .field("preemptor", &self.preemptor.is_some())
             .field("pdbs", &self.pdbs.is_some())
             .field("pod_groups", &self.pod_groups.is_some())
+            .field("features", &self.features)
             .finish_non_exhaustive()
     }
 }
@@ -101,7 +115,15 @@ impl PluginContext {
             pdbs: None,
             pod_groups: None,
             topology_aware_workloads: false,
+            features: PluginFeatures::default(),
         }
+    }
+
+    /// Sets the feature gates plugins read.
+    #[must_use]
+    pub fn with_features(mut self, features: PluginFeatures) -> Self {
+        self.features = features;
+        self
     }
 
     /// Schedules pod groups from `groups` (GenericWorkload), by topology when
@@ -233,14 +255,28 @@ impl Registry {
             ),
             (
                 names::NODE_UNSCHEDULABLE,
-                stateless::<NodeUnschedulable>(names::NODE_UNSCHEDULABLE),
+                Arc::new(|args, ctx| {
+                    no_args(names::NODE_UNSCHEDULABLE, args)?;
+                    Ok(Arc::new(NodeUnschedulable {
+                        enable_comparison_operators: ctx.features.taint_toleration_comparison_operators,
+                    }) as Arc<dyn Plugin>)
+                }),
             ),
             (names::NODE_NAME, stateless::<NodeName>(names::NODE_NAME)),
             (
                 names::TAINT_TOLERATION,
-                stateless::<TaintToleration>(names::TAINT_TOLERATION),
+                Arc::new(|args, ctx| {
+                    no_args(names::TAINT_TOLERATION, args)?;
+                    Ok(Arc::new(TaintToleration {
+                        enable_comparison_operators: ctx.features.taint_toleration_comparison_operators,
+                    }) as Arc<dyn Plugin>)
+                }),
             ),
             (names::NODE_PORTS, stateless::<NodePorts>(names::NODE_PORTS)),
+            (
+                names::NODE_DECLARED_FEATURES,
+                stateless::<NodeDeclaredFeatures>(names::NODE_DECLARED_FEATURES),
+            ),
             (
                 names::NODE_AFFINITY,
                 Arc::new(|args, _ctx| {
@@ -284,9 +320,11 @@ impl Registry {
             ),
             (
                 names::POD_TOPOLOGY_SPREAD,
-                Arc::new(|args, _ctx| {
+                Arc::new(|args, ctx| {
                     let a: PodTopologySpreadArgs = decode_args(args)?;
-                    Ok(Arc::new(PodTopologySpread::new(&a)?) as Arc<dyn Plugin>)
+                    let mut plugin = PodTopologySpread::new(&a)?;
+                    plugin.enable_comparison_operators = ctx.features.taint_toleration_comparison_operators;
+                    Ok(Arc::new(plugin) as Arc<dyn Plugin>)
                 }),
             ),
             (
@@ -520,13 +558,14 @@ mod tests {
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
+                    "NodeDeclaredFeatures",
                 ]),
             },
             Case {
                 point: "filter",
                 want: s(&[
-                    "NodeUnschedulable",
                     "NodeName",
+                    "NodeUnschedulable",
                     "TaintToleration",
                     "NodeAffinity",
                     "NodePorts",
@@ -538,6 +577,7 @@ mod tests {
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
+                    "NodeDeclaredFeatures",
                 ]),
             },
             Case {
@@ -564,7 +604,7 @@ mod tests {
                     "NodeResourcesFit=1",
                     "PodTopologySpread=2",
                     "InterPodAffinity=2",
-                    "DynamicResources=1",
+                    "DynamicResources=2",
                     "NodeResourcesBalancedAllocation=1",
                     "ImageLocality=1",
                 ]),
@@ -588,6 +628,7 @@ mod tests {
                 "DynamicResources",
                 "InterPodAffinity",
                 "NodeAffinity",
+                "NodeDeclaredFeatures",
                 "NodeName",
                 "NodePorts",
                 "NodeResourcesFit",
@@ -805,7 +846,7 @@ profiles:
         );
         assert!(r.build("Nope", &serde_json::Value::Null).is_err());
         let in_tree = Registry::in_tree(PluginContext::new(RecordingBinder::new()));
-        assert_eq!(in_tree.names().count(), 23);
+        assert_eq!(in_tree.names().count(), 24);
         // The workload plugins join the default profile with their gates, as upstream's do.
         let default_has = |registry: &Registry, plugin: &str| {
             Framework::new(&KubeSchedulerProfile::default(), registry)
@@ -831,5 +872,30 @@ profiles:
             ),
             Err(FrameworkError::QueueSort { .. })
         ));
+    }
+
+    #[test]
+    fn the_comparison_operator_gate_reaches_taint_toleration() {
+        use unisched_framework::CycleState;
+
+        use crate::testing::{NodeBuilder, PodBuilder};
+
+        let pod = PodBuilder::new("p").toleration("sla", "Gt", "900", "").info();
+        let tainted = NodeBuilder::new("n").taint("sla", "950", "NoSchedule").info();
+        for on in [false, true] {
+            let features = PluginFeatures {
+                taint_toleration_comparison_operators: on,
+            };
+            let r = Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_features(features));
+            let filter = |name: &str| {
+                r.build(name, &serde_json::Value::Null)
+                    .unwrap()
+                    .as_filter()
+                    .unwrap()
+            };
+            let state = CycleState::new();
+            let taints = filter(names::TAINT_TOLERATION).filter(&state, &pod, &tainted);
+            assert_eq!(taints.is_success(), on, "TaintToleration, gate {on}");
+        }
     }
 }

@@ -443,6 +443,16 @@ impl NodeBuilder {
         self
     }
 
+    /// Sets `status.declaredFeatures` (the API server keeps it sorted; so should callers).
+    #[must_use]
+    pub fn declared_features(mut self, features: &[&str]) -> Self {
+        self.node
+            .status
+            .get_or_insert_with(NodeStatus::default)
+            .declared_features = Some(features.iter().map(|f| f.to_string()).collect());
+        self
+    }
+
     /// The node.
     pub fn build(self) -> Node {
         self.node

@@ -266,6 +266,21 @@ pub fn node_scheduling_properties_change(old: &Node, new: &Node) -> Vec<ClusterE
             "NodeAnnotationChange",
         ));
     }
+    // The API server keeps the list sorted and unique, so comparing the lists compares the sets;
+    // an absent list and an empty one are the same.
+    let declared = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.declared_features.clone())
+            .unwrap_or_default()
+    };
+    if declared(old) != declared(new) {
+        out.push(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::UPDATE_NODE_DECLARED_FEATURE,
+            "NodeDeclaredFeatureChange",
+        ));
+    }
     out
 }
 
@@ -424,5 +439,34 @@ mod tests {
         h.delete("uid-web");
         assert_eq!(requested_cpu(&cache), 0);
         assert!(cache.get_pod("uid-web").is_none());
+    }
+
+    /// A change of `status.declaredFeatures` is its own node event (NodeDeclaredFeatures listens
+    /// to it); an absent list and an empty one are the same.
+    #[test]
+    fn declared_feature_changes_are_a_node_event() {
+        let labels = |events: Vec<ClusterEvent>| events.iter().map(|e| e.label).collect::<Vec<_>>();
+        let bare = NodeBuilder::new("n").build();
+        let empty = NodeBuilder::new("n").declared_features(&[]).build();
+        let one = NodeBuilder::new("n").declared_features(&["FeatureA"]).build();
+        let relabelled = NodeBuilder::new("n")
+            .declared_features(&["FeatureA"])
+            .label("k", "v")
+            .build();
+        assert!(node_scheduling_properties_change(&bare, &empty).is_empty());
+        assert_eq!(
+            labels(node_scheduling_properties_change(&bare, &one)),
+            ["NodeDeclaredFeatureChange"]
+        );
+        assert_eq!(
+            labels(node_scheduling_properties_change(&one, &empty)),
+            ["NodeDeclaredFeatureChange"]
+        );
+        assert_eq!(
+            labels(node_scheduling_properties_change(&one, &relabelled)),
+            ["NodeLabelChange"]
+        );
+        let event = &node_scheduling_properties_change(&bare, &one)[0];
+        assert_eq!(event.action, ActionType::UPDATE_NODE_DECLARED_FEATURE);
     }
 }

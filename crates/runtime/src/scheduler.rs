@@ -26,7 +26,7 @@ use unisched_framework::{
     async_binding, config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle,
     run_scheduling_cycle, start_binding_cycle, wait_for_permit, well_known,
 };
-use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, Registry};
+use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, PluginFeatures, Registry};
 use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
 
 use unisched_features::FeatureGates;
@@ -266,7 +266,8 @@ impl Scheduler {
             .with_dra(dra.clone(), dra_api)
             .with_namespaces(namespaces.clone())
             .with_preemption(preemptor, pdbs.clone())
-            .with_volumes(volumes.clone(), volume_api);
+            .with_volumes(volumes.clone(), volume_api)
+            .with_features(plugin_features(&options.feature_gates));
         if let Some(groups) = &pod_groups {
             context = context.with_pod_groups(
                 groups.clone(),
@@ -600,6 +601,13 @@ impl Scheduler {
         //    is still inside the runtime when it shuts down.
         sh.bindings_in_flight.drained_within(Duration::from_secs(2)).await;
     }
+}
+
+/// The gates plugins read, from the scheduler's `--feature-gates`.
+fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
+    let mut features = PluginFeatures::default();
+    features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
+    features
 }
 
 /// The `/configz` body: the effective configuration (defaults applied, the plugins each profile
