@@ -47,6 +47,8 @@ pub struct Framework {
     events: Vec<(String, Vec<ClusterEventWithHint>)>,
     waiting_pods: WaitingPods,
     observer: Arc<dyn FrameworkObserver>,
+    /// The scheduler's extenders (the same for every profile, as upstream).
+    extenders: crate::extender::Extenders,
 }
 
 impl std::fmt::Debug for Framework {
@@ -87,6 +89,18 @@ impl Framework {
     pub fn with_observer(mut self, observer: Arc<dyn FrameworkObserver>) -> Self {
         self.observer = observer;
         self
+    }
+
+    /// Sets the extenders the scheduling and binding cycles call.
+    #[must_use]
+    pub fn with_extenders(mut self, extenders: crate::extender::Extenders) -> Self {
+        self.extenders = extenders;
+        self
+    }
+
+    /// The extenders, in call order.
+    pub fn extenders(&self) -> &crate::extender::Extenders {
+        &self.extenders
     }
 
     /// The profile's scheduler name.
