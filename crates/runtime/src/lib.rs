@@ -7,6 +7,7 @@ mod binding_threads;
 mod dra;
 mod events;
 mod explain;
+mod extenders;
 mod gated;
 mod http;
 mod in_flight;

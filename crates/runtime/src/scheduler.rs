@@ -74,6 +74,9 @@ pub enum RuntimeError {
         #[source]
         error: std::io::Error,
     },
+    /// A configured extender could not be set up.
+    #[error(transparent)]
+    Extenders(#[from] unisched_extender::ExtendersError),
     /// The leader lease was lost; the process must exit.
     #[error("leaderelection lost")]
     LeaseLost,
@@ -246,6 +249,7 @@ impl Scheduler {
                 .with_preemption(preemptor, pdbs.clone())
                 .with_volumes(volumes.clone(), volume_api),
         );
+        let extenders = crate::extenders::extenders(&cfg.extenders, &metrics)?;
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
         for p in &cfg.profiles {
@@ -255,7 +259,8 @@ impl Scheduler {
                     profile: name.clone(),
                     source,
                 })?
-                .with_observer(Arc::new(metrics.clone()));
+                .with_observer(Arc::new(metrics.clone()))
+                .with_extenders(extenders.clone());
             let fwk = Arc::new(fwk);
             metrics.init_profile(&name);
             frameworks.push(fwk.clone());
