@@ -157,3 +157,77 @@ pub struct ExtenderPreemptionResult {
     #[serde(rename = "NodeNameToMetaVictims", alias = "nodeNameToMetaVictims")]
     pub node_name_to_meta_victims: Option<BTreeMap<String, MetaVictims>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_decode_under_go_and_camel_case_names() {
+        let go: ExtenderFilterResult = serde_json::from_str(
+            r#"{"NodeNames": ["a"], "FailedNodes": {"b": "full"}, "FailedAndUnresolvableNodes": {"c": "never"}, "Error": ""}"#,
+        )
+        .unwrap();
+        let camel: ExtenderFilterResult = serde_json::from_str(
+            r#"{"nodeNames": ["a"], "failedNodes": {"b": "full"}, "failedAndUnresolvableNodes": {"c": "never"}, "error": ""}"#,
+        )
+        .unwrap();
+        for r in [go, camel] {
+            assert_eq!(r.node_names.as_deref(), Some(&["a".to_string()][..]));
+            assert_eq!(r.failed_nodes.unwrap()["b"], "full");
+            assert_eq!(r.failed_and_unresolvable_nodes.unwrap()["c"], "never");
+            assert_eq!(r.error.as_deref(), Some(""));
+        }
+        let scores: Vec<HostPriority> =
+            serde_json::from_str(r#"[{"Host": "a", "Score": 3}, {"host": "b", "score": 4}]"#).unwrap();
+        assert_eq!(
+            scores[1],
+            HostPriority {
+                host: "b".into(),
+                score: 4
+            }
+        );
+        // Go's `null` maps and lists.
+        let empty: ExtenderFilterResult =
+            serde_json::from_str(r#"{"Nodes": null, "NodeNames": null, "FailedNodes": null}"#).unwrap();
+        assert!(empty.nodes.is_none() && empty.node_names.is_none() && empty.failed_nodes.is_none());
+    }
+
+    #[test]
+    fn arguments_encode_under_go_names() {
+        let pod = Pod::default();
+        let mut node = Node::default();
+        node.metadata.name = Some("a".into());
+        let args = ExtenderArgs {
+            pod: &pod,
+            nodes: Some(NodeListOut {
+                metadata: serde_json::Map::new(),
+                items: vec![&node],
+            }),
+            node_names: None,
+        };
+        let v = serde_json::to_value(&args).unwrap();
+        assert_eq!(v["Nodes"]["items"][0]["metadata"]["name"], "a");
+        assert_eq!(v["Nodes"]["metadata"], serde_json::json!({}));
+        assert_eq!(v["NodeNames"], serde_json::Value::Null);
+        assert!(v.get("Pod").is_some());
+        let bind = ExtenderBindingArgs {
+            pod_name: "p".into(),
+            pod_namespace: "ns".into(),
+            pod_uid: "u".into(),
+            node: "a".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&bind).unwrap(),
+            serde_json::json!({"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "a"})
+        );
+        let meta = MetaVictims {
+            pods: vec![MetaPod { uid: "u".into() }],
+            num_pdb_violations: 2,
+        };
+        assert_eq!(
+            serde_json::to_value(&meta).unwrap(),
+            serde_json::json!({"Pods": [{"UID": "u"}], "NumPDBViolations": 2})
+        );
+    }
+}
