@@ -1,6 +1,7 @@
 //! The HTTP client against extender servers started by the tests: upstream's JSON both ways,
 //! node-cache capable extenders, errors the extender reports, non-200 answers, `httpTimeout`,
 //! `managedResources`, and HTTPS with and without a CA.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::BTreeMap,
