@@ -876,3 +876,30 @@ fn ignorable_extenders_come_last() {
     let names: Vec<&str> = extenders.iter().map(|e| e.name()).collect();
     assert_eq!(names, ["b", "d", "a", "c"]);
 }
+
+/// A pod an extender rejected may be helped by any cluster event: the pseudo-plugin
+/// `Extender` is registered for every event, only when extenders are configured.
+#[test]
+fn the_extender_pseudo_plugin_registers_every_event() {
+    let registered = |fwk: &Framework| {
+        fwk.events_to_register()
+            .iter()
+            .find(|(p, _)| p == EXTENDER_NAME)
+            .map(|(_, events)| {
+                events
+                    .iter()
+                    .map(|e| (e.event.resource, e.event.action))
+                    .collect::<Vec<_>>()
+            })
+    };
+    let without = framework(vec![], Arc::default(), vec![]);
+    assert_eq!(registered(&without), None);
+    let with = framework(vec![], Arc::default(), arcs(vec![fake("FakeExtender1")]));
+    assert_eq!(
+        registered(&with),
+        Some(vec![(crate::EventResource::Wildcard, crate::ActionType::ALL)])
+    );
+    // Setting the extenders again does not register twice.
+    let again = with.with_extenders(Extenders::new(arcs(vec![fake("FakeExtender1")])));
+    assert_eq!(registered(&again).map(|e| e.len()), Some(1));
+}

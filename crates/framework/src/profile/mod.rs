@@ -94,6 +94,18 @@ impl Framework {
     /// Sets the extenders the scheduling and binding cycles call.
     #[must_use]
     pub fn with_extenders(mut self, extenders: crate::extender::Extenders) -> Self {
+        // Extenders register no events, and a pod they rejected is marked as rejected by
+        // `EXTENDER_NAME`: as upstream, any cluster event may make it schedulable again.
+        let name = crate::extender::EXTENDER_NAME;
+        self.events.retain(|(plugin, _)| plugin != name);
+        if !extenders.is_empty() {
+            let every_event = crate::ClusterEventWithHint {
+                event: crate::ClusterEvent::new(crate::EventResource::Wildcard, crate::ActionType::ALL, "*"),
+                hint: None,
+                narrowing: None,
+            };
+            self.events.push((name.to_string(), vec![every_event]));
+        }
         self.extenders = extenders;
         self
     }
