@@ -32,7 +32,8 @@ pub struct KubeSchedulerConfiguration {
     pub leader_election: LeaderElectionConfiguration,
     /// API client settings.
     pub client_connection: ClientConnectionConfiguration,
-    /// Accepted for compatibility; unisched has no pprof endpoint.
+    /// Serve `/debug/pprof/profile` (a CPU profile) on the secure port; off unless set (upstream
+    /// defaults to on).
     pub enable_profiling: Option<bool>,
     /// Accepted for compatibility.
     pub enable_contention_profiling: Option<bool>,
@@ -650,7 +651,8 @@ impl KubeSchedulerConfiguration {
         cfg.complete();
         cfg.api_version = Some(API_VERSION.into());
         cfg.kind = Some("KubeSchedulerConfiguration".into());
-        cfg.enable_profiling.get_or_insert(true);
+        // Off by default, unlike upstream: profiling is an operating surface to ask for.
+        cfg.enable_profiling.get_or_insert(false);
         cfg.enable_contention_profiling.get_or_insert(true);
         cfg.percentage_of_nodes_to_score.get_or_insert(0);
         cfg.delay_cache_until_active.get_or_insert(false);
@@ -979,7 +981,7 @@ profiles: [{schedulerName: a}, {schedulerName: b, pluginConfig: [{name: NodeReso
         assert_eq!(v["kind"], "KubeSchedulerConfiguration");
         assert_eq!(v["parallelism"], 16);
         assert_eq!(v["percentageOfNodesToScore"], 0);
-        assert_eq!(v["enableProfiling"], true);
+        assert_eq!(v["enableProfiling"], false);
         assert_eq!(v["delayCacheUntilActive"], false);
         assert_eq!(v["podMaxBackoffSeconds"], 10);
         assert_eq!(v["leaderElection"]["leaseDuration"], "15s");

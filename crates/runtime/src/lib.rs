@@ -19,6 +19,8 @@ mod namespaces;
 mod preemption;
 #[cfg(target_os = "linux")]
 mod process;
+#[cfg(target_os = "linux")]
+mod profiling;
 mod rest_client;
 mod scheduler;
 #[cfg(test)]

@@ -291,6 +291,13 @@ impl Scheduler {
         let pods = Arc::new(PodHandler::new(cache.clone(), queue.clone()));
         let health = Health::default();
         let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
+        // CPU profiles only when asked for, and only on this router (served with authorization).
+        #[cfg(target_os = "linux")]
+        let router = if cfg.enable_profiling == Some(true) {
+            router.merge(crate::profiling::router())
+        } else {
+            router
+        };
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
             let (bound, _task) = serve(addr, metrics.clone(), health.clone(), configz.clone())
