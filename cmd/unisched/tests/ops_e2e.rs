@@ -173,7 +173,7 @@ fn configz_serves_the_effective_configuration() {
     assert_eq!(c["parallelism"], 16);
     assert_eq!(c["podInitialBackoffSeconds"], 1);
     assert_eq!(c["percentageOfNodesToScore"], 0);
-    assert_eq!(c["enableProfiling"], true);
+    assert_eq!(c["enableProfiling"], false, "profiling is off unless asked for");
     assert_eq!(c["leaderElection"]["leaseDuration"], "15s");
     assert_eq!(c["leaderElection"]["resourceName"], "unisched");
     assert_eq!(c["leaderElection"]["resourceNamespace"], "unisched-system");

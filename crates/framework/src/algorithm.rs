@@ -20,7 +20,7 @@ use crate::{
     Code, CycleState, DIAGNOSIS_DETAIL_KEY, Diagnosis, DiagnosisDetail, FilterChain, FitError, Framework,
     NODE_VETO_KEY, NodeInfo, NodePluginScores, NodeVeto, NodeVetoHandle, PluginTiming, PodInfo,
     PreFilterResult, SPLIT_MIN_WORK, ScoreTable, SeededRng, Snapshot, Status, TimingBatch, WeightedScore,
-    split::WorkEstimate,
+    extender, split::WorkEstimate,
 };
 
 /// Below this many nodes every node is evaluated.
@@ -248,7 +248,19 @@ impl SchedulingAlgorithm {
         if let Some(node) = Self::nominated_node_fits(fwk, state, pod, snapshot, nominator)?
             && placement.as_ref().is_none_or(|p| p.contains(node.name()))
         {
-            return Ok((vec![node], diagnosis, 1));
+            let extenders = fwk.extenders();
+            if extenders.is_empty() {
+                return Ok((vec![node], diagnosis, 1));
+            }
+            // The extenders have their say on the nominated node too; if they reject it (or
+            // fail), every node is searched, as upstream.
+            match extender::find_nodes_that_pass_extenders(extenders, pod, vec![node], &mut diagnosis) {
+                Ok(passed) if !passed.is_empty() => return Ok((passed, diagnosis, 1)),
+                Ok(_) => {}
+                Err(s) => {
+                    tracing::info!(pod = %pod.key(), status = %s.message(), "evaluation failed on nominated node")
+                }
+            }
         }
         let mut candidates = pre_filter_candidates(fwk, all, pre_result, &mut diagnosis);
         if let Some(placement) = &placement {
@@ -266,7 +278,12 @@ impl SchedulingAlgorithm {
         if n == 0 {
             return Ok((Vec::new(), diagnosis, 0));
         }
-        let to_find = if !fwk.has_filter_plugins() && !fwk.has_score_plugins() {
+        let extenders = fwk.extenders();
+        let to_find = if !fwk.has_filter_plugins()
+            && !fwk.has_score_plugins()
+            && !extenders.any_filter()
+            && !extenders.any_prioritizer()
+        {
             1
         } else {
             num_feasible_nodes_to_find(
@@ -287,6 +304,9 @@ impl SchedulingAlgorithm {
             state,
             pod,
             nominations: nominator.nominations(),
+            // Extender filters may reject every feasible node: the FitError then needs the
+            // plugins' rejections too.
+            keep_rejections: extenders.any_filter(),
         };
         fwk.count_filter_evaluations(&node_check.chain);
         let FeasibleSearch {
@@ -297,7 +317,7 @@ impl SchedulingAlgorithm {
         // Only a pod that fits nowhere needs its rejections (the FailedScheduling message,
         // PostFilter); once a node is feasible they are dropped unrecorded: with thousands of
         // rejected nodes per pod, the name-keyed map was the scheduling cycle's largest cost.
-        if feasible.is_empty() {
+        if feasible.is_empty() || node_check.keep_rejections {
             let rejected = self.complete_vetoed(&node_check, &candidates, rejected)?;
             diagnosis.node_to_status.reserve(rejected.len());
             for (i, s) in rejected {
@@ -305,6 +325,11 @@ impl SchedulingAlgorithm {
                 diagnosis.node_to_status.set(candidates[i].name(), s);
             }
         }
+        if extenders.is_empty() {
+            return Ok((feasible, diagnosis, processed));
+        }
+        let feasible = extender::find_nodes_that_pass_extenders(extenders, pod, feasible, &mut diagnosis)
+            .map_err(ScheduleError::Error)?;
         Ok((feasible, diagnosis, processed))
     }
 
@@ -378,7 +403,7 @@ impl SchedulingAlgorithm {
                         return Err(ScheduleError::Error(s));
                     }
                     s => {
-                        if feasible.is_empty() {
+                        if feasible.is_empty() || node_check.keep_rejections {
                             rejected.push((idx[k], s));
                         }
                     }
@@ -470,7 +495,7 @@ impl SchedulingAlgorithm {
         Ok(out)
     }
 
-    /// PreScore + Score + normalisation + weights.
+    /// PreScore + Score + normalisation + weights, then the extenders' scores.
     pub fn prioritize_nodes(
         &mut self,
         fwk: &Framework,
@@ -478,9 +503,35 @@ impl SchedulingAlgorithm {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<ScoreTable, Status> {
-        if !fwk.has_score_plugins() {
-            return Ok(ScoreTable::uniform(nodes.len(), 1));
+        let extenders = fwk.extenders();
+        if extenders.is_empty() {
+            if !fwk.has_score_plugins() {
+                return Ok(ScoreTable::uniform(nodes.len(), 1));
+            }
+            return self.plugin_scores(fwk, state, pod, nodes);
         }
+        // With extenders, scores start at 0 even without Score plugins, as upstream.
+        let mut table = if fwk.has_score_plugins() {
+            self.plugin_scores(fwk, state, pod, nodes)?
+        } else {
+            let s = fwk.run_pre_score(state, pod, nodes);
+            if !s.is_success() {
+                return Err(s);
+            }
+            ScoreTable::uniform(nodes.len(), 0)
+        };
+        extender::prioritize_with_extenders(extenders, pod, nodes, &mut table);
+        Ok(table)
+    }
+
+    /// PreScore + Score + normalisation + weights of the profile's plugins.
+    fn plugin_scores(
+        &mut self,
+        fwk: &Framework,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<ScoreTable, Status> {
         let s = fwk.run_pre_score(state, pod, nodes);
         if !s.is_success() {
             return Err(s);
@@ -683,6 +734,8 @@ struct NodeCheck<'a> {
     state: &'a CycleState,
     pod: &'a PodInfo,
     nominations: HashMap<String, Vec<Arc<PodInfo>>>,
+    /// Record every rejected node, not only while none is feasible.
+    keep_rejections: bool,
 }
 
 impl NodeCheck<'_> {

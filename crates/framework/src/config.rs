@@ -8,8 +8,12 @@ use std::{collections::BTreeSet, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::extender::config::{Extender, ExtenderManagedResource, ExtenderTlsConfig};
+
 /// The scheduler name pods use to select unisched when the configuration names none.
 pub const DEFAULT_SCHEDULER_NAME: &str = "unisched";
+/// The plugin whose `ignoredResources` extenders' `ignoredByScheduler` resources join.
+const NODE_RESOURCES_FIT: &str = "NodeResourcesFit";
 /// API version accepted.
 pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
 
@@ -28,7 +32,8 @@ pub struct KubeSchedulerConfiguration {
     pub leader_election: LeaderElectionConfiguration,
     /// API client settings.
     pub client_connection: ClientConnectionConfiguration,
-    /// Accepted for compatibility; unisched has no pprof endpoint.
+    /// Serve `/debug/pprof/profile` (a CPU profile) on the secure port; off unless set (upstream
+    /// defaults to on).
     pub enable_profiling: Option<bool>,
     /// Accepted for compatibility.
     pub enable_contention_profiling: Option<bool>,
@@ -40,8 +45,8 @@ pub struct KubeSchedulerConfiguration {
     pub pod_max_backoff_seconds: i64,
     /// Profiles, one per scheduler name.
     pub profiles: Vec<KubeSchedulerProfile>,
-    /// Extenders are not supported; a non-empty list is a validation error.
-    pub extenders: Vec<serde_json::Value>,
+    /// HTTP extenders, called as upstream calls them (see [`crate::extender`]).
+    pub extenders: Vec<Extender>,
     /// Accepted for compatibility.
     pub delay_cache_until_active: Option<bool>,
 }
@@ -404,6 +409,39 @@ impl KubeSchedulerConfiguration {
         {
             only.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
         }
+        self.ignore_extender_resources();
+    }
+
+    /// As upstream, the managed resources extenders mark `ignoredByScheduler` become every
+    /// profile's NodeResourcesFit `ignoredResources` (replacing what the file set there).
+    fn ignore_extender_resources(&mut self) {
+        let ignored = crate::extender::config::ignored_extended_resources(&self.extenders);
+        if ignored.is_empty() {
+            return;
+        }
+        for profile in &mut self.profiles {
+            let entry = match profile
+                .plugin_config
+                .iter_mut()
+                .position(|pc| pc.name == NODE_RESOURCES_FIT)
+            {
+                Some(i) => &mut profile.plugin_config[i],
+                None => {
+                    profile.plugin_config.push(PluginConfig {
+                        name: NODE_RESOURCES_FIT.into(),
+                        args: serde_json::Value::Object(serde_json::Map::new()),
+                    });
+                    let last = profile.plugin_config.len() - 1;
+                    &mut profile.plugin_config[last]
+                }
+            };
+            if !entry.args.is_object() {
+                entry.args = serde_json::Value::Object(serde_json::Map::new());
+            }
+            if let Some(args) = entry.args.as_object_mut() {
+                args.insert("ignoredResources".into(), serde_json::json!(ignored));
+            }
+        }
     }
 
     /// Upstream-style validation. Every problem is reported, not only the first.
@@ -446,9 +484,7 @@ impl KubeSchedulerConfiguration {
                 self.pod_max_backoff_seconds
             ));
         }
-        if !self.extenders.is_empty() {
-            errs.push("extenders: Forbidden: scheduler extenders are not supported by unisched".into());
-        }
+        crate::extender::config::validate_extenders(&self.extenders, &mut errs);
         let le = &self.leader_election;
         if le.leader_elect {
             if le.lease_duration.0.is_zero() {
@@ -632,7 +668,8 @@ impl KubeSchedulerConfiguration {
         cfg.complete();
         cfg.api_version = Some(API_VERSION.into());
         cfg.kind = Some("KubeSchedulerConfiguration".into());
-        cfg.enable_profiling.get_or_insert(true);
+        // Off by default, unlike upstream: profiling is an operating surface to ask for.
+        cfg.enable_profiling.get_or_insert(false);
         cfg.enable_contention_profiling.get_or_insert(true);
         cfg.percentage_of_nodes_to_score.get_or_insert(0);
         cfg.delay_cache_until_active.get_or_insert(false);
@@ -721,6 +758,63 @@ profiles:
     }
 
     #[test]
+    fn extenders_decode_with_upstream_field_names() {
+        let y = r#"
+extenders:
+- urlPrefix: https://ext.example:8443/scheduler
+  filterVerb: filter
+  preemptVerb: preempt
+  prioritizeVerb: prioritize
+  weight: 3
+  bindVerb: bind
+  enableHTTPS: true
+  tlsConfig: {insecure: false, serverName: ext, caData: Zm9v, certFile: /c, keyFile: /k}
+  httpTimeout: 2s
+  nodeCacheCapable: true
+  managedResources: [{name: example.com/gpu, ignoredByScheduler: true}, {name: example.com/fpga}]
+  ignorable: true
+profiles: [{schedulerName: a}, {schedulerName: b, pluginConfig: [{name: NodeResourcesFit, args: {ignoredResources: [x.io/y]}}]}]
+"#;
+        let c = KubeSchedulerConfiguration::from_yaml(y).unwrap();
+        let e = &c.extenders[0];
+        assert_eq!(e.url_prefix, "https://ext.example:8443/scheduler");
+        assert_eq!(
+            (
+                e.filter_verb.as_str(),
+                e.preempt_verb.as_str(),
+                e.prioritize_verb.as_str(),
+                e.bind_verb.as_str()
+            ),
+            ("filter", "preempt", "prioritize", "bind")
+        );
+        assert_eq!(e.weight, 3);
+        assert!(e.enable_https && e.node_cache_capable && e.ignorable);
+        assert_eq!(e.http_timeout.0, Duration::from_secs(2));
+        let tls = e.tls_config.as_ref().unwrap();
+        assert_eq!((tls.server_name.as_str(), tls.ca_data.as_str()), ("ext", "Zm9v"));
+        assert_eq!(e.managed_resources.len(), 2);
+        assert!(e.managed_resources[0].ignored_by_scheduler);
+        // The ignored resource becomes every profile's NodeResourcesFit ignoredResources,
+        // replacing what the file said, as upstream.
+        for p in &c.profiles {
+            let fit = p
+                .plugin_config
+                .iter()
+                .find(|pc| pc.name == "NodeResourcesFit")
+                .unwrap();
+            assert_eq!(
+                fit.args["ignoredResources"],
+                serde_json::json!(["example.com/gpu"])
+            );
+        }
+        // The effective configuration keeps the names and does not add the entry twice.
+        let v = c.effective_json(&[]);
+        assert_eq!(v["extenders"][0]["enableHTTPS"], true);
+        assert_eq!(v["extenders"][0]["httpTimeout"], "2s");
+        assert_eq!(c.effective().profiles[1].plugin_config.len(), 1);
+    }
+
+    #[test]
     fn validation_errors_name_fields() {
         let cases = [
             ("parallelism: 0", "parallelism: Invalid value: 0"),
@@ -748,7 +842,6 @@ profiles:
                 "profiles: [{schedulerName: a, plugins: {queueSort: {enabled: [{name: A}]}}}, {schedulerName: b, plugins: {queueSort: {enabled: [{name: B}]}}}]",
                 "queueSort must be the same for all profiles",
             ),
-            ("extenders: [{urlPrefix: x}]", "extenders: Forbidden"),
             (
                 "profiles: [{schedulerName: \"\"}]",
                 "profiles[0].schedulerName: Required value",
@@ -768,6 +861,31 @@ profiles:
             ),
             ("", "the configuration is empty"),
             ("# only a comment\n", "the configuration is empty"),
+            // Upstream's extender validation.
+            (
+                "extenders: [{urlPrefix: x, prioritizeVerb: p}]",
+                "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it",
+            ),
+            (
+                "extenders: [{urlPrefix: x, prioritizeVerb: p, weight: -1}]",
+                "extenders[0].weight: Invalid value: -1: must have a positive weight applied to it",
+            ),
+            (
+                "extenders: [{urlPrefix: x, bindVerb: b}, {urlPrefix: y, bindVerb: b}]",
+                "extenders: Invalid value: \"found 2 extenders implementing bind\": only one extender can implement bind",
+            ),
+            (
+                "extenders: [{urlPrefix: x, managedResources: [{name: example.com/a}]}, {urlPrefix: y, managedResources: [{name: example.com/a}]}]",
+                "extenders[1].managedResources[0].name: Invalid value: \"example.com/a\": duplicate extender managed resource name",
+            ),
+            (
+                "extenders: [{urlPrefix: x, filterVerbs: f}]",
+                "unknown field `filterVerbs`",
+            ),
+            (
+                "extenders: [{urlPrefix: x, httpTimeout: soon}]",
+                "invalid duration",
+            ),
         ];
         for (yaml, want) in cases {
             let err = KubeSchedulerConfiguration::from_yaml(yaml)
@@ -880,7 +998,7 @@ profiles:
         assert_eq!(v["kind"], "KubeSchedulerConfiguration");
         assert_eq!(v["parallelism"], 16);
         assert_eq!(v["percentageOfNodesToScore"], 0);
-        assert_eq!(v["enableProfiling"], true);
+        assert_eq!(v["enableProfiling"], false);
         assert_eq!(v["delayCacheUntilActive"], false);
         assert_eq!(v["podMaxBackoffSeconds"], 10);
         assert_eq!(v["leaderElection"]["leaseDuration"], "15s");

@@ -27,6 +27,7 @@ mod split;
 mod status;
 
 pub mod config;
+pub mod extender;
 
 pub use algorithm::{NoNominations, PodNominator, ScheduleError, ScheduleResult, SchedulingAlgorithm};
 pub use cycle_state::{CycleState, PodGroupAttempt, StateData, StateError};

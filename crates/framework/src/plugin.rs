@@ -221,6 +221,10 @@ pub trait FrameworkHandle: Sync {
     fn reject_waiting_pod(&self, _uid: &str, _plugin: &str, _reason: &str) -> bool {
         false
     }
+    /// The scheduler's extenders (preemption offers them its candidates); none by default.
+    fn extenders(&self) -> crate::extender::Extenders {
+        crate::extender::Extenders::default()
+    }
 }
 
 /// Runs when no node passed Filter (preemption, DRA deallocation).

@@ -314,7 +314,9 @@ pub fn run_binding_cycle(
     task: BindingTask,
 ) -> Result<BoundPod, Box<SchedulingFailure>> {
     let binding = start_binding_cycle(fwk, cache, task)?;
-    let s = fwk.run_bind(&binding.task.state, &binding.task.assumed, &binding.task.node);
+    // An interested extender binder binds instead of the Bind plugins, as upstream.
+    let s = crate::extender::extender_binding(fwk.extenders(), &binding.task.assumed, &binding.task.node)
+        .unwrap_or_else(|| fwk.run_bind(&binding.task.state, &binding.task.assumed, &binding.task.node));
     finish_binding_cycle(fwk, cache, binding, s)
 }
 
@@ -357,7 +359,10 @@ pub struct AsyncBinding {
 /// [`wait_for_permit`] (or [`start_binding_cycle`] when `pre_bind` is `None`), then
 /// [`Framework::complete_pre_bind`], [`Framework::complete_bind`] and [`finish_binding_cycle`].
 pub fn async_binding(fwk: &Framework, task: &BindingTask) -> Option<AsyncBinding> {
-    if fwk.waits_at_permit(&task.assumed.uid) {
+    // An extender's bind call blocks: such a cycle runs on a binding thread.
+    if fwk.waits_at_permit(&task.assumed.uid)
+        || crate::extender::has_interested_binder(fwk.extenders(), &task.assumed)
+    {
         return None;
     }
     let pre_bind = if fwk.has_pre_bind_work(&task.state, &task.assumed, &task.node) {

@@ -34,6 +34,7 @@
 mod default_binder;
 pub mod default_preemption;
 pub mod dynamic_resources;
+mod extender_resources;
 mod helper;
 mod image_locality;
 mod inter_pod_affinity;

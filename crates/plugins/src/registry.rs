@@ -464,7 +464,17 @@ impl Registry {
 /// `KubeSchedulerConfiguration::validate` runs next, so that a bad plugin arg fails the
 /// configuration before anything starts.
 pub fn validate_plugin_args(config: &KubeSchedulerConfiguration) -> Result<(), ConfigError> {
-    Registry::in_tree(PluginContext::new(Arc::new(ValidationOnlyBinder))).validate_plugin_args(config)
+    let names = crate::extender_resources::managed_resource_name_errors(config);
+    let args =
+        Registry::in_tree(PluginContext::new(Arc::new(ValidationOnlyBinder))).validate_plugin_args(config);
+    match (names.is_empty(), args) {
+        (true, args) => args,
+        (false, Ok(())) => Err(ConfigError::Invalid(names)),
+        (false, Err(ConfigError::Invalid(more))) => {
+            Err(ConfigError::Invalid(names.into_iter().chain(more).collect()))
+        }
+        (false, Err(other)) => Err(other),
+    }
 }
 
 /// The binder of a registry built only to validate args; its plugins never bind.

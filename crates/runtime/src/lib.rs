@@ -7,6 +7,7 @@ mod binding_threads;
 mod dra;
 mod events;
 mod explain;
+mod extenders;
 mod gated;
 mod http;
 mod in_flight;
@@ -19,6 +20,8 @@ mod pod_groups;
 mod preemption;
 #[cfg(target_os = "linux")]
 mod process;
+#[cfg(target_os = "linux")]
+mod profiling;
 mod rest_client;
 mod scheduler;
 #[cfg(test)]

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub cache_size: IntGaugeVec,
     /// `scheduler_goroutines{operation}` (tasks in flight, the closest Rust analogue).
     pub goroutines: IntGaugeVec,
+    /// `scheduler_extender_request_duration_seconds{extender,verb,result}`: calls to scheduler
+    /// extenders (upstream has no metric for them).
+    pub extender_calls: HistogramVec,
     /// `scheduler_preemption_attempts_total`.
     pub preemption_attempts: IntCounter,
     /// `scheduler_preemption_victims`.
@@ -174,6 +177,12 @@ impl Metrics {
                 ),
                 &["operation"],
             )?,
+            extender_calls: hist(
+                "scheduler_extender_request_duration_seconds",
+                "Duration of calls to scheduler extenders in seconds, by extender (its URL prefix), verb and result.",
+                exponential_buckets(0.001, 2.0, 15)?,
+                &["extender", "verb", "result"],
+            )?,
             preemption_attempts: IntCounter::new(
                 "scheduler_preemption_attempts_total",
                 "Total preemption attempts in the cluster till now",
@@ -272,6 +281,7 @@ impl Metrics {
         r.register(Box::new(m.unschedulable_pods.clone()))?;
         r.register(Box::new(m.cache_size.clone()))?;
         r.register(Box::new(m.goroutines.clone()))?;
+        r.register(Box::new(m.extender_calls.clone()))?;
         r.register(Box::new(m.preemption_attempts.clone()))?;
         r.register(Box::new(m.preemption_victims.clone()))?;
         r.register(Box::new(m.api_writes.clone()))?;

@@ -76,6 +76,9 @@ pub enum RuntimeError {
         #[source]
         error: std::io::Error,
     },
+    /// A configured extender could not be set up.
+    #[error(transparent)]
+    Extenders(#[from] unisched_extender::ExtendersError),
     /// The leader lease was lost; the process must exit.
     #[error("leaderelection lost")]
     LeaseLost,
@@ -275,6 +278,7 @@ impl Scheduler {
             );
         }
         let registry = Registry::in_tree(context);
+        let extenders = crate::extenders::extenders(&cfg.extenders, &metrics)?;
         let mut profiles = HashMap::new();
         let mut frameworks = Vec::new();
         for p in &cfg.profiles {
@@ -284,7 +288,8 @@ impl Scheduler {
                     profile: name.clone(),
                     source,
                 })?
-                .with_observer(Arc::new(metrics.clone()));
+                .with_observer(Arc::new(metrics.clone()))
+                .with_extenders(extenders.clone());
             let fwk = Arc::new(fwk);
             metrics.init_profile(&name);
             frameworks.push(fwk.clone());
@@ -316,6 +321,13 @@ impl Scheduler {
             Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));
         let health = Health::default();
         let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
+        // CPU profiles only when asked for, and only on this router (served with authorization).
+        #[cfg(target_os = "linux")]
+        let router = if cfg.enable_profiling == Some(true) {
+            router.merge(crate::profiling::router())
+        } else {
+            router
+        };
         let mut health_addr = None;
         if let Some(addr) = options.health_addr {
             let (bound, _task) = serve(addr, metrics.clone(), health.clone(), configz.clone())

@@ -233,6 +233,7 @@ impl Framework {
             plugins: built,
             waiting_pods: WaitingPods::default(),
             observer: Arc::new(NoObserver),
+            extenders: crate::extender::Extenders::default(),
         })
     }
 }

@@ -50,6 +50,8 @@ pub struct Framework {
     events: Vec<(String, Vec<ClusterEventWithHint>)>,
     waiting_pods: WaitingPods,
     observer: Arc<dyn FrameworkObserver>,
+    /// The scheduler's extenders (the same for every profile, as upstream).
+    extenders: crate::extender::Extenders,
 }
 
 impl std::fmt::Debug for Framework {
@@ -90,6 +92,30 @@ impl Framework {
     pub fn with_observer(mut self, observer: Arc<dyn FrameworkObserver>) -> Self {
         self.observer = observer;
         self
+    }
+
+    /// Sets the extenders the scheduling and binding cycles call.
+    #[must_use]
+    pub fn with_extenders(mut self, extenders: crate::extender::Extenders) -> Self {
+        // Extenders register no events, and a pod they rejected is marked as rejected by
+        // `EXTENDER_NAME`: as upstream, any cluster event may make it schedulable again.
+        let name = crate::extender::EXTENDER_NAME;
+        self.events.retain(|(plugin, _)| plugin != name);
+        if !extenders.is_empty() {
+            let every_event = crate::ClusterEventWithHint {
+                event: crate::ClusterEvent::new(crate::EventResource::Wildcard, crate::ActionType::ALL, "*"),
+                hint: None,
+                narrowing: None,
+            };
+            self.events.push((name.to_string(), vec![every_event]));
+        }
+        self.extenders = extenders;
+        self
+    }
+
+    /// The extenders, in call order.
+    pub fn extenders(&self) -> &crate::extender::Extenders {
+        &self.extenders
     }
 
     /// The profile's scheduler name.

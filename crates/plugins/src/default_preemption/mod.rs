@@ -18,13 +18,15 @@
 //! a second `0/N nodes are available: …` histogram over the dry-run outcomes.
 //!
 //! While a pod's evictions are still being written it does not preempt again
-//! ([`Preemptor::is_preempting`]). Not implemented (upstream has them): extenders' preempt verb,
-//! and the asynchronous-preemption PreEnqueue gate itself (the preemptor is simply requeued; the
+//! ([`Preemptor::is_preempting`]). Extenders with a preempt verb may drop candidates or change
+//! their victims before one is picked ([`extenders`]). Not implemented (upstream has it): the
+//! asynchronous-preemption PreEnqueue gate itself (the preemptor is simply requeued; the
 //! eligibility rule keeps it from preempting twice once the victims are terminating).
 
 mod args;
 mod eligibility;
 mod execution;
+mod extenders;
 mod pdb;
 mod pick;
 #[cfg(test)]
@@ -58,6 +60,9 @@ pub const NAME: &str = "DefaultPreemption";
 
 /// Upstream reason for nodes where evicting pods cannot help.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+
+/// Upstream's message when the extenders kept no candidate.
+const NO_CANDIDATE: &str = "no candidate node for preemption";
 
 /// The plugin. See the module documentation.
 pub struct DefaultPreemption {
@@ -192,6 +197,16 @@ impl DefaultPreemption {
             (Vec::new(), s, None)
         } else {
             self.dry_run(fwk, state, pod, &potential)
+        };
+        // The extenders with a preempt verb have their say on the candidates.
+        let candidates = if candidates.is_empty() {
+            candidates
+        } else {
+            match extenders::call_extenders(&fwk.extenders(), pod, candidates, &snapshot) {
+                Ok(kept) if kept.is_empty() => return (None, Status::unschedulable(NO_CANDIDATE)),
+                Ok(kept) => kept,
+                Err(s) => return (None, s),
+            }
         };
         let Some(chosen) = pick::pick_one(&candidates).and_then(|i| candidates.into_iter().nth(i)) else {
             if let Some(e) = error {

@@ -59,6 +59,10 @@ impl FrameworkHandle for NominatingHandle<'_> {
         waiting.reject(uid, plugin, reason);
         true
     }
+
+    fn extenders(&self) -> crate::extender::Extenders {
+        self.fwk.extenders().clone()
+    }
 }
 
 impl Framework {
