@@ -12,8 +12,8 @@ for tool in docker kind kubectl; do
     command -v "$tool" >/dev/null || { echo "error: $tool not found" >&2; exit 2; }
 done
 
-echo "== build $image (the repository's Dockerfile)"
-docker build -q -t "$image" --build-arg VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)" "$root"
+echo "== build $image (the repository's Dockerfile, with deploy/image/build)"
+CONTAINER_TOOL=docker "$root/deploy/image/build" -t "$image"
 
 echo "== cluster $cluster"
 kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster" --config "$here/kind-config.yaml"

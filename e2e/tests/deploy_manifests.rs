@@ -1593,6 +1593,79 @@ fn helm_values_validate_against_the_strict_schema() {
     assert_eq!(errs.len(), 3, "{errs:?}");
 }
 
+/// `over` laid over `base` the way Helm merges a values file into the chart's defaults.
+fn overlay(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(slot) => overlay(slot, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// The values files in deploy/helm/examples: each one valid, and each one in deploy/README.md's
+/// table (helm itself renders and validates them in `e2e/image/run`).
+#[test]
+fn helm_examples_validate_and_are_documented() {
+    let schema = helm_schema();
+    let readme = read("deploy/README.md");
+    let mut names: Vec<String> = fs::read_dir(repo().join("deploy/helm/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in &names {
+        let docs = yaml_documents(&read(&format!("deploy/helm/examples/{name}")), name);
+        assert_eq!(docs.len(), 1, "{name} is one document");
+        // Helm validates the defaults with the file laid over them: maps merge, the rest replaces.
+        let mut merged = helm_values();
+        overlay(&mut merged, &docs[0]);
+        let mut errs = Vec::new();
+        validate(&schema, &merged, name, &mut errs);
+        assert!(
+            errs.is_empty(),
+            "{name} does not validate:\n  {}",
+            errs.join("\n  ")
+        );
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "{name} is not in deploy/README.md's table of examples"
+        );
+    }
+}
+
+/// e2e/image/bad-values.yaml, which helm must refuse in CI, is refused here too, for every key.
+#[test]
+fn helm_bad_values_example_fails_for_each_of_its_keys() {
+    let docs = yaml_documents(&read("e2e/image/bad-values.yaml"), "bad-values.yaml");
+    let mut merged = helm_values();
+    overlay(&mut merged, &docs[0]);
+    let mut errs = Vec::new();
+    validate(&helm_schema(), &merged, "values", &mut errs);
+    for key in [
+        "replicaCount",
+        "replicas",
+        "logFormat",
+        "pullPolicy",
+        "schedulerName",
+        "scoringStrategy",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.contains(key)),
+            "no error names {key}: {errs:#?}"
+        );
+    }
+}
+
 fn template_files() -> Vec<(String, String)> {
     let dir = repo().join(CHART).join("templates");
     let mut out: Vec<(String, String)> = fs::read_dir(&dir)

@@ -1,8 +1,8 @@
 //! The repository's Dockerfile ships the binary the build produces, the way the manifests run it.
 //!
-//! There is no Docker engine in CI, so this parses the Dockerfile instead of building it; the
-//! build itself is `e2e/kind/image-check.sh`, which runs where Docker exists and reports SKIPPED
-//! (exit 77, not a pass) elsewhere.
+//! This reads the Dockerfile and the script that assembles its build context
+//! (`deploy/image/build`); the build itself, and runs of the image, are `e2e/image/run`, which CI
+//! runs with podman.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{fs, path::PathBuf};
@@ -60,54 +60,56 @@ fn toml_value(text: &str, table: &str, key: &str) -> String {
 }
 
 #[test]
-fn dockerfile_copies_the_release_binary_into_a_non_root_runtime_stage() {
+fn dockerfile_copies_the_static_release_binary_into_a_non_root_scratch_image() {
     let ins = instructions(&read("Dockerfile"));
     let bin = toml_value(&read("cmd/unisched/Cargo.toml"), "[[bin]]", "name");
     let package = toml_value(&read("cmd/unisched/Cargo.toml"), "[package]", "name");
     let version = toml_value(&read("Cargo.toml"), "[workspace.package]", "version");
 
+    // One stage on an empty base: nothing to pull, nothing but what the COPYs put there.
     let froms: Vec<&String> = ins.iter().filter(|(k, _)| k == "FROM").map(|(_, a)| a).collect();
-    assert_eq!(froms.len(), 2, "multi-stage: build, then runtime: {froms:?}");
-    let build_stage = froms[0]
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .windows(2)
-        .find(|w| w[0].eq_ignore_ascii_case("AS"))
-        .map(|w| w[1].to_string())
-        .expect("the build stage is named");
+    assert_eq!(froms, ["scratch"], "{froms:?}");
     assert!(
-        froms[1].contains("distroless/cc") || froms[1] == "scratch",
-        "runtime base: {}",
-        froms[1]
+        !ins.iter().any(|(k, _)| k == "RUN"),
+        "a scratch image has no shell to RUN in"
     );
 
-    // The build stage builds the binary in release mode and strips it.
-    let runs: Vec<&String> = ins.iter().filter(|(k, _)| k == "RUN").map(|(_, a)| a).collect();
-    let build = runs
-        .iter()
-        .find(|r| r.contains("cargo build"))
-        .expect("a cargo build");
+    // The context script builds the binary in release mode, static, and strips it into the
+    // context as `unisched`.
+    let script = read("deploy/image/build");
+    let build = script
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("a cargo build in deploy/image/build");
     assert!(build.contains("--release"), "{build}");
     assert!(build.contains(&format!("-p {package}")), "{build}");
-    let produced = format!("target/release/{bin}");
+    assert!(build.contains("--target \"$target\""), "{build}");
     assert!(
-        build.contains(&format!("strip --strip-all {produced}")),
-        "stripped: {build}"
+        script.contains("target=x86_64-unknown-linux-musl"),
+        "static: the musl target"
+    );
+    assert!(
+        script.contains(&format!("$target/release/{bin}")),
+        "the binary of that build"
+    );
+    assert!(
+        script.contains("strip --strip-all -o \"$context/unisched\""),
+        "stripped into the context"
+    );
+    assert!(
+        script.contains("-f \"$root/Dockerfile\" \"$context\""),
+        "builds this Dockerfile"
     );
 
-    // The runtime stage copies exactly that file and runs it.
-    let runtime_start = ins.iter().rposition(|(k, _)| k == "FROM").unwrap();
-    let runtime = &ins[runtime_start..];
-    let copy = runtime
+    // The image copies exactly that file and runs it.
+    let copies: Vec<Vec<&str>> = ins
         .iter()
-        .find(|(k, _)| k == "COPY")
-        .map(|(_, a)| a.clone())
-        .expect("COPY in the runtime stage");
-    let parts: Vec<&str> = copy.split_whitespace().collect();
-    assert_eq!(parts[0], format!("--from={build_stage}"), "{copy}");
-    assert!(parts[1].ends_with(&produced), "copies the built binary: {copy}");
-    let dest = parts[2];
-    let entry = runtime
+        .filter(|(k, _)| k == "COPY")
+        .map(|(_, a)| a.split_whitespace().collect())
+        .collect();
+    let copy = copies.iter().find(|c| c[0] == "unisched").expect("COPY unisched");
+    let dest = copy[1];
+    let entry = ins
         .iter()
         .find(|(k, _)| k == "ENTRYPOINT")
         .map(|(_, a)| a.clone())
@@ -118,27 +120,46 @@ fn dockerfile_copies_the_release_binary_into_a_non_root_runtime_stage() {
         vec![dest.to_string()],
         "the entrypoint is the copied binary"
     );
+    // A CA bundle where TLS libraries look for one.
+    assert!(
+        copies
+            .iter()
+            .any(|c| c[..] == ["ca-certificates.crt", "/etc/ssl/certs/ca-certificates.crt"]),
+        "{copies:?}"
+    );
 
-    // Non-root, the numeric user the Deployment runs as.
-    let user = runtime
+    // Non-root, the numeric user the Deployment runs as, with its passwd and group entries.
+    let user = ins
         .iter()
         .find(|(k, _)| k == "USER")
         .map(|(_, a)| a.clone())
         .expect("USER");
     assert_eq!(user, "65532:65532");
+    assert!(
+        copies.iter().any(|c| c[..] == ["passwd", "group", "/etc/"]),
+        "{copies:?}"
+    );
+    assert!(
+        read("deploy/image/passwd")
+            .lines()
+            .any(|l| l.starts_with("nonroot:x:65532:65532:")),
+        "passwd names 65532"
+    );
+    assert!(
+        read("deploy/image/group")
+            .lines()
+            .any(|l| l == "nonroot:x:65532:"),
+        "group names 65532"
+    );
     assert!(read("deploy/manifests/deployment.yaml").contains("runAsUser: 65532"));
 
     // OCI labels, the version defaulting to the workspace's.
-    let args: Vec<&String> = runtime
-        .iter()
-        .filter(|(k, _)| k == "ARG")
-        .map(|(_, a)| a)
-        .collect();
+    let args: Vec<&String> = ins.iter().filter(|(k, _)| k == "ARG").map(|(_, a)| a).collect();
     assert!(
         args.iter().any(|a| **a == format!("VERSION={version}")),
         "{args:?}"
     );
-    let labels: String = runtime
+    let labels: String = ins
         .iter()
         .filter(|(k, _)| k == "LABEL")
         .map(|(_, a)| a.as_str())
@@ -150,12 +171,7 @@ fn dockerfile_copies_the_release_binary_into_a_non_root_runtime_stage() {
         assert!(labels.contains(l), "label {l} in {labels}");
     }
 
-    // The build context leaves local build output out, and the kind script uses this Dockerfile.
-    let ignore = read(".dockerignore");
-    assert!(ignore.lines().any(|l| l.trim() == "target/"), "{ignore}");
-    let kind = read("e2e/kind/run.sh");
-    assert!(
-        kind.contains("docker build") && !kind.contains("<<'DOCKER'"),
-        "run.sh builds the repository's Dockerfile"
-    );
+    // The kind script and CI build the image with the same script.
+    assert!(read("e2e/kind/run.sh").contains("deploy/image/build"));
+    assert!(read("e2e/image/run").contains("deploy/image/build"));
 }

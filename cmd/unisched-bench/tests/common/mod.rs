@@ -8,9 +8,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The binary under test.
+/// The binary under test: the one cargo built with the tests, or `unisched-bench` in
+/// `UNISCHED_RELEASE_DIR` when that is set (the real-control-plane tier in CI runs the release
+/// build, whose `unisched` is then the one next to it).
 pub fn bench_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_unisched-bench"))
+    match std::env::var_os("UNISCHED_RELEASE_DIR") {
+        Some(dir) => {
+            let path = PathBuf::from(dir).join("unisched-bench");
+            assert!(path.exists(), "UNISCHED_RELEASE_DIR has no {}", path.display());
+            path
+        }
+        None => PathBuf::from(env!("CARGO_BIN_EXE_unisched-bench")),
+    }
 }
 
 /// The `unisched` binary next to the one under test: what `unisched-bench` runs as

@@ -16,9 +16,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// The binary under test.
+/// The binary under test: the one cargo built with the tests, or `unisched` in
+/// `UNISCHED_RELEASE_DIR` when that is set (the real-control-plane tier in CI runs the release
+/// build that the image ships).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_unisched"))
+    match std::env::var_os("UNISCHED_RELEASE_DIR") {
+        Some(dir) => {
+            let path = PathBuf::from(dir).join("unisched");
+            assert!(path.exists(), "UNISCHED_RELEASE_DIR has no {}", path.display());
+            path
+        }
+        None => PathBuf::from(env!("CARGO_BIN_EXE_unisched")),
+    }
 }
 
 /// A fresh temporary directory for one test.
