@@ -913,6 +913,27 @@ const CALLS: &[Call] = &[
         Use::Reserved,
     ),
     call(
+        "scheduling.k8s.io",
+        "podgroups",
+        "list",
+        "pod groups (GenericWorkload), when the API server serves them",
+        Use::Now,
+    ),
+    call(
+        "scheduling.k8s.io",
+        "podgroups",
+        "watch",
+        "pod groups (GenericWorkload), when the API server serves them",
+        Use::Now,
+    ),
+    call(
+        "scheduling.k8s.io",
+        "podgroups/status",
+        "patch",
+        "the PodGroupInitiallyScheduled condition",
+        Use::Now,
+    ),
+    call(
         "policy",
         "poddisruptionbudgets",
         "list",

@@ -215,6 +215,9 @@ const SAME_ON_BOTH: &[&str] = &[
     "e2e/scenarios/spread/zone-spread",
     "e2e/scenarios/volumes/local-pv",
     "e2e/scenarios/volumes/missing-claim",
+    "e2e/scenarios/workload/basic-policy",
+    "e2e/scenarios/workload/gang-all-or-nothing",
+    "e2e/scenarios/workload/topology",
 ];
 
 #[test]
@@ -981,4 +984,130 @@ fn secure_serving_delegates_authentication_and_authorization_to_kube_apiserver()
         stranger, None,
         "a certificate from a foreign CA is refused in the handshake"
     );
+}
+
+/// A Job of three 1-CPU pods with `scheduling.schedulingPolicy.gang.minCount: 3` on two 4-CPU
+/// nodes: kube-controller-manager's Job controller (WorkloadWithJob) makes its Workload and
+/// PodGroup and gives the pods their `schedulingGroup`; unisched places the gang whole and marks
+/// the PodGroup scheduled. A second gang Job of three 3-CPU pods fits only two of them: none is
+/// bound, and its PodGroup says why.
+#[test]
+fn a_job_whose_pod_group_the_job_controller_makes_is_gang_scheduled() {
+    let cp = ControlPlane::start("job");
+    let admin = cp.admin();
+    let kc = admin.to_str().unwrap();
+    sim_json(&[
+        &scenario("e2e/scenarios/workload/job-cluster"),
+        "--kubeconfig",
+        kc,
+        "--keep",
+        "--no-scheduler",
+    ]);
+    let _scheduler = run_scheduler(&cp, None);
+    let job = |name: &str, cpu: &str| {
+        format!(
+            r#"apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: jobs}}
+spec:
+  parallelism: 3
+  completions: 3
+  scheduling:
+    schedulingPolicy:
+      gang: {{minCount: 3}}
+  template:
+    spec:
+      schedulerName: unisched
+      restartPolicy: Never
+      containers:
+      - {{name: c, image: registry.example/train:1, resources: {{requests: {{cpu: "{cpu}"}}}}}}
+"#
+        )
+    };
+    let (ok, err) = apply(&cp, "fits.yaml", &job("fits", "1"));
+    assert!(ok, "{err}");
+    let bound = |job: &str| -> (usize, usize, Vec<Value>) {
+        let pods = cp.kubectl_json(&["get", "pods", "-n", "jobs", "-l", &format!("job-name={job}")]);
+        let items = pods["items"].as_array().cloned().unwrap_or_default();
+        let n = items
+            .iter()
+            .filter(|p| p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()))
+            .count();
+        (n, items.len(), items)
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while bound("fits").0 < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (n, total, items) = bound("fits");
+    assert_eq!((n, total), (3, 3), "{items:#?}");
+    for p in &items {
+        assert!(
+            p["spec"]["schedulingGroup"]["podGroupName"].as_str().is_some(),
+            "the Job controller put the pod in a group: {p:#}"
+        );
+    }
+    let groups = cp.kubectl_json(&["get", "podgroups.scheduling.k8s.io", "-n", "jobs"]);
+    let fits_group = groups["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3)
+        .cloned()
+        .unwrap_or_else(|| panic!("no gang PodGroup: {groups:#}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let condition = loop {
+        let g = cp.kubectl_json(&[
+            "get",
+            "podgroups.scheduling.k8s.io",
+            "-n",
+            "jobs",
+            fits_group["metadata"]["name"].as_str().unwrap(),
+        ]);
+        let c = g["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodGroupInitiallyScheduled")
+            .cloned();
+        if c.is_some() || Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let condition = condition.expect("PodGroupInitiallyScheduled written");
+    assert_eq!(condition["status"], "True", "{condition:#}");
+    assert_eq!(condition["reason"], "Scheduled", "{condition:#}");
+
+    let (ok, err) = apply(&cp, "too-big.yaml", &job("too-big", "3"));
+    assert!(ok, "{err}");
+    // Two of the three would fit (one per node after `fits`' three CPUs); a gang gets none.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut reason = None;
+    while Instant::now() < deadline {
+        let (n, total, items) = bound("too-big");
+        assert_eq!(
+            n, 0,
+            "a gang short of its quorum is never partly bound: {items:#?}"
+        );
+        reason = items.iter().find_map(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                .and_then(|c| c["message"].as_str().map(str::to_string))
+        });
+        if total == 3 && reason.as_deref().is_some_and(|m| m.starts_with("minCount (3)")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|m| m.starts_with("minCount (3) cannot be satisfied")),
+        "{reason:?}"
+    );
+    assert_eq!(bound("too-big").0, 0);
 }

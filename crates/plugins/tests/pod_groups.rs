@@ -113,19 +113,28 @@ fn members(cpus: &[&str]) -> Vec<Arc<PodInfo>> {
         .collect()
 }
 
-fn framework(groups: Arc<PodGroupStore>) -> Framework {
+fn framework(groups: Arc<PodGroupStore>, topology_aware: bool) -> Framework {
     let registry =
-        Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_pod_groups(groups, true));
+        Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_pod_groups(groups, topology_aware));
     Framework::new(&KubeSchedulerProfile::default(), &registry).expect("default profile")
 }
 
 fn cycle(cache: &MemCache, group: &PodGroupInfo, pods: Vec<Arc<PodInfo>>) -> PodGroupCycleResult {
+    cycle_with(cache, group, pods, true)
+}
+
+fn cycle_with(
+    cache: &MemCache,
+    group: &PodGroupInfo,
+    pods: Vec<Arc<PodInfo>>,
+    topology_aware: bool,
+) -> PodGroupCycleResult {
     let store = Arc::new(PodGroupStore::new());
     store.set_group(group.object.clone());
     for p in &pods {
         store.observe_pod(&p.pod);
     }
-    let fwk = framework(store);
+    let fwk = framework(store, topology_aware);
     let mut algo = SchedulingAlgorithm::new(1, None, 7);
     run_pod_group_cycle(
         &fwk,
@@ -176,38 +185,52 @@ fn a_gang_that_fits_is_placed_whole() {
     );
 }
 
+/// Upstream's wording: with TopologyAwareWorkloadScheduling on, every group goes through the
+/// placement algorithm (one placement, all nodes, without a topology constraint), whose failure
+/// quotes the try's verdict; members that fitted and were taken back prefix the group's verdict
+/// once more, as upstream's failure handler does.
 #[test]
 fn a_gang_short_of_its_quorum_holds_nothing_and_every_member_says_why() {
-    let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None)]);
-    let result = cycle(&cache, &group(Some(3), None), members(&["3", "3", "3"]));
-    assert_eq!(result.status.code(), Code::Unschedulable);
-    assert_eq!(
-        result.status.message(),
-        "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"
-    );
-    assert!(bound(&result).is_empty());
-    assert!(cache.placed().is_empty(), "the two that fitted were taken back");
-    let m = messages(&result);
-    assert_eq!(m.len(), 3);
-    assert_eq!(
-        m.iter()
-            .filter(|m| *m == "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining")
-            .count(),
-        2,
-        "{m:?}"
-    );
-    assert!(
-        m.iter()
-            .any(|m| m.starts_with("0/2 nodes are available") && m.contains("Insufficient cpu")),
-        "{m:?}"
-    );
+    for (topology_aware, group_message) in [
+        (
+            true,
+            "pod group is unschedulable, 0/1 placements are available, first placement status: \
+             minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+        ),
+        (
+            false,
+            "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+        ),
+    ] {
+        let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None)]);
+        let result = cycle_with(
+            &cache,
+            &group(Some(3), None),
+            members(&["3", "3", "3"]),
+            topology_aware,
+        );
+        assert_eq!(result.status.code(), Code::Unschedulable);
+        assert_eq!(result.status.message(), group_message);
+        assert!(bound(&result).is_empty());
+        assert!(cache.placed().is_empty(), "the two that fitted were taken back");
+        let m = messages(&result);
+        assert_eq!(m.len(), 3);
+        let taken_back = format!("pod group is unschedulable, {group_message}");
+        assert_eq!(m.iter().filter(|m| **m == taken_back).count(), 2, "{m:?}");
+        assert!(
+            m.iter()
+                .any(|m| m.starts_with("0/2 nodes are available") && m.contains("Insufficient cpu")),
+            "{m:?}"
+        );
+    }
 }
 
 #[test]
 fn a_gang_stops_at_the_first_member_that_makes_the_quorum_unreachable() {
     let cache = MemCache::with_nodes(&[("a", "4", None)]);
-    // minCount 2 of 2: the first member does not fit, so the second is never tried.
-    let result = cycle(&cache, &group(Some(2), None), members(&["8", "1"]));
+    // minCount 2 of 2: the first member does not fit, so the second is never tried and says
+    // what the group says.
+    let result = cycle_with(&cache, &group(Some(2), None), members(&["8", "1"]), false);
     assert_eq!(
         result.status.message(),
         "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
@@ -215,6 +238,18 @@ fn a_gang_stops_at_the_first_member_that_makes_the_quorum_unreachable() {
     let m = messages(&result);
     assert!(m[0].contains("Insufficient cpu"), "{m:?}");
     assert_eq!(m[1], "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining");
+    assert!(cache.placed().is_empty());
+}
+
+#[test]
+fn a_gang_with_fewer_pods_than_its_quorum_is_not_tried() {
+    let cache = MemCache::with_nodes(&[("a", "4", None)]);
+    let result = cycle_with(&cache, &group(Some(3), None), members(&["1", "1"]), false);
+    assert_eq!(
+        result.status.message(),
+        "pod group is unschedulable, minCount (3) cannot be satisfied: 0 scheduled, 2 remaining"
+    );
+    assert_eq!(messages(&result).len(), 2);
     assert!(cache.placed().is_empty());
 }
 
@@ -279,7 +314,8 @@ fn no_domain_holds_the_gang() {
     let result = cycle(&cache, &group(Some(2), Some("rack")), members(&["3", "3"]));
     assert_eq!(
         result.status.message(),
-        "0/2 placements are available, first placement status: pod group is unschedulable"
+        "pod group is unschedulable, 0/2 placements are available, first placement status: \
+         minCount (2) cannot be satisfied: 1 scheduled, 0 remaining"
     );
     assert!(cache.placed().is_empty());
 }

@@ -21,6 +21,9 @@ use crate::{
     SchedulingAlgorithm, SchedulingFailure, Status, scheduler::run_member_cycle,
 };
 
+/// Upstream's generic verdict for a group that cannot be placed, which its messages quote.
+const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+
 /// What happens to one member after the group's cycle.
 #[derive(Debug)]
 pub enum MemberDecision {
@@ -60,7 +63,12 @@ enum Tried {
 /// One try of the whole group on one placement.
 #[derive(Debug)]
 struct Try {
+    /// The verdict; a rejection's message is upstream's whole message for the group.
     status: Status,
+    /// Whether the verdict is upstream's generic "pod group is unschedulable" (the quorum could
+    /// not be met before any member was tried, or was still short after the last one), which is
+    /// what a placement failure quotes of it, rather than the reason.
+    marked: bool,
     /// Per member; `None` when the try stopped before reaching it.
     members: Vec<Option<Tried>>,
 }
@@ -138,9 +146,7 @@ pub fn run_pod_group_cycle(
     } else {
         vec![Placement::all_nodes()]
     };
-    if let [only] = placements.as_slice()
-        && only.nodes.is_none()
-    {
+    if !fwk.has_placement_generate_plugins() {
         let pins = vec![None; members.len()];
         let tried = try_group(&ctx, algo, &members, &pins);
         return decide(&members, tried, None);
@@ -161,6 +167,10 @@ fn place_on_best(
     for (i, placement) in placements.iter().enumerate() {
         let pins = vec![placement.nodes.clone(); members.len()];
         let mut tried = try_group(ctx, algo, members, &pins);
+        if tried.status.is_success() && placements.len() == 1 {
+            // The only candidate: kept as it is (the placement scorers have nothing to choose).
+            return decide(members, tried, Some(placement.name.clone()));
+        }
         if tried.status.is_success() {
             let nodes = tried
                 .members
@@ -187,18 +197,20 @@ fn place_on_best(
         }
     }
     if worked.is_empty() {
+        // Upstream quotes the first try's error: its generic marker, or its reason.
         let first = match &first_failure {
-            Some(t) if t.status.is_rejected() => "pod group is unschedulable".to_string(),
+            Some(t) if t.marked => POD_GROUP_UNSCHEDULABLE.to_string(),
             Some(t) => t.status.message(),
             None => "no placement has any node".to_string(),
         };
         let status = Status::unschedulable(format!(
-            "0/{} placements are available, first placement status: {first}",
+            "{POD_GROUP_UNSCHEDULABLE}, 0/{} placements are available, first placement status: {first}",
             placements.len()
         ));
         return match first_failure {
             Some(mut t) => {
                 t.status = status;
+                t.marked = true;
                 decide(members, t, None)
             }
             None => all_failed(members, status),
@@ -265,6 +277,8 @@ fn try_group(
         remaining: candidates.len(),
     };
     let mut status = ctx.fwk.run_placement_feasible(ctx.group, progress);
+    // Rejected before any member was tried: upstream marks the verdict as the group's.
+    let mut marked = status.is_rejected();
     if !status.is_rejected() && status.code() != crate::Code::Error {
         for &i in &candidates {
             let outcome = run_member_cycle(
@@ -312,22 +326,30 @@ fn try_group(
             status.message()
         ));
     } else if status.code() == crate::Code::Wait || status.is_rejected() {
-        // A Wait at the end is a quorum not met: the group is unschedulable, still named after
-        // the plugin that judged it.
+        // A Wait at the end is a quorum not met: the group is unschedulable, marked as such,
+        // and still named after the plugin that judged it.
+        marked |= status.code() == crate::Code::Wait;
         let judged_by = status.plugin().map(str::to_string);
-        status = Status::unschedulable(status.message());
+        let message = if marked {
+            format!("{POD_GROUP_UNSCHEDULABLE}, {}", status.message())
+        } else {
+            status.message()
+        };
+        status = Status::unschedulable(message);
         if let Some(plugin) = judged_by {
             status.set_plugin(plugin);
         }
     }
     let mut result = Try {
         status,
+        marked,
         members: tried,
     };
     if result.status.is_success() && result.placed_count() == 0 {
         // Success needs at least one member placed (every member may have failed on its own
         // in a group with no quorum plugin).
-        result.status = Status::unschedulable("pod group is unschedulable");
+        result.status = Status::unschedulable(POD_GROUP_UNSCHEDULABLE);
+        result.marked = true;
     }
     if !result.status.is_success() {
         revert(ctx, &mut result);
@@ -363,6 +385,16 @@ fn decide(members: &[Arc<PodInfo>], tried: Try, placement: Option<String>) -> Po
             Some(Tried::Placed(task)) => MemberDecision::Bind(task),
             Some(Tried::Skipped(why)) => MemberDecision::Skipped(why),
             Some(Tried::Failed(f)) if !error || !f.status.is_rejected() => MemberDecision::Failed(f),
+            // A member that was placed and taken back: upstream says the group is
+            // unschedulable, then quotes the group's verdict.
+            Some(Tried::Reverted) if !error => {
+                let mut status =
+                    Status::unschedulable(format!("{POD_GROUP_UNSCHEDULABLE}, {}", group_status.message()));
+                if let Some(p) = group_status.plugin() {
+                    status.set_plugin(p.to_string());
+                }
+                MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(pod.clone(), status)))
+            }
             _ => MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(
                 pod.clone(),
                 group_status.clone(),
