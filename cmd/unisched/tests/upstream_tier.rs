@@ -1098,7 +1098,12 @@ spec:
                 .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
                 .and_then(|c| c["message"].as_str().map(str::to_string))
         });
-        if total == 3 && reason.as_deref().is_some_and(|m| m.starts_with("minCount (3)")) {
+        // Upstream's wording: `pod group is unschedulable, … minCount (3) cannot be satisfied: …`.
+        if total == 3
+            && reason
+                .as_deref()
+                .is_some_and(|m| m.contains("minCount (3) cannot be satisfied"))
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -1106,7 +1111,8 @@ spec:
     assert!(
         reason
             .as_deref()
-            .is_some_and(|m| m.starts_with("minCount (3) cannot be satisfied")),
+            .is_some_and(|m| m.starts_with("pod group is unschedulable, ")
+                && m.contains("minCount (3) cannot be satisfied")),
         "{reason:?}"
     );
     assert_eq!(bound("too-big").0, 0);
