@@ -216,9 +216,14 @@ const SAME_ON_BOTH: &[&str] = &[
     "e2e/scenarios/volumes/local-pv",
     "e2e/scenarios/volumes/missing-claim",
     "e2e/scenarios/workload/basic-policy",
-    "e2e/scenarios/workload/gang-all-or-nothing",
     "e2e/scenarios/workload/topology",
 ];
+// Not `workload/gang-all-or-nothing`: its placements are the same on both (no member of the gang
+// bound), but on kube-apiserver the members reach the queue one watch event at a time, and
+// which partial attempt of the group a member's message comes from varies from run to run (seen
+// once in CI: `first placement status: pod group is unschedulable` from an attempt with fewer
+// pods than minCount). Its all-or-nothing outcome on the real plane is checked by the Job test
+// below and by the differential.
 
 #[test]
 fn scenarios_place_exactly_as_on_the_embedded_control_plane() {
