@@ -105,54 +105,67 @@ impl SchedulingFailure {
         }
         let message = if rejected {
             // A rejection after host selection concerns exactly one node.
-            truncate_message(&format!("0/1 nodes are available: {}.", status.message()))
+            format!("0/1 nodes are available: {}.", status.message())
         } else {
-            truncate_message(&status.message())
+            status.message()
         };
-        SchedulingFailure {
+        Self::rejected_by(
             pod,
-            reason: if rejected {
-                reasons::UNSCHEDULABLE
-            } else {
-                reasons::SCHEDULER_ERROR
-            },
-            message,
             status,
-            fit_error: None,
+            &message,
             unschedulable_plugins,
             pending_plugins,
-            nominated_node: None,
             released_assumed,
-        }
+        )
     }
 
     /// A member of a pod group that failed as a whole: the group's verdict is the message
-    /// (upstream's wording, not a node count). No plugin of the member's own rejected it, so
-    /// any cluster event may help it, unless the status is an unresolvable one named after a
-    /// plugin (the group is missing), whose events then wake it.
+    /// (upstream's wording, not a node count). Only an unresolvable status named after a plugin
+    /// (the group is missing) records that plugin, whose events then wake the member; for the
+    /// rest the pod-group cycle and the runtime say which events may help
+    /// (`pod_group::cycle::group_rejectors`, the runtime's GangScheduling fallback).
     pub fn from_pod_group(pod: Arc<PodInfo>, status: Status) -> Self {
-        let rejected = status.is_rejected();
         let mut unschedulable_plugins = BTreeSet::new();
         if status.code() == Code::UnschedulableAndUnresolvable
             && let Some(p) = status.plugin()
         {
             unschedulable_plugins.insert(p.to_string());
         }
-        let message = truncate_message(&status.message());
+        let message = status.message();
+        Self::rejected_by(
+            pod,
+            status,
+            &message,
+            unschedulable_plugins,
+            BTreeSet::new(),
+            false,
+        )
+    }
+
+    /// The failure for `status` with `message` (truncated as upstream truncates it) and the
+    /// plugins that rejected the pod; the reason follows the status.
+    fn rejected_by(
+        pod: Arc<PodInfo>,
+        status: Status,
+        message: &str,
+        unschedulable_plugins: BTreeSet<String>,
+        pending_plugins: BTreeSet<String>,
+        released_assumed: bool,
+    ) -> Self {
         SchedulingFailure {
             pod,
-            reason: if rejected {
+            reason: if status.is_rejected() {
                 reasons::UNSCHEDULABLE
             } else {
                 reasons::SCHEDULER_ERROR
             },
-            message,
+            message: truncate_message(message),
             status,
             fit_error: None,
             unschedulable_plugins,
-            pending_plugins: BTreeSet::new(),
+            pending_plugins,
             nominated_node: None,
-            released_assumed: false,
+            released_assumed,
         }
     }
 
