@@ -51,6 +51,17 @@ fn run(scenario: &str, extra: &[&str]) -> BTreeMap<String, Placed> {
         .collect()
 }
 
+/// The whole JSON report of `unisched sim` on `dir` (relative to the repository).
+fn sim_json(dir: &str) -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(bin())
+        .args(["sim", "-o", "json", "--timeout", "60"])
+        .arg(root.join(dir))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn node<'a>(p: &'a BTreeMap<String, Placed>, pod: &str) -> Option<&'a str> {
     p.get(pod)
         .unwrap_or_else(|| panic!("no pod {pod} in {p:?}"))
@@ -152,13 +163,7 @@ fn a_short_gang_and_a_missing_group_wait_and_hold_nothing() {
 /// no claim allocated.
 #[test]
 fn the_gang_example_places_one_gang_in_one_rack_and_holds_no_gpu_for_the_other() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(bin())
-        .args(["sim", "-o", "json", "--timeout", "60"])
-        .arg(root.join("examples/gang"))
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = sim_json("examples/gang");
     let pods = v["pods"].as_array().unwrap();
     let by_name = |name: &str| pods.iter().find(|p| p["name"] == name).unwrap();
     for i in 0..8 {
@@ -186,4 +191,68 @@ fn the_gang_example_places_one_gang_in_one_rack_and_holds_no_gpu_for_the_other()
         }
     }
     assert_eq!(quorum, 4, "{pods:?}");
+}
+
+/// `group-claims`: a PodGroup's own claim (DRAWorkloadResourceClaims). The control plane makes one
+/// claim for the gang from the group's template; every member uses it, the scheduler allocates it
+/// once and reserves it for the PodGroup, and the whole gang lands where the channel reaches. The
+/// later gang gets its own claim, which stays unallocated: there is no channel left.
+#[test]
+fn a_pod_group_claim_is_allocated_once_for_the_gang_and_reserved_for_the_group() {
+    let v = sim_json("e2e/scenarios/workload/group-claims");
+    let pods = v["pods"].as_array().unwrap();
+    let by_name = |name: &str| pods.iter().find(|p| p["name"] == name).unwrap();
+    let mut claim_names = std::collections::BTreeSet::new();
+    for i in 0..3 {
+        let p = by_name(&format!("train-{i}"));
+        let node = p["node"].as_str().unwrap_or_default();
+        assert!(node == "n1" || node == "n2", "train-{i} on {node:?}: {p}");
+        let claim = &p["claims"][0];
+        claim_names.insert(claim["name"].as_str().unwrap().to_string());
+        assert_eq!(claim["devices"].as_array().map(Vec::len), Some(1), "{p}");
+        assert_eq!(
+            claim["reservedFor"],
+            serde_json::json!(["podgroups/train"]),
+            "{p}"
+        );
+    }
+    assert_eq!(
+        claim_names.len(),
+        1,
+        "one claim for the whole gang: {claim_names:?}"
+    );
+    assert!(
+        claim_names.iter().all(|n| n.starts_with("train-imex-")),
+        "{claim_names:?}"
+    );
+    for i in 0..2 {
+        let p = by_name(&format!("late-{i}"));
+        assert!(p["node"].is_null(), "{p}");
+        let claim = &p["claims"][0];
+        assert!(claim["name"].as_str().unwrap().starts_with("late-imex-"), "{p}");
+        assert_eq!(claim["devices"].as_array().map(Vec::len), Some(0), "{p}");
+        assert!(claim.get("reservedFor").is_none(), "{p}");
+    }
+}
+
+/// With DRAWorkloadResourceClaims off the scheduler does not take a PodGroup's claim as the pod's:
+/// the claim the control plane made for the group is not the pod's, so no member is placed and
+/// nothing is allocated (as upstream with the gate off).
+#[test]
+fn without_the_group_claims_gate_a_group_claim_is_not_the_pods() {
+    let p = run(
+        "group-claims",
+        &["--feature-gates", "DRAWorkloadResourceClaims=false"],
+    );
+    for i in 0..3 {
+        let pod = &p[&format!("train-{i}")];
+        assert_eq!(pod.node, None, "{pod:?}");
+        assert!(
+            pod.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("(Pod is not owner)"),
+            "{pod:?}"
+        );
+    }
 }

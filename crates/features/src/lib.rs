@@ -84,7 +84,7 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("DRAPrioritizedList", Implemented::Only(true)),
     ("DRAResourceClaimDeviceStatus", Implemented::Only(true)),
     ("DRASchedulerFilterTimeout", Implemented::Only(true)),
-    ("DRAWorkloadResourceClaims", Implemented::Only(false)),
+    ("DRAWorkloadResourceClaims", Implemented::Both),
     ("DynamicResourceAllocation", Implemented::Only(true)),
     ("CompositePodGroup", Implemented::Only(false)),
     ("GenericWorkload", Implemented::Both),
@@ -117,6 +117,11 @@ pub const UNISCHED_DEFAULTS: &[(&str, bool, &str)] = &[
         "DRANodeAllocatableResources",
         true,
         "one ledger for node resources and devices (KEP-5517) is what unisched is for",
+    ),
+    (
+        "DRAWorkloadResourceClaims",
+        true,
+        "a training gang's shared devices (one IMEX channel, one NVLink domain) are claimed for the group",
     ),
     (
         "GenericWorkload",

@@ -64,6 +64,10 @@ pub struct CycleState {
 pub struct PodGroupAttempt {
     /// The nodes the member may go to (`None`: any).
     pub placement: Option<Arc<BTreeSet<String>>>,
+    /// Names this try of the group, the same for all its members and never reused: what one
+    /// member reserves for the group (a PodGroup's ResourceClaim allocation) the others of the
+    /// same try may share, and nobody else.
+    pub try_key: Arc<str>,
 }
 
 impl fmt::Debug for CycleState {

@@ -47,6 +47,9 @@ pub struct PluginFeatures {
     /// `TaintTolerationComparisonOperators` (alpha, off by default): the `Gt`/`Lt` toleration
     /// operators in TaintToleration, NodeUnschedulable and PodTopologySpread's taint policy.
     pub taint_toleration_comparison_operators: bool,
+    /// `DRAWorkloadResourceClaims` (beta; on in unisched): a PodGroup's ResourceClaims are
+    /// shared by its pods, reserved for the group (needs the PodGroups, [`PluginContext::with_pod_groups`]).
+    pub workload_resource_claims: bool,
 }
 
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
@@ -305,10 +308,11 @@ impl Registry {
                 names::DYNAMIC_RESOURCES,
                 Arc::new(|args, ctx| {
                     let a = DynamicResourcesArgs::from_value(args)?;
-                    Ok(
-                        Arc::new(DynamicResources::new(&a, ctx.dra.clone(), ctx.dra_api.clone()))
-                            as Arc<dyn Plugin>,
-                    )
+                    let mut plugin = DynamicResources::new(&a, ctx.dra.clone(), ctx.dra_api.clone());
+                    if let (true, Some(groups)) = (ctx.features.workload_resource_claims, &ctx.pod_groups) {
+                        plugin = plugin.with_pod_group_claims(groups.clone());
+                    }
+                    Ok(Arc::new(plugin) as Arc<dyn Plugin>)
                 }),
             ),
             (
@@ -895,6 +899,7 @@ profiles:
         for on in [false, true] {
             let features = PluginFeatures {
                 taint_toleration_comparison_operators: on,
+                ..PluginFeatures::default()
             };
             let r = Registry::in_tree(PluginContext::new(RecordingBinder::new()).with_features(features));
             let filter = |name: &str| {

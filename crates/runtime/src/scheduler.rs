@@ -619,6 +619,7 @@ impl Scheduler {
 fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
     let mut features = PluginFeatures::default();
     features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
+    features.workload_resource_claims = gates.enabled("DRAWorkloadResourceClaims");
     features
 }
 

@@ -36,6 +36,9 @@ pub struct ClaimReport {
     pub name: String,
     /// Allocated devices (empty when unallocated).
     pub devices: Vec<DeviceReport>,
+    /// `status.reservedFor`, each as `<resource>/<name>` (`pods/train-0`, `podgroups/train`).
+    #[serde(rename = "reservedFor", skip_serializing_if = "Vec::is_empty")]
+    pub reserved_for: Vec<String>,
 }
 
 /// One pod.
@@ -412,7 +415,24 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
                     .get(&(ns.clone(), cn.clone()))
                     .map(claim_devices)
                     .unwrap_or_default();
-                ClaimReport { name: cn, devices }
+                let reserved_for = claims
+                    .get(&(ns.clone(), cn.clone()))
+                    .and_then(|c| c["status"]["reservedFor"].as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{}/{}",
+                            r["resource"].as_str().unwrap_or_default(),
+                            r["name"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                ClaimReport {
+                    name: cn,
+                    devices,
+                    reserved_for,
+                }
             })
             .collect();
         let group = pod

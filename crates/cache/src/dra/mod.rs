@@ -24,7 +24,10 @@
 //!   copy of every claim, incrementally.
 //! * **In-flight allocations** (`in_flight`): allocations decided in Reserve for pods that are
 //!   still being bound, keyed by claim UID. They count as used devices for the next cycles, and a
-//!   claim that is in flight is "being allocated" for every other pod.
+//!   claim that is in flight is "being allocated" for every other pod — except the other members
+//!   of the PodGroup scheduling attempt that made it, which share it ([`DraCache::share_in_flight`]):
+//!   a group's ResourceClaim is allocated once for the whole group. A shared allocation stays in
+//!   flight until its last holder has written it or let it go.
 //!
 //! # Changes nobody else reports
 //! The watch reports what the API server holds; it never reports the scheduler's own steps: an
@@ -98,6 +101,10 @@ pub enum DraCacheError {
 pub struct InFlightAllocation {
     /// The allocation the scheduler decided.
     pub allocation: Arc<AllocationResult>,
+    /// The PodGroup scheduling attempt whose members may share it (`None`: the pod's own).
+    pub share_key: Option<Arc<str>>,
+    /// How many pods hold it: the one that made it and those that share it.
+    pub holders: u32,
 }
 
 #[derive(Debug, Default)]
@@ -363,6 +370,17 @@ impl DraCache {
     /// Records an allocation decided in Reserve for a claim that is not yet written. Replaces an
     /// earlier in-flight allocation of the same claim.
     pub fn reserve_in_flight(&self, claim_uid: &str, allocation: AllocationResult) {
+        self.reserve_in_flight_shareable(claim_uid, allocation, None);
+    }
+
+    /// Like [`DraCache::reserve_in_flight`], for an allocation that members of the same PodGroup
+    /// scheduling attempt (`share_key`) may share with [`DraCache::share_in_flight`].
+    pub fn reserve_in_flight_shareable(
+        &self,
+        claim_uid: &str,
+        allocation: AllocationResult,
+        share_key: Option<Arc<str>>,
+    ) {
         let mut inner = self.inner.write();
         let InFlight { by_uid, state, frees } = &mut inner.in_flight;
         let by_uid = Arc::make_mut(by_uid);
@@ -381,19 +399,41 @@ impl DraCache {
             claim_uid.to_string(),
             InFlightAllocation {
                 allocation: Arc::new(allocation),
+                share_key,
+                holders: 1,
             },
         );
         inner.snapshot = None;
     }
 
-    /// Drops an in-flight allocation. Returns whether there was one. Idempotent. When the
+    /// Joins another pod to the in-flight allocation of a claim made in the same PodGroup
+    /// scheduling attempt (`share_key`), and returns it. `None` (nothing changed) when the claim
+    /// has no in-flight allocation or it belongs to someone else.
+    pub fn share_in_flight(&self, claim_uid: &str, share_key: &str) -> Option<Arc<AllocationResult>> {
+        let mut inner = self.inner.write();
+        let by_uid = Arc::make_mut(&mut inner.in_flight.by_uid);
+        let entry = by_uid.get_mut(claim_uid)?;
+        if entry.share_key.as_deref() != Some(share_key) {
+            return None;
+        }
+        entry.holders += 1;
+        Some(entry.allocation.clone())
+    }
+
+    /// One holder lets an in-flight allocation go; the last one drops it. Returns whether there
+    /// was one. Idempotent for an allocation held once (each holder releases once). When the
     /// committed claims do not hold all of its devices (it was never written), the observer hears
     /// the devices being freed.
     pub fn release_in_flight(&self, claim_uid: &str) -> bool {
         let freed = {
             let mut inner = self.inner.write();
-            if !inner.in_flight.by_uid.contains_key(claim_uid) {
-                return false;
+            match Arc::make_mut(&mut inner.in_flight.by_uid).get_mut(claim_uid) {
+                None => return false,
+                Some(shared) if shared.holders > 1 => {
+                    shared.holders -= 1;
+                    return true;
+                }
+                Some(_) => {}
             }
             let InFlight { by_uid, state, .. } = &mut inner.in_flight;
             let old = Arc::make_mut(by_uid).remove(claim_uid);

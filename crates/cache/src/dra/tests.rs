@@ -157,6 +157,31 @@ fn in_flight_allocations_count_and_release() {
 }
 
 #[test]
+fn a_group_allocation_is_shared_within_its_attempt_and_held_until_the_last_holder_lets_go() {
+    let cache = DraCache::new();
+    let attempt: Arc<str> = Arc::from("ns/train#7");
+    cache.reserve_in_flight_shareable("g1", alloc(&[("a", None)]), Some(attempt.clone()));
+    // Another attempt, or a pod outside any group, cannot share it.
+    assert_eq!(cache.share_in_flight("g1", "ns/train#8"), None);
+    assert_eq!(cache.share_in_flight("missing", "ns/train#7"), None);
+    // Two more members of the same attempt can.
+    let shared = cache.share_in_flight("g1", "ns/train#7").expect("shared");
+    assert_eq!(*shared, alloc(&[("a", None)]));
+    assert!(cache.share_in_flight("g1", "ns/train#7").is_some());
+    assert_eq!(cache.in_flight("g1").map(|f| f.holders), Some(3));
+    // The devices stay in flight until the third release.
+    assert!(cache.release_in_flight("g1"));
+    assert!(cache.release_in_flight("g1"));
+    assert!(cache.snapshot().state_layers().is_allocated(&id("a")));
+    assert!(cache.release_in_flight("g1"));
+    assert!(!cache.snapshot().state_layers().is_allocated(&id("a")));
+    assert!(!cache.release_in_flight("g1"));
+    // A pod's own allocation is never shared.
+    cache.reserve_in_flight("p1", alloc(&[("b", None)]));
+    assert_eq!(cache.share_in_flight("p1", "ns/train#7"), None);
+}
+
+#[test]
 fn snapshot_is_reused_when_nothing_changed() {
     let cache = DraCache::new();
     cache

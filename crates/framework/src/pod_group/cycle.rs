@@ -252,6 +252,13 @@ fn best_placement(scores: &[i64], assignments: &[PodGroupAssignments]) -> usize 
     best
 }
 
+/// A key no other try of any group has had: the group's name and a process-wide count.
+fn next_try_key(group: &PodGroupInfo) -> Arc<str> {
+    static TRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = TRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Arc::from(format!("{}/{}#{n}", group.key.namespace, group.key.name))
+}
+
 /// One try: the feasibility check first, then each member in order with the check after each.
 /// A try that does not succeed is taken back before it returns.
 fn try_group(
@@ -262,6 +269,7 @@ fn try_group(
 ) -> Try {
     let mut tried: Vec<Option<Tried>> = Vec::with_capacity(members.len());
     let mut candidates = Vec::new();
+    let try_key = next_try_key(ctx.group);
     for pod in members {
         if pod.is_terminating() {
             tried.push(Some(Tried::Skipped("skip schedule deleting pod")));
@@ -290,6 +298,7 @@ fn try_group(
                 ctx.record_plugin_metrics,
                 Some(PodGroupAttempt {
                     placement: pins[i].clone(),
+                    try_key: try_key.clone(),
                 }),
             );
             progress.remaining -= 1;

@@ -74,7 +74,7 @@ fn claim_hint_with(
     // those without resolving the pod's claims (which allocates). A claim the pod does not own and
     // names nowhere (neither in spec nor in its generated-claim statuses) cannot be among the
     // resolved references, and without ownership it is not its extended-resource claim either.
-    let for_pod = claims::is_for_pod(pod, claim);
+    let for_pod = claims::is_for_pod(pod, claim, true);
     if skip_unrelated && !for_pod && !claims::names_claim(pod, name) {
         return QueueingHint::Skip;
     }

@@ -64,6 +64,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use parking_lot::{Mutex, RwLock};
 use unisched_cache::DraCache;
 use unisched_dra::{Allocator, CelSelectorEngine, Features, PreparedClaim, summary_shape};
@@ -71,9 +72,9 @@ use unisched_fasthash::FastHashMap;
 use unisched_framework::{
     ClusterEventWithHint, Code, CycleState, DEVICE_CLASS_CAPACITY_KEY, DIAGNOSIS_DETAIL_KEY, DiagnosisDetail,
     EnqueueExtensions, FilterPlugin, FrameworkHandle, NODE_FOOTPRINTS_KEY, NODE_VETO_KEY, NodeFootprints,
-    NodeInfo, NodeScore, NodeToStatus, NodeVetoHandle, Plugin, PodInfo, PostFilterPlugin, PostFilterResult,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin,
-    ScorePlugin, Status, StatusFuture,
+    NodeInfo, NodeScore, NodeToStatus, NodeVetoHandle, Plugin, PodGroupKey, PodGroupStore, PodInfo,
+    PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ReservePlugin, ScorePlugin, Status, StatusFuture,
 };
 
 pub use api::{ClaimFuture, DraApi, DraApiError, DraApiLater, merge_patch};
@@ -133,6 +134,9 @@ pub struct DynamicResources {
     summary: bool,
     /// Nodes the summary found short, for the node veto ([`short_nodes`]).
     short_nodes: ShortNodes,
+    /// The PodGroups, when their claims are shared by their pods (DRAWorkloadResourceClaims);
+    /// `None`: every claim is reserved for the pod that uses it.
+    pod_groups: Option<Arc<PodGroupStore>>,
 }
 
 /// Set (to anything) in the scheduler's environment, Filter runs the full allocator on every
@@ -167,6 +171,35 @@ impl DynamicResources {
             poll_interval: Duration::from_secs(5),
             summary: std::env::var_os(NO_SUMMARY_ENV).is_none(),
             short_nodes: ShortNodes::default(),
+            pod_groups: None,
+        }
+    }
+
+    /// Shares PodGroup claims among the groups' pods (DRAWorkloadResourceClaims): a pod's claim
+    /// entry that matches one of its PodGroup's is reserved for the group, allocated once for it,
+    /// and a claim the group's template generated is the pod's to use.
+    #[must_use]
+    pub fn with_pod_group_claims(mut self, groups: Arc<PodGroupStore>) -> Self {
+        self.pod_groups = Some(groups);
+        self
+    }
+
+    /// The pod's PodGroup, when PodGroup claims are on and the pod belongs to one. A group that
+    /// does not exist is upstream's lister miss.
+    fn pod_group(&self, pod: &PodInfo) -> Result<Option<Arc<PodGroup>>, String> {
+        let Some(groups) = &self.pod_groups else {
+            return Ok(None);
+        };
+        let Some(name) = claims::pod_group_name(&pod.pod) else {
+            return Ok(None);
+        };
+        let key = PodGroupKey {
+            namespace: pod.namespace.clone(),
+            name: name.to_string(),
+        };
+        match groups.group(&key) {
+            Some(info) => Ok(Some(info.object.clone())),
+            None => Err(format!("podgroup.scheduling.k8s.io {name:?} not found")),
         }
     }
 
@@ -210,10 +243,22 @@ impl DynamicResources {
     }
 
     /// Claims (and the extended-resource plan) of a pod, checked, or the rejection.
-    fn prepare(&self, dra: &DraCache, pod: &PodInfo) -> Result<Option<PodState>, Status> {
+    fn prepare(
+        &self,
+        dra: &DraCache,
+        pod: &PodInfo,
+        group_try: Option<&Arc<str>>,
+    ) -> Result<Option<PodState>, Status> {
         let snapshot = dra.snapshot();
         let p = &*pod.pod;
         let refs = claims::resolve(p).map_err(Status::unresolvable)?;
+        let group_claims = self.pod_groups.is_some();
+        let group = if refs.is_empty() {
+            None
+        } else {
+            self.pod_group(pod).map_err(Status::unschedulable)?
+        };
+        let group_try = group_try.filter(|_| group_claims).cloned();
         let existing_ext = dra.extended_resource_claim_for_pod(&pod.uid);
         let ext = extended::plan(p, &snapshot, existing_ext);
         if refs.is_empty() && ext.is_none() {
@@ -224,15 +269,32 @@ impl DynamicResources {
         let mut prepared_list = Vec::new();
         let mut has_first_available = false;
         for r in &refs {
-            let claim = claims::check(p, r, dra.claim(&pod.namespace, &r.claim_name))
+            let claim = claims::check(p, r, dra.claim(&pod.namespace, &r.claim_name), group_claims)
                 .map_err(|e| Status::unresolvable(e.to_string()))?;
+            let consumer = match claims::pod_claim_entry(p, &r.pod_claim_name) {
+                Some(entry) => claims::Consumer::for_claim(p, &pod.uid, group.as_deref(), entry)
+                    .map_err(Status::unschedulable)?,
+                None => claims::Consumer::pod(&pod.name, &pod.uid),
+            };
             let key = format!("{}/{}", pod.namespace, r.claim_name);
             let uid = claim.metadata.uid.clone().unwrap_or_default();
-            let allocated = claims::is_allocated(&claim);
-            let reserved_for_pod = claims::is_reserved_for(&claim, &pod.uid);
+            let mut allocated = claims::is_allocated(&claim);
+            let reserved_for_pod = claims::is_reserved_for_pod(&claim, p, &pod.uid, group_claims);
             let mut prepared = None;
             let mut available_on = None;
-            if allocated {
+            let mut shared_pending = None;
+            // A group claim that another member of this try allocated in Reserve: use that.
+            let shareable = match (&group_try, snapshot.pending_allocation(&uid)) {
+                (Some(t), Some(pending)) if !allocated && consumer.is_group() => {
+                    (pending.share_key.as_deref() == Some(&**t)).then(|| pending.allocation.clone())
+                }
+                _ => None,
+            };
+            if let Some(pending) = shareable {
+                available_on = pending.node_selector.clone();
+                shared_pending = Some(pending);
+                allocated = true;
+            } else if allocated {
                 if !reserved_for_pod && claims::reserved_for_others(&claim, &pod.uid) >= RESERVED_FOR_MAX_SIZE
                 {
                     return Err(Status::unresolvable(reason::IN_USE));
@@ -264,6 +326,8 @@ impl DynamicResources {
                 available_on,
                 allocated,
                 reserved_for_pod,
+                consumer,
+                shared_pending,
                 prepared,
             });
         }
@@ -304,6 +368,7 @@ impl DynamicResources {
             failures: Arc::new(FailureLog::default()),
             unavailable: Mutex::new(BTreeSet::new()),
             binding: Mutex::new(BindingProgress::default()),
+            group_try,
         }))
     }
 }
@@ -340,7 +405,8 @@ impl PreEnqueuePlugin for DynamicResources {
             Err(e) => return Status::unresolvable(e),
         };
         for r in &refs {
-            if let Err(e) = claims::check(&pod.pod, r, dra.claim(&pod.namespace, &r.claim_name)) {
+            let claim = dra.claim(&pod.namespace, &r.claim_name);
+            if let Err(e) = claims::check(&pod.pod, r, claim, self.pod_groups.is_some()) {
                 return Status::unresolvable(e.to_string());
             }
         }
@@ -378,7 +444,8 @@ impl PreFilterPlugin for DynamicResources {
             }
             return (None, Status::skip());
         };
-        let data = match self.prepare(dra, pod) {
+        let group_try = state.pod_group.as_ref().map(|g| g.try_key.clone());
+        let data = match self.prepare(dra, pod, group_try.as_ref()) {
             Ok(Some(d)) => Arc::new(d),
             Ok(None) => return (None, Status::skip()),
             Err(s) => return (None, s),
@@ -569,7 +636,8 @@ impl ReservePlugin for DynamicResources {
         let Some(dra) = &self.dra else {
             return Status::success();
         };
-        if data.to_allocate.is_empty() && data.extended.is_none() {
+        let shares = data.claims.iter().any(|c| c.shared_pending.is_some());
+        if data.to_allocate.is_empty() && data.extended.is_none() && !shares {
             return Status::success();
         }
         let snapshot = state.snapshot();
@@ -592,10 +660,24 @@ impl ReservePlugin for DynamicResources {
             ));
         }
         let mut progress = data.binding.lock();
+        for c in data.claims.iter().filter(|c| c.shared_pending.is_some()) {
+            let shared = data
+                .group_try
+                .as_deref()
+                .and_then(|t| dra.share_in_flight(&c.uid, t));
+            if shared.is_none() {
+                return Status::error(format!(
+                    "claim {}: the allocation made for its PodGroup is no longer in flight",
+                    c.key
+                ));
+            }
+            progress.in_flight.push(c.uid.clone());
+        }
         for (k, &i) in data.to_allocate.iter().enumerate() {
-            let uid = &data.claims[i].uid;
-            dra.reserve_in_flight(uid, result.allocations[k].clone());
-            progress.in_flight.push(uid.clone());
+            let c = &data.claims[i];
+            let share_key = data.group_try.clone().filter(|_| c.consumer.is_group());
+            dra.reserve_in_flight_shareable(&c.uid, result.allocations[k].clone(), share_key);
+            progress.in_flight.push(c.uid.clone());
         }
         if let (Some(plan), Some((_, a))) = (&data.extended, &result.extended) {
             dra.reserve_in_flight(&plan.placeholder_uid, a.clone());
@@ -657,11 +739,11 @@ impl PreBindPlugin for DynamicResources {
         prebind::pre_bind(self, api.as_ref(), dra, &data, pod, node)
     }
 
-    fn pre_bind_async(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Option<StatusFuture> {
+    fn pre_bind_async(&self, state: &CycleState, _pod: &PodInfo, node: &str) -> Option<StatusFuture> {
         let data = Self::data(state)?;
         let later = self.api.as_ref()?.later()?;
         let dra = self.dra.clone()?;
-        prebind::pre_bind_later(self, later, dra, data, pod, node)
+        prebind::pre_bind_later(self, later, dra, data, node)
     }
 }
 

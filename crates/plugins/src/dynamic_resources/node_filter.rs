@@ -295,7 +295,7 @@ fn node_allocatable_statuses(
     let mut new_alloc = allocations.iter();
     for (i, c) in data.claims.iter().enumerate() {
         let allocation: Option<&AllocationResult> = if c.allocated {
-            c.claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+            c.decided_allocation()
         } else if data.to_allocate.contains(&i) {
             new_alloc.next()
         } else {
@@ -311,7 +311,11 @@ fn node_allocatable_statuses(
                 )
             })?;
         let Some(ca) = computed else { continue };
-        if ca.mapped && claims::reserved_for_others(&c.claim, &pod.uid) > 0 {
+        // A mapped device's CPU and memory are counted for one pod: a claim already reserved for
+        // someone else (the pod's own PodGroup excepted: `reserved_for_pod` covers it), or shared
+        // with another member of this PodGroup try, cannot add them to a second pod.
+        let reserved_elsewhere = !c.reserved_for_pod && claims::reserved_for_others(&c.claim, &pod.uid) > 0;
+        if ca.mapped && (reserved_elsewhere || c.shared_pending.is_some()) {
             return Err((
                 Status::unresolvable(format!(
                     "node allocatable resource claim {} has a mapped device and cannot be shared across pods",

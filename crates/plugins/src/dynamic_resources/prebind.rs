@@ -48,6 +48,7 @@ use unisched_cache::DraCache;
 use unisched_framework::{PodInfo, Status, StatusFuture};
 
 use super::api::{ClaimFuture, DraApi, DraApiError, DraApiLater};
+use super::claims::Consumer;
 use super::extended::{PLACEHOLDER_NAME, for_create};
 use super::state::{BindingProgress, NodeResult, PodClaim, PodState, Written};
 use super::{DynamicResources, FINALIZER};
@@ -188,7 +189,7 @@ async fn bind_claim(
     api: &dyn DraApiLater,
     start: &ResourceClaim,
     allocation: Option<&AllocationResult>,
-    pod: &Consumer,
+    consumer: &Consumer,
     binding_conditions: bool,
 ) -> Result<ResourceClaim, ClaimWriteError> {
     let ns = start.metadata.namespace.clone().unwrap_or_default();
@@ -216,7 +217,9 @@ async fn bind_claim(
             }
             write_allocation = None;
         }
-        if write_allocation.is_none() && super::claims::is_reserved_for(&claim, &pod.uid) && current.is_some()
+        if write_allocation.is_none()
+            && super::claims::is_reserved_for(&claim, &consumer.uid)
+            && current.is_some()
         {
             return Ok(claim);
         }
@@ -238,13 +241,8 @@ async fn bind_claim(
             .as_ref()
             .and_then(|s| s.reserved_for.clone())
             .unwrap_or_default();
-        if !reserved.iter().any(|r| r.uid == pod.uid) {
-            reserved.push(ResourceClaimConsumerReference {
-                api_group: None,
-                name: pod.name.clone(),
-                resource: "pods".into(),
-                uid: pod.uid.clone(),
-            });
+        if !reserved.iter().any(|r| r.uid == consumer.uid) {
+            reserved.push(consumer.reference());
         }
         let mut status = serde_json::Map::new();
         status.insert(
@@ -278,21 +276,6 @@ async fn bind_claim(
         }
     }
     Err(ClaimWriteError::Conflicts { key })
-}
-
-/// The pod a claim is reserved for.
-struct Consumer {
-    name: String,
-    uid: String,
-}
-
-impl Consumer {
-    fn of(pod: &PodInfo) -> Self {
-        Consumer {
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-        }
-    }
 }
 
 /// A synchronous [`DraApi`] seen as [`DraApiLater`]: each call is made when its future is
@@ -340,12 +323,17 @@ fn bind_now(
     }
 }
 
-/// The allocation Reserve made for the pod's `i`th claim on this node, if it needed one.
+/// The allocation Reserve made for the pod's `i`th claim on this node, if it needed one, or the
+/// one it shares with other members of its PodGroup try (written by whichever member's PreBind
+/// comes first; the others find it written and only add nothing or their reservation).
 fn allocation_for<'r>(
-    data: &PodState,
+    data: &'r PodState,
     result: Option<&'r NodeResult>,
     i: usize,
 ) -> Result<Option<&'r AllocationResult>, Status> {
+    if let Some(shared) = data.claims.get(i).and_then(|c| c.shared_pending.as_deref()) {
+        return Ok(Some(shared));
+    }
     match data.to_allocate.iter().position(|&x| x == i) {
         Some(k) => match result.and_then(|r| r.allocations.get(k)) {
             Some(a) => Ok(Some(a)),
@@ -391,7 +379,6 @@ pub(crate) fn pre_bind_later(
     api: Arc<dyn DraApiLater>,
     dra: Arc<DraCache>,
     data: Arc<PodState>,
-    pod: &PodInfo,
     node: &str,
 ) -> Option<StatusFuture> {
     if data.extended.is_some() {
@@ -412,7 +399,6 @@ pub(crate) fn pre_bind_later(
         return None;
     }
     let stamp = plugin.features.binding_conditions;
-    let consumer = Consumer::of(pod);
     Some(Box::pin(async move {
         for (i, c) in data.claims.iter().enumerate() {
             if c.allocated && c.reserved_for_pod {
@@ -422,7 +408,7 @@ pub(crate) fn pre_bind_later(
                 Ok(a) => a,
                 Err(s) => return s,
             };
-            let updated = match bind_claim(api.as_ref(), &c.claim, allocation, &consumer, stamp).await {
+            let updated = match bind_claim(api.as_ref(), &c.claim, allocation, &c.consumer, stamp).await {
                 Ok(updated) => updated,
                 Err(e) => return Status::error(e),
             };
@@ -462,7 +448,7 @@ pub(crate) fn pre_bind(
     let mut progress = data.binding.lock();
     let mut to_wait: Vec<(String, String)> = Vec::new();
     let stamp = plugin.features.binding_conditions;
-    let consumer = Consumer::of(pod);
+    let consumer = Consumer::pod(&pod.name, &pod.uid);
 
     for (i, c) in data.claims.iter().enumerate() {
         if c.allocated && c.reserved_for_pod {
@@ -472,7 +458,7 @@ pub(crate) fn pre_bind(
             Ok(a) => a,
             Err(s) => return s,
         };
-        match bind_now(bind_claim(&Now(api), &c.claim, allocation, &consumer, stamp)) {
+        match bind_now(bind_claim(&Now(api), &c.claim, allocation, &c.consumer, stamp)) {
             Ok(updated) => {
                 if allocation_has_binding_conditions(&updated) {
                     to_wait.push((c.namespace().to_string(), c.name().to_string()));

@@ -21,6 +21,7 @@ use unisched_dra::{AllocationError, Allocator, CelSelectorEngine, Deadline, Feat
 use unisched_fasthash::FastHashMap;
 use unisched_framework::{NodeFootprints, NodeInfo};
 
+use super::claims::Consumer;
 use super::extended::{ExtendedPlan, Variant};
 use super::reasons::{FailureLog, NodeFailure};
 use super::short_nodes::ShortTable;
@@ -77,13 +78,27 @@ pub(crate) struct PodClaim {
     pub available_on: Option<NodeSelector>,
     /// Already allocated.
     pub allocated: bool,
-    /// Already reserved for this pod.
+    /// Already reserved for this pod (or for its PodGroup, when that is the consumer).
     pub reserved_for_pod: bool,
+    /// What PreBind reserves the claim for: the pod, or its PodGroup for a group claim.
+    pub consumer: Consumer,
+    /// An allocation another member of the same PodGroup try made in Reserve and has not written
+    /// yet: this pod uses it as if it were allocated, and PreBind writes it if the other member
+    /// has not. Set together with `allocated`.
+    pub shared_pending: Option<Arc<AllocationResult>>,
     /// Prepared for allocation (unallocated claims only).
     pub prepared: Option<Arc<PreparedClaim>>,
 }
 
 impl PodClaim {
+    /// The allocation the pod will use when it is already decided: the claim's, or the one
+    /// shared within the PodGroup try.
+    pub fn decided_allocation(&self) -> Option<&AllocationResult> {
+        self.shared_pending
+            .as_deref()
+            .or_else(|| self.claim.status.as_ref().and_then(|s| s.allocation.as_ref()))
+    }
+
     pub fn namespace(&self) -> &str {
         self.claim.metadata.namespace.as_deref().unwrap_or_default()
     }
@@ -168,6 +183,9 @@ pub(crate) struct PodState {
     /// Claims (indices) found unavailable on some node (PostFilter candidates).
     pub unavailable: Mutex<BTreeSet<usize>>,
     pub binding: Mutex<BindingProgress>,
+    /// The PodGroup try this pod is scheduled in, when PodGroup claims are on: the allocations it
+    /// makes for its group's claims may be shared by the try's other members.
+    pub group_try: Option<Arc<str>>,
 }
 
 impl PodState {

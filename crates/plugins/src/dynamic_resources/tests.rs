@@ -2059,6 +2059,7 @@ fn no_dra_state_is_handled() {
 }
 
 mod cycle;
+mod group_claims;
 
 /// KEP-5004 in scoring: a DRA-backed extended resource has no allocatable on the node, so
 /// NodeResourcesFit counts the class's devices there as its capacity and the allocated ones as its

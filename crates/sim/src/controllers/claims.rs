@@ -20,7 +20,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Next, is_terminal, next_event, record_event};
+use super::{Next, group_claims, is_terminal, next_event, record_event};
 use crate::patch::Patch;
 use crate::store::{DeleteOptions, EventType, ObjectRef, Store};
 use crate::util::{get_path, get_str};
@@ -39,6 +39,8 @@ pub async fn run(store: Store, shutdown: tokio::sync::watch::Receiver<bool>) {
 
 /// Runs until `shutdown` changes; `seed` decides the suffixes of generated claim names.
 pub async fn run_seeded(store: Store, seed: u64, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    // PodGroups are optional: without them no claim is a group's.
+    let pod_groups = store.resolve("podgroups").ok();
     let (Ok(pods), Ok(claims), Ok(templates)) = (
         store.resolve("pods"),
         store.resolve("resourceclaims"),
@@ -65,19 +67,66 @@ pub async fn run_seeded(store: Store, seed: u64, mut shutdown: tokio::sync::watc
                         sync_claim(&store, &ev.object);
                     }
                 } else if ev.kind == templates && ev.event_type == EventType::Added {
-                    // Pods that waited for this template.
+                    // Pods and PodGroups that waited for this template.
                     for pod in store.snapshot(pods, Some(ev.object.namespace())) {
                         if pod_uses_template(pod.value(), ev.object.name()) {
                             sync_pod(&store, &pod, seed);
                         }
                     }
+                    if let Some(kind) = pod_groups {
+                        for group in store.snapshot(kind, Some(ev.object.namespace())) {
+                            if group_claims::uses_template(group.value(), ev.object.name()) {
+                                on_pod_group(&store, pods, &group, false, seed);
+                            }
+                        }
+                    }
+                } else if Some(ev.kind) == pod_groups {
+                    on_pod_group(
+                        &store,
+                        pods,
+                        &ev.object,
+                        ev.event_type == EventType::Deleted,
+                        seed,
+                    );
                 }
             }
         }
     }
 }
 
+/// A PodGroup changed: its claims are made (or, deleted, its reservations released by syncing
+/// the claims reserved for it), and its members' statuses follow.
+fn on_pod_group(store: &Store, pods: crate::registry::KindId, group: &ObjectRef, deleted: bool, seed: u64) {
+    let ns = group.namespace();
+    if deleted {
+        if let Ok(claims) = store.list_all("resourceclaims", Some(ns)) {
+            for claim in claims {
+                if group_claims::is_reserved_for(claim.value(), group.uid()) {
+                    sync_claim(store, &claim);
+                }
+            }
+        }
+        return;
+    }
+    if !group_claims::has_claims(group.value()) {
+        return;
+    }
+    group_claims::sync_pod_group(store, group, seed);
+    for pod in store.snapshot(pods, Some(ns)) {
+        if group_claims::is_member(pod.value(), group.name()) && has_claims(pod.value()) {
+            sync_pod(store, &pod, seed);
+        }
+    }
+}
+
 fn resync(store: &Store, seed: u64) {
+    if let Ok(groups) = store.list_all("podgroups", None) {
+        for group in groups {
+            if group_claims::has_claims(group.value()) {
+                group_claims::sync_pod_group(store, &group, seed);
+            }
+        }
+    }
     if let Ok(list) = store.list_all("pods", None) {
         for pod in list {
             if has_claims(pod.value()) {
@@ -176,9 +225,24 @@ fn sync_pod(store: &Store, pod: &ObjectRef, seed: u64) {
         return;
     }
     let ns = pod.namespace().to_string();
+    let group = group_claims::group_of(store, pod_v);
     let mut new_statuses: Vec<Value> = Vec::new();
     for entry in pod_claims(pod_v) {
         let entry_name = get_str(&entry, &["name"]).unwrap_or_default().to_string();
+        if let Some(g) = group
+            .as_ref()
+            .filter(|g| group_claims::is_group_entry(g.value(), &entry))
+        {
+            // One of the group's claims: a template entry uses the claim made for the PodGroup
+            // (none yet: the PodGroup's sync records it, and the pod is synced again then).
+            if get_str(&entry, &["resourceClaimTemplateName"]).is_some()
+                && let Some(name) = group_claims::generated_claim(g.value(), &entry_name)
+                && claim_name_for(pod_v, &entry) != Some(Some(name.clone()))
+            {
+                new_statuses.push(json!({"name": entry_name, "resourceClaimName": name}));
+            }
+            continue;
+        }
         let Some(template) = get_str(&entry, &["resourceClaimTemplateName"]).map(str::to_string) else {
             continue;
         };
@@ -195,7 +259,7 @@ fn sync_pod(store: &Store, pod: &ObjectRef, seed: u64) {
         }
         let claim = match find_generated_claim(store, pod, &entry_name) {
             Some(c) => c,
-            None => match create_claim(store, pod, &entry_name, &template, seed) {
+            None => match create_claim(store, &ClaimOwner::pod(pod), &entry_name, &template, seed) {
                 Ok(c) => c,
                 Err(msg) => {
                     record_event(
@@ -232,6 +296,14 @@ fn sync_pod(store: &Store, pod: &ObjectRef, seed: u64) {
         let Some(Some(name)) = claim_name_for(current.value(), &entry) else {
             continue;
         };
+        let consumer = match group
+            .as_ref()
+            .filter(|g| group_claims::is_group_entry(g.value(), &entry))
+        {
+            Some(g) => group_claims::reference(g),
+            None => json!({"resource": "pods", "name": current.name(), "uid": current.uid()}),
+        };
+        let consumer_uid = get_str(&consumer, &["uid"]).unwrap_or_default().to_string();
         let Some(claim) = store.try_get("resourceclaims", Some(&ns), &name) else {
             continue;
         };
@@ -243,11 +315,11 @@ fn sync_pod(store: &Store, pod: &ObjectRef, seed: u64) {
         if get_path(c, &["status", "allocation"]).is_some()
             && !reserved
                 .iter()
-                .any(|r| get_str(r, &["uid"]) == Some(current.uid()))
+                .any(|r| get_str(r, &["uid"]) == Some(consumer_uid.as_str()))
             && reserved.len() < 256
         {
             let mut list = reserved;
-            list.push(json!({"resource": "pods", "name": current.name(), "uid": current.uid()}));
+            list.push(consumer);
             let patch = Patch::Merge(
                 json!({"metadata": {"resourceVersion": claim.resource_version().to_string()},
                                             "status": {"reservedFor": list}}),
@@ -272,14 +344,37 @@ fn find_generated_claim(store: &Store, pod: &ObjectRef, entry_name: &str) -> Opt
         })
 }
 
-fn create_claim(
+/// What a generated claim is controlled by: a pod, or a PodGroup for the group's own claims.
+pub(super) struct ClaimOwner<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+impl<'a> ClaimOwner<'a> {
+    fn pod(pod: &'a ObjectRef) -> Self {
+        ClaimOwner {
+            api_version: "v1",
+            kind: "Pod",
+            namespace: pod.namespace(),
+            name: pod.name(),
+            uid: pod.uid(),
+        }
+    }
+}
+
+/// Creates the claim for `owner`'s entry `entry_name` from `template`: named
+/// `<owner>-<entry>-<suffix>`, controlled by the owner, annotated with the entry's name.
+pub(super) fn create_claim(
     store: &Store,
-    pod: &ObjectRef,
+    owner: &ClaimOwner<'_>,
     entry_name: &str,
     template: &str,
     seed: u64,
 ) -> Result<ObjectRef, ClaimCreationError> {
-    let ns = pod.namespace();
+    let ns = owner.namespace;
     let tpl = store
         .try_get("resourceclaimtemplates", Some(ns), template)
         .ok_or_else(|| ClaimCreationError::TemplateNotFound {
@@ -294,12 +389,12 @@ fn create_claim(
         .cloned()
         .unwrap_or_default();
     annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), json!(entry_name));
-    let mut generate = format!("{}-{entry_name}-", pod.name());
+    let mut generate = format!("{}-{entry_name}-", owner.name);
     let max_base = 57;
     if generate.len() > max_base {
-        let pod_part = pod.name().len() * max_base / generate.len();
+        let owner_part = owner.name.len() * max_base / generate.len();
         let entry_part = entry_name.len() * max_base / generate.len();
-        generate = format!("{}-{}", &pod.name()[..pod_part], &entry_name[..entry_part]);
+        generate = format!("{}-{}", &owner.name[..owner_part], &entry_name[..entry_part]);
     }
     let mut claim = json!({
         "apiVersion": "resource.k8s.io/v1",
@@ -309,7 +404,7 @@ fn create_claim(
             "namespace": ns,
             "annotations": annotations,
             "ownerReferences": [{
-                "apiVersion": "v1", "kind": "Pod", "name": pod.name(), "uid": pod.uid(),
+                "apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name, "uid": owner.uid,
                 "controller": true, "blockOwnerDeletion": true,
             }],
         },
@@ -323,7 +418,7 @@ fn create_claim(
     for attempt in 0..MAX_NAME_ATTEMPTS {
         let name = format!(
             "{generate}{}",
-            name_suffix(seed, &[ns, pod.name(), entry_name], attempt)
+            name_suffix(seed, &[ns, owner.name, entry_name], attempt)
         );
         claim["metadata"]["name"] = json!(name);
         match store.create("resourceclaims", Some(ns), claim.clone()) {
@@ -345,7 +440,7 @@ fn create_claim(
 /// Why a claim could not be created from a pod's template (recorded as a Warning event on the
 /// pod, in upstream's wording).
 #[derive(Debug, thiserror::Error)]
-enum ClaimCreationError {
+pub(super) enum ClaimCreationError {
     /// The template does not exist. Upstream reads templates through a lister, whose NotFound
     /// names the singular resource.
     #[error(
@@ -429,6 +524,9 @@ fn try_sync_claim(store: &Store, ns: &str, name: &str) -> Result<(), crate::Stor
         .iter()
         .filter(|r| {
             let group = get_str(r, &["apiGroup"]).unwrap_or_default();
+            if group == group_claims::SCHEDULING_GROUP && get_str(r, &["resource"]) == Some("podgroups") {
+                return group_claims::reservation_is_live(store, ns, r);
+            }
             if !group.is_empty() || get_str(r, &["resource"]) != Some("pods") {
                 return true;
             }

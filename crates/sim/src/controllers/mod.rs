@@ -8,6 +8,7 @@
 pub mod claims;
 pub mod events;
 pub mod gc;
+mod group_claims;
 pub mod kubelet;
 pub mod volumes;
 
