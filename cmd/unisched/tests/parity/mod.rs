@@ -3,13 +3,15 @@
 //! Two tests use it. `upstream_parity_page.rs` (ordinary) checks that every row says one of the
 //! three states and that the rows agree with unisched's code; the real-control-plane tier
 //! (`upstream_tier.rs`) checks that the page mentions every plugin, configuration field and
-//! scheduler gate upstream's Go sources have. Both read the page through this
+//! scheduler gate upstream's Go sources have ([`upstream`]). Both read the page through this
 //! module so that they agree on what a row is.
 //!
 //! The page is plain Markdown: a `## ` heading, some prose, then one pipe table. A table row with
 //! the wrong number of cells fails the reading loudly rather than being skipped, so a malformed
 //! row cannot hide a name from either test.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod upstream;
 
 use std::path::{Path, PathBuf};
 
