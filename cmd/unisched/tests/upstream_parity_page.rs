@@ -1,7 +1,8 @@
 //! `docs/upstream-parity.md` says what unisched does with each upstream plugin, configuration
 //! field and scheduler gate. These tests keep its rows well-formed and, where the code can say,
-//! true: the plugins unisched registers and the gates `crates/features` implements. That the page
-//! lists everything upstream has is the real-control-plane tier's check (it needs upstream's Go
+//! true: the plugins unisched registers, the gates `crates/features` implements, and that unisched
+//! loads a configuration setting every field the page lists. That the page lists everything
+//! upstream has is the real-control-plane tier's check (it needs upstream's Go
 //! sources): `upstream_tier.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +14,9 @@ use parity::{
     CONFIGURATION, GATES, PLUGIN_ARGS, PLUGINS, REASON_COLUMN, STATE_COLUMN, STATES, Table, code_spans,
     read_page, table,
 };
+use serde_json::Value;
 use unisched_features::{FeatureGates, Implemented, SCHEDULER_GATES, Stage, UNISCHED_DEFAULTS};
+use unisched_framework::config::KubeSchedulerConfiguration;
 
 /// The first column of each table: what the row is about.
 fn subject(table: &Table) -> &str {
@@ -197,5 +200,183 @@ fn gate_rows_agree_with_crates_features() {
         problems.is_empty(),
         "docs/upstream-parity.md:\n{}",
         problems.join("\n")
+    );
+}
+
+/// A configuration an operator might copy from kube-scheduler, setting every field the
+/// configuration and args tables list (a `missing` field included: it must still load).
+const EVERY_FIELD: &str = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+parallelism: 8
+leaderElection:
+  leaderElect: true
+  leaseDuration: 15s
+  renewDeadline: 10s
+  retryPeriod: 2s
+  resourceLock: leases
+  resourceName: unisched
+  resourceNamespace: kube-system
+clientConnection:
+  kubeconfig: /etc/unisched/kubeconfig
+  qps: 50
+  burst: 100
+  contentType: application/vnd.kubernetes.protobuf
+  acceptContentTypes: application/json
+enableProfiling: false
+enableContentionProfiling: false
+percentageOfNodesToScore: 0
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 10
+delayCacheUntilActive: true
+profiles:
+- schedulerName: unisched
+  percentageOfNodesToScore: 50
+  plugins:
+    multiPoint:
+      enabled: [{name: NodeResourcesFit, weight: 2}]
+      disabled: [{name: ImageLocality, weight: 1}]
+    preEnqueue: {enabled: [], disabled: []}
+    queueSort: {enabled: [], disabled: []}
+    preFilter: {enabled: [], disabled: []}
+    filter: {enabled: [], disabled: []}
+    postFilter: {enabled: [], disabled: []}
+    preScore: {enabled: [], disabled: []}
+    score: {enabled: [], disabled: []}
+    reserve: {enabled: [], disabled: []}
+    permit: {enabled: [], disabled: []}
+    preBind: {enabled: [], disabled: []}
+    bind: {enabled: [], disabled: []}
+    postBind: {enabled: [], disabled: []}
+    placementGenerate: {enabled: [], disabled: []}
+    placementScore: {enabled: [], disabled: []}
+    podGroupPostFilter: {enabled: [], disabled: []}
+  pluginConfig:
+  - name: DefaultPreemption
+    args: {minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}
+  - name: InterPodAffinity
+    args: {hardPodAffinityWeight: 1, ignorePreferredTermsOfExistingPods: false}
+  - name: NodeResourcesFit
+    args:
+      ignoredResources: [example.com/ignored]
+      ignoredResourceGroups: [example.org]
+      scoringStrategy:
+        type: RequestedToCapacityRatio
+        resources: [{name: cpu, weight: 1}]
+        requestedToCapacityRatio:
+          shape: [{utilization: 0, score: 0}, {utilization: 100, score: 10}]
+      includeDRAFootprint: true
+  - name: PodTopologySpread
+    args:
+      defaultConstraints:
+      - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}
+      defaultingType: List
+  - name: NodeResourcesBalancedAllocation
+    args: {resources: [{name: cpu, weight: 1}], includeDRAFootprint: true}
+  - name: VolumeBinding
+    args:
+      bindTimeoutSeconds: 600
+      shape: [{utilization: 0, score: 10}, {utilization: 100, score: 0}]
+  - name: NodeAffinity
+    args:
+      addedAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms: [{matchExpressions: [{key: example.com/pool, operator: Exists}]}]
+  - name: DynamicResources
+    args: {filterTimeout: 10s, bindingTimeout: 600s}
+extenders:
+- urlPrefix: https://extender.example.com/scheduler
+  filterVerb: filter
+  preemptVerb: preempt
+  prioritizeVerb: prioritize
+  weight: 1
+  bindVerb: bind
+  enableHTTPS: true
+  tlsConfig:
+    insecure: false
+    serverName: extender.example.com
+    certFile: /etc/unisched/extender.crt
+    keyFile: /etc/unisched/extender.key
+    caFile: /etc/unisched/ca.crt
+    certData: Y2VydA==
+    keyData: a2V5
+    caData: Y2E=
+  httpTimeout: 5s
+  nodeCacheCapable: false
+  managedResources: [{name: example.com/gpu, ignoredByScheduler: true}]
+  ignorable: false
+"#;
+
+/// Every dotted path set in a document (`profiles[].plugins.filter.enabled[].name`).
+fn set_paths(value: &Value, path: &str, out: &mut Vec<String>) {
+    if !path.is_empty() {
+        out.push(path.to_string());
+    }
+    match value {
+        Value::Object(fields) => {
+            for (key, child) in fields {
+                let child_path = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                set_paths(child, &child_path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                set_paths(item, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// unisched loads [`EVERY_FIELD`] (plugin args included), and it sets every field of the
+/// configuration and args tables, so each row's field is one unisched accepts.
+#[test]
+fn unisched_loads_a_configuration_with_every_field_the_page_lists() {
+    let config = KubeSchedulerConfiguration::from_yaml(EVERY_FIELD).expect("unisched loads every field");
+    unisched_plugins::validate_plugin_args(&config).expect("unisched accepts every args field");
+
+    let document: Value = serde_yaml::from_str(EVERY_FIELD).unwrap();
+    let mut paths = Vec::new();
+    set_paths(&document, "", &mut paths);
+    let tables = read_page();
+    let mut unset = Vec::new();
+    let fields = table(&tables, CONFIGURATION);
+    for field in fields.names(subject(fields)) {
+        if !paths.iter().any(|p| parity::path_matches(field, p)) {
+            unset.push(field.to_string());
+        }
+    }
+
+    let args = table(&tables, PLUGIN_ARGS);
+    let (kind_column, field_column) = (args.column(subject(args)), args.column(&args.columns[1]));
+    for row in &args.rows {
+        let (Some(kind), Some(field)) = (
+            code_spans(&row.cells[kind_column]).first().copied(),
+            code_spans(&row.cells[field_column]).first().copied(),
+        ) else {
+            continue;
+        };
+        let plugin = kind.strip_suffix("Args").unwrap_or(kind);
+        let entry = document["profiles"][0]["pluginConfig"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == plugin);
+        let mut args_paths = Vec::new();
+        if let Some(entry) = entry {
+            set_paths(&entry["args"], "", &mut args_paths);
+        }
+        if !args_paths.iter().any(|p| parity::path_matches(field, p)) {
+            unset.push(format!("{kind} {field}"));
+        }
+    }
+    assert!(
+        unset.is_empty(),
+        "EVERY_FIELD does not set these rows' fields:\n{}",
+        unset.join("\n")
     );
 }
