@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod parity;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -795,6 +796,80 @@ fn differential_against_upstream_has_only_declared_differences() {
             .rev()
             .find(|l| l.contains("difference(s)"))
             .unwrap_or_default()
+    );
+}
+
+/// `docs/upstream-parity.md` names every in-tree plugin of kube-scheduler 1.37.2, every field of
+/// `KubeSchedulerConfiguration` v1 and of the plugins' args, and every gate the scheduler reads
+/// (those `pkg/scheduler` names, and those `crates/features` lists as the scheduler's), all read
+/// from upstream's Go sources in the module cache that `e2e/upstream/build` filled.
+#[test]
+fn the_parity_page_names_every_upstream_plugin_configuration_field_and_scheduler_gate() {
+    let sources = parity::upstream::Sources::locate();
+    let tables = parity::read_page();
+    let mut unmentioned = Vec::new();
+
+    let plugins = parity::table(&tables, parity::PLUGINS);
+    let plugin_rows: BTreeSet<&str> = plugins.names(&plugins.columns[0]).into_iter().collect();
+    let plugin_names = sources.plugin_names();
+    for name in &plugin_names {
+        if !plugin_rows.contains(name.as_str()) {
+            unmentioned.push(format!("plugin {name}"));
+        }
+    }
+
+    let configuration = parity::table(&tables, parity::CONFIGURATION);
+    let field_rows = configuration.names(&configuration.columns[0]);
+    let paths = sources.configuration_paths();
+    for path in &paths {
+        if !field_rows.iter().any(|row| parity::path_matches(row, path)) {
+            unmentioned.push(format!("configuration field {path}"));
+        }
+    }
+
+    let args = parity::table(&tables, parity::PLUGIN_ARGS);
+    let (args_column, field_column) = (args.column(&args.columns[0]), args.column(&args.columns[1]));
+    let args_paths = sources.args_paths();
+    for (kind, fields) in &args_paths {
+        let rows: Vec<&str> = args
+            .rows
+            .iter()
+            .filter(|r| parity::code_spans(&r.cells[args_column]).first() == Some(&kind.as_str()))
+            .filter_map(|r| parity::code_spans(&r.cells[field_column]).first().copied())
+            .collect();
+        for path in fields {
+            if !rows.iter().any(|row| parity::path_matches(row, path)) {
+                unmentioned.push(format!("{kind} field {path}"));
+            }
+        }
+    }
+
+    let gates = parity::table(&tables, parity::GATES);
+    let gate_rows: BTreeSet<&str> = gates.names(&gates.columns[0]).into_iter().collect();
+    let mut gate_names = sources.scheduler_gates();
+    gate_names.extend(
+        unisched_features::SCHEDULER_GATES
+            .iter()
+            .map(|(n, _)| n.to_string()),
+    );
+    for gate in &gate_names {
+        if !gate_rows.contains(gate.as_str()) {
+            unmentioned.push(format!("feature gate {gate}"));
+        }
+    }
+
+    assert!(
+        unmentioned.is_empty(),
+        "docs/upstream-parity.md does not mention:\n{}",
+        unmentioned.join("\n")
+    );
+    eprintln!(
+        "upstream 1.37.2: {} plugins, {} configuration fields, {} args fields in {} args types, {} gates; all on the page",
+        plugin_names.len(),
+        paths.len(),
+        args_paths.values().map(Vec::len).sum::<usize>(),
+        args_paths.len(),
+        gate_names.len()
     );
 }
 
