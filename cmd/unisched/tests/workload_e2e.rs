@@ -256,3 +256,17 @@ fn without_the_group_claims_gate_a_group_claim_is_not_the_pods() {
         );
     }
 }
+
+/// `device-topology`, beyond upstream: the topology key names a GPU attribute (an NVLink clique), not
+/// a node label. The gang of four fits only in the clique with four GPUs and lands there whole.
+#[test]
+fn a_topology_key_naming_a_device_attribute_keeps_the_gang_in_one_clique() {
+    let v = sim_json("e2e/scenarios/workload/device-topology");
+    let pods = v["pods"].as_array().unwrap();
+    for i in 0..4 {
+        let p = pods.iter().find(|p| p["name"] == format!("train-{i}")).unwrap();
+        let node = p["node"].as_str().unwrap_or_default();
+        assert!(node == "n3" || node == "n4", "train-{i} outside clique c2: {p}");
+        assert_eq!(p["claims"][0]["devices"].as_array().map(Vec::len), Some(1), "{p}");
+    }
+}

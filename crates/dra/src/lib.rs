@@ -61,6 +61,7 @@ mod tests;
 pub use allocator::{Allocator, Deadline, NodeSummary, Stats, summary_shape};
 pub use cel::{
     CelSelectorEngine, DeviceSelector, DeviceValueError, EvalErrorKind, SelectorEngine, SelectorId,
+    split_qualified_name,
 };
 pub use claims::{ALLOCATION_RESULTS_MAX_SIZE, AllocationMode, ClassLookup, Features, PreparedClaim};
 pub use class_selector::ClassSelector;

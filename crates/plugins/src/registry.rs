@@ -396,7 +396,9 @@ impl Registry {
                 names::TOPOLOGY_PLACEMENT_GENERATOR,
                 Arc::new(|args, ctx| {
                     no_args(names::TOPOLOGY_PLACEMENT_GENERATOR, args)?;
-                    Ok(Arc::new(TopologyPlacementGenerator::new(ctx.pod_groups.clone())) as Arc<dyn Plugin>)
+                    Ok(Arc::new(
+                        TopologyPlacementGenerator::new(ctx.pod_groups.clone()).with_devices(ctx.dra.clone()),
+                    ) as Arc<dyn Plugin>)
                 }),
             ),
             (

@@ -4,13 +4,15 @@
 //!   (PreEnqueue) and tells the pod-group cycle whether an attempt can still reach the quorum
 //!   (the placement feasibility check).
 //! - `TopologyPlacementGenerator` turns a group's topology constraint into one candidate
-//!   placement per domain of the node label (placementGenerate).
+//!   placement per domain of the node label (placementGenerate) or, beyond upstream, of a DRA
+//!   device attribute (`device_domains`).
 //! - `PodGroupPodsCount` prefers the placement that fits more of the group (placementScore).
 //!
 //! They read the groups and their members from the [`PodGroupStore`] the runtime's watches
 //! fill; without a store (the Workload API is not served, or the gate is off) they let every
 //! pod through and generate no placements.
 
+mod device_domains;
 mod gang_scheduling;
 mod pod_group_pods_count;
 mod topology_placement;

@@ -476,3 +476,90 @@ fn pods_count_scores_and_normalizes() {
         }
     }
 }
+
+/// Beyond upstream: a topology key that no node carries as a label but devices carry as an
+/// attribute. Each node's domain is the value all its devices share; a node with devices of two
+/// values, or none, is in no domain; short attribute names are qualified by the driver; a label
+/// of the same name, where any node has it, wins.
+#[test]
+fn device_attribute_topology_placements() {
+    use unisched_cache::DraCache;
+    use unisched_dra::testing::{dev, slice};
+
+    const KEY: &str = "gpu.example.com/clique";
+    let dra = Arc::new(DraCache::new());
+    let gpus = |node: &str, cliques: &[&str]| {
+        let mut s = slice(&format!("{node}-gpus"), "gpu.example.com", node, node);
+        for (i, c) in cliques.iter().enumerate() {
+            // The attribute by its short name: the driver's name qualifies it.
+            s = s.device(dev(&format!("gpu-{i}")).string("clique", c));
+        }
+        s.build()
+    };
+    for (node, cliques) in [
+        ("node1", &["c1", "c1"][..]),
+        ("node2", &["c1"][..]),
+        ("node3", &["c2", "c2"][..]),
+        ("node4", &["c1", "c2"][..]),
+    ] {
+        dra.apply_slice(Arc::new(gpus(node, cliques))).unwrap();
+    }
+    // Another driver's attribute of the same short name is another attribute.
+    dra.apply_slice(Arc::new(
+        slice("node5-nics", "nic.example.com", "node5", "node5")
+            .device(dev("nic-0").string("clique", "c1"))
+            .build(),
+    ))
+    .unwrap();
+    let nodes = || {
+        snapshot(["node1", "node2", "node3", "node4", "node5", "node6"].map(|n| NodeBuilder::new(n).info()))
+    };
+    let names = |placements: &[Placement]| -> Vec<(String, Vec<String>)> {
+        placements
+            .iter()
+            .map(|p| {
+                let nodes = p
+                    .nodes
+                    .as_ref()
+                    .map(|n| n.iter().cloned().collect())
+                    .unwrap_or_default();
+                (p.name.clone(), nodes)
+            })
+            .collect()
+    };
+    let store = Arc::new(PodGroupStore::new());
+    let plugin = TopologyPlacementGenerator::new(Some(store.clone())).with_devices(Some(dra.clone()));
+    let by_clique = info(group("ns", "pg", Some(2), Some(KEY)));
+    let parent = Placement::all_nodes();
+    assert_eq!(
+        names(&plugin.generate_placements(&by_clique, &nodes(), &parent).unwrap()),
+        vec![
+            ("c1".to_string(), vec!["node1".to_string(), "node2".to_string()]),
+            ("c2".to_string(), vec!["node3".to_string()]),
+        ],
+    );
+    // Without the DRA state the key is only a label: no node has it, no placement.
+    let labels_only = TopologyPlacementGenerator::new(Some(store.clone()));
+    assert!(
+        labels_only
+            .generate_placements(&by_clique, &nodes(), &parent)
+            .unwrap()
+            .is_empty()
+    );
+    // A bound member pins the domain through its node's devices.
+    store.observe_pod(&member("bound", "pg").node_name("node3").build());
+    assert_eq!(
+        names(&plugin.generate_placements(&by_clique, &nodes(), &parent).unwrap()),
+        vec![("c2".to_string(), vec!["node3".to_string()])],
+    );
+    // A label of that name on any candidate node makes the key a label again (upstream's meaning).
+    let labelled = snapshot([
+        NodeBuilder::new("node1").label(KEY, "x").info(),
+        NodeBuilder::new("node3").info(),
+    ]);
+    let fresh = TopologyPlacementGenerator::new(Some(Arc::new(PodGroupStore::new()))).with_devices(Some(dra));
+    assert_eq!(
+        names(&fresh.generate_placements(&by_clique, &labelled, &parent).unwrap()),
+        vec![("x".to_string(), vec!["node1".to_string()])],
+    );
+}
