@@ -378,11 +378,10 @@ impl Registry {
                 names::DEFAULT_PREEMPTION,
                 Arc::new(|args, ctx| {
                     let a: DefaultPreemptionArgs = decode_args(args)?;
-                    Ok(Arc::new(DefaultPreemption::new(
-                        &a,
-                        ctx.preemptor.clone(),
-                        ctx.pdbs.clone(),
-                    )?) as Arc<dyn Plugin>)
+                    Ok(Arc::new(
+                        DefaultPreemption::new(&a, ctx.preemptor.clone(), ctx.pdbs.clone())?
+                            .with_pod_groups(ctx.pod_groups.is_some()),
+                    ) as Arc<dyn Plugin>)
                 }),
             ),
             (

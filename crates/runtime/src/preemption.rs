@@ -111,7 +111,7 @@ impl Handler for PdbHandler {
 }
 
 /// Executes preemption plans asynchronously and records the preemption metrics.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RuntimePreemptor {
     writer: ApiWriter,
     handle: Handle,
@@ -119,7 +119,15 @@ pub struct RuntimePreemptor {
     metrics: Metrics,
     /// Preemptors whose evictions are still being written.
     in_flight: Arc<Mutex<HashSet<String>>>,
+    /// Of those, the ones PreEnqueue held: they are activated when their evictions are written.
+    held: Arc<Mutex<HashSet<String>>>,
+    /// Moves a held pod (`namespace/name`) back to the active queue (the queue is made after the
+    /// plugins, so it is set later: [`RuntimePreemptor::activate_with`]).
+    activate: Arc<parking_lot::RwLock<Option<ActivateFn>>>,
 }
+
+/// Moves a pod, by `namespace/name`, to the active queue.
+pub type ActivateFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl RuntimePreemptor {
     /// A preemptor writing through `writer` on `handle`.
@@ -130,7 +138,23 @@ impl RuntimePreemptor {
             events,
             metrics,
             in_flight: Arc::new(Mutex::new(HashSet::new())),
+            held: Arc::new(Mutex::new(HashSet::new())),
+            activate: Arc::default(),
         }
+    }
+
+    /// How a pod held in PreEnqueue is let go once its evictions are written.
+    pub fn activate_with(&self, activate: ActivateFn) {
+        *self.activate.write() = Some(activate);
+    }
+}
+
+impl std::fmt::Debug for RuntimePreemptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimePreemptor")
+            .field("in_flight", &self.in_flight.lock().len())
+            .field("held", &self.held.lock().len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -212,6 +236,7 @@ impl Preemptor for RuntimePreemptor {
         let uid = plan.preemptor.uid.clone();
         self.in_flight.lock().insert(uid.clone());
         let (writer, events, in_flight) = (self.writer.clone(), self.events.clone(), self.in_flight.clone());
+        let (held, activate) = (self.held.clone(), self.activate.clone());
         self.handle.spawn(async move {
             // Victims in parallel; the nominations once the victims are on their way out.
             let evictions =
@@ -222,12 +247,29 @@ impl Preemptor for RuntimePreemptor {
                 .iter()
                 .map(|p| clear_nomination(writer.clone(), p.namespace.clone(), p.name.clone()));
             futures::future::join_all(clears).await;
+            // In this order: a PreEnqueue that checks after the removal lets the pod through; one
+            // that checked before marked it held, and it is activated here.
             in_flight.lock().remove(&uid);
+            let was_held = held.lock().remove(&uid);
+            if was_held && let Some(activate) = activate.read().clone() {
+                activate(&plan.preemptor.key());
+            }
         });
     }
 
     fn is_preempting(&self, pod_uid: &str) -> bool {
         self.in_flight.lock().contains(pod_uid)
+    }
+
+    fn holds_until_preempted(&self, pod_uid: &str) -> bool {
+        // Both locks, in the spawned task's order, so a hold is never recorded after the task
+        // looked for it.
+        let in_flight = self.in_flight.lock();
+        if !in_flight.contains(pod_uid) {
+            return false;
+        }
+        self.held.lock().insert(pod_uid.to_string());
+        true
     }
 }
 
@@ -294,6 +336,48 @@ mod tests {
             "nothing is written without the lease"
         );
         assert!(!p.is_preempting("hi"));
+    }
+
+    /// A pod PreEnqueue held while its evictions were written is activated once they are; a pod
+    /// that was never held is not (its victims' deletions requeue it as usual).
+    #[tokio::test]
+    async fn a_pod_held_while_preempting_is_activated_when_the_evictions_are_written() {
+        use unisched_plugins::testing::PodBuilder;
+
+        let metrics = Metrics::new().unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let writer = ApiWriter::new(
+            client,
+            0.0,
+            1,
+            metrics.clone(),
+            crate::writer::LeaderFlag::new(false),
+        );
+        let events = crate::events::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
+        let p = RuntimePreemptor::new(writer, Handle::current(), events, metrics);
+        let activated: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = activated.clone();
+        p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
+        let plan = |name: &str| PreemptionPlan {
+            preemptor: PodBuilder::new(name).namespace("ns").uid(name).arc(),
+            node: "n1".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![PodBuilder::new("victim").arc()],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+        };
+        assert!(!p.holds_until_preempted("held"), "nothing in flight: not held");
+        p.execute(plan("held"));
+        p.execute(plan("free"));
+        assert!(p.holds_until_preempted("held"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let settled = || !p.is_preempting("held") && !p.is_preempting("free") && !activated.lock().is_empty();
+        while !settled() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(!p.holds_until_preempted("held"), "done: no longer held");
+        assert_eq!(*activated.lock(), vec!["ns/held".to_string()]);
     }
 
     #[test]

@@ -268,7 +268,7 @@ impl Scheduler {
         let mut context = PluginContext::new(binder)
             .with_dra(dra.clone(), dra_api)
             .with_namespaces(namespaces.clone())
-            .with_preemption(preemptor, pdbs.clone())
+            .with_preemption(preemptor.clone(), pdbs.clone())
             .with_volumes(volumes.clone(), volume_api)
             .with_features(plugin_features(&options.feature_gates));
         if let Some(groups) = &pod_groups {
@@ -316,6 +316,12 @@ impl Scheduler {
         let queue = Arc::new(SchedulingQueue::new(frameworks, qcfg).map_err(RuntimeError::Queue)?);
         gate_reporter.attach(&queue);
         observe_own_claim_changes(&dra, &queue);
+        let held_queue = Arc::downgrade(&queue);
+        preemptor.activate_with(Arc::new(move |key: &str| {
+            if let Some(q) = held_queue.upgrade() {
+                q.activate([key]);
+            }
+        }));
         let cache = Arc::new(Cache::new());
         let pods =
             Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));

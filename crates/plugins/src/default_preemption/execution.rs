@@ -76,6 +76,13 @@ pub trait Preemptor: Send + Sync {
     fn is_preempting(&self, _pod_uid: &str) -> bool {
         false
     }
+    /// PreEnqueue's question: [`Preemptor::is_preempting`], and if so the pod is held until its
+    /// evictions are written. A preemptor that answers true must let the pod go again when they
+    /// are (activate it), because the victims' deletions may all have been seen while it was
+    /// held.
+    fn holds_until_preempted(&self, pod_uid: &str) -> bool {
+        self.is_preempting(pod_uid)
+    }
 }
 
 /// Records plans instead of executing them (tests).

@@ -17,11 +17,15 @@
 //! Messages follow upstream and are prefixed with `preemption: `; when nothing helps, the message is
 //! a second `0/N nodes are available: …` histogram over the dry-run outcomes.
 //!
-//! While a pod's evictions are still being written it does not preempt again
-//! ([`Preemptor::is_preempting`]). Extenders with a preempt verb may drop candidates or change
-//! their victims before one is picked ([`extenders`]). Not implemented (upstream has it): the
-//! asynchronous-preemption PreEnqueue gate itself (the preemptor is simply requeued; the
-//! eligibility rule keeps it from preempting twice once the victims are terminating).
+//! While a pod's evictions are still being written it is held in PreEnqueue, as upstream's
+//! asynchronous preemption does (`waiting for the preemption for this pod to be finished`; not
+//! reported on the pod, it is momentary), and does not preempt again
+//! ([`Preemptor::holds_until_preempted`], [`Preemptor::is_preempting`]). The victims' deletions
+//! requeue it through the plugins that rejected it (this plugin's own hint for them is Skip, as
+//! upstream's); the preemptor activates a pod it held once the evictions are written, in case
+//! the last deletion was seen while it was held. A pod of a PodGroup is not held: upstream holds
+//! it only while its group preempts, and groups do not preempt in unisched yet. Extenders with a
+//! preempt verb may drop candidates or change their victims before one is picked ([`extenders`]).
 
 mod args;
 mod eligibility;
@@ -36,8 +40,9 @@ mod victims;
 use std::sync::Arc;
 
 use unisched_framework::{
-    Code, CycleState, Diagnosis, FitError, FrameworkHandle, NodeInfo, NodeToStatus, Plugin, PodInfo,
-    PostFilterPlugin, PostFilterResult, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, Diagnosis, EnqueueExtensions,
+    EventResource, FitError, FrameworkHandle, NodeInfo, NodeToStatus, Plugin, PodInfo, PostFilterPlugin,
+    PostFilterResult, PreEnqueuePlugin, QueueingHint, Status,
 };
 
 pub use args::{
@@ -69,6 +74,8 @@ pub struct DefaultPreemption {
     limits: CandidateLimits,
     preemptor: Option<Arc<dyn Preemptor>>,
     pdbs: Option<Arc<dyn PdbLister>>,
+    /// Pods of PodGroups are scheduled as groups (GenericWorkload): PreEnqueue leaves them alone.
+    pod_groups: bool,
 }
 
 impl std::fmt::Debug for DefaultPreemption {
@@ -108,6 +115,7 @@ impl DefaultPreemption {
             limits: args.limits()?,
             preemptor,
             pdbs,
+            pod_groups: false,
         })
     }
 
@@ -264,7 +272,55 @@ impl Plugin for DefaultPreemption {
         NAME
     }
 
-    unisched_framework::serves!(as_post_filter);
+    unisched_framework::serves!(as_pre_enqueue, as_post_filter, as_enqueue_extensions);
+}
+
+impl DefaultPreemption {
+    /// Pods that belong to a PodGroup are decided as groups (GenericWorkload on and served).
+    #[must_use]
+    pub fn with_pod_groups(mut self, on: bool) -> Self {
+        self.pod_groups = on;
+        self
+    }
+}
+
+impl PreEnqueuePlugin for DefaultPreemption {
+    /// Holds the pod while its own preemption's evictions are still being written.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let grouped = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .is_some_and(|g| g.pod_group_name.is_some());
+        if self.pod_groups && grouped {
+            return Status::success();
+        }
+        match &self.preemptor {
+            Some(p) if p.holds_until_preempted(&pod.uid) => Status::unresolvable(WAITING_FOR_PREEMPTION),
+            _ => Status::success(),
+        }
+    }
+
+    /// Momentary: the pod keeps the message of the attempt that preempted.
+    fn rejection_message(&self, _pod: &PodInfo, _status: &Status) -> Option<String> {
+        None
+    }
+}
+
+impl EnqueueExtensions for DefaultPreemption {
+    /// A held pod moves on a victim's deletion; whether it is worth retrying is for the plugins
+    /// that rejected it to say, so this plugin's own hint skips.
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![ClusterEventWithHint::with_hint(
+            ClusterEvent::new(
+                EventResource::AssignedPod,
+                ActionType::DELETE,
+                "AssignedPodDelete",
+            ),
+            |_, _, _| Ok(QueueingHint::Skip),
+        )]
+    }
 }
 
 impl PostFilterPlugin for DefaultPreemption {

@@ -563,3 +563,57 @@ fn no_second_preemption_while_evictions_are_written() {
         "{fit}"
     );
 }
+
+/// Upstream's PreEnqueue cases for asynchronous preemption (the ones without composite groups):
+/// a pod is held while its own evictions are being written; another pod is not; a pod of a
+/// PodGroup is left to its group when pod groups are on (groups do not preempt in unisched, so it
+/// is never held), and is held like any pod when they are off.
+#[test]
+fn pre_enqueue_holds_a_pod_while_its_preemption_is_written() {
+    let rec = RecordingPreemptor::new();
+    rec.preempting.lock().push("p".into());
+    let plugin = |groups: bool| {
+        DefaultPreemption::new(
+            &DefaultPreemptionArgs::default(),
+            Some(rec.clone() as Arc<dyn Preemptor>),
+            None,
+        )
+        .unwrap()
+        .with_pod_groups(groups)
+    };
+    let pod = PodBuilder::new("p").uid("p").info();
+    let other = PodBuilder::new("p_other").uid("p_other").info();
+    let grouped = PodBuilder::new("p").uid("p").pod_group("pg1").info();
+    // (case, pod groups on, pod, held)
+    let cases = [
+        ("same pod", false, &pod, true),
+        ("different pod", false, &other, false),
+        (
+            "pod of a group, groups on: its group decides",
+            true,
+            &grouped,
+            false,
+        ),
+        ("pod of a group, groups off: held as a pod", false, &grouped, true),
+    ];
+    for (name, groups, p, held) in cases {
+        let s = plugin(groups).pre_enqueue(p);
+        if held {
+            assert_eq!(s.code(), Code::UnschedulableAndUnresolvable, "{name}");
+            assert_eq!(s.message(), WAITING_FOR_PREEMPTION, "{name}");
+        } else {
+            assert!(s.is_success(), "{name}: {s:?}");
+        }
+    }
+    // Not reported on the pod, and requeued by the victims' deletions through the other plugins.
+    let s = plugin(false).pre_enqueue(&pod);
+    assert_eq!(plugin(false).rejection_message(&pod, &s), None);
+    let events = plugin(false).events_to_register();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event.resource, EventResource::AssignedPod);
+    let hint = events[0].hint.as_ref().unwrap();
+    assert_eq!(hint(&pod.pod, None, None).unwrap(), QueueingHint::Skip);
+    // Without a preemptor nothing is held.
+    let none = DefaultPreemption::new(&DefaultPreemptionArgs::default(), None, None).unwrap();
+    assert!(none.pre_enqueue(&pod).is_success());
+}
