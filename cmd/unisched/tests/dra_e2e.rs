@@ -825,20 +825,31 @@ fn metric_sum(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
     )
 }
 
-/// A pod whose claim PreBind must write is not bound at once, so the scheduler first patches
-/// its `status.nominatedNodeName` to the chosen node, before the claim's status and the binding;
-/// the binding clears it (kube-apiserver's ClearingNominatedNodeNameAfterBinding). A pod without
-/// claims is bound at once and gets no such patch. Seen through a proxy that records the
-/// scheduler's requests to the embedded control plane, and in the scheduler's write counter.
-#[test]
-fn a_pod_with_a_claim_is_nominated_before_it_is_bound() {
-    let dir = tempdir("nominate");
+/// What a nomination run saw: the scheduler's requests in order, the trainer pod as bound, and the
+/// scheduler's count of `pods/status` patches.
+struct NominationRun {
+    requests: Vec<SeenRequest>,
+    trainer: Value,
+    status_patches: Option<f64>,
+}
+
+impl NominationRun {
+    fn position(&self, method: &str, path: &str) -> Option<usize> {
+        self.requests
+            .iter()
+            .position(|r| r.method == method && r.path == path)
+    }
+}
+
+/// Two nodes, one GPU on node-1; `unisched run [extra]` behind a recording proxy schedules a pod
+/// with a claim (`trainer`) and one without (`plain`).
+fn nomination_run(tag: &str, extra: &[&str]) -> NominationRun {
+    let dir = tempdir(tag);
     let nodes: Vec<String> = (0..2)
         .map(|i| node_yaml(&format!("node-{i}"), "8", "16Gi"))
         .collect();
     std::fs::write(dir.join("nodes.yaml"), nodes.join("---\n")).unwrap();
     let (_cp, kc) = serve(&dir, &dir.join("nodes.yaml"), &["--no-scheduler"]);
-    // One GPU, on node-1 only.
     let dra = [
         "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\nspec:\n  selectors: [{cel: {expression: \"device.driver == 'gpu.example.com'\"}}]\n",
         "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: node-1-gpu}\nspec:\n  driver: gpu.example.com\n  nodeName: node-1\n  pool: {name: node-1, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}]\n",
@@ -866,6 +877,7 @@ fn a_pod_with_a_claim_is_nominated_before_it_is_bound() {
                 "--secure-port",
                 "0",
             ])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join("scheduler.log")).unwrap())
             .spawn()
@@ -894,42 +906,78 @@ fn a_pod_with_a_claim_is_nominated_before_it_is_bound() {
     });
     wait_for(Duration::from_secs(60), || bound("plain")).expect("plain bound");
     assert_eq!(trainer["spec"]["nodeName"], "node-1", "{trainer}");
-    // The binding cleared the nomination.
-    assert!(trainer["status"].get("nominatedNodeName").is_none(), "{trainer}");
+    let status_patches = metric_sum(
+        port,
+        "unisched_api_writes_total",
+        &["verb=\"patch\"", "resource=\"pods/status\""],
+    );
+    NominationRun {
+        requests: proxy.requests(),
+        trainer,
+        status_patches,
+    }
+}
 
-    let requests = proxy.requests();
-    let position =
-        |method: &str, path: &str| requests.iter().position(|r| r.method == method && r.path == path);
-    let nominated = position("PATCH", "/api/v1/namespaces/default/pods/trainer/status")
+/// A pod whose claim PreBind must write is not bound at once, so the scheduler first patches
+/// its `status.nominatedNodeName` to the chosen node, before the claim's status and the binding;
+/// the binding clears it (kube-apiserver's ClearingNominatedNodeNameAfterBinding). A pod without
+/// claims is bound at once and gets no such patch. Seen through a proxy that records the
+/// scheduler's requests to the embedded control plane, and in the scheduler's write counter.
+#[test]
+fn a_pod_with_a_claim_is_nominated_before_it_is_bound() {
+    let run = nomination_run("nominate", &[]);
+    let requests = &run.requests;
+    // The binding cleared the nomination.
+    assert!(
+        run.trainer["status"].get("nominatedNodeName").is_none(),
+        "{}",
+        run.trainer
+    );
+    let nominated = run
+        .position("PATCH", "/api/v1/namespaces/default/pods/trainer/status")
         .unwrap_or_else(|| panic!("no nomination patch: {requests:?}"));
-    let claim_status = position(
-        "PUT",
-        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gpu/status",
-    )
-    .or_else(|| {
-        position(
-            "PATCH",
-            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gpu/status",
-        )
-    })
-    .unwrap_or_else(|| panic!("no claim status write: {requests:?}"));
-    let binding = position("POST", "/api/v1/namespaces/default/pods/trainer/binding")
+    let claim_status_path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gpu/status";
+    let claim_status = run
+        .position("PUT", claim_status_path)
+        .or_else(|| run.position("PATCH", claim_status_path))
+        .unwrap_or_else(|| panic!("no claim status write: {requests:?}"));
+    let binding = run
+        .position("POST", "/api/v1/namespaces/default/pods/trainer/binding")
         .unwrap_or_else(|| panic!("no binding: {requests:?}"));
     assert!(
         nominated < claim_status && claim_status < binding,
         "nomination, then PreBind's claim status, then the binding: {requests:?}"
     );
     assert_eq!(
-        position("PATCH", "/api/v1/namespaces/default/pods/plain/status"),
+        run.position("PATCH", "/api/v1/namespaces/default/pods/plain/status"),
         None,
         "a pod bound at once is not nominated: {requests:?}"
     );
-    assert!(position("POST", "/api/v1/namespaces/default/pods/plain/binding").is_some());
-    // The write counter: one status patch in all, the trainer's nomination.
-    let patches = metric_sum(
-        port,
-        "unisched_api_writes_total",
-        &["verb=\"patch\"", "resource=\"pods/status\""],
+    assert!(
+        run.position("POST", "/api/v1/namespaces/default/pods/plain/binding")
+            .is_some()
     );
-    assert_eq!(patches, Some(1.0));
+    // The write counter: one status patch in all, the trainer's nomination.
+    assert_eq!(run.status_patches, Some(1.0));
+}
+
+/// With the gate off, no pod is nominated before its binding.
+#[test]
+fn without_the_gate_no_pod_is_nominated() {
+    let run = nomination_run(
+        "nominate-off",
+        &["--feature-gates", "NominatedNodeNameForExpectation=false"],
+    );
+    let requests = &run.requests;
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/")),
+        "{requests:?}"
+    );
+    assert!(
+        run.position("POST", "/api/v1/namespaces/default/pods/trainer/binding")
+            .is_some()
+    );
+    assert_eq!(run.status_patches.unwrap_or_default(), 0.0);
 }
