@@ -801,3 +801,183 @@ fn soak_churn_keeps_invariants() {
         started.elapsed().as_secs_f64()
     );
 }
+
+// ----- 8. The nomination before binding (NominatedNodeNameForExpectation) -----
+
+/// The sum of a metric's samples whose line contains every one of `labels`, from
+/// `unisched run`'s metrics endpoint.
+fn metric_sum(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+/// What a nomination run saw: the scheduler's requests in order, the trainer pod as bound, and the
+/// scheduler's count of `pods/status` patches.
+struct NominationRun {
+    requests: Vec<SeenRequest>,
+    trainer: Value,
+    status_patches: Option<f64>,
+}
+
+impl NominationRun {
+    fn position(&self, method: &str, path: &str) -> Option<usize> {
+        self.requests
+            .iter()
+            .position(|r| r.method == method && r.path == path)
+    }
+}
+
+/// Two nodes, one GPU on node-1; `unisched run [extra]` behind a recording proxy schedules a pod
+/// with a claim (`trainer`) and one without (`plain`).
+fn nomination_run(tag: &str, extra: &[&str]) -> NominationRun {
+    let dir = tempdir(tag);
+    let nodes: Vec<String> = (0..2)
+        .map(|i| node_yaml(&format!("node-{i}"), "8", "16Gi"))
+        .collect();
+    std::fs::write(dir.join("nodes.yaml"), nodes.join("---\n")).unwrap();
+    let (_cp, kc) = serve(&dir, &dir.join("nodes.yaml"), &["--no-scheduler"]);
+    let dra = [
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\nspec:\n  selectors: [{cel: {expression: \"device.driver == 'gpu.example.com'\"}}]\n",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: node-1-gpu}\nspec:\n  driver: gpu.example.com\n  nodeName: node-1\n  pool: {name: node-1, generation: 1, resourceSliceCount: 1}\n  devices: [{name: gpu-0}]\n",
+    ];
+    std::fs::write(dir.join("dra.yaml"), dra.join("---\n")).unwrap();
+    let (ok, out, err) = kubectl(&kc, &["create", "-f", dir.join("dra.yaml").to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    let cfg = dir.join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\n",
+    )
+    .unwrap();
+    let proxy = RecordingProxy::start(&server_address(&kc));
+    let port = free_port();
+    let _scheduler = ChildGuard(
+        std::process::Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .arg("--kubeconfig")
+            .arg(proxy.kubeconfig(&dir))
+            .args([
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{port}"),
+                "--secure-port",
+                "0",
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join("scheduler.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pods = [
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu, namespace: default}\nspec:\n  devices:\n    requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com}}]\n".to_string(),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: trainer, namespace: default}\nspec:\n  schedulerName: unisched\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n  containers: [{name: c, image: registry.example/app:1, resources: {requests: {cpu: 100m}, claims: [{name: gpu}]}}]\n".to_string(),
+        pod_yaml("plain", "100m"),
+    ];
+    std::fs::write(dir.join("pods.yaml"), pods.join("---\n")).unwrap();
+    let (ok, out, err) = kubectl(&kc, &["create", "-f", dir.join("pods.yaml").to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    let bound = |name: &str| {
+        let p = kubectl_json(&kc, &["get", "pod", name, "-o", "json"]);
+        p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+            .then_some(p)
+    };
+    let trainer = wait_for(Duration::from_secs(60), || bound("trainer")).unwrap_or_else(|| {
+        panic!(
+            "trainer not bound: {}",
+            std::fs::read_to_string(dir.join("scheduler.log")).unwrap_or_default()
+        )
+    });
+    wait_for(Duration::from_secs(60), || bound("plain")).expect("plain bound");
+    assert_eq!(trainer["spec"]["nodeName"], "node-1", "{trainer}");
+    let status_patches = metric_sum(
+        port,
+        "unisched_api_writes_total",
+        &["verb=\"patch\"", "resource=\"pods/status\""],
+    );
+    NominationRun {
+        requests: proxy.requests(),
+        trainer,
+        status_patches,
+    }
+}
+
+/// A pod whose claim PreBind must write is not bound at once, so the scheduler first patches
+/// its `status.nominatedNodeName` to the chosen node, before the claim's status and the binding;
+/// the binding clears it (kube-apiserver's ClearingNominatedNodeNameAfterBinding). A pod without
+/// claims is bound at once and gets no such patch. Seen through a proxy that records the
+/// scheduler's requests to the embedded control plane, and in the scheduler's write counter.
+#[test]
+fn a_pod_with_a_claim_is_nominated_before_it_is_bound() {
+    let run = nomination_run("nominate", &[]);
+    let requests = &run.requests;
+    // The binding cleared the nomination.
+    assert!(
+        run.trainer["status"].get("nominatedNodeName").is_none(),
+        "{}",
+        run.trainer
+    );
+    let nominated = run
+        .position("PATCH", "/api/v1/namespaces/default/pods/trainer/status")
+        .unwrap_or_else(|| panic!("no nomination patch: {requests:?}"));
+    let claim_status_path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/gpu/status";
+    let claim_status = run
+        .position("PUT", claim_status_path)
+        .or_else(|| run.position("PATCH", claim_status_path))
+        .unwrap_or_else(|| panic!("no claim status write: {requests:?}"));
+    let binding = run
+        .position("POST", "/api/v1/namespaces/default/pods/trainer/binding")
+        .unwrap_or_else(|| panic!("no binding: {requests:?}"));
+    assert!(
+        nominated < claim_status && claim_status < binding,
+        "nomination, then PreBind's claim status, then the binding: {requests:?}"
+    );
+    assert_eq!(
+        run.position("PATCH", "/api/v1/namespaces/default/pods/plain/status"),
+        None,
+        "a pod bound at once is not nominated: {requests:?}"
+    );
+    assert!(
+        run.position("POST", "/api/v1/namespaces/default/pods/plain/binding")
+            .is_some()
+    );
+    // The write counter: one status patch in all, the trainer's nomination.
+    assert_eq!(run.status_patches, Some(1.0));
+}
+
+/// With the gate off, no pod is nominated before its binding.
+#[test]
+fn without_the_gate_no_pod_is_nominated() {
+    let run = nomination_run(
+        "nominate-off",
+        &["--feature-gates", "NominatedNodeNameForExpectation=false"],
+    );
+    let requests = &run.requests;
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.method == "PATCH" && r.path.ends_with("/status") && r.path.contains("/pods/")),
+        "{requests:?}"
+    );
+    assert!(
+        run.position("POST", "/api/v1/namespaces/default/pods/trainer/binding")
+            .is_some()
+    );
+    assert_eq!(run.status_patches.unwrap_or_default(), 0.0);
+}

@@ -19,8 +19,10 @@ use std::{
 use k8s_openapi::api::core::v1::{Node, Pod};
 use unisched_cache::{Cache, DraCache};
 use unisched_framework::{
-    CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SeededRng,
-    config::KubeSchedulerConfiguration, run_binding_cycle, run_scheduling_cycle, well_known,
+    BindingTask, BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulerCache,
+    SchedulingAlgorithm, SchedulingFailure, SeededRng, abandon_binding_cycle,
+    config::KubeSchedulerConfiguration, nomination_before_binding, run_binding_cycle, run_scheduling_cycle,
+    well_known,
 };
 use unisched_plugins::{BindError, Binder, PluginContext, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
@@ -48,6 +50,26 @@ impl Binder for CountingBinder {
             .inc();
         Ok(())
     }
+}
+
+/// The binding cycle as the runtime runs it with its default gates: a cycle that waits first
+/// writes the pod's nomination (NominatedNodeNameForExpectation), counted as the status patch it
+/// would be; a failed pre-flight check fails the cycle.
+fn bind_inline(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    task: BindingTask,
+    metrics: &Metrics,
+) -> Result<BoundPod, Box<SchedulingFailure>> {
+    match nomination_before_binding(fwk, &task) {
+        Err(s) => return Err(abandon_binding_cycle(fwk, cache, task, s)),
+        Ok(Some(_)) => metrics
+            .api_writes
+            .with_label_values(&["patch", "pods/status", "2xx"])
+            .inc(),
+        Ok(None) => {}
+    }
+    run_binding_cycle(fwk, cache, task)
 }
 
 struct Engine<'a> {
@@ -135,7 +157,7 @@ impl Engine<'_> {
                     Ok(()) => self.in_flight += 1,
                     Err(std::sync::mpsc::SendError(b)) => {
                         // The binding thread is gone: bind here.
-                        let result = run_binding_cycle(&b.fwk, self.cache.as_ref(), *b.task);
+                        let result = bind_inline(&b.fwk, self.cache.as_ref(), *b.task, &self.metrics);
                         self.complete(Done {
                             result,
                             qpi: b.qpi,
@@ -406,12 +428,13 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
     let (binder, binding_rx) = std::sync::mpsc::channel::<Binding>();
     let (bound_tx, bound_rx) = std::sync::mpsc::channel::<Done>();
     let binding_cache = cache.clone();
+    let binding_metrics = metrics.clone();
     let binding_thread = std::thread::Builder::new()
         .name("unisched-io-bind".into())
         .spawn(move || {
             while let Ok(b) = binding_rx.recv() {
                 let profile = b.fwk.profile_name().to_string();
-                let result = run_binding_cycle(&b.fwk, binding_cache.as_ref(), *b.task);
+                let result = bind_inline(&b.fwk, binding_cache.as_ref(), *b.task, &binding_metrics);
                 let done = Done {
                     result,
                     qpi: b.qpi,

@@ -99,7 +99,7 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("MatchLabelKeysInPodTopologySpread", Implemented::Only(true)),
     ("NodeDeclaredFeatures", Implemented::Only(true)),
     ("NodeInclusionPolicyInPodTopologySpread", Implemented::Only(true)),
-    ("NominatedNodeNameForExpectation", Implemented::Only(false)),
+    ("NominatedNodeNameForExpectation", Implemented::Both),
     ("OpportunisticBatching", Implemented::Only(false)),
     ("PodGroupPreemptionPolicy", Implemented::Only(false)),
     ("PodLevelResources", Implemented::Only(true)),

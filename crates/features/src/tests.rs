@@ -191,7 +191,20 @@ fn gaps_name_upstream_defaults_unisched_lacks() {
     assert!(!names.contains(&"NodeDeclaredFeatures"), "{names:?}");
     assert!(names.contains(&"StorageCapacityScoring"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");
+    assert!(!names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
     assert!(gaps.iter().all(|(_, upstream_runs)| *upstream_runs));
+}
+
+#[test]
+fn nominated_node_name_for_expectation_is_on_and_switches_both_ways() {
+    assert!(FeatureGates::default().enabled("NominatedNodeNameForExpectation"));
+    let off = FeatureGates::parse("NominatedNodeNameForExpectation=false").unwrap();
+    assert!(!off.enabled("NominatedNodeNameForExpectation"));
+    assert!(
+        !off.gaps()
+            .iter()
+            .any(|(n, _)| *n == "NominatedNodeNameForExpectation")
+    );
 }
 
 #[test]

@@ -66,8 +66,8 @@ pub use profile::{
 pub use rng::SeededRng;
 pub use scheduler::{
     AsyncBinding, BindingInProgress, BindingTask, BoundPod, CacheWriteError, CycleOutcome, SchedulerCache,
-    SchedulingFailure, async_binding, finish_binding_cycle, reasons, run_binding_cycle, run_scheduling_cycle,
-    start_binding_cycle, wait_for_permit,
+    SchedulingFailure, abandon_binding_cycle, async_binding, finish_binding_cycle, nomination_before_binding,
+    reasons, run_binding_cycle, run_scheduling_cycle, start_binding_cycle, wait_for_permit,
 };
 pub use snapshot::Snapshot;
 pub use split::SPLIT_MIN_WORK;

@@ -14,6 +14,9 @@ use crate::{
     diagnosis::truncate_message,
 };
 
+#[cfg(test)]
+mod nomination_tests;
+
 /// What the scheduling cycle needs from the cache.
 pub trait SchedulerCache: Send + Sync {
     /// Brings the snapshot up to date and returns it.
@@ -88,6 +91,11 @@ pub struct SchedulingFailure {
 }
 
 impl SchedulingFailure {
+    /// A failure that is not a fit error: an error in the scheduling cycle, or a failure after
+    /// the pod was assumed (Reserve, Permit, a failed binding cycle). Upstream clears the pod's
+    /// nomination after each of these, and so does this failure (`nominated_node` is `Some("")`):
+    /// a preemption's nomination is for a pod that did not fit, and one the binding cycle wrote
+    /// ([`nomination_before_binding`]) no longer holds.
     fn from_status(pod: Arc<PodInfo>, status: Status, released_assumed: bool) -> Self {
         let rejected = status.is_rejected();
         let mut unschedulable_plugins = BTreeSet::new();
@@ -109,14 +117,16 @@ impl SchedulingFailure {
         } else {
             status.message()
         };
-        Self::rejected_by(
+        let mut failure = Self::rejected_by(
             pod,
             status,
             &message,
             unschedulable_plugins,
             pending_plugins,
             released_assumed,
-        )
+        );
+        failure.nominated_node = Some(String::new());
+        failure
     }
 
     /// A member of a pod group that failed as a whole: the group's verdict is the message
@@ -387,6 +397,47 @@ pub fn async_binding(fwk: &Framework, task: &BindingTask) -> Option<AsyncBinding
     Some(AsyncBinding { pre_bind, bind })
 }
 
+/// The node to write as the pod's `status.nominatedNodeName` before its binding cycle waits
+/// (gate NominatedNodeNameForExpectation): when the pod will wait at Permit or some PreBind plugin
+/// has work for it ([`Framework::run_pre_bind_pre_flights`]), binding is not immediate, and
+/// autoscalers that watch pending pods should see where the pod is going meanwhile rather than
+/// provision for it. A pod bound at once gets no such write (the binding says it), nor one already
+/// nominated to that node. `Err` is a failed pre-flight check, which fails the binding cycle
+/// ([`abandon_binding_cycle`]) before anything is written.
+///
+/// The caller writes the nomination on the binding cycle's side, before Permit-wait and PreBind,
+/// and goes on binding whether the write succeeded or not (the nomination is a hint). The binding
+/// clears it on the API server; a failed binding cycle clears it with its PodScheduled condition
+/// (the failure's `nominated_node` is `Some("")`).
+pub fn nomination_before_binding(fwk: &Framework, task: &BindingTask) -> Result<Option<String>, Status> {
+    let pre_flight = fwk.run_pre_bind_pre_flights(&task.state, &task.assumed, &task.node);
+    if !pre_flight.is_success() && !pre_flight.is_skip() {
+        return Err(pre_flight);
+    }
+    if pre_flight.is_skip() && !fwk.waits_at_permit(&task.assumed.uid) {
+        return Ok(None);
+    }
+    let current = task
+        .assumed
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .unwrap_or_default();
+    Ok((current != task.node).then(|| task.node.clone()))
+}
+
+/// Fails a binding cycle before it started (a failed pre-flight check): Unreserve and forget, and
+/// the failure is returned for requeueing.
+pub fn abandon_binding_cycle(
+    fwk: &Framework,
+    cache: &dyn SchedulerCache,
+    task: BindingTask,
+    status: Status,
+) -> Box<SchedulingFailure> {
+    fail_binding(fwk, cache, BindingInProgress { task }, status)
+}
+
 /// The binding cycle's Permit-wait. On failure: Unreserve and forget, and the failure is returned
 /// for requeueing.
 pub fn wait_for_permit(
@@ -455,7 +506,8 @@ pub fn finish_binding_cycle(
     })
 }
 
-/// Undoes a failed binding cycle: Unreserve, then forget the assumed pod.
+/// Undoes a failed binding cycle: Unreserve, then forget the assumed pod. The failure clears
+/// the pod's nomination (see [`SchedulingFailure::from_status`]).
 fn fail_binding(
     fwk: &Framework,
     cache: &dyn SchedulerCache,

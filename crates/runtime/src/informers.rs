@@ -172,6 +172,13 @@ impl Handler for PodHandler {
                     self.queue.add(new.clone());
                     self.offer_group_member(&new, well_known::UNSCHEDULED_POD_ADD);
                 }
+                // An assumed pod's updates wait for its binding to be seen, as upstream's do:
+                // where it goes is decided, and the echo of its binding cycle's own nomination
+                // would otherwise be an event for every pod in flight. A deletion that starts
+                // meanwhile still reaches the queue.
+                Some(old)
+                    if self.cache.is_assumed(&new.uid)
+                        && old.pod.metadata.deletion_timestamp == new.pod.metadata.deletion_timestamp => {}
                 Some(old) => self.queue.update(Some(old), new),
             },
             (false, true) => self.queue.delete(&new),

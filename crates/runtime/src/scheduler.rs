@@ -18,13 +18,16 @@ use serde_json::json;
 use tokio::{runtime::Handle, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use unisched_cache::{Cache, DraCache, VolumeCache};
+mod nomination;
 mod workload;
+
+use nomination::Nomination;
 
 use unisched_framework::{
     AsyncBinding, BindingTask, BoundPod, CycleOutcome, EventObject, Framework, FrameworkError, PodGroupKey,
     PodGroupStore, PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, SeededRng, Status,
-    async_binding, config::KubeSchedulerConfiguration, finish_binding_cycle, run_binding_cycle,
-    run_scheduling_cycle, start_binding_cycle, wait_for_permit, well_known,
+    abandon_binding_cycle, async_binding, config::KubeSchedulerConfiguration, finish_binding_cycle,
+    run_binding_cycle, run_scheduling_cycle, start_binding_cycle, wait_for_permit, well_known,
 };
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, PluginFeatures, Registry};
 use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
@@ -170,6 +173,9 @@ pub(crate) struct Shared {
     /// PodGroups and their members, when pod groups are scheduled together (GenericWorkload on
     /// and the Workload API served); `None`: every pod is scheduled alone.
     pub(crate) pod_groups: Option<Arc<PodGroupStore>>,
+    /// Gate NominatedNodeNameForExpectation: a binding cycle that waits first writes the pod's
+    /// nomination (see `nomination`).
+    nominate_before_binding: bool,
 }
 
 /// A running scheduler.
@@ -363,6 +369,7 @@ impl Scheduler {
             explanations: Explanations::default(),
             pdbs,
             pod_groups,
+            nominate_before_binding: options.feature_gates.enabled("NominatedNodeNameForExpectation"),
         });
         Ok(Scheduler {
             shared,
@@ -772,8 +779,22 @@ pub(crate) fn start_binding(
         .observe(start.elapsed().as_secs_f64());
     sh.bindings_in_flight.start();
     sh.metrics.goroutines.with_label_values(&["binding"]).inc();
-    let plan = async_binding(&fwk, &task);
     let assumed = task.assumed.clone();
+    let nomination = match Nomination::before_binding(sh.nominate_before_binding, &fwk, &task) {
+        Ok(nomination) => nomination,
+        Err(s) => {
+            // A failed pre-flight check fails the cycle; its Unreserve may write and wait, so
+            // it runs on a binding thread, as the whole cycle would have.
+            let sh2 = sh.clone();
+            sh.binding.spawn(Box::new(move || {
+                let failure = abandon_binding_cycle(&fwk, sh2.cache.as_ref(), *task, s);
+                binding_done(&sh2, &fwk, qpi, start, &assumed, Err(failure), false);
+            }));
+            return;
+        }
+    };
+    let nominated = nomination.is_some();
+    let plan = async_binding(&fwk, &task);
     match plan {
         // Nothing to wait for but API writes: Permit (and PreBind's checks, when no plugin
         // has work) return at once here, as a Reserve failure's Unreserve runs here; the
@@ -784,10 +805,13 @@ pub(crate) fn start_binding(
                 Some(_) => wait_for_permit(&fwk, sh.cache.as_ref(), *task),
             };
             match started {
-                Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f)),
+                Err(f) => binding_done(sh, &fwk, qpi, start, &assumed, Err(f), false),
                 Ok(binding) => {
                     let sh2 = sh.clone();
                     sh.handle.spawn(async move {
+                        if let Some(nomination) = &nomination {
+                            nomination.write(&sh2.writer).await;
+                        }
                         let mut s = Status::success();
                         if let Some(pre_bind) = pre_bind {
                             s = fwk.complete_pre_bind(pre_bind).await;
@@ -797,7 +821,7 @@ pub(crate) fn start_binding(
                         }
                         if s.is_success() {
                             let result = finish_binding_cycle(&fwk, sh2.cache.as_ref(), binding, s);
-                            binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                            binding_done(&sh2, &fwk, qpi, start, &assumed, result, nominated);
                             return;
                         }
                         // Unreserve plugins may write and wait: the undo runs on a
@@ -805,7 +829,7 @@ pub(crate) fn start_binding(
                         let sh3 = sh2.clone();
                         sh2.binding.spawn(Box::new(move || {
                             let result = finish_binding_cycle(&fwk, sh3.cache.as_ref(), binding, s);
-                            binding_done(&sh3, &fwk, qpi, start, &assumed, result);
+                            binding_done(&sh3, &fwk, qpi, start, &assumed, result, nominated);
                         }));
                     });
                 }
@@ -814,15 +838,19 @@ pub(crate) fn start_binding(
         None => {
             let sh2 = sh.clone();
             sh.binding.spawn(Box::new(move || {
+                if let Some(nomination) = &nomination {
+                    nomination.write_blocking(&SyncWriter::new(sh2.writer.clone(), sh2.handle.clone()));
+                }
                 let result = run_binding_cycle(&fwk, sh2.cache.as_ref(), *task);
-                binding_done(&sh2, &fwk, qpi, start, &assumed, result);
+                binding_done(&sh2, &fwk, qpi, start, &assumed, result, nominated);
             }));
         }
     }
 }
 
 /// After a binding cycle of `assumed`: the `Scheduled` event and metrics, or the failure
-/// handled; then the cycle no longer counts as in flight.
+/// handled (`nominated`: the cycle wrote the pod's nomination, which the failure clears); then
+/// the cycle no longer counts as in flight.
 fn binding_done(
     sh: &Arc<Shared>,
     fwk: &Framework,
@@ -830,6 +858,7 @@ fn binding_done(
     start: Instant,
     assumed: &Arc<PodInfo>,
     result: Result<BoundPod, Box<SchedulingFailure>>,
+    nominated: bool,
 ) {
     match result {
         Ok(bound) => {
@@ -870,7 +899,7 @@ fn binding_done(
                 Some(EventObject::Pod(assumed.clone())),
                 None,
             );
-            handle_failure(sh, fwk, qpi, *f, start);
+            report_failure(sh, fwk, qpi, *f, start, nominated);
         }
     }
     sh.bindings_in_flight.finish();
@@ -884,6 +913,19 @@ fn handle_failure(
     qpi: QueuedPodInfo,
     f: SchedulingFailure,
     start: Instant,
+) {
+    report_failure(sh, fwk, qpi, f, start, false);
+}
+
+/// [`handle_failure`] after a binding cycle that wrote the pod's nomination (`nominated`): the
+/// watch may not have shown that write yet, and the failure's clearing must not be skipped.
+fn report_failure(
+    sh: &Arc<Shared>,
+    fwk: &Framework,
+    qpi: QueuedPodInfo,
+    f: SchedulingFailure,
+    start: Instant,
+    nominated: bool,
 ) {
     let profile = fwk.profile_name();
     if let Some(fit) = &f.fit_error {
@@ -938,7 +980,19 @@ fn handle_failure(
                 && c.reason.as_deref() == Some(f.reason)
                 && c.message.as_deref() == Some(&f.message)
         });
-    let nominated_change = f.nominated_node.is_some();
+    // A clearing is written only when there is a nomination to clear, as upstream compares the
+    // pod's nomination before it patches; a node (from preemption) is always written.
+    let latest_nomination = latest
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .unwrap_or_default();
+    let nominated_change = match f.nominated_node.as_deref() {
+        None => false,
+        Some("") => nominated || !latest_nomination.is_empty(),
+        Some(_) => true,
+    };
     if unchanged && !nominated_change {
         return;
     }

@@ -152,6 +152,16 @@ pub(crate) fn prepare_update(
                 check_pod_spec_update(&name, old.get("spec"), new.get("spec"))?;
             }
         }
+        ("", "Pod") if mode == UpdateMode::Status && nominates_bound_pod(old, new) => {
+            // kube-apiserver 1.37 (ClearingNominatedNodeNameAfterBinding, on by default): a
+            // nomination is a hint for pending pods only.
+            return Err(StoreError::invalid(
+                rt.kind,
+                &name,
+                "status.nominatedNodeName",
+                "Forbidden: may not be set on pods that are already bound to a node",
+            ));
+        }
         ("", "Node") => default_node(new),
         ("resource.k8s.io", "ResourceClaim")
             if mode == UpdateMode::Main && old.get("spec") != new.get("spec") =>
@@ -184,6 +194,15 @@ pub(crate) fn prepare_update(
         _ => {}
     }
     Ok(())
+}
+
+/// True when a status write gives a bound pod a nomination it did not have.
+fn nominates_bound_pod(old: &Value, new: &Value) -> bool {
+    use crate::util::get_str;
+    let nominated = get_str(new, &["status", "nominatedNodeName"]).unwrap_or_default();
+    !get_str(old, &["spec", "nodeName"]).unwrap_or_default().is_empty()
+        && !nominated.is_empty()
+        && Some(nominated) != get_str(old, &["status", "nominatedNodeName"])
 }
 
 /// RBAC objects are named like `system:kube-scheduler`: kube-apiserver only asks that the name can

@@ -870,6 +870,44 @@ fn binding_marks_the_pod_scheduled_in_the_same_write() {
     assert_eq!(err.code(), 409);
 }
 
+/// kube-apiserver 1.37 (ClearingNominatedNodeNameAfterBinding, on by default): the binding clears
+/// the scheduler's nomination, and a bound pod may not be given a new one.
+#[test]
+fn binding_clears_the_nomination_and_a_bound_pod_gets_none() {
+    let s = store();
+    s.create(
+        "nodes",
+        None,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+    )
+    .unwrap();
+    s.create("pods", Some("default"), pod("p")).unwrap();
+    let nominate = |node: &str| {
+        s.patch_status(
+            "pods",
+            Some("default"),
+            "p",
+            &Patch::Strategic(json!({"status": {"nominatedNodeName": node}})),
+        )
+    };
+    let nominated = nominate("n1").unwrap();
+    assert_eq!(nominated["status"]["nominatedNodeName"], "n1");
+    let bound = s.bind("default", "p", "n1", None).unwrap();
+    assert_eq!(bound["spec"]["nodeName"], "n1");
+    assert!(
+        bound["status"].get("nominatedNodeName").is_none(),
+        "{:?}",
+        bound["status"]
+    );
+    let err = nominate("n1").unwrap_err();
+    assert_eq!(err.code(), 422);
+    assert!(
+        err.to_string()
+            .contains("may not be set on pods that are already bound to a node"),
+        "{err}"
+    );
+}
+
 /// Empty metadata maps and lists vanish, as they do through kube-apiserver's typed structs: a
 /// patch that only adds `annotations: {}` is no change (what `kubectl diff` relies on).
 #[test]

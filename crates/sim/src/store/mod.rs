@@ -1265,6 +1265,9 @@ impl Store {
             }
             let mut v = cur.to_value();
             util::object_at(&mut v, &["spec"]).insert("nodeName".into(), json!(node));
+            // ClearingNominatedNodeNameAfterBinding (on by default in kube-apiserver 1.37): the
+            // nomination was a hint for where the pod would go; the binding says it.
+            util::object_at(&mut v, &["status"]).remove("nominatedNodeName");
             set_pod_scheduled(&mut v);
             if let Some(a) = &annotations {
                 let target = util::object_at(&mut v, &["metadata", "annotations"]);

@@ -159,6 +159,37 @@ impl Framework {
         })
     }
 
+    /// PreBind's pre-flight checks, all of them, before the binding cycle decides whether to tell
+    /// the cluster where the pod is going: Success when some plugin has work for the pod, Skip
+    /// when none has (or there are no PreBind plugins), an Error when a check failed or answered
+    /// with a code a pre-flight may not use (a rejection included: the node is chosen by now).
+    pub fn run_pre_bind_pre_flights(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.timed("PreBindPreFlight", || {
+            let mut outcome = Status::skip();
+            for p in &self.pre_bind {
+                let s = p.pre_bind_pre_flight(state, pod, node);
+                match s.code() {
+                    Code::Success => outcome = Status::success(),
+                    Code::Skip => {}
+                    Code::Error => {
+                        let msg = format!("running PreBindPreFlight {:?}: {}", p.name(), s.message());
+                        return (Status::error(msg), Code::Error);
+                    }
+                    other => {
+                        let msg = format!(
+                            "PreBindPreFlight {} returned {:?}, which is unsupported. It is supposed to return Success, Skip, or Error status",
+                            p.name(),
+                            other.as_str()
+                        );
+                        return (Status::error(msg), Code::Error);
+                    }
+                }
+            }
+            let code = outcome.code();
+            (outcome, code)
+        })
+    }
+
     /// True when some PreBind plugin has work for this pod.
     pub fn has_pre_bind_work(&self, state: &CycleState, pod: &PodInfo, node: &str) -> bool {
         self.pre_bind
