@@ -147,7 +147,8 @@ pub(crate) fn is_wildcard(event: &ClusterEvent) -> bool {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        Container, PodSchedulingGate, PodSpec, PodStatus, ResourceRequirements, Toleration,
+        Container, ContainerStatus, PodCondition, PodSchedulingGate, PodSpec, PodStatus,
+        ResourceRequirements, Toleration,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -286,5 +287,86 @@ mod tests {
             changes(&base, &relabeled)[0].label,
             "UnscheduledPodUpdatePodLabel"
         );
+    }
+
+    /// `pod` bound to `n` whose container reports `allocated` and `actuated` cpu, and whose resize
+    /// the kubelet declared infeasible when `infeasible`.
+    fn resizing(spec: &str, allocated: &str, actuated: &str, infeasible: bool) -> Pod {
+        let mut p = pod(spec, &[("a", "1")]);
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some("n".into());
+        }
+        let cpu = |v: &str| Some([("cpu".to_string(), Quantity(v.into()))].into());
+        p.status = Some(PodStatus {
+            conditions: infeasible.then(|| {
+                vec![PodCondition {
+                    type_: "PodResizePending".into(),
+                    status: "True".into(),
+                    reason: Some("Infeasible".into()),
+                    ..Default::default()
+                }]
+            }),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                allocated_resources: cpu(allocated),
+                resources: Some(ResourceRequirements {
+                    requests: cpu(actuated),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        p
+    }
+
+    /// In-place resizes of a bound pod: what the pod counts is the largest of spec, allocated and
+    /// actuated, so a scale-down event comes when that largest amount goes down — also when only
+    /// the status changed — and not when the spec shrinks while the old amount is still held.
+    #[test]
+    fn in_place_resize_events() {
+        let cases: Vec<(&str, Pod, Pod, Vec<ActionType>)> = vec![
+            (
+                "spec lowered, still allocated and running at the old size",
+                resizing("2", "2", "2", false),
+                resizing("1", "2", "2", false),
+                vec![ActionType::UPDATE_OTHER],
+            ),
+            (
+                "allocation lowered, the runtime still runs the old size",
+                resizing("1", "2", "2", false),
+                resizing("1", "1", "2", false),
+                vec![ActionType::UPDATE_OTHER],
+            ),
+            (
+                "the runtime applied the smaller size: status only",
+                resizing("1", "1", "2", false),
+                resizing("1", "1", "1", false),
+                vec![ActionType::UPDATE_POD_SCALE_DOWN],
+            ),
+            (
+                "a resize up declared infeasible no longer counts its spec",
+                resizing("4", "1", "1", false),
+                resizing("4", "1", "1", true),
+                vec![ActionType::UPDATE_POD_SCALE_DOWN],
+            ),
+            (
+                "a resize up is not a scale-down",
+                resizing("1", "1", "1", false),
+                resizing("2", "1", "1", false),
+                vec![ActionType::UPDATE_OTHER],
+            ),
+        ];
+        for (name, old, new, want) in cases {
+            assert_eq!(actions(&old, &new), want, "{name}");
+            let events = changes(&old, &new);
+            assert!(
+                events.iter().all(|e| e.resource == EventResource::AssignedPod),
+                "{name}"
+            );
+            if want == [ActionType::UPDATE_POD_SCALE_DOWN] {
+                assert_eq!(events[0].label, "AssignedPodUpdatePodScaleDown", "{name}");
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 mod quantity;
 mod requests;
+mod resize;
 mod resource;
 mod sum;
 
@@ -16,6 +17,7 @@ pub use requests::{
     node_allocatable_claim_footprint, pod_limits, pod_requests, pod_requests_checked,
     pod_requests_with_claims, pod_resources,
 };
+pub use resize::{is_pod_resize_deferred, is_pod_resize_infeasible};
 pub use resource::{
     CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, InvalidQuantity, MEMORY, PODS, Resource,
     is_extended_resource_name, is_hugepages, is_node_allocatable_resource,

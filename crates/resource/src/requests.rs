@@ -54,14 +54,27 @@
 //! A quantity that does not parse is skipped (counted as absent) and reported in
 //! [`PodResources::invalid`]; nothing here panics on input.
 //!
-//! Not implemented: in-place resize status resources (`UseStatusResources`); unisched schedules
-//! pending pods from their spec.
+//! # In-place resize
+//!
+//! With [`PodRequestOptions::use_status_resources`] (always, in [`pod_resources`]), a pod counts
+//! per resource the largest of three sums built by the rules above: over the container specs, over
+//! what the container statuses report as allocated, and over what they report as actuated
+//! (`resources`); or, when the kubelet reports the pod-level `status.allocatedResources` and
+//! `status.resources.requests`, those two in place of the container status sums. Pod-level spec
+//! requests compete with the pod-level status the same way. An infeasible resize counts its status
+//! only. The `resize` module explains why and which list each container contributes. Claim amounts
+//! join the spec and allocated container sums (the kubelet leaves them out of container statuses
+//! but includes them in pod-level ones), as upstream's newest `AggregateContainerRequests` does.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, NodeAllocatableResourceClaimStatus, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
+use crate::resize::{
+    ApiList, Source, container_limits, container_requests, container_status, has_status_resources,
+    is_pod_resize_infeasible, pod_level_status_lists, pod_status_limits, pod_status_requests,
+};
 use crate::resource::{CPU, MEMORY, PODS, is_hugepages};
 use crate::{InvalidQuantity, Quantity, Resource};
 
@@ -83,6 +96,13 @@ pub struct PodRequestOptions {
     /// Add the node-allocatable DRA claims of `pod.status.nodeAllocatableResourceClaimStatuses`
     /// (KEP-5517).
     pub include_node_allocatable_claims: bool,
+    /// Count, per resource, the largest of the spec and what the container statuses report as
+    /// allocated and actuated (upstream `UseStatusResources`, the InPlacePodVerticalScaling
+    /// feature; see the `resize` module).
+    pub use_status_resources: bool,
+    /// With `use_status_resources`, read the pod-level status (`status.allocatedResources`,
+    /// `status.resources`) too (upstream `InPlacePodLevelResourcesVerticalScalingEnabled`).
+    pub pod_level_status_resources: bool,
 }
 
 /// What the scheduler caches per pod: exact requests and the non-zero variant used by scoring.
@@ -104,6 +124,28 @@ type List = BTreeMap<String, Quantity>;
 enum Kind {
     Requests,
     Limits,
+}
+
+/// One pod-wide sum: which list of every container it adds up.
+#[derive(Clone, Copy)]
+struct View {
+    kind: Kind,
+    source: Source,
+    /// The pod's resize is infeasible: status lists do not fall back to the spec.
+    infeasible: bool,
+}
+
+impl View {
+    const SPEC_REQUESTS: View = View {
+        kind: Kind::Requests,
+        source: Source::Spec,
+        infeasible: false,
+    };
+    const SPEC_LIMITS: View = View {
+        kind: Kind::Limits,
+        source: Source::Spec,
+        infeasible: false,
+    };
 }
 
 /// The DRA node-allocatable amounts of a pod, split by lifetime.
@@ -228,13 +270,29 @@ fn is_restartable(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
-fn container_list(c: &Container, kind: Kind, invalid: &mut Invalid) -> List {
-    let res = c.resources.as_ref();
-    let src = match kind {
-        Kind::Requests => res.and_then(|r| r.requests.as_ref()),
-        Kind::Limits => res.and_then(|r| r.limits.as_ref()),
+fn container_list(pod: &Pod, c: &Container, view: View, invalid: &mut Invalid) -> List {
+    let status = match view.source {
+        Source::Spec => None,
+        Source::Allocated | Source::Actuated => container_status(pod, &c.name),
+    };
+    let src = match view.kind {
+        Kind::Requests => container_requests(c, status, view.source, view.infeasible),
+        Kind::Limits => container_limits(c, status, view.source, view.infeasible),
     };
     parse_list(src, invalid)
+}
+
+/// The pod-level resources named in `src`, parsed; other names are ignored.
+fn pod_level_list(src: Option<&ApiList>, invalid: &mut Invalid) -> List {
+    let mut out = List::new();
+    for (name, q) in src.into_iter().flatten() {
+        if is_pod_level_resource(name)
+            && let Some(q) = invalid.parse(name, q)
+        {
+            out.insert(name.clone(), q);
+        }
+    }
+    out
 }
 
 fn claim_statuses(pod: &Pod) -> &[NodeAllocatableResourceClaimStatus] {
@@ -315,23 +373,26 @@ fn drop_undeclared_limits(pod: &Pod, parts: &mut DraParts) {
     }
 }
 
-/// The container aggregate with sidecars, init peak and DRA claims (upstream
-/// `aggregateContainerResourcesByFn`).
-fn aggregate(
+/// The node-allocatable claim amounts of `statuses` that count towards `kind`.
+fn dra_for(
     pod: &Pod,
     statuses: &[NodeAllocatableResourceClaimStatus],
-    non_missing: &List,
     kind: Kind,
     invalid: &mut Invalid,
-) -> List {
-    let mut dra = if statuses.is_empty() {
-        DraParts::default()
-    } else {
-        dra_parts(pod, statuses, invalid)
-    };
+) -> DraParts {
+    if statuses.is_empty() {
+        return DraParts::default();
+    }
+    let mut dra = dra_parts(pod, statuses, invalid);
     if kind == Kind::Limits {
         drop_undeclared_limits(pod, &mut dra);
     }
+    dra
+}
+
+/// The container aggregate of one [`View`] with sidecars, init peak and DRA claims (upstream
+/// `aggregateContainerResourcesByFn`).
+fn aggregate(pod: &Pod, dra: &DraParts, non_missing: &List, view: View, invalid: &mut Invalid) -> List {
     let empty = List::new();
     let mut result = List::new();
     let Some(spec) = pod.spec.as_ref() else {
@@ -339,7 +400,7 @@ fn aggregate(
         return result;
     };
     let own = |c: &Container, invalid: &mut Invalid| {
-        let mut list = container_list(c, kind, invalid);
+        let mut list = container_list(pod, c, view, invalid);
         for (name, q) in non_missing {
             if !list.contains_key(name) {
                 list.insert(name.clone(), q.clone());
@@ -370,6 +431,114 @@ fn aggregate(
     result
 }
 
+/// Whether the status lists count for this pod, and whether its resize is infeasible.
+fn status_rule(pod: &Pod, opts: &PodRequestOptions) -> Option<bool> {
+    if !opts.use_status_resources {
+        return None;
+    }
+    let infeasible = is_pod_resize_infeasible(pod);
+    // Without status amounts every status sum falls back to the spec, and the maximum is the spec.
+    (infeasible || has_status_resources(pod)).then_some(infeasible)
+}
+
+/// The container requests (upstream `AggregateContainerRequests`): the spec sum, or with status
+/// resources the per-resource maximum of the spec, allocated and actuated sums (see the `resize`
+/// module). Claim amounts join the spec and allocated sums, as the kubelet leaves them out of the
+/// container statuses; the pod-level status lists already contain them.
+fn container_requests_list(
+    pod: &Pod,
+    statuses: &[NodeAllocatableResourceClaimStatus],
+    non_missing: &List,
+    opts: &PodRequestOptions,
+    invalid: &mut Invalid,
+) -> List {
+    let dra = dra_for(pod, statuses, Kind::Requests, invalid);
+    let spec = aggregate(pod, &dra, non_missing, View::SPEC_REQUESTS, invalid);
+    let Some(infeasible) = status_rule(pod, opts) else {
+        return spec;
+    };
+    let pod_level = pod_status_requests(pod).filter(|_| opts.pod_level_status_resources);
+    let (allocated, actuated) = match pod_level {
+        Some((allocated, actuated)) => (
+            parse_list(Some(allocated), invalid),
+            parse_list(Some(actuated), invalid),
+        ),
+        None => {
+            let view = |source| View {
+                kind: Kind::Requests,
+                source,
+                infeasible,
+            };
+            let allocated = aggregate(pod, &dra, non_missing, view(Source::Allocated), invalid);
+            let no_dra = DraParts::default();
+            let actuated = aggregate(pod, &no_dra, non_missing, view(Source::Actuated), invalid);
+            (allocated, actuated)
+        }
+    };
+    let mut out = if infeasible { List::new() } else { spec };
+    max_all(&mut out, &allocated);
+    max_all(&mut out, &actuated);
+    out
+}
+
+/// The container limits (upstream `AggregateContainerLimits`): the spec sum, or with status
+/// resources the per-resource maximum of the spec and actuated sums. Claim amounts join the spec
+/// sum only: the kubelet includes them in the limits it actuates.
+fn container_limits_list(
+    pod: &Pod,
+    statuses: &[NodeAllocatableResourceClaimStatus],
+    opts: &PodRequestOptions,
+    invalid: &mut Invalid,
+) -> List {
+    let dra = dra_for(pod, statuses, Kind::Limits, invalid);
+    let none = List::new();
+    let spec = aggregate(pod, &dra, &none, View::SPEC_LIMITS, invalid);
+    let Some(infeasible) = status_rule(pod, opts) else {
+        return spec;
+    };
+    let actuated = match pod_status_limits(pod).filter(|_| opts.pod_level_status_resources) {
+        Some(limits) => parse_list(Some(limits), invalid),
+        None => {
+            let view = View {
+                kind: Kind::Limits,
+                source: Source::Actuated,
+                infeasible,
+            };
+            aggregate(pod, &DraParts::default(), &none, view, invalid)
+        }
+    };
+    let mut out = if infeasible { List::new() } else { spec };
+    max_all(&mut out, &actuated);
+    out
+}
+
+/// The pod-level requests or limits that replace the container aggregate: `spec.resources`, or
+/// while pod-level resources are resized in place, the per-resource maximum of it and the
+/// pod-level status lists (without the spec when the resize is infeasible).
+fn effective_pod_level(
+    pod: &Pod,
+    spec: Option<&ApiList>,
+    kind: Kind,
+    opts: &PodRequestOptions,
+    invalid: &mut Invalid,
+) -> List {
+    let status_lists = (opts.use_status_resources && opts.pod_level_status_resources)
+        .then(|| pod_level_status_lists(pod, kind == Kind::Limits))
+        .flatten();
+    let Some(status_lists) = status_lists else {
+        return pod_level_list(spec, invalid);
+    };
+    let mut out = if is_pod_resize_infeasible(pod) {
+        List::new()
+    } else {
+        pod_level_list(spec, invalid)
+    };
+    for list in status_lists {
+        max_all(&mut out, &pod_level_list(Some(list), invalid));
+    }
+    out
+}
+
 /// Upstream `PodRequests` over exact quantities, with explicit claim statuses.
 fn requests_list(
     pod: &Pod,
@@ -382,16 +551,10 @@ fn requests_list(
         .as_ref()
         .map(resource_to_list)
         .unwrap_or_default();
-    let mut reqs = aggregate(pod, statuses, &non_missing, Kind::Requests, invalid);
+    let mut reqs = container_requests_list(pod, statuses, &non_missing, opts, invalid);
     if !opts.skip_pod_level_resources && pod_level_requests_set(pod) {
-        let pod_reqs = pod_level(pod).and_then(|r| r.requests.as_ref());
-        for (name, q) in pod_reqs.into_iter().flatten() {
-            if is_pod_level_resource(name)
-                && let Some(q) = invalid.parse(name, q)
-            {
-                reqs.insert(name.clone(), q);
-            }
-        }
+        let spec = pod_level(pod).and_then(|r| r.requests.as_ref());
+        reqs.extend(effective_pod_level(pod, spec, Kind::Requests, opts, invalid));
     }
     if !opts.exclude_overhead {
         let overhead = parse_list(pod.spec.as_ref().and_then(|s| s.overhead.as_ref()), invalid);
@@ -407,16 +570,10 @@ fn limits_list(pod: &Pod, opts: &PodRequestOptions, invalid: &mut Invalid) -> Li
     } else {
         &[]
     };
-    let mut limits = aggregate(pod, statuses, &List::new(), Kind::Limits, invalid);
+    let mut limits = container_limits_list(pod, statuses, opts, invalid);
     if !opts.skip_pod_level_resources && pod_level_resources_set(pod) {
-        let pod_limits = pod_level(pod).and_then(|r| r.limits.as_ref());
-        for (name, q) in pod_limits.into_iter().flatten() {
-            if is_pod_level_resource(name)
-                && let Some(q) = invalid.parse(name, q)
-            {
-                limits.insert(name.clone(), q);
-            }
-        }
+        let spec = pod_level(pod).and_then(|r| r.limits.as_ref());
+        limits.extend(effective_pod_level(pod, spec, Kind::Limits, opts, invalid));
     }
     if !opts.exclude_overhead {
         let overhead = parse_list(pod.spec.as_ref().and_then(|s| s.overhead.as_ref()), invalid);
@@ -472,9 +629,14 @@ pub fn pod_limits(pod: &Pod, opts: &PodRequestOptions) -> Resource {
     to_resource(&limits_list(pod, opts, &mut invalid))
 }
 
+/// What the scheduler's own accounting uses: every feature the options stand for is on in the
+/// Kubernetes release unisched follows (InPlacePodVerticalScaling is locked on,
+/// InPlacePodLevelResourcesVerticalScaling defaults on and unisched implements only that).
 fn full_options() -> PodRequestOptions {
     PodRequestOptions {
         include_node_allocatable_claims: true,
+        use_status_resources: true,
+        pod_level_status_resources: true,
         ..PodRequestOptions::default()
     }
 }

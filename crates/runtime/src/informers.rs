@@ -448,6 +448,45 @@ mod tests {
         assert!(cache.get_pod("uid-web").is_none());
     }
 
+    /// An in-place resize the kubelet reports only in the pod's status (allocated and actuated
+    /// amounts) reaches the node through the lean pod's derived requests: the largest of spec and
+    /// status counts, and the node is freed once the runtime has applied the smaller size.
+    #[test]
+    fn in_place_resize_reported_in_the_status_reaches_the_node() {
+        use k8s_openapi::api::core::v1::{ContainerStatus, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let resizing = |allocated: &str, actuated: &str| {
+            let mut pod = web("500m", Some("n1"));
+            let cpu = |v: &str| Some([("cpu".to_string(), Quantity(v.to_string()))].into());
+            pod.status.get_or_insert_with(Default::default).container_statuses =
+                Some(vec![ContainerStatus {
+                    name: "c0".into(),
+                    allocated_resources: cpu(allocated),
+                    resources: Some(ResourceRequirements {
+                        requests: cpu(actuated),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]);
+            pod
+        };
+        let (h, cache) = handler();
+        h.apply(resizing("2", "2"));
+        assert!(h.get("uid-web").unwrap().lean);
+        assert_eq!(requested_cpu(&cache), 2000, "spec lowered, still allocated");
+        h.apply(resizing("500m", "2"));
+        assert_eq!(
+            requested_cpu(&cache),
+            2000,
+            "allocation lowered, still running at 2"
+        );
+        h.apply(resizing("500m", "500m"));
+        assert_eq!(requested_cpu(&cache), 500, "applied");
+        h.delete("uid-web");
+        assert_eq!(requested_cpu(&cache), 0);
+    }
+
     /// A change of `status.declaredFeatures` is its own node event (NodeDeclaredFeatures listens
     /// to it); an absent list and an empty one are the same.
     #[test]

@@ -343,8 +343,12 @@ pub fn build(store: &dyn ObjectSource, seconds: f64) -> Report {
     let blocked = blocking_events(store);
     let mut pods = Vec::new();
     let mut requested: BTreeMap<String, Resource> = BTreeMap::new();
+    // What the scheduler counts: a pod in the middle of an in-place resize holds the larger of its
+    // spec and its status.
     let opts = PodRequestOptions {
         include_node_allocatable_claims: true,
+        use_status_resources: true,
+        pod_level_status_resources: true,
         ..Default::default()
     };
     for v in list(store, "pods") {

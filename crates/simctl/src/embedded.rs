@@ -16,7 +16,7 @@ use unisched_sim::{
 };
 
 use crate::args::SimArgs;
-use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
+use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, is_held, release};
 use crate::in_process::{
     InProcessError, Inventory, explanations, profile_names, start_scheduler, stop_scheduler, wait_for_cache,
     wait_for_claims,
@@ -61,6 +61,15 @@ pub enum EmbeddedError {
     /// A node's status could not be written.
     #[error("{file}: node status")]
     NodeStatus {
+        /// The scenario file and document.
+        file: String,
+        /// Why.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// A pod's status (given by the scenario) could not be written.
+    #[error("{file}: pod status")]
+    PodStatus {
         /// The scenario file and document.
         file: String,
         /// Why.
@@ -363,6 +372,9 @@ fn release_held(store: &Store, held: &[(String, String)]) -> Result<()> {
             source: Box::new(source),
         };
         let pod = store.get("pods", Some(ns), name).map_err(failed)?;
+        if !is_held(pod.value()) {
+            continue;
+        }
         let patch = unisched_sim::Patch::Merge(release(pod.value()));
         store.patch("pods", Some(ns), name, &patch).map_err(failed)?;
     }
@@ -396,7 +408,8 @@ fn apply_deletes(store: &Store, step: &scenario::Step) -> Result<()> {
 fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<ObjectRef> {
     let plural = plural_of(&o.kind);
     let mut value: Value = o.value.clone();
-    // Status in scenario files is accepted for nodes (allocatable) and slices; the store keeps it.
+    // Status in scenario files is accepted for nodes (allocatable), slices and pods (a bound pod in
+    // the middle of an in-place resize); the store keeps it.
     if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
@@ -418,6 +431,18 @@ fn apply_one(store: &Store, o: &scenario::ScenarioObject) -> Result<ObjectRef> {
                 file: o.source.to_string(),
                 source: Box::new(source),
             })?;
+    }
+    if o.kind == "Pod"
+        && let Some(status) = o.value.get("status")
+    {
+        // Pod creation starts from an empty status, as kube-apiserver's does.
+        let patch = unisched_sim::Patch::Merge(serde_json::json!({ "status": status }));
+        return store
+            .patch_status("pods", Some(made.namespace()), made.name(), &patch)
+            .map_err(|source| EmbeddedError::PodStatus {
+                file: o.source.to_string(),
+                source: Box::new(source),
+            });
     }
     Ok(made)
 }

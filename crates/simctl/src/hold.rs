@@ -1,7 +1,9 @@
 //! Holding a step's pods until their claims exist, on the embedded control plane and on a remote
 //! one alike (see [`HOLD_GATE`] for why): every pod of a step is created with the gate and
 //! released, in creation order, once the claims of all of them exist and the scheduler has seen
-//! them. The pod's own scheduling gates are kept.
+//! them. The pod's own scheduling gates are kept. A pod the scenario creates already bound
+//! (`spec.nodeName` set) is not held: no scheduler decides it, and the API refuses scheduling
+//! gates on a bound pod.
 
 use serde_json::{Value, json};
 
@@ -14,8 +16,11 @@ use serde_json::{Value, json};
 /// releasing them in creation order gives the scheduler the same sequence on both.
 pub(crate) const HOLD_GATE: &str = "sim.unisched.dev/hold";
 
-/// Adds [`HOLD_GATE`] to a pod's scheduling gates.
+/// Adds [`HOLD_GATE`] to a pod's scheduling gates, unless the pod is created bound.
 pub(crate) fn hold(pod: &mut Value) {
+    if pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()) {
+        return;
+    }
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -23,6 +28,13 @@ pub(crate) fn hold(pod: &mut Value) {
     if let Some(list) = gates.as_array_mut() {
         list.push(json!({"name": HOLD_GATE}));
     }
+}
+
+/// True when the pod carries [`HOLD_GATE`] (a pod created bound never does).
+pub(crate) fn is_held(pod: &Value) -> bool {
+    pod["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|gates| gates.iter().any(|g| g["name"] == HOLD_GATE))
 }
 
 /// The merge patch that removes [`HOLD_GATE`] from `pod`'s scheduling gates and keeps the
@@ -114,10 +126,20 @@ mod tests {
     #[test]
     fn hold_keeps_the_pods_own_gates() {
         let mut p = json!({"spec": {"schedulingGates": [{"name": "mine"}]}});
+        assert!(!is_held(&p));
         hold(&mut p);
         assert_eq!(
             p["spec"]["schedulingGates"],
             json!([{"name": "mine"}, {"name": HOLD_GATE}])
         );
+        assert!(is_held(&p));
+    }
+
+    #[test]
+    fn a_pod_created_bound_is_not_held() {
+        let mut p = json!({"spec": {"nodeName": "n1", "containers": []}});
+        hold(&mut p);
+        assert_eq!(p["spec"].get("schedulingGates"), None);
+        assert!(!is_held(&p));
     }
 }

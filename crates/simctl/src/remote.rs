@@ -25,7 +25,7 @@ use kube::{
 use serde_json::{Value, json};
 use unisched_sim::scenario::{DeleteRef, ScenarioObject};
 
-use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, release};
+use crate::hold::{TemplateClaims, claims_created, generated_claim_names, hold, is_held, release};
 use crate::in_process::Inventory;
 
 /// What went wrong on the remote API server. Messages name the scenario file and object where
@@ -109,6 +109,17 @@ pub enum RemoteError {
         /// The scenario file and document.
         file: String,
         /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
+    /// A pod's status (given by the scenario) could not be written.
+    #[error("{file}: writing the status of pod {name}")]
+    PodStatus {
+        /// The scenario file and document.
+        file: String,
+        /// The pod.
         name: String,
         /// Why.
         #[source]
@@ -363,7 +374,9 @@ impl RemoteCluster {
 
     /// Creates one scenario object. A Node's `status` (capacity, allocatable, conditions) is
     /// written through `/status` afterwards, with a Ready condition when the scenario gives none:
-    /// there is no kubelet to report one.
+    /// there is no kubelet to report one. So is a Pod's `status` when the scenario gives one (a
+    /// bound pod's container statuses, say, in the middle of an in-place resize): the API server
+    /// drops the status of a pod it creates.
     pub async fn create(&mut self, o: &ScenarioObject) -> Result<()> {
         let (ar, caps) = self.resolve(&o.api_version, &o.kind).await?;
         let namespace = match caps.scope {
@@ -387,7 +400,11 @@ impl RemoteCluster {
         if o.kind == "Pod" {
             hold(&mut value);
         }
-        let status = (o.kind == "Node").then(|| node_status(&value)).flatten();
+        let status = match o.kind.as_str() {
+            "Node" => node_status(&value),
+            "Pod" => value.get("status").cloned(),
+            _ => None,
+        };
         let obj: DynamicObject =
             serde_json::from_value(value).map_err(|source| RemoteError::NotAnObject {
                 file: o.source.to_string(),
@@ -424,10 +441,13 @@ impl RemoteCluster {
                 &Patch::Merge(json!({"status": status})),
             )
             .await
-            .map_err(|source| RemoteError::NodeStatus {
-                file: o.source.to_string(),
-                name: name.clone(),
-                source,
+            .map_err(|source| {
+                let (file, name) = (o.source.to_string(), name.clone());
+                if o.kind == "Pod" {
+                    RemoteError::PodStatus { file, name, source }
+                } else {
+                    RemoteError::NodeStatus { file, name, source }
+                }
             })?;
         }
         Ok(())
@@ -470,12 +490,14 @@ impl RemoteCluster {
         for c in self.held() {
             let api = self.api(&c.resource, c.namespace.as_deref());
             let pod = serde_json::to_value(api.get(&c.name).await?)?;
-            api.patch(&c.name, &PatchParams::default(), &Patch::Merge(release(&pod)))
-                .await
-                .map_err(|source| RemoteError::Release {
-                    name: c.name.clone(),
-                    source,
-                })?;
+            if is_held(&pod) {
+                api.patch(&c.name, &PatchParams::default(), &Patch::Merge(release(&pod)))
+                    .await
+                    .map_err(|source| RemoteError::Release {
+                        name: c.name.clone(),
+                        source,
+                    })?;
+            }
             self.released.insert((c.namespace.clone(), c.name.clone()));
         }
         Ok(())

@@ -507,7 +507,13 @@ impl EnqueueExtensions for NodeResourcesFit {
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::{api::resource::v1::DeviceClassSpec, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+    use k8s_openapi::{
+        api::{
+            core::v1::{ContainerStatus, PodStatus, ResourceRequirements},
+            resource::v1::DeviceClassSpec,
+        },
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    };
     use unisched_framework::{NODE_FOOTPRINTS_KEY, NodeFootprints};
 
     use super::*;
@@ -1119,6 +1125,26 @@ mod tests {
         }
     }
 
+    /// Bound pod `d` with a cpu request of `spec` whose container reports `allocated` and
+    /// `actuated` cpu (an in-place resize under way).
+    fn resizing(spec: &str, allocated: &str, actuated: &str) -> Pod {
+        let mut p = PodBuilder::new("d").node_name("n").req("cpu", spec).build();
+        let cpu = |v: &str| Some(BTreeMap::from([("cpu".to_string(), Quantity(v.to_string()))]));
+        p.status = Some(PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c0".into(),
+                allocated_resources: cpu(allocated),
+                resources: Some(ResourceRequirements {
+                    requests: cpu(actuated),
+                    ..ResourceRequirements::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        p
+    }
+
     #[test]
     fn pod_hint_table() {
         struct Case {
@@ -1170,6 +1196,18 @@ mod tests {
                 old: Some(PodBuilder::new("p").req("cpu", "2").build()),
                 new: Some(PodBuilder::new("p").req("cpu", "1").build()),
                 want: QueueingHint::Queue,
+            },
+            Case {
+                name: "assigned pod resized down in place: the runtime applied it",
+                old: Some(resizing("1", "1", "2")),
+                new: Some(resizing("1", "1", "1")),
+                want: QueueingHint::Queue,
+            },
+            Case {
+                name: "assigned pod resized down in place: still running the old size",
+                old: Some(resizing("2", "2", "2")),
+                new: Some(resizing("1", "1", "2")),
+                want: QueueingHint::Skip,
             },
         ];
         let pl = fit(NodeResourcesFitArgs::default());

@@ -1,7 +1,8 @@
 //! A fake kubelet serving every node.
 //!
 //! A pod bound to an existing node (`spec.nodeName` set, phase Pending) is admitted like the kubelet
-//! admits it: its requests (`unisched_resource::pod_requests`, node-allocatable DRA claims included)
+//! admits it: its requests (`unisched_resource::pod_requests`, node-allocatable DRA claims and
+//! in-place resize status included)
 //! plus those of the pods already admitted on the node, which have not finished, must fit the node's
 //! `status.allocatable`; the pod count must fit `pods`. A pod that does not fit is set `Failed` with
 //! reason `OutOf<resource>` and the kubelet's message; one that fits becomes `Running` with
@@ -170,10 +171,14 @@ impl Kubelet {
             self.forget(pod.uid());
             return;
         }
+        if let Some(admitted) = self.admitted.get_mut(pod.uid()) {
+            // An in-place resize changes what an admitted pod holds.
+            admitted.requests = requests_of(pod);
+            return;
+        }
         let node = get_str(v, &["spec", "nodeName"]).unwrap_or_default().to_string();
         if node.is_empty()
             || phase(v) != "Pending"
-            || self.admitted.contains_key(pod.uid())
             || get_path(v, &["metadata", "deletionTimestamp"]).is_some()
         {
             return;
@@ -330,6 +335,12 @@ impl Kubelet {
                     .collect()
             })
             .unwrap_or_default();
+        // The status as stored now, not as the event that woke the kubelet showed it: whoever
+        // created the pod may have written its status since.
+        let current = self.store.get("pods", Some(pod.namespace()), pod.name()).ok();
+        let stored = current.as_ref().map_or(v, |p| p.value());
+        let containers = keep_resize_status(stored, "containerStatuses", containers);
+        let init = keep_resize_status(stored, "initContainerStatuses", init);
         let cond =
             |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
         let mut status = json!({
@@ -422,12 +433,41 @@ impl Kubelet {
     }
 }
 
+/// The container statuses the kubelet reports when it starts the pod, with the in-place resize
+/// fields (`allocatedResources`, `resources`) an existing status of the same container already
+/// reports: a scenario may create a bound pod in the middle of a resize, and the kubelet's fresh
+/// statuses must not erase what it says was allocated and actuated.
+fn keep_resize_status(pod: &Value, list: &str, mut statuses: Vec<Value>) -> Vec<Value> {
+    let Some(existing) = get_path(pod, &["status", list]).and_then(Value::as_array) else {
+        return statuses;
+    };
+    for status in &mut statuses {
+        let name = get_str(status, &["name"]).unwrap_or_default().to_string();
+        let Some(old) = existing
+            .iter()
+            .find(|s| get_str(s, &["name"]) == Some(name.as_str()))
+        else {
+            continue;
+        };
+        for field in ["allocatedResources", "resources"] {
+            if let Some(value) = old.get(field) {
+                status[field] = value.clone();
+            }
+        }
+    }
+    statuses
+}
+
 fn requests_of(pod: &ObjectRef) -> Resource {
     match pod.decode::<Pod>() {
         Ok(p) => pod_requests(
             &p,
+            // As the kubelet admits: a pod in the middle of an in-place resize holds the larger
+            // of its spec and what was allocated to it (the scheduler's own rule).
             &PodRequestOptions {
                 include_node_allocatable_claims: true,
+                use_status_resources: true,
+                pod_level_status_resources: true,
                 ..PodRequestOptions::default()
             },
         ),
@@ -435,5 +475,38 @@ fn requests_of(pod: &ObjectRef) -> Resource {
             tracing::debug!(pod = pod.name(), error = %e, "kubelet could not decode a pod");
             Resource::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::keep_resize_status;
+
+    #[test]
+    fn a_started_pod_keeps_what_its_status_says_was_allocated_and_actuated() {
+        let pod = json!({"status": {"containerStatuses": [
+            {"name": "app", "allocatedResources": {"cpu": "3"}, "resources": {"requests": {"cpu": "3"}}},
+            {"name": "gone", "allocatedResources": {"cpu": "9"}},
+        ]}});
+        let fresh = vec![
+            json!({"name": "app", "ready": true}),
+            json!({"name": "new", "ready": true}),
+        ];
+        let kept = keep_resize_status(&pod, "containerStatuses", fresh.clone());
+        assert_eq!(
+            kept,
+            vec![
+                json!({"name": "app", "ready": true, "allocatedResources": {"cpu": "3"},
+                       "resources": {"requests": {"cpu": "3"}}}),
+                json!({"name": "new", "ready": true}),
+            ]
+        );
+        // No earlier statuses: the kubelet's own are reported as they are.
+        assert_eq!(
+            keep_resize_status(&json!({}), "containerStatuses", fresh.clone()),
+            fresh
+        );
     }
 }
