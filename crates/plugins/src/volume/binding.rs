@@ -55,7 +55,7 @@ use crate::{
 pub const NAME: &str = "VolumeBinding";
 
 /// Filter: a bound PV's node affinity excludes the node.
-pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
 /// Filter: no PV to bind and no way to provision one on the node.
 pub const ERR_REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
 /// Filter: a claim is bound to a PV that does not exist.
