@@ -619,6 +619,8 @@ impl Scheduler {
 fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
     let mut features = PluginFeatures::default();
     features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
+    features.storage_capacity_scoring = gates.enabled("StorageCapacityScoring");
+    features.volume_limit_scaling = gates.enabled("VolumeLimitScaling");
     features
 }
 
