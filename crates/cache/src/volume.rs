@@ -486,6 +486,45 @@ mod tests {
     }
 
     #[test]
+    fn csi_drivers_and_capacities_by_name_and_class() {
+        use k8s_openapi::api::storage::v1::CSIDriverSpec;
+
+        let c = VolumeCache::new();
+        let driver = CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec::default(),
+        };
+        assert!(c.apply_csi_driver(Arc::new(driver)).is_none());
+        assert!(c.csi_driver("csi.example.com").is_some());
+        let capacity = |ns: &str, name: &str, class: &str| CSIStorageCapacity {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            },
+            storage_class_name: class.into(),
+            ..Default::default()
+        };
+        for (ns, name, class) in [("b", "x", "fast"), ("a", "y", "fast"), ("a", "z", "slow")] {
+            c.apply_capacity(Arc::new(capacity(ns, name, class)));
+        }
+        let names = |class: &str| -> Vec<String> {
+            c.capacities_of_class(class)
+                .iter()
+                .map(|c| c.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(names("fast"), ["y", "x"], "in namespace/name order");
+        assert!(c.remove_capacity("a", "y").is_some());
+        assert_eq!(names("fast"), ["x"]);
+        assert!(c.remove_csi_driver("csi.example.com").is_some());
+        assert!(c.csi_driver("csi.example.com").is_none());
+    }
+
+    #[test]
     fn assumed_pv_is_visible_until_restored() {
         let c = VolumeCache::new();
         c.apply_pv(Arc::new(pv("pv1", "1", None)));
