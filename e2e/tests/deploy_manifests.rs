@@ -1003,6 +1003,34 @@ const CALLS: &[Call] = &[
         "CSI volume limits",
         Use::Now,
     ),
+    call(
+        "storage.k8s.io",
+        "csidrivers",
+        "list",
+        "storage capacity, CSI drivers installed on the node",
+        Use::Now,
+    ),
+    call(
+        "storage.k8s.io",
+        "csidrivers",
+        "watch",
+        "storage capacity, CSI drivers installed on the node",
+        Use::Now,
+    ),
+    call(
+        "storage.k8s.io",
+        "csistoragecapacities",
+        "list",
+        "storage capacity",
+        Use::Now,
+    ),
+    call(
+        "storage.k8s.io",
+        "csistoragecapacities",
+        "watch",
+        "storage capacity",
+        Use::Now,
+    ),
 ];
 
 /// A request as the RBAC authorizer sees it.

@@ -216,6 +216,7 @@ const SAME_ON_BOTH: &[&str] = &[
     "e2e/scenarios/spread/zone-spread",
     "e2e/scenarios/volumes/local-pv",
     "e2e/scenarios/volumes/missing-claim",
+    "e2e/scenarios/volumes/storage-capacity",
     "e2e/scenarios/workload/basic-policy",
     "e2e/scenarios/workload/topology",
 ];
@@ -471,6 +472,7 @@ fn the_deployed_identity_is_never_denied_and_uses_only_what_rbac_grants() {
         "e2e/scenarios/dra/extended-resource",
         "e2e/scenarios/preemption/claim-device",
         "e2e/scenarios/volumes/local-pv",
+        "e2e/scenarios/volumes/storage-capacity",
     ] {
         let report = sim_json(&[
             &scenario(rel),

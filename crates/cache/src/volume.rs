@@ -1,5 +1,5 @@
-//! [`VolumeCache`]: PersistentVolumes, PersistentVolumeClaims, StorageClasses and CSINodes as the
-//! volume plugins see them, with an assume layer for PVs and PVCs.
+//! [`VolumeCache`]: PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers
+//! and CSIStorageCapacities as the volume plugins see them, with an assume layer for PVs and PVCs.
 //!
 //! Why an assume layer: VolumeBinding decides in Reserve that a claim gets a particular PV (or is to
 //! be provisioned on a node), but the API server learns about it only in the binding cycle, and the
@@ -25,7 +25,7 @@ use std::{
 
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -103,6 +103,9 @@ struct Inner {
     pvcs: Layer<PersistentVolumeClaim>,
     classes: HashMap<String, Arc<StorageClass>>,
     csi_nodes: HashMap<String, Arc<CSINode>>,
+    csi_drivers: HashMap<String, Arc<CSIDriver>>,
+    /// By `namespace/name`, so that the capacity check finds them in a stable order.
+    capacities: BTreeMap<String, Arc<CSIStorageCapacity>>,
 }
 
 /// The volume state. See the module documentation.
@@ -199,6 +202,41 @@ impl VolumeCache {
         old
     }
 
+    /// A CSIDriver was added or updated. Returns the previous version.
+    pub fn apply_csi_driver(&self, driver: Arc<CSIDriver>) -> Option<Arc<CSIDriver>> {
+        let name = name_of(&driver.metadata)?;
+        let old = self.inner.write().csi_drivers.insert(name, driver);
+        self.bump();
+        old
+    }
+
+    /// A CSIDriver was deleted.
+    pub fn remove_csi_driver(&self, name: &str) -> Option<Arc<CSIDriver>> {
+        let old = self.inner.write().csi_drivers.remove(name);
+        self.bump();
+        old
+    }
+
+    /// A CSIStorageCapacity was added or updated. Returns the previous version.
+    pub fn apply_capacity(&self, capacity: Arc<CSIStorageCapacity>) -> Option<Arc<CSIStorageCapacity>> {
+        let ns = capacity.metadata.namespace.as_deref().filter(|s| !s.is_empty())?;
+        let key = format!("{ns}/{}", name_of(&capacity.metadata)?);
+        let old = self.inner.write().capacities.insert(key, capacity);
+        self.bump();
+        old
+    }
+
+    /// A CSIStorageCapacity was deleted.
+    pub fn remove_capacity(&self, namespace: &str, name: &str) -> Option<Arc<CSIStorageCapacity>> {
+        let old = self
+            .inner
+            .write()
+            .capacities
+            .remove(&format!("{namespace}/{name}"));
+        self.bump();
+        old
+    }
+
     // ----- reads (assumed view) -----
 
     /// A PV by name, assumed copy first.
@@ -240,6 +278,22 @@ impl VolumeCache {
     /// A CSINode by (node) name.
     pub fn csi_node(&self, name: &str) -> Option<Arc<CSINode>> {
         self.inner.read().csi_nodes.get(name).cloned()
+    }
+
+    /// A CSIDriver by (driver) name.
+    pub fn csi_driver(&self, name: &str) -> Option<Arc<CSIDriver>> {
+        self.inner.read().csi_drivers.get(name).cloned()
+    }
+
+    /// The CSIStorageCapacities of a storage class, in `namespace/name` order.
+    pub fn capacities_of_class(&self, class: &str) -> Vec<Arc<CSIStorageCapacity>> {
+        self.inner
+            .read()
+            .capacities
+            .values()
+            .filter(|c| c.storage_class_name == class)
+            .cloned()
+            .collect()
     }
 
     /// The PV as the API server last reported it (no assumed copy).
@@ -429,6 +483,45 @@ mod tests {
 
     fn claim_of(pv: &PersistentVolume) -> Option<String> {
         pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone()
+    }
+
+    #[test]
+    fn csi_drivers_and_capacities_by_name_and_class() {
+        use k8s_openapi::api::storage::v1::CSIDriverSpec;
+
+        let c = VolumeCache::new();
+        let driver = CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec::default(),
+        };
+        assert!(c.apply_csi_driver(Arc::new(driver)).is_none());
+        assert!(c.csi_driver("csi.example.com").is_some());
+        let capacity = |ns: &str, name: &str, class: &str| CSIStorageCapacity {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            },
+            storage_class_name: class.into(),
+            ..Default::default()
+        };
+        for (ns, name, class) in [("b", "x", "fast"), ("a", "y", "fast"), ("a", "z", "slow")] {
+            c.apply_capacity(Arc::new(capacity(ns, name, class)));
+        }
+        let names = |class: &str| -> Vec<String> {
+            c.capacities_of_class(class)
+                .iter()
+                .map(|c| c.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(names("fast"), ["y", "x"], "in namespace/name order");
+        assert!(c.remove_capacity("a", "y").is_some());
+        assert_eq!(names("fast"), ["x"]);
+        assert!(c.remove_csi_driver("csi.example.com").is_some());
+        assert!(c.csi_driver("csi.example.com").is_none());
     }
 
     #[test]

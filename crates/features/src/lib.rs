@@ -107,11 +107,11 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("SchedulerAsyncPreemption", Implemented::Only(true)),
     ("SchedulerPopFromBackoffQ", Implemented::Only(true)),
     ("SchedulerPreQueueingHints", Implemented::Only(false)),
-    ("StorageCapacityScoring", Implemented::Only(false)),
+    ("StorageCapacityScoring", Implemented::Both),
     ("TaintTolerationComparisonOperators", Implemented::Both),
     ("TopologyAwareWorkloadScheduling", Implemented::Both),
     ("VolumeAttributesClass", Implemented::Only(true)),
-    ("VolumeLimitScaling", Implemented::Only(false)),
+    ("VolumeLimitScaling", Implemented::Both),
 ];
 
 /// Gates whose default in unisched differs from upstream's on purpose, and why.

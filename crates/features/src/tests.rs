@@ -189,7 +189,9 @@ fn gaps_name_upstream_defaults_unisched_lacks() {
     let gaps = FeatureGates::default().gaps();
     let names: Vec<&str> = gaps.iter().map(|(n, _)| *n).collect();
     assert!(!names.contains(&"NodeDeclaredFeatures"), "{names:?}");
-    assert!(names.contains(&"StorageCapacityScoring"), "{names:?}");
+    assert!(names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
+    assert!(!names.contains(&"StorageCapacityScoring"), "{names:?}");
+    assert!(!names.contains(&"VolumeLimitScaling"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");
     assert!(!names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
     assert!(gaps.iter().all(|(_, upstream_runs)| *upstream_runs));
@@ -241,4 +243,15 @@ fn taint_toleration_comparison_operators_switch_both_ways() {
     assert!(on.enabled("TaintTolerationComparisonOperators"));
     let off = FeatureGates::parse("TaintTolerationComparisonOperators=false").unwrap();
     assert!(!off.enabled("TaintTolerationComparisonOperators"));
+}
+
+#[test]
+fn storage_gates_are_on_by_default_and_switch_both_ways() {
+    for gate in ["StorageCapacityScoring", "VolumeLimitScaling"] {
+        assert!(FeatureGates::default().enabled(gate), "{gate}: on as upstream");
+        let off = FeatureGates::parse(&format!("{gate}=false")).unwrap();
+        assert!(!off.enabled(gate), "{gate}");
+        let on = FeatureGates::parse(&format!("{gate}=true")).unwrap();
+        assert!(on.enabled(gate), "{gate}");
+    }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
     scheduling::v1beta1::PodGroup,
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
 };
 
 use crate::PodInfo;
@@ -41,6 +41,10 @@ pub enum EventResource {
     StorageClass,
     /// storage.k8s.io CSINode.
     CsiNode,
+    /// storage.k8s.io CSIDriver.
+    CsiDriver,
+    /// storage.k8s.io CSIStorageCapacity.
+    CsiStorageCapacity,
     /// scheduling.k8s.io PodGroup.
     PodGroup,
     /// Every resource.
@@ -62,6 +66,8 @@ impl EventResource {
             EventResource::PersistentVolumeClaim => "PersistentVolumeClaim",
             EventResource::StorageClass => "storage.k8s.io/StorageClass",
             EventResource::CsiNode => "storage.k8s.io/CSINode",
+            EventResource::CsiDriver => "storage.k8s.io/CSIDriver",
+            EventResource::CsiStorageCapacity => "storage.k8s.io/CSIStorageCapacity",
             EventResource::PodGroup => "scheduling.k8s.io/PodGroup",
             EventResource::Wildcard => "*",
         }
@@ -205,6 +211,10 @@ pub enum EventObject {
     StorageClass(Arc<StorageClass>),
     /// A CSINode.
     CsiNode(Arc<CSINode>),
+    /// A CSIDriver.
+    CsiDriver(Arc<CSIDriver>),
+    /// A CSIStorageCapacity.
+    CsiStorageCapacity(Arc<CSIStorageCapacity>),
     /// A PodGroup.
     PodGroup(Arc<PodGroup>),
     /// Something the hint does not need to inspect.

@@ -332,6 +332,8 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
         EventObject::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
         EventObject::StorageClass(_) => "StorageClass",
         EventObject::CsiNode(_) => "CSINode",
+        EventObject::CsiDriver(_) => "CSIDriver",
+        EventObject::CsiStorageCapacity(_) => "CSIStorageCapacity",
         EventObject::PodGroup(_) => "PodGroup",
         EventObject::Other => "another object",
     }

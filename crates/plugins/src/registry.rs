@@ -41,7 +41,7 @@ use crate::{NodeVolumeLimits, VolumeApi, VolumeBinding, VolumeBindingArgs, Volum
 /// The feature gates plugins read, copied once from the scheduler's gates (as upstream hands its
 /// plugins a feature set), so that plugins do not depend on the gate table. Start from
 /// [`Default`] (upstream's defaults) and set fields.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PluginFeatures {
     /// `TaintTolerationComparisonOperators` (alpha, off by default): the `Gt`/`Lt` toleration
@@ -50,6 +50,24 @@ pub struct PluginFeatures {
     /// `DRAWorkloadResourceClaims` (beta; on in unisched): a PodGroup's ResourceClaims are
     /// shared by its pods, reserved for the group (needs the PodGroups, [`PluginContext::with_pod_groups`]).
     pub workload_resource_claims: bool,
+    /// `StorageCapacityScoring` (beta, on by default): VolumeBinding scores nodes by the free
+    /// storage (CSIStorageCapacity) left for the claims it would provision there, with its `shape`.
+    pub storage_capacity_scoring: bool,
+    /// `VolumeLimitScaling` (beta, on by default): NodeVolumeLimits rejects a node whose CSINode
+    /// lacks a driver whose CSIDriver sets `preventPodSchedulingIfMissing`.
+    pub volume_limit_scaling: bool,
+}
+
+impl Default for PluginFeatures {
+    /// Upstream's defaults.
+    fn default() -> Self {
+        PluginFeatures {
+            taint_toleration_comparison_operators: false,
+            workload_resource_claims: false,
+            storage_capacity_scoring: true,
+            volume_limit_scaling: true,
+        }
+    }
 }
 
 /// What plugins may use from outside the scheduling core. Construct with [`PluginContext::new`] and
@@ -349,13 +367,16 @@ impl Registry {
                 names::NODE_VOLUME_LIMITS,
                 Arc::new(|args, ctx| {
                     no_args(names::NODE_VOLUME_LIMITS, args)?;
-                    Ok(Arc::new(NodeVolumeLimits::new(ctx.volumes.clone())) as Arc<dyn Plugin>)
+                    Ok(Arc::new(
+                        NodeVolumeLimits::new(ctx.volumes.clone())
+                            .with_volume_limit_scaling(ctx.features.volume_limit_scaling),
+                    ) as Arc<dyn Plugin>)
                 }),
             ),
             (
                 names::VOLUME_BINDING,
                 Arc::new(|args, ctx| {
-                    let a = VolumeBindingArgs::from_value(args)?;
+                    let a = VolumeBindingArgs::from_value_with(args, ctx.features.storage_capacity_scoring)?;
                     Ok(Arc::new(VolumeBinding::new(
                         &a,
                         ctx.volumes.clone(),
@@ -605,6 +626,7 @@ mod tests {
                     "TaintToleration",
                     "NodeAffinity",
                     "NodeResourcesFit",
+                    "VolumeBinding",
                     "PodTopologySpread",
                     "InterPodAffinity",
                     "DynamicResources",
@@ -617,6 +639,7 @@ mod tests {
                     "TaintToleration=3",
                     "NodeAffinity=2",
                     "NodeResourcesFit=1",
+                    "VolumeBinding=1",
                     "PodTopologySpread=2",
                     "InterPodAffinity=2",
                     "DynamicResources=2",
@@ -912,6 +935,79 @@ profiles:
             let state = CycleState::new();
             let taints = filter(names::TAINT_TOLERATION).filter(&state, &pod, &tainted);
             assert_eq!(taints.is_success(), on, "TaintToleration, gate {on}");
+        }
+    }
+
+    #[test]
+    fn the_storage_gates_reach_the_volume_plugins() {
+        use unisched_framework::{Code, CycleState, PodInfo};
+
+        use crate::{
+            testing::{NodeBuilder, PodBuilder},
+            volume::testing::{FakeVolumeApi, PvBuilder, PvcBuilder, csi_driver, storage_class, with_claims},
+        };
+
+        let volumes = Arc::new(VolumeCache::new());
+        volumes.apply_class(storage_class(
+            "local",
+            crate::volume::NO_PROVISIONER,
+            "WaitForFirstConsumer",
+            None,
+        ));
+        volumes.apply_pv(
+            PvBuilder::new("pv", "", "1Gi")
+                .csi("needed.csi.example.com", "h")
+                .arc(),
+        );
+        volumes.apply_pvc(PvcBuilder::new("bound", "", "1Gi").bound_to("pv").arc());
+        volumes.apply_pvc(PvcBuilder::new("delayed", "local", "1Gi").arc());
+        volumes.apply_csi_driver(csi_driver("needed.csi.example.com", false, true));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["bound", "delayed"]));
+        let node = NodeBuilder::new("n").info();
+        for on in [false, true] {
+            let features = PluginFeatures {
+                storage_capacity_scoring: on,
+                volume_limit_scaling: on,
+                ..PluginFeatures::default()
+            };
+            let context = PluginContext::new(RecordingBinder::new())
+                .with_features(features)
+                .with_volumes(volumes.clone(), FakeVolumeApi::new());
+            let r = Registry::in_tree(context);
+            let binding = r.build(names::VOLUME_BINDING, &serde_json::Value::Null).unwrap();
+            let mut state = CycleState::new();
+            binding
+                .clone()
+                .as_pre_filter()
+                .unwrap()
+                .pre_filter(&mut state, &pod, &[]);
+            let pre_score = binding.as_pre_score().unwrap().pre_score(&mut state, &pod, &[]);
+            assert_eq!(
+                pre_score.code() == Code::Skip,
+                !on,
+                "VolumeBinding scores with the gate {on}"
+            );
+            let shaped = serde_json::json!({"shape": [{"utilization": 0, "score": 10}]});
+            assert_eq!(
+                r.build(names::VOLUME_BINDING, &shaped).is_ok(),
+                on,
+                "a shape needs StorageCapacityScoring"
+            );
+            let limits = r
+                .build(names::NODE_VOLUME_LIMITS, &serde_json::Value::Null)
+                .unwrap();
+            let mut state = CycleState::new();
+            limits
+                .clone()
+                .as_pre_filter()
+                .unwrap()
+                .pre_filter(&mut state, &pod, &[]);
+            let s = limits.as_filter().unwrap().filter(&state, &pod, &node);
+            assert_eq!(
+                s.is_success(),
+                !on,
+                "NodeVolumeLimits checks drivers with the gate {on}"
+            );
         }
     }
 }

@@ -633,6 +633,8 @@ fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
     let mut features = PluginFeatures::default();
     features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
     features.workload_resource_claims = gates.enabled("DRAWorkloadResourceClaims");
+    features.storage_capacity_scoring = gates.enabled("StorageCapacityScoring");
+    features.volume_limit_scaling = gates.enabled("VolumeLimitScaling");
     features
 }
 

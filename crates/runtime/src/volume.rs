@@ -1,16 +1,16 @@
-//! Storage in the runtime: watches for PersistentVolumes, PersistentVolumeClaims, StorageClasses
-//! and CSINodes feeding the [`VolumeCache`], and [`RuntimeVolumeApi`], the blocking writes of
-//! VolumeBinding's PreBind.
+//! Storage in the runtime: watches for PersistentVolumes, PersistentVolumeClaims, StorageClasses,
+//! CSINodes, CSIDrivers and CSIStorageCapacities feeding the [`VolumeCache`], and
+//! [`RuntimeVolumeApi`], the blocking writes of VolumeBinding's PreBind.
 //!
 //! Every watch event is also a cluster event for the queue, so a pod waiting for a claim, a PV, a
-//! class or a CSI driver is retried when one appears or changes (the volume plugins registered for
-//! them). The watches also end PreBind's wait: the cache wakes waiting binding cycles on each change.
+//! class, a CSI driver or free storage is retried when one appears or changes (the volume plugins
+//! registered for them). The watches also end PreBind's wait: the cache wakes waiting binding cycles on each change.
 
 use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
 };
 use kube::{
     Api,
@@ -130,6 +130,51 @@ impl VolumeKind for CSINode {
     }
     fn remove(old: &Self, volumes: &VolumeCache) {
         volumes.remove_csi_node(&old.key());
+    }
+}
+
+impl VolumeKind for CSIDriver {
+    fn event_object(obj: Arc<Self>) -> EventObject {
+        EventObject::CsiDriver(obj)
+    }
+    const RESOURCE: EventResource = EventResource::CsiDriver;
+    const LABELS: [&'static str; 3] = ["CSIDriverAdd", "CSIDriverUpdate", "CSIDriverDelete"];
+    fn key(&self) -> String {
+        name(&self.metadata)
+    }
+    fn apply(obj: Arc<Self>, volumes: &VolumeCache) {
+        volumes.apply_csi_driver(obj);
+    }
+    fn remove(old: &Self, volumes: &VolumeCache) {
+        volumes.remove_csi_driver(&old.key());
+    }
+}
+
+impl VolumeKind for CSIStorageCapacity {
+    fn event_object(obj: Arc<Self>) -> EventObject {
+        EventObject::CsiStorageCapacity(obj)
+    }
+    const RESOURCE: EventResource = EventResource::CsiStorageCapacity;
+    const LABELS: [&'static str; 3] = [
+        "CSIStorageCapacityAdd",
+        "CSIStorageCapacityUpdate",
+        "CSIStorageCapacityDelete",
+    ];
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.clone().unwrap_or_default(),
+            name(&self.metadata)
+        )
+    }
+    fn apply(obj: Arc<Self>, volumes: &VolumeCache) {
+        volumes.apply_capacity(obj);
+    }
+    fn remove(old: &Self, volumes: &VolumeCache) {
+        volumes.remove_capacity(
+            old.metadata.namespace.as_deref().unwrap_or_default(),
+            &name(&old.metadata),
+        );
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::{
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
     resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice},
-    storage::v1::{CSINode, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
 };
 use kube::{Client, runtime::watcher};
 use tokio::task::JoinHandle;
@@ -60,6 +60,10 @@ pub(crate) enum WatchedKind {
     StorageClasses,
     /// CSINodes, for the volume plugins.
     CsiNodes,
+    /// CSIDrivers, for VolumeBinding's capacity check and NodeVolumeLimits' installed-driver check.
+    CsiDrivers,
+    /// CSIStorageCapacities, for VolumeBinding's capacity check and scoring.
+    CsiStorageCapacities,
     /// scheduling.k8s.io PodGroups, when pod groups are scheduled together.
     PodGroups,
 }
@@ -85,7 +89,7 @@ impl Watch {
 
 /// Every watch the scheduler runs, in the order they start. Each gates readiness: a pod scheduled
 /// before any of these lists is complete could be placed on a partial view of the cluster.
-pub(crate) const WATCHES: [Watch; 12] = [
+pub(crate) const WATCHES: [Watch; 14] = [
     Watch::gating(WatchedKind::Namespaces),
     Watch::gating(WatchedKind::Nodes),
     Watch::gating(WatchedKind::Pods),
@@ -98,6 +102,8 @@ pub(crate) const WATCHES: [Watch; 12] = [
     Watch::gating(WatchedKind::PersistentVolumeClaims),
     Watch::gating(WatchedKind::StorageClasses),
     Watch::gating(WatchedKind::CsiNodes),
+    Watch::gating(WatchedKind::CsiDrivers),
+    Watch::gating(WatchedKind::CsiStorageCapacities),
 ];
 
 /// What the watches feed: the state the handlers are built over.
@@ -231,6 +237,11 @@ pub(crate) fn spawn_watch(
             run.spawn(VolumeHandler::<StorageClass>::new(volumes.clone(), queue.clone()))
         }
         WatchedKind::CsiNodes => run.spawn(VolumeHandler::<CSINode>::new(volumes.clone(), queue.clone())),
+        WatchedKind::CsiDrivers => run.spawn(VolumeHandler::<CSIDriver>::new(volumes.clone(), queue.clone())),
+        WatchedKind::CsiStorageCapacities => run.spawn(VolumeHandler::<CSIStorageCapacity>::new(
+            volumes.clone(),
+            queue.clone(),
+        )),
         WatchedKind::PodGroups => match &targets.pod_groups {
             Some(groups) => run.spawn(PodGroupHandler::new(groups.clone(), queue.clone())),
             None => tokio::spawn(async {}),

@@ -26,7 +26,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -310,7 +310,8 @@ pub struct Registry {
 
 impl Default for Registry {
     /// Everything unisched needs: core (namespaces, nodes, pods, events, configmaps, PVs, PVCs),
-    /// events.k8s.io, coordination, scheduling, policy, storage (storage classes, CSI nodes) and the
+    /// events.k8s.io, coordination, scheduling, policy, storage (storage classes, CSI nodes, CSI
+    /// drivers, CSI storage capacities) and the
     /// DRA kinds of resource.k8s.io/v1; plus, as stored objects without behaviour, the kinds of
     /// `deploy/manifests` (Services, Deployments, the RBAC kinds), so that the scheduler's own
     /// manifests can be applied to the simulator.
@@ -353,6 +354,8 @@ impl Default for Registry {
                 .short(&["pdb"]),
             ResourceType::of::<StorageClass>().short(&["sc"]),
             ResourceType::of::<CSINode>(),
+            ResourceType::of::<CSIDriver>(),
+            ResourceType::of::<CSIStorageCapacity>(),
             ResourceType::of::<ResourceSlice>().generation(Spec),
             ResourceType::of::<ResourceClaim>().status(ClearOnCreate),
             ResourceType::of::<ResourceClaimTemplate>(),

@@ -33,6 +33,8 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("resource.k8s.io/v1", "ResourceClaim"),
     ("storage.k8s.io/v1", "StorageClass"),
     ("storage.k8s.io/v1", "CSINode"),
+    ("storage.k8s.io/v1", "CSIDriver"),
+    ("storage.k8s.io/v1", "CSIStorageCapacity"),
     ("v1", "PersistentVolume"),
     ("v1", "PersistentVolumeClaim"),
     ("policy/v1", "PodDisruptionBudget"),
@@ -156,6 +158,7 @@ fn is_namespaced(kind: &str) -> bool {
             | "DeviceTaintRule"
             | "StorageClass"
             | "CSINode"
+            | "CSIDriver"
             | "PersistentVolume"
     )
 }

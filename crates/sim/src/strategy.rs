@@ -77,9 +77,33 @@ pub(crate) fn prepare_create(
             default_node(obj);
             default_node_readiness(obj);
         }
+        ("storage.k8s.io", "CSIDriver") => default_csi_driver(obj),
         _ => {}
     }
     Ok(())
+}
+
+/// A CSIDriver's spec gets kube-apiserver's defaults for what it leaves out (with the 1.37 gates
+/// that add fields on by default), so readers see the same object as from a real cluster: in
+/// particular `storageCapacity: false` and `preventPodSchedulingIfMissing: false`.
+fn default_csi_driver(driver: &mut Value) {
+    let spec = crate::util::object_at(driver, &["spec"]);
+    let defaults = [
+        ("attachRequired", json!(true)),
+        ("podInfoOnMount", json!(false)),
+        ("storageCapacity", json!(false)),
+        ("fsGroupPolicy", json!("ReadWriteOnceWithFSType")),
+        ("requiresRepublish", json!(false)),
+        ("seLinuxMount", json!(false)),
+        ("preventPodSchedulingIfMissing", json!(false)),
+    ];
+    for (field, value) in defaults {
+        spec.entry(field).or_insert(value);
+    }
+    let modes = spec.entry("volumeLifecycleModes").or_insert_with(|| json!([]));
+    if modes.as_array().is_none_or(Vec::is_empty) {
+        *modes = json!(["Persistent"]);
+    }
 }
 
 /// A node created without a `Ready` condition or addresses gets what a healthy kubelet would
@@ -163,6 +187,20 @@ pub(crate) fn prepare_update(
             ));
         }
         ("", "Node") => default_node(new),
+        ("storage.k8s.io", "CSIDriver") => default_csi_driver(new),
+        ("storage.k8s.io", "CSIStorageCapacity") => {
+            // What the driver was asked about (class, topology) cannot change; only the answer.
+            for field in ["storageClassName", "nodeTopology"] {
+                if old.get(field) != new.get(field) {
+                    return Err(StoreError::invalid(
+                        rt.kind,
+                        &name,
+                        field,
+                        "Invalid value: field is immutable",
+                    ));
+                }
+            }
+        }
         ("resource.k8s.io", "ResourceClaim")
             if mode == UpdateMode::Main && old.get("spec") != new.get("spec") =>
         {
@@ -268,6 +306,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
         for list in ["capacity", "allocatable"] {
             check_quantities(obj, &["status", list], &format!("status.{list}"), &mut causes);
         }
+    } else if rt.is("storage.k8s.io", "CSIStorageCapacity") {
+        check_storage_capacity(obj, &mut causes);
     }
     if causes.is_empty() {
         Ok(())
@@ -277,6 +317,31 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
             name: name.to_string(),
             causes,
         })
+    }
+}
+
+/// A CSIStorageCapacity names a storage class by a valid name, and reports no negative capacity
+/// (a maximum volume size is not checked, as upstream).
+fn check_storage_capacity(obj: &Value, causes: &mut Vec<Cause>) {
+    let class = get_str(obj, &["storageClassName"]).unwrap_or_default();
+    if let Err(msg) = check_dns_subdomain(class) {
+        causes.push(Cause {
+            field: "storageClassName".into(),
+            message: format!("Invalid value: {class:?}: {msg}"),
+        });
+    }
+    if let Some(capacity) = obj.get("capacity") {
+        let text = match capacity {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => String::new(),
+        };
+        if quantity_of(capacity).is_some_and(|q| q.is_negative()) {
+            causes.push(Cause {
+                field: "capacity".into(),
+                message: format!("Invalid value: {text:?}: must be greater than or equal to 0"),
+            });
+        }
     }
 }
 

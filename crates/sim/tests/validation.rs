@@ -189,3 +189,75 @@ async fn dra_admission_answers_422_with_every_cause() {
     );
     server.shutdown().await;
 }
+
+/// CSIDrivers get kube-apiserver's defaults; CSIStorageCapacities are listed in their namespace,
+/// refuse a negative capacity, and keep their class and topology.
+#[tokio::test]
+async fn csi_drivers_are_defaulted_and_storage_capacities_checked() {
+    let (server, _client) = common::start().await;
+    let j = "application/json";
+    let drivers = "/apis/storage.k8s.io/v1/csidrivers";
+    let driver = json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                        "metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": true}});
+    let (code, _, created) = http(server.addr, "POST", drivers, j, &driver.to_string()).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        created["spec"],
+        json!({"attachRequired": true, "podInfoOnMount": false, "storageCapacity": true,
+               "fsGroupPolicy": "ReadWriteOnceWithFSType", "requiresRepublish": false,
+               "seLinuxMount": false, "preventPodSchedulingIfMissing": false,
+               "volumeLifecycleModes": ["Persistent"]})
+    );
+    let (code, _, got) = http(server.addr, "GET", &format!("{drivers}/csi.example.com"), j, "").await;
+    assert_eq!((code, &got["spec"]["storageCapacity"]), (200, &json!(true)));
+
+    let capacities = "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities";
+    let capacity = |name: &str, class: &str, size: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+               "metadata": {"name": name, "namespace": "default"}, "storageClassName": class,
+               "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": "n1"}}, "capacity": size})
+        .to_string()
+    };
+    let (code, _, status) = http(
+        server.addr,
+        "POST",
+        capacities,
+        j,
+        &capacity("bad", "fast", "-1Gi"),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["details"]["causes"][0]["field"], "capacity");
+    let (code, _, status) = http(
+        server.addr,
+        "POST",
+        capacities,
+        j,
+        &capacity("ok", "fast", "10Gi"),
+    )
+    .await;
+    assert_eq!(code, 201, "{status}");
+    let (code, _, list) = http(server.addr, "GET", capacities, j, "").await;
+    assert_eq!((code, list["items"].as_array().map(Vec::len)), (200, Some(1)));
+    let (code, _, status) = http(
+        server.addr,
+        "PUT",
+        &format!("{capacities}/ok"),
+        j,
+        &capacity("ok", "slow", "20Gi"),
+    )
+    .await;
+    assert_eq!(code, 422, "the class cannot change: {status}");
+    let (code, _, updated) = http(
+        server.addr,
+        "PUT",
+        &format!("{capacities}/ok"),
+        j,
+        &capacity("ok", "fast", "20Gi"),
+    )
+    .await;
+    assert_eq!((code, &updated["capacity"]), (200, &json!("20Gi")), "{updated}");
+    let (code, _, _) = http(server.addr, "DELETE", &format!("{capacities}/ok"), j, "").await;
+    assert_eq!(code, 200);
+    server.shutdown().await;
+}

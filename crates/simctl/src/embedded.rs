@@ -303,6 +303,7 @@ fn plural_of(kind: &str) -> String {
         "DeviceClass" => "deviceclasses".into(),
         "PodDisruptionBudget" => "poddisruptionbudgets".into(),
         "StorageClass" => "storageclasses".into(),
+        "CSIStorageCapacity" => "csistoragecapacities".into(),
         other => format!("{}s", other.to_ascii_lowercase()),
     }
 }

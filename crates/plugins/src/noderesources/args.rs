@@ -177,7 +177,7 @@ fn default_weights(resources: &mut Vec<ResourceSpec>) {
     }
 }
 
-fn validate_shape(shape: &[UtilizationShapePoint], path: &str, errs: &mut Vec<String>) {
+pub(crate) fn validate_shape(shape: &[UtilizationShapePoint], path: &str, errs: &mut Vec<String>) {
     if shape.is_empty() {
         errs.push(format!(
             "{path}: Required value: at least one point must be specified"

@@ -5,6 +5,7 @@ mod balanced_allocation;
 mod fit;
 mod scoring;
 
+pub(crate) use args::validate_shape;
 pub use args::{
     MAX_CUSTOM_PRIORITY_SCORE, NodeResourcesBalancedAllocationArgs, NodeResourcesFitArgs,
     RequestedToCapacityRatioParam, ResourceSpec, ScoringStrategy, ScoringStrategyType, UtilizationShapePoint,

@@ -11,51 +11,51 @@
 //! * **Filter** per node: bound PVs' node affinity; for each delayed claim the smallest available
 //!   PV that fits (class, access modes, volume mode, selector, capacity, node affinity; each PV used
 //!   once per pod), else dynamic provisioning when the class has a real provisioner whose
-//!   `allowedTopologies` admit the node. The decision is recorded for Reserve.
+//!   `allowedTopologies` admit the node and, for a CSI driver that publishes storage capacity,
+//!   room on the node ([`super::capacity`]). The decision is recorded for Reserve.
+//! * **Score** (`StorageCapacityScoring`): how full the storage the pod's volumes come from would
+//!   be on the node, through the `shape` of the args ([`super::capacity`]).
 //! * **Reserve** assumes the decision in the [`VolumeCache`] (the PV's `claimRef`, the claim's
 //!   `selected-node` annotation), so the next pod already sees the PV as taken; **Unreserve**
 //!   restores the API versions.
 //! * **PreBind** writes the decision ([`VolumeApi`] merge patches) and waits, up to
 //!   `bindTimeoutSeconds`, until the watch shows every claim Bound.
 //!
-//! Not implemented: storage-capacity checks (CSIStorageCapacity) and capacity scoring, which
-//! upstream gates behind features; in-tree volume migration.
+//! Not implemented: in-tree volume migration.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
     time::Duration,
 };
 
 use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
-    storage::v1::StorageClass,
+    storage::v1::{CSIStorageCapacity, StorageClass},
 };
 use parking_lot::{Mutex, RwLock};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use unisched_cache::VolumeCache;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
     EventResource, EventSide, FilterPlugin, NodeInfo, Plugin, PodInfo, PreBindPlugin, PreFilterPlugin,
-    PreFilterResult, QueueingHint, QueueingHintError, ReservePlugin, Status,
+    PreFilterResult, PreScorePlugin, QueueingHint, QueueingHintError, ReservePlugin, ScorePlugin, Status,
 };
 use unisched_resource::Quantity;
 
+use super::binding_args::VolumeBindingArgs;
 use super::{
-    VolumeApi, claim_class, claim_volume_name, pod_claim_names, pod_namespace, pv_node_affinity_matches,
-    resolve_claims,
+    VolumeApi,
+    capacity::{self, CapacityScorer, CapacityVerdict, ClassUsage},
+    claim_class, claim_volume_name, pod_claim_names, pod_namespace, pv_node_affinity_matches, resolve_claims,
 };
-use crate::{
-    helper::{PluginArgs, PluginArgsError, decode_args},
-    label_selector::{NO_LABELS, api_selector_matches},
-};
+use crate::label_selector::{NO_LABELS, api_selector_matches};
 
 /// The plugin name.
 pub const NAME: &str = "VolumeBinding";
 
 /// Filter: a bound PV's node affinity excludes the node.
-pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
 /// Filter: no PV to bind and no way to provision one on the node.
 pub const ERR_REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
 /// Filter: a claim is bound to a PV that does not exist.
@@ -68,70 +68,11 @@ pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate Persis
 pub const ANNOTATION_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// The provisioner of classes whose volumes are all created by hand (local volumes).
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
-/// Upstream's default `bindTimeoutSeconds`.
-pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 const STATE_KEY: &str = "PreFilterVolumeBinding";
 const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
-
-/// `VolumeBindingArgs`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct VolumeBindingArgs {
-    /// `VolumeBindingArgs` when given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
-    /// `kubescheduler.config.k8s.io/v1` when given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_version: Option<String>,
-    /// How long PreBind waits for the PV controller to bind the pod's claims.
-    #[serde(default = "default_bind_timeout")]
-    pub bind_timeout_seconds: i64,
-    /// Capacity-scoring shape; accepted for compatibility, unused (upstream gates the scoring).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shape: Option<serde_json::Value>,
-}
-
-fn default_bind_timeout() -> i64 {
-    DEFAULT_BIND_TIMEOUT_SECONDS
-}
-
-impl Default for VolumeBindingArgs {
-    fn default() -> Self {
-        VolumeBindingArgs {
-            kind: None,
-            api_version: None,
-            bind_timeout_seconds: DEFAULT_BIND_TIMEOUT_SECONDS,
-            shape: None,
-        }
-    }
-}
-
-impl PluginArgs for VolumeBindingArgs {
-    const KIND: &'static str = "VolumeBindingArgs";
-    fn kind(&self) -> Option<&str> {
-        self.kind.as_deref()
-    }
-    fn api_version(&self) -> Option<&str> {
-        self.api_version.as_deref()
-    }
-}
-
-impl VolumeBindingArgs {
-    /// Decodes and validates `pluginConfig` args (`null`: defaults).
-    pub fn from_value(args: &serde_json::Value) -> Result<Self, PluginArgsError> {
-        let a: VolumeBindingArgs = decode_args(args)?;
-        if a.bind_timeout_seconds < 0 {
-            return Err(PluginArgsError::Invalid(vec![format!(
-                "bindTimeoutSeconds: Invalid value: {}: invalid BindTimeoutSeconds, should not be a negative value",
-                a.bind_timeout_seconds
-            )]));
-        }
-        Ok(a)
-    }
-}
 
 /// Why the volume binding PreBind waits for can no longer complete as Reserve decided it.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +100,8 @@ struct DelayedClaim {
     name: String,
     /// Requested storage in nano-units (0 when not given).
     request: i128,
+    /// Whether the claim requests a size at all (the capacity check needs one).
+    has_request: bool,
     access_modes: Vec<String>,
     volume_mode: String,
     class: Option<Arc<StorageClass>>,
@@ -166,13 +109,22 @@ struct DelayedClaim {
     candidates: Vec<(i128, Arc<PersistentVolume>)>,
 }
 
+/// A claim Filter decided to provision on a node.
+#[derive(Debug)]
+struct Provision {
+    /// Index into `delayed`.
+    claim: usize,
+    /// The capacity object that has room for it, when its driver publishes capacity.
+    capacity: Option<Arc<CSIStorageCapacity>>,
+}
+
 /// What Filter decided for one node.
 #[derive(Debug, Default)]
 struct NodeDecision {
     /// (index into `delayed`, PV to bind).
     bindings: Vec<(usize, Arc<PersistentVolume>)>,
-    /// Indexes into `delayed` to provision.
-    provisions: Vec<usize>,
+    /// Claims to provision.
+    provisions: Vec<Provision>,
 }
 
 /// What Reserve assumed, for PreBind and Unreserve.
@@ -200,6 +152,8 @@ pub struct VolumeBinding {
     volumes: Option<Arc<VolumeCache>>,
     api: Option<Arc<dyn VolumeApi>>,
     bind_timeout: Duration,
+    /// Present when `StorageCapacityScoring` is on (and the args have a shape).
+    scorer: Option<CapacityScorer>,
 }
 
 impl std::fmt::Debug for VolumeBinding {
@@ -208,6 +162,7 @@ impl std::fmt::Debug for VolumeBinding {
             .field("volumes", &self.volumes.is_some())
             .field("api", &self.api.is_some())
             .field("bind_timeout", &self.bind_timeout)
+            .field("scorer", &self.scorer)
             .finish()
     }
 }
@@ -300,7 +255,9 @@ fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
 
 impl VolumeBinding {
     /// A plugin over the volume state and API writer. Without a volume cache, pods with claims are
-    /// unresolvable; without an API, PreBind fails for pods that need a binding.
+    /// unresolvable; without an API, PreBind fails for pods that need a binding. It scores nodes
+    /// by storage capacity when the args have a `shape` (which they have exactly when
+    /// `StorageCapacityScoring` is on: see [`VolumeBindingArgs::from_value_with`]).
     pub fn new(
         args: &VolumeBindingArgs,
         volumes: Option<Arc<VolumeCache>>,
@@ -310,6 +267,11 @@ impl VolumeBinding {
             volumes,
             api,
             bind_timeout: Duration::from_secs(u64::try_from(args.bind_timeout_seconds).unwrap_or(0)),
+            scorer: args
+                .shape
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(CapacityScorer::new),
         }
     }
 
@@ -350,12 +312,13 @@ impl VolumeBinding {
                 continue;
             }
             let spec = pvc.spec.as_ref();
+            let requested = spec
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("storage"));
             let mut claim = DelayedClaim {
-                request: storage_nanos(
-                    spec.and_then(|s| s.resources.as_ref())
-                        .and_then(|r| r.requests.as_ref())
-                        .and_then(|r| r.get("storage")),
-                ),
+                request: storage_nanos(requested),
+                has_request: requested.is_some(),
                 access_modes: spec.and_then(|s| s.access_modes.clone()).unwrap_or_default(),
                 volume_mode: spec
                     .and_then(|s| s.volume_mode.clone())
@@ -388,7 +351,11 @@ impl VolumeBinding {
         })
     }
 
-    fn filter_node(data: &PodVolumes, node: &Node) -> Result<NodeDecision, Vec<&'static str>> {
+    fn filter_node(
+        volumes: Option<&VolumeCache>,
+        data: &PodVolumes,
+        node: &Node,
+    ) -> Result<NodeDecision, Vec<&'static str>> {
         let mut reasons = Vec::new();
         for (_, pv) in &data.bound {
             match pv {
@@ -406,14 +373,14 @@ impl VolumeBinding {
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
         let mut decision = NodeDecision::default();
         let mut taken: BTreeSet<&str> = BTreeSet::new();
-        let mut bind_conflict = false;
-        for (i, claim) in data.delayed.iter().enumerate() {
-            if let Some(selected) = selected_node(&claim.pvc)
-                && selected != node_name
-            {
-                bind_conflict = true;
-                continue;
-            }
+        // A claim already provisioned for another node rules this one out before anything else.
+        let mut bind_conflict = data
+            .delayed
+            .iter()
+            .any(|c| selected_node(&c.pvc).is_some_and(|selected| selected != node_name));
+        let mut not_enough_space = false;
+        let claims = if bind_conflict { &[][..] } else { &data.delayed[..] };
+        for (i, claim) in claims.iter().enumerate() {
             let pv = claim.candidates.iter().find(|(_, pv)| {
                 let name = pv.metadata.name.as_deref().unwrap_or_default();
                 !taken.contains(name) && pv_node_affinity_matches(pv, node)
@@ -423,24 +390,68 @@ impl VolumeBinding {
                 decision.bindings.push((i, pv.clone()));
                 continue;
             }
-            let provisionable = claim
-                .class
-                .as_deref()
-                .is_some_and(|c| c.provisioner != NO_PROVISIONER && topology_allows(c, node));
-            if provisionable {
-                decision.provisions.push(i);
-            } else {
-                bind_conflict = true;
+            // As upstream, the first claim that cannot be provisioned decides the reason.
+            match provision_verdict(volumes, claim, node) {
+                Some(CapacityVerdict::NotTracked) => decision.provisions.push(Provision {
+                    claim: i,
+                    capacity: None,
+                }),
+                Some(CapacityVerdict::Enough(capacity)) => decision.provisions.push(Provision {
+                    claim: i,
+                    capacity: Some(capacity),
+                }),
+                Some(CapacityVerdict::NotEnough) => {
+                    not_enough_space = true;
+                    break;
+                }
+                None => {
+                    bind_conflict = true;
+                    break;
+                }
             }
         }
         if bind_conflict {
             reasons.push(ERR_REASON_BIND_CONFLICT);
+        }
+        if not_enough_space {
+            reasons.push(capacity::ERR_REASON_NOT_ENOUGH_SPACE);
         }
         if reasons.is_empty() {
             Ok(decision)
         } else {
             Err(reasons)
         }
+    }
+
+    /// What the pod's volumes would use on a node with this decision, per storage class: the PVs
+    /// picked for static bindings when there are any, else the capacity found for the claims to
+    /// provision (upstream scores one or the other, never both).
+    fn class_usage(data: &PodVolumes, decision: &NodeDecision) -> BTreeMap<String, ClassUsage> {
+        let mut classes: BTreeMap<String, ClassUsage> = BTreeMap::new();
+        if !decision.bindings.is_empty() {
+            for (i, pv) in &decision.bindings {
+                let class = pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.clone())
+                    .unwrap_or_default();
+                let usage = classes.entry(class).or_default();
+                usage.requested += capacity::whole_bytes(data.delayed[*i].request);
+                usage.capacity += capacity::whole_bytes(pv_capacity(pv));
+            }
+            return classes;
+        }
+        for p in &decision.provisions {
+            let Some(found) = &p.capacity else {
+                continue;
+            };
+            let claim = &data.delayed[p.claim];
+            let usage = classes.entry(claim_class(&claim.pvc).to_string()).or_default();
+            // The same pool serves every claim of the class: its capacity is counted once.
+            usage.capacity = capacity::reported_capacity(found);
+            usage.requested += capacity::whole_bytes(claim.request);
+        }
+        classes
     }
 
     /// Where the claims stand in the API: Ok(true) all bound, Ok(false) still waiting, Err when the
@@ -495,6 +506,8 @@ impl Plugin for VolumeBinding {
     unisched_framework::serves!(
         as_pre_filter,
         as_filter,
+        as_pre_score,
+        as_score,
         as_reserve,
         as_pre_bind,
         as_enqueue_extensions
@@ -541,7 +554,7 @@ impl FilterPlugin for VolumeBinding {
         let Some(n) = node.node() else {
             return Status::error("node not found");
         };
-        match Self::filter_node(&data, n) {
+        match Self::filter_node(self.volumes.as_deref(), &data, n) {
             Ok(decision) => {
                 data.decisions
                     .write()
@@ -591,8 +604,8 @@ impl ReservePlugin for VolumeBinding {
             }
         }
         if failure.is_none() {
-            for i in &decision.provisions {
-                let claim = &data.delayed[*i];
+            for p in &decision.provisions {
+                let claim = &data.delayed[p.claim];
                 let mut assumed = (*claim.pvc).clone();
                 assumed
                     .metadata
@@ -685,8 +698,8 @@ impl PreBindPlugin for VolumeBinding {
                 return Status::error(format!("binding volumes: persistentvolume {pv_name:?}: {e}"));
             }
         }
-        for i in &decision.provisions {
-            let claim = &data.delayed[*i];
+        for p in &decision.provisions {
+            let claim = &data.delayed[p.claim];
             let patch = json!({"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: node}}});
             if let Err(e) = api.patch_pvc(&data.namespace, &claim.name, patch) {
                 return Status::error(format!(
@@ -744,6 +757,18 @@ impl EnqueueExtensions for VolumeBinding {
                 add_update,
                 "CSINodeAdd|Update",
             )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::CsiDriver, ActionType::UPDATE, "CSIDriverUpdate"),
+                capacity::driver_hint,
+            ),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::CsiStorageCapacity,
+                    add_update,
+                    "CSIStorageCapacityAdd|Update",
+                ),
+                |_pod, old, new| capacity::capacity_hint(old, new),
+            ),
             ClusterEventWithHint::new(ClusterEvent::new(
                 EventResource::Node,
                 ActionType::ADD
@@ -752,6 +777,45 @@ impl EnqueueExtensions for VolumeBinding {
                 "NodeAdd|UpdateNodeLabel|UpdateNodeTaint",
             )),
         ]
+    }
+}
+
+/// Whether a claim without a fitting PV can be provisioned on the node: `None` when the class has
+/// no real provisioner or its topology excludes the node, else what the capacity check says.
+fn provision_verdict(
+    volumes: Option<&VolumeCache>,
+    claim: &DelayedClaim,
+    node: &Node,
+) -> Option<CapacityVerdict> {
+    let class = claim
+        .class
+        .as_deref()
+        .filter(|c| c.provisioner != NO_PROVISIONER && topology_allows(c, node))?;
+    let request = claim.has_request.then(|| capacity::whole_bytes(claim.request));
+    Some(match volumes {
+        Some(v) => capacity::check(v, class, request, node),
+        None => CapacityVerdict::NotTracked,
+    })
+}
+
+impl PreScorePlugin for VolumeBinding {
+    fn pre_score(&self, state: &mut CycleState, _pod: &PodInfo, _nodes: &[Arc<NodeInfo>]) -> Status {
+        if self.scorer.is_none() || Self::data(state).is_none() {
+            return Status::skip();
+        }
+        Status::success()
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let (Some(scorer), Some(data)) = (&self.scorer, Self::data(state)) else {
+            return Ok(0);
+        };
+        let Some(decision) = data.decisions.read().get(node.name()).cloned() else {
+            return Ok(0);
+        };
+        Ok(scorer.score(&Self::class_usage(&data, &decision)))
     }
 }
 
@@ -1385,27 +1449,5 @@ mod tests {
             let ev = EventObject::PersistentVolume(pv.arc());
             assert_eq!(pv_hint(Some(&c), &pod, Some(&ev)).unwrap(), want, "{name}");
         }
-    }
-
-    #[test]
-    fn args() {
-        assert_eq!(
-            VolumeBindingArgs::from_value(&serde_json::Value::Null)
-                .unwrap()
-                .bind_timeout_seconds,
-            600
-        );
-        assert_eq!(
-            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": 30}))
-                .unwrap()
-                .bind_timeout_seconds,
-            30
-        );
-        assert_eq!(
-            VolumeBindingArgs::from_value(&json!({"bindTimeoutSeconds": -1}))
-                .unwrap_err()
-                .to_string(),
-            "bindTimeoutSeconds: Invalid value: -1: invalid BindTimeoutSeconds, should not be a negative value"
-        );
     }
 }

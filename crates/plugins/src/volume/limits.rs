@@ -9,6 +9,13 @@
 //! A volume is identified by its PV's CSI driver and `volumeHandle`; an unbound claim counts against
 //! its class' provisioner, identified by the claim itself (it will become one new volume). Volumes
 //! this plugin cannot resolve (missing claim or PV, non-CSI PV) are not counted, as upstream.
+//!
+//! With `VolumeLimitScaling`, a driver can also say that pods must not land where it is missing
+//! (`preventPodSchedulingIfMissing` in its CSIDriver): a node whose CSINode does not list a driver
+//! of the pod's volumes is then rejected (`<driver> CSI driver is not installed on the node`,
+//! Unschedulable), because the kubelet there could not mount them. This is checked before the
+//! limits, and also for nodes without a CSINode. A driver without a CSIDriver object is assumed
+//! to be installed: it may not be a CSI driver at all.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -40,16 +47,50 @@ type VolumesByDriver = BTreeMap<String, BTreeSet<String>>;
 struct PreFilterState(VolumesByDriver);
 
 /// The plugin. See the module documentation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NodeVolumeLimits {
     volumes: Option<Arc<VolumeCache>>,
+    /// `VolumeLimitScaling`: reject nodes missing a driver that asks for it.
+    check_installed_drivers: bool,
+}
+
+impl Default for NodeVolumeLimits {
+    fn default() -> Self {
+        Self::new(None)
+    }
 }
 
 impl NodeVolumeLimits {
-    /// A plugin over the volume state; without it there is nothing to count.
+    /// A plugin over the volume state (without it there is nothing to count), with upstream's
+    /// default gates (`VolumeLimitScaling` on).
     pub fn new(volumes: Option<Arc<VolumeCache>>) -> Self {
-        NodeVolumeLimits { volumes }
+        NodeVolumeLimits {
+            volumes,
+            check_installed_drivers: true,
+        }
     }
+
+    /// Sets `VolumeLimitScaling`.
+    #[must_use]
+    pub fn with_volume_limit_scaling(mut self, on: bool) -> Self {
+        self.check_installed_drivers = on;
+        self
+    }
+}
+
+/// A driver of the pod's volumes that asks for pods to be kept off nodes without it
+/// (`preventPodSchedulingIfMissing`), and that the node's CSINode does not list.
+fn missing_driver<'a>(cache: &VolumeCache, drivers: &'a VolumesByDriver, node: &str) -> Option<&'a str> {
+    let csi_node = cache.csi_node(node);
+    drivers.keys().map(String::as_str).find(|driver| {
+        let required = cache
+            .csi_driver(driver)
+            .is_some_and(|d| d.spec.prevent_pod_scheduling_if_missing == Some(true));
+        required
+            && !csi_node
+                .as_ref()
+                .is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == *driver))
+    })
 }
 
 /// The CSI volumes of a pod's claims, by driver.
@@ -113,6 +154,11 @@ impl FilterPlugin for NodeVolumeLimits {
         else {
             return Status::success();
         };
+        if self.check_installed_drivers
+            && let Some(driver) = missing_driver(cache, mine, node.name())
+        {
+            return Status::unschedulable(format!("{driver} CSI driver is not installed on the node"));
+        }
         let Some(csi_node) = cache.csi_node(node.name()) else {
             return Status::success();
         };
@@ -189,7 +235,7 @@ mod tests {
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
-    use crate::volume::testing::{PvBuilder, PvcBuilder, csi_node, storage_class, with_claims};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, csi_driver, csi_node, storage_class, with_claims};
 
     const DRIVER: &str = "ebs.csi.example.com";
 
@@ -274,6 +320,84 @@ mod tests {
                 assert_eq!(s.reasons(), [ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED.to_string()]);
             }
         }
+    }
+
+    /// Upstream `TestVolumeLimitScalingGate`: (name, gate, limit on the CSINode (None: the
+    /// CSINode lists no driver), CSIDriver present, preventPodSchedulingIfMissing, fits).
+    #[test]
+    fn installed_driver_table() {
+        let cases = [
+            ("driver object without the opt-in", true, None, true, false, true),
+            (
+                "not installed and the driver asks for it",
+                true,
+                None,
+                true,
+                true,
+                false,
+            ),
+            ("gate off: not checked", false, None, true, true, true),
+            ("installed, within the limit", true, Some(2), true, true, true),
+            (
+                "no driver object: assumed installed",
+                true,
+                None,
+                false,
+                false,
+                true,
+            ),
+        ];
+        for (name, gate, limit, driver_object, prevent, fits) in cases {
+            let c = cache();
+            match limit {
+                Some(limit) => {
+                    c.apply_csi_node(csi_node("n1", DRIVER, Some(limit)));
+                }
+                None => {
+                    let mut empty = (*csi_node("n1", DRIVER, None)).clone();
+                    empty.spec.drivers.clear();
+                    c.apply_csi_node(Arc::new(empty));
+                }
+            }
+            if driver_object {
+                c.apply_csi_driver(csi_driver(DRIVER, false, prevent));
+            }
+            let pl = NodeVolumeLimits::new(Some(c)).with_volume_limit_scaling(gate);
+            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["c0"]));
+            let mut state = CycleState::new();
+            assert_eq!(
+                pl.pre_filter(&mut state, &pod, &[]).1.code(),
+                Code::Success,
+                "{name}"
+            );
+            let s = pl.filter(&state, &pod, &NodeBuilder::new("n1").info());
+            if fits {
+                assert_eq!(s.code(), Code::Success, "{name}: {s:?}");
+            } else {
+                assert_eq!(s.code(), Code::Unschedulable, "{name}");
+                assert_eq!(
+                    s.reasons(),
+                    [format!("{DRIVER} CSI driver is not installed on the node")],
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_without_csinode_lacks_every_driver() {
+        let c = cache();
+        c.apply_csi_driver(csi_driver(DRIVER, false, true));
+        let pl = NodeVolumeLimits::new(Some(c));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["new"]));
+        let mut state = CycleState::new();
+        pl.pre_filter(&mut state, &pod, &[]);
+        let s = pl.filter(&state, &pod, &NodeBuilder::new("n1").info());
+        assert_eq!(
+            s.code(),
+            Code::Unschedulable,
+            "an unbound claim counts against its provisioner"
+        );
     }
 
     #[test]

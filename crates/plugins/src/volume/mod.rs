@@ -2,7 +2,7 @@
 //! (upstream `volumebinding`, `volumerestrictions`, `volumezone`, `nodevolumelimits`).
 //!
 //! They share the cluster's storage state, the cache's [`VolumeCache`] (PVs, PVCs, StorageClasses,
-//! CSINodes, with VolumeBinding's assumed bindings), and a few helpers for reading pods' volumes,
+//! CSINodes, CSIDrivers, CSIStorageCapacities, with VolumeBinding's assumed bindings), and a few helpers for reading pods' volumes,
 //! kept here so the four read a pod the same way. Every plugin returns Skip from PreFilter for a pod
 //! without the volumes it cares about, so most pods pay one scan over `spec.volumes` per plugin and
 //! nothing per node.
@@ -13,6 +13,8 @@
 
 mod api;
 mod binding;
+mod binding_args;
+mod capacity;
 mod limits;
 mod restrictions;
 #[cfg(any(test, feature = "testing"))]
@@ -23,9 +25,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use unisched_cache::VolumeCache;
 
 pub use api::{VolumeApi, VolumeApiError};
-pub use binding::{
-    ANNOTATION_SELECTED_NODE, DEFAULT_BIND_TIMEOUT_SECONDS, NO_PROVISIONER, VolumeBinding, VolumeBindingArgs,
-};
+pub use binding::{ANNOTATION_SELECTED_NODE, NO_PROVISIONER, VolumeBinding};
+pub use binding_args::{DEFAULT_BIND_TIMEOUT_SECONDS, VolumeBindingArgs};
 pub use limits::NodeVolumeLimits;
 pub use restrictions::VolumeRestrictions;
 pub use zone::VolumeZone;
@@ -36,6 +37,7 @@ pub mod reason {
         ERR_REASON_BIND_CONFLICT, ERR_REASON_NODE_CONFLICT, ERR_REASON_PV_NOT_EXIST,
         ERR_REASON_UNBOUND_IMMEDIATE,
     };
+    pub use super::capacity::ERR_REASON_NOT_ENOUGH_SPACE;
     pub use super::limits::ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED;
     pub use super::restrictions::{ERR_REASON_DISK_CONFLICT, ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT};
     pub use super::zone::ERR_REASON_ZONE_CONFLICT;

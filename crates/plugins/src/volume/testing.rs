@@ -1,6 +1,6 @@
 //! Test doubles and fixture builders for the volume plugins: a recording [`FakeVolumeApi`] that can
-//! also play the PV controller against a [`VolumeCache`], and compact PV/PVC/StorageClass/CSINode
-//! builders.
+//! also play the PV controller against a [`VolumeCache`], and compact PV/PVC/StorageClass/CSINode/
+//! CSIDriver/CSIStorageCapacity builders.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -12,9 +12,15 @@ use k8s_openapi::{
             PersistentVolumeSpec, PersistentVolumeStatus, Pod, PodSpec, TopologySelectorLabelRequirement,
             TopologySelectorTerm, Volume, VolumeNodeAffinity, VolumeResourceRequirements,
         },
-        storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources},
+        storage::v1::{
+            CSIDriver, CSIDriverSpec, CSINode, CSINodeDriver, CSINodeSpec, CSIStorageCapacity, StorageClass,
+            VolumeNodeResources,
+        },
     },
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, ObjectMeta},
+    },
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -349,6 +355,48 @@ pub fn csi_node(node: &str, driver: &str, limit: Option<i32>) -> Arc<CSINode> {
             }],
         },
         ..Default::default()
+    })
+}
+
+/// A CSIDriver object: whether it publishes storage capacity, and whether pods must be kept off
+/// nodes without it.
+pub fn csi_driver(name: &str, storage_capacity: bool, prevent_if_missing: bool) -> Arc<CSIDriver> {
+    Arc::new(CSIDriver {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: CSIDriverSpec {
+            storage_capacity: Some(storage_capacity),
+            prevent_pod_scheduling_if_missing: Some(prevent_if_missing),
+            ..Default::default()
+        },
+    })
+}
+
+/// A CSIStorageCapacity in namespace `kube-system` for `class`, on the nodes with label
+/// `key=value` (`None`: every node, as an empty selector), with `capacity` and
+/// `maximumVolumeSize` when given.
+pub fn storage_capacity(
+    name: &str,
+    class: &str,
+    node_label: Option<(&str, &str)>,
+    capacity: Option<&str>,
+    maximum_volume_size: Option<&str>,
+) -> Arc<CSIStorageCapacity> {
+    Arc::new(CSIStorageCapacity {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        storage_class_name: class.into(),
+        node_topology: Some(LabelSelector {
+            match_labels: node_label.map(|(k, v)| BTreeMap::from([(k.to_string(), v.to_string())])),
+            ..Default::default()
+        }),
+        capacity: capacity.map(|q| Quantity(q.into())),
+        maximum_volume_size: maximum_volume_size.map(|q| Quantity(q.into())),
     })
 }
 
