@@ -189,7 +189,8 @@ fn gaps_name_upstream_defaults_unisched_lacks() {
     let gaps = FeatureGates::default().gaps();
     let names: Vec<&str> = gaps.iter().map(|(n, _)| *n).collect();
     assert!(!names.contains(&"NodeDeclaredFeatures"), "{names:?}");
-    assert!(names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
+    assert!(names.contains(&"OpportunisticBatching"), "{names:?}");
+    assert!(!names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
     assert!(!names.contains(&"StorageCapacityScoring"), "{names:?}");
     assert!(!names.contains(&"VolumeLimitScaling"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");

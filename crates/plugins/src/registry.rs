@@ -574,7 +574,7 @@ mod tests {
         let cases = [
             Case {
                 point: "preEnqueue",
-                want: s(&["SchedulingGates", "DynamicResources"]),
+                want: s(&["SchedulingGates", "DynamicResources", "DefaultPreemption"]),
             },
             Case {
                 point: "queueSort",
@@ -663,6 +663,7 @@ mod tests {
         assert_eq!(
             with_events,
             vec![
+                "DefaultPreemption",
                 "DynamicResources",
                 "InterPodAffinity",
                 "NodeAffinity",

@@ -470,12 +470,23 @@ impl Scheduler {
     pub async fn run(&self) -> Result<(), RuntimeError> {
         // Watches, and the periodic queue flushes and gauges: they run until the very end.
         let background = CancellationToken::new();
-        let tasks = self.spawn_background(&background);
         let (election_stop, election_stop_rx) = tokio::sync::watch::channel(false);
         let mut election = self.start_election(election_stop_rx);
+        let stop = self.shared.stop.clone();
+        // `delayCacheUntilActive`: a standby replica lists and watches nothing until it leads.
+        let delay = self.options.config.delay_cache_until_active == Some(true) && election.is_some();
+        if delay {
+            tracing::info!("delayCacheUntilActive: the watches start once this replica leads");
+            while !self.leader.is_leader()
+                && !stop.is_cancelled()
+                && !election.as_ref().is_some_and(JoinHandle::is_finished)
+            {
+                tokio::time::sleep(LEADERSHIP_POLL).await;
+            }
+        }
+        let tasks = self.spawn_background(&background);
         let loop_thread = self.start_scheduling_thread();
         // Until the lease is lost (or the election ends otherwise) or `stop` is called.
-        let stop = self.shared.stop.clone();
         let ended = match election.as_mut() {
             Some(e) => tokio::select! {
                 end = e => Some(end.unwrap_or(ElectionEnd::Lost)),
@@ -629,6 +640,9 @@ impl Scheduler {
 }
 
 /// The gates plugins read, from the scheduler's `--feature-gates`.
+/// How often a replica with `delayCacheUntilActive` looks whether it leads yet.
+const LEADERSHIP_POLL: Duration = Duration::from_millis(50);
+
 fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
     let mut features = PluginFeatures::default();
     features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
