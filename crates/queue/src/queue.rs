@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 use parking_lot::{Condvar, Mutex, RwLock};
 use unisched_framework::{
     ActionType, ClusterEvent, EventObject, EventResource, Framework, PodInfo, PodNominator, QueuedPodInfo,
-    SchedulingFailure, well_known,
+    SchedulingFailure, Status, well_known,
 };
 
 use crate::{
@@ -491,9 +491,14 @@ impl SchedulingQueue {
         };
         if let Some(gate) = qpi.gating_plugin.clone()
             && let Some(plugin) = fwk.plugin(&gate).and_then(|p| p.clone().as_pre_enqueue())
-            && !plugin.pre_enqueue(&qpi.pod_info).is_success()
         {
-            return;
+            let status = plugin.pre_enqueue(&qpi.pod_info);
+            if !status.is_success() {
+                // Told again: the same plugin may refuse for another reason now (a gang whose
+                // PodGroup was deleted waits for the group, no longer for its quorum).
+                self.report_gated(fwk, &qpi.pod_info, &gate, &status);
+                return;
+            }
         }
         let status = fwk.run_pre_enqueue(&qpi.pod_info);
         if status.is_success() {
@@ -502,17 +507,22 @@ impl SchedulingQueue {
         }
         let plugin = status.plugin().unwrap_or("PreEnqueue").to_string();
         tracing::debug!(pod = %qpi.pod_info.key(), %plugin, %status, "pod gated by PreEnqueue");
-        let message = match fwk.plugin(&plugin).and_then(|p| p.clone().as_pre_enqueue()) {
-            Some(p) => p.rejection_message(&qpi.pod_info, &status),
+        self.report_gated(fwk, &qpi.pod_info, &plugin, &status);
+        qpi.unschedulable_plugins.insert(plugin.clone());
+        qpi.gating_plugin = Some(plugin);
+    }
+
+    /// Passes a PreEnqueue refusal on to the observer, unless its plugin opts out of telling.
+    fn report_gated(&self, fwk: &Framework, pod: &PodInfo, plugin: &str, status: &Status) {
+        let message = match fwk.plugin(plugin).and_then(|p| p.clone().as_pre_enqueue()) {
+            Some(p) => p.rejection_message(pod, status),
             None => Some(status.message()),
         };
         if let Some(message) = message {
             self.config
                 .observer
-                .gated(&qpi.pod_info, fwk.profile_name(), &plugin, &message);
+                .gated(pod, fwk.profile_name(), plugin, &message);
         }
-        qpi.unschedulable_plugins.insert(plugin.clone());
-        qpi.gating_plugin = Some(plugin);
     }
 
     /// Upstream `moveToActiveQ`: PreEnqueue (unless the pod comes straight from backoffQ, where it

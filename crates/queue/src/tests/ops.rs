@@ -398,6 +398,55 @@ fn observer_gets_the_refusals_the_plugin_wants_reported() {
     assert_eq!(*rec.gated.lock(), vec![gated("loud")]);
 }
 
+/// A PreEnqueue plugin that refuses every pod with whatever `reason` says now, and is asked again
+/// on NodeAdd.
+struct ShiftingGate {
+    reason: parking_lot::Mutex<String>,
+}
+
+impl unisched_framework::Plugin for ShiftingGate {
+    fn name(&self) -> &str {
+        "Shifting"
+    }
+    unisched_framework::serves!(as_pre_enqueue, as_enqueue_extensions);
+}
+
+impl unisched_framework::PreEnqueuePlugin for ShiftingGate {
+    fn pre_enqueue(&self, _pod: &PodInfo) -> Status {
+        Status::unresolvable(self.reason.lock().clone())
+    }
+}
+
+impl unisched_framework::EnqueueExtensions for ShiftingGate {
+    fn events_to_register(&self) -> Vec<unisched_framework::ClusterEventWithHint> {
+        vec![ev(well_known::NODE_ADD)]
+    }
+}
+
+/// A gated pod checked again by the plugin that gates it is reported again, so a new reason
+/// reaches the user (a gang member whose PodGroup was deleted used to keep saying it waited for
+/// its quorum).
+#[test]
+fn observer_gets_the_new_reason_of_a_pod_still_gated_by_the_same_plugin() {
+    let rec = Arc::new(Recorder::default());
+    let obs: Arc<dyn crate::QueueObserver> = rec.clone();
+    let gate = Arc::new(ShiftingGate {
+        reason: parking_lot::Mutex::new("waiting for the quorum".into()),
+    });
+    let (q, _clock) = queue_with(vec![gate.clone()], |b| b.observer(obs));
+    q.add(pod("p", 0));
+    assert_eq!(q.location(&uid("p")), Some(PodLocation::Gated));
+    *gate.reason.lock() = "waiting for the group".into();
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n1", true));
+    assert_eq!(q.location(&uid("p")), Some(PodLocation::Gated));
+    let reasons: Vec<String> = rec.gated.lock().iter().map(|(_, _, m)| m.clone()).collect();
+    assert_eq!(
+        reasons.last().map(String::as_str),
+        Some("waiting for the group"),
+        "{reasons:?}"
+    );
+}
+
 #[test]
 fn observer_sees_incoming_pods_and_rejector_counts() {
     let rec = Arc::new(Recorder::default());
