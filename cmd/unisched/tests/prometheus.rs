@@ -3,12 +3,24 @@
 //!
 //! 1. `promtool check rules` and `promtool test rules` on deploy/prometheus/.
 //! 2. `unisched sim --serve --no-scheduler` (the embedded control plane) with three nodes and a
-//!    few pods, then `unisched run` against it with the Deployment's own arguments and the
-//!    ConfigMap's own configuration from deploy/manifests (leader election on, lease in
-//!    unisched-system), metrics on a loopback port.
-//! 3. Prometheus (Debian's package) scraping it every second with deploy/prometheus/prometheus.yml
-//!    (target filled in) and the alert rules loaded, while waves of pods are created and scheduled.
-//! 4. Every expression of the Grafana dashboard (panels and template variables) runs as an instant
+//!    few pods, deploy/manifests' ServiceAccount and RBAC objects applied, and Prometheus's
+//!    service account `monitoring/prometheus-k8s` bound to the ClusterRole
+//!    `unisched-metrics-reader` as deploy/README.md tells; the sim issues both accounts' tokens
+//!    (TokenRequest) and answers TokenReviews and SubjectAccessReviews from its RBAC objects.
+//!    Then `unisched run` against it with the Deployment's own arguments and the ConfigMap's own
+//!    configuration (leader election on, lease in unisched-system): HTTPS on a free loopback port,
+//!    its self-signed certificate in the temporary directory (`--cert-dir`), authentication and
+//!    authorization delegated to the sim.
+//! 3. The secure port answers like a cluster's: `/readyz` without credentials; `/metrics` 401
+//!    with a token the sim never issued, 403 without a token (the request is anonymous, as
+//!    kube-scheduler treats it, and `system:anonymous` has no role) and for the scheduler's own
+//!    account (it has RBAC rules, but not the metrics reader's), 200 for Prometheus's.
+//! 4. Prometheus (Debian's package) scraping it every second over HTTPS with
+//!    deploy/prometheus/prometheus.yml (target filled in; the bearer token and the certificate as
+//!    files beside it) and the alert rules loaded, while waves of pods are created and scheduled.
+//!    Three more jobs scrape the same port with a token nobody issued, without a token, and with
+//!    the scheduler's: their targets are down with 401, 403 and 403.
+//! 5. Every expression of the Grafana dashboard (panels and template variables) runs as an instant
 //!    query and must succeed with data; every alert rule must evaluate with health "ok", and none
 //!    may be active on this healthy cluster.
 //!
@@ -26,6 +38,7 @@ use std::{
     net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -36,6 +49,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_unisched");
 const BUDGET: Duration = Duration::from_secs(90);
 const NAMESPACE: &str = "unisched-system";
 const CONFIG_PATH: &str = "/etc/unisched/config.yaml";
+/// The Deployment's secure port, replaced by a free one.
+const DEPLOYED_SECURE_PORT: &str = "--secure-port=10259";
+/// Prometheus's namespace and service account, as in deploy/README.md's binding example.
+const PROMETHEUS_NAMESPACE: &str = "monitoring";
+const PROMETHEUS_ACCOUNT: &str = "prometheus-k8s";
+/// Files beside prometheus.yml that deploy/prometheus/prometheus.yml names.
+const TOKEN_FILE: &str = "unisched-metrics.token";
+const CERTIFICATE_FILE: &str = "unisched.crt";
 const INSTALL_HINT: &str =
     "install Debian's prometheus: apt-get install -y prometheus (CI does this in .ci/run)";
 
@@ -84,7 +105,7 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A tiny HTTP/1.1 client (loopback only; no TLS, no keep-alive).
+// A tiny HTTP/1.1 client (loopback only, no keep-alive), plain or over TLS.
 // ---------------------------------------------------------------------------------------------
 
 fn dechunk(body: &[u8]) -> Vec<u8> {
@@ -121,6 +142,11 @@ fn http(
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}
+
+/// Status and (de-chunked) body of a whole HTTP/1.1 response.
+fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -142,6 +168,62 @@ fn http(
 
 fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     http(addr, "GET", path, "text/plain", "")
+}
+
+/// unisched's HTTPS port, trusting only the self-signed certificate it wrote to --cert-dir.
+struct SecurePort {
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl SecurePort {
+    /// None until the certificate file exists and parses.
+    fn new(addr: SocketAddr, certificate: &Path) -> Option<Self> {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let pem = fs::read(certificate).ok()?;
+        let certificate = CertificateDer::from_pem_slice(&pem).ok()?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(certificate).ok()?;
+        let config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        Some(SecurePort {
+            addr,
+            config: Arc::new(config),
+        })
+    }
+
+    /// One GET, with `Authorization: Bearer <token>` when given. The server name checked is
+    /// 127.0.0.1, as Prometheus checks it.
+    fn get(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+        let tcp = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
+        tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+        tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let connection =
+            rustls::ClientConnection::new(self.config.clone(), name).map_err(std::io::Error::other)?;
+        let mut tls = rustls::StreamOwned::new(connection, tcp);
+        let authorization = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        write!(
+            tls,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\r\n",
+            self.addr
+        )?;
+        tls.flush()?;
+        let mut raw = Vec::new();
+        match tls.read_to_end(&mut raw) {
+            Ok(_) => {}
+            // A peer that closes without close_notify: the response is complete nonetheless.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(e),
+        }
+        parse_response(&raw)
+    }
 }
 
 fn url_encode(s: &str) -> String {
@@ -386,17 +468,107 @@ fn pod(name: &str, cpu: &str) -> Value {
     })
 }
 
-fn create(api: SocketAddr, path: &str, obj: &Value) {
+fn create(api: SocketAddr, path: &str, obj: &Value) -> Value {
     let (status, body) = http(api, "POST", path, "application/json", &obj.to_string()).unwrap();
     assert!(
         status == 201 || status == 200,
         "POST {path}: HTTP {status}: {body}"
     );
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {body}"))
 }
 
-/// The scheduler's arguments: the Deployment's, with the config path, metrics address and
-/// kubeconfig pointed at this test's files.
-fn scheduler_args(config: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Vec<String> {
+/// Applies every document of a multi-document YAML file of deploy/manifests (the kinds the RBAC
+/// and ServiceAccount files hold).
+fn apply_manifests(api: SocketAddr, rel: &str) {
+    let text = read(rel);
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let obj: Value = serde::Deserialize::deserialize(document).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        if obj.is_null() {
+            continue;
+        }
+        let namespace = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+        let path = match obj["kind"].as_str().unwrap_or_default() {
+            "ServiceAccount" => format!("/api/v1/namespaces/{namespace}/serviceaccounts"),
+            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles".to_string(),
+            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".to_string(),
+            "Role" => format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles"),
+            "RoleBinding" => {
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings")
+            }
+            other => panic!("{rel}: no path for kind {other}"),
+        };
+        create(api, &path, &obj);
+    }
+}
+
+/// A token for a service account, from the sim's TokenRequest.
+fn request_token(api: SocketAddr, namespace: &str, account: &str) -> String {
+    let request = json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600}
+    });
+    let answer = create(
+        api,
+        &format!("/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"),
+        &request,
+    );
+    answer["status"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no token in {answer}"))
+        .to_string()
+}
+
+/// Prometheus's account bound to the metrics reader role, as deploy/README.md shows it; the
+/// tokens of Prometheus's account and of the scheduler's own (which may not read /metrics).
+fn metrics_identities(api: SocketAddr) -> (String, String) {
+    apply_manifests(api, "deploy/manifests/serviceaccount.yaml");
+    apply_manifests(api, "deploy/manifests/rbac.yaml");
+    create(
+        api,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROMETHEUS_NAMESPACE}}),
+    );
+    create(
+        api,
+        &format!("/api/v1/namespaces/{PROMETHEUS_NAMESPACE}/serviceaccounts"),
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": PROMETHEUS_ACCOUNT, "namespace": PROMETHEUS_NAMESPACE}}),
+    );
+    create(
+        api,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "prometheus-unisched-metrics"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "unisched-metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": PROMETHEUS_ACCOUNT,
+                          "namespace": PROMETHEUS_NAMESPACE}]
+        }),
+    );
+    (
+        request_token(api, PROMETHEUS_NAMESPACE, PROMETHEUS_ACCOUNT),
+        request_token(api, NAMESPACE, "unisched"),
+    )
+}
+
+/// The health and last error of the active target of `job`, once it has been scraped.
+fn target_health(prom: SocketAddr, job: &str) -> Option<(String, String)> {
+    let (_, body) = get(prom, "/api/v1/targets?state=active").ok()?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let target = v["data"]["activeTargets"]
+        .as_array()?
+        .iter()
+        .find(|t| t["labels"]["job"] == job)?;
+    let health = target["health"].as_str()?.to_string();
+    (health != "unknown").then(|| (health, target["lastError"].as_str().unwrap_or("").to_string()))
+}
+
+/// The scheduler's arguments: the Deployment's, with the config path, the secure port and the
+/// kubeconfigs pointed at this test's files and port.
+fn scheduler_args(config: &Path, kubeconfig: &Path, secure: SocketAddr, cert_dir: &Path) -> Vec<String> {
     let deployment = yaml("deploy/manifests/deployment.yaml");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mut args: Vec<String> = container["args"]
@@ -404,20 +576,31 @@ fn scheduler_args(config: &Path, kubeconfig: &Path, metrics: SocketAddr) -> Vec<
         .expect("container args")
         .iter()
         .map(|a| a.as_str().unwrap().to_string())
-        .filter(|a| !a.starts_with("--metrics-bind-address") && !a.starts_with("--secure-port"))
         .map(|a| {
             if a == CONFIG_PATH {
                 config.display().to_string()
+            } else if a == DEPLOYED_SECURE_PORT {
+                format!("--secure-port={}", secure.port())
             } else {
                 a
             }
         })
         .collect();
     assert_eq!(args[0], "run");
+    assert!(
+        args.contains(&format!("--secure-port={}", secure.port())),
+        "the Deployment no longer serves on {DEPLOYED_SECURE_PORT}: {args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--metrics-bind-address")),
+        "the Deployment serves plain HTTP: {args:?}"
+    );
     args.extend([
-        // Plain HTTP for the scrape under test; no HTTPS port to collide with other tests.
-        format!("--metrics-bind-address={metrics}"),
-        "--secure-port=0".into(),
+        // Loopback only, the certificate beside prometheus.yml, reviews by the sim.
+        format!("--bind-address={}", secure.ip()),
+        format!("--cert-dir={}", cert_dir.display()),
+        format!("--authentication-kubeconfig={}", kubeconfig.display()),
+        format!("--authorization-kubeconfig={}", kubeconfig.display()),
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
         // A fixed seed makes the 10 % plugin-timing sample deterministic.
@@ -513,18 +696,25 @@ fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
         "/api/v1/namespaces",
         &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
     );
+    let (prometheus_token, scheduler_token) = metrics_identities(api);
 
-    // 3. The scheduler as deployed: the Deployment's arguments, the ConfigMap's configuration.
+    // 3. The scheduler as deployed: the Deployment's arguments, the ConfigMap's configuration,
+    // HTTPS with its certificate written beside prometheus.yml.
     let config = h.write("config.yaml", &shipped_config());
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let args = scheduler_args(&config, &kubeconfig, metrics);
+    let secure_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let args = scheduler_args(&config, &kubeconfig, secure_addr, &h.dir);
     h.spawn(
         "unisched",
         Command::new(BIN).args(&args).env("POD_NAMESPACE", NAMESPACE),
     );
+    let certificate = h.path(CERTIFICATE_FILE);
+    let secure = h.wait("the serving certificate", Duration::from_secs(30), || {
+        SecurePort::new(secure_addr, &certificate)
+    });
     h.wait("/readyz and the leader lease", Duration::from_secs(30), || {
-        let ready = get(metrics, "/readyz").ok()?.0 == 200;
-        let leader = get(metrics, "/metrics")
+        let ready = secure.get("/readyz", None).ok()?.0 == 200;
+        let leader = secure
+            .get("/metrics", Some(&prometheus_token))
             .ok()?
             .1
             .lines()
@@ -532,24 +722,54 @@ fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
         (ready && leader).then_some(())
     });
     let scheduler_ready = h.started.elapsed();
+    for (token, want, who) in [
+        (Some("not-a-token-the-sim-issued"), 401, "an unknown token"),
+        (None, 403, "no token (anonymous)"),
+        (
+            Some(scheduler_token.as_str()),
+            403,
+            "the scheduler's own account (no metrics role)",
+        ),
+        (Some(prometheus_token.as_str()), 200, "Prometheus's account"),
+    ] {
+        let (status, body) = secure.get("/metrics", token).unwrap();
+        assert_eq!(status, want, "/metrics with {who}: {body}");
+    }
 
-    // 4. Prometheus, from deploy/prometheus/prometheus.yml with the target and intervals filled in.
+    // 4. Prometheus, from deploy/prometheus/prometheus.yml with the target and intervals filled in,
+    // the token and certificate files it names beside it, and two jobs that must be refused.
     let template = read("deploy/prometheus/prometheus.yml");
     for needle in [
         "127.0.0.1:10259",
         "scrape_interval: 15s",
         "evaluation_interval: 15s",
         "- unisched-alerts.yaml",
+        "scheme: https",
+        &format!("credentials_file: {TOKEN_FILE}"),
+        &format!("ca_file: {CERTIFICATE_FILE}"),
     ] {
         assert!(
             template.contains(needle),
             "deploy/prometheus/prometheus.yml no longer contains {needle:?}"
         );
     }
-    let prom_config = template
-        .replace("127.0.0.1:10259", &metrics.to_string())
+    let mut prom_config = template
+        .replace("127.0.0.1:10259", &secure_addr.to_string())
         .replace("scrape_interval: 15s", "scrape_interval: 1s")
         .replace("evaluation_interval: 15s", "evaluation_interval: 1s");
+    h.write(TOKEN_FILE, &prometheus_token);
+    h.write("scheduler.token", &scheduler_token);
+    h.write("unknown.token", "not-a-token-the-sim-issued");
+    prom_config.push_str(&format!(
+        "  - job_name: unisched-unknown-token\n    scheme: https\n    tls_config: {{ca_file: {CERTIFICATE_FILE}}}\n\
+         \x20   authorization: {{credentials_file: unknown.token}}\n\
+         \x20   static_configs: [{{targets: [\"{secure_addr}\"]}}]\n\
+         \x20 - job_name: unisched-without-token\n    scheme: https\n    tls_config: {{ca_file: {CERTIFICATE_FILE}}}\n\
+         \x20   static_configs: [{{targets: [\"{secure_addr}\"]}}]\n\
+         \x20 - job_name: unisched-without-role\n    scheme: https\n    tls_config: {{ca_file: {CERTIFICATE_FILE}}}\n\
+         \x20   authorization: {{credentials_file: scheduler.token}}\n\
+         \x20   static_configs: [{{targets: [\"{secure_addr}\"]}}]\n"
+    ));
     h.write(
         "unisched-alerts.yaml",
         &read("deploy/prometheus/unisched-alerts.yaml"),
@@ -582,6 +802,22 @@ fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
     h.wait("the first scrape of unisched", Duration::from_secs(20), || {
         (first_value(prom, "up{job=\"unisched\"}")? == 1.0).then_some(())
     });
+    for (job, code) in [
+        ("unisched-unknown-token", "401"),
+        ("unisched-without-token", "403"),
+        ("unisched-without-role", "403"),
+    ] {
+        let (health, error) = h.wait(
+            &format!("the first scrape of {job}"),
+            Duration::from_secs(20),
+            || target_health(prom, job),
+        );
+        assert_eq!(
+            health, "down",
+            "{job} must be refused, but its target is {health}"
+        );
+        assert!(error.contains(code), "{job}: expected HTTP {code}, got {error:?}");
+    }
 
     // 5. Waves of pods while Prometheus scrapes; two can never fit (64 CPUs on 8-CPU nodes).
     let mut schedulable = 4;

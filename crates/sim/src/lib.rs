@@ -26,8 +26,10 @@
 //! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds, plus Services,
 //! Deployments and the RBAC kinds as stored objects without behaviour (so `deploy/manifests`
 //! applies); `/version`, legacy discovery (`/api`, `/apis`, per group/version),
-//! `/healthz`/`/livez`/`/readyz`, and `/openapi/v2` and `/openapi/v3` documents with the
-//! k8s-openapi schemas. Verbs: get, list (label and field selectors, `limit`/`continue`,
+//! `/healthz`/`/livez`/`/readyz`, `/openapi/v2` and `/openapi/v3` documents with the
+//! k8s-openapi schemas; for components that delegate authentication and authorization (see
+//! [`auth`]), ServiceAccount `TokenRequest`s, `TokenReview`s and `SubjectAccessReview`s decided by
+//! the stored RBAC objects. Verbs: get, list (label and field selectors, `limit`/`continue`,
 //! `resourceVersionMatch=Exact`), watch (resume from a resourceVersion, bookmarks, `timeoutSeconds`,
 //! `sendInitialEvents`, 410 as an ERROR event), create (`generateName`, `dryRun`), update, patch
 //! (merge, JSON, strategic merge, and an approximated server-side apply), delete (finalizers,
@@ -61,6 +63,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod auth;
 pub mod controllers;
 pub mod error;
 pub mod patch;

@@ -30,6 +30,7 @@ pub(crate) struct AppState {
     pub(crate) server_address: String,
     pub(crate) faults: super::Faults,
     pub(crate) openapi: super::openapi::Cache,
+    pub(crate) tokens: crate::auth::TokenAuthority,
 }
 
 type Query = HashMap<String, String>;
@@ -38,11 +39,11 @@ fn json_bytes(code: StatusCode, bytes: Bytes) -> Response {
     (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-fn json_value(code: StatusCode, v: &Value) -> Response {
+pub(super) fn json_value(code: StatusCode, v: &Value) -> Response {
     json_bytes(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
 }
 
-fn error_response(e: &StoreError) -> Response {
+pub(super) fn error_response(e: &StoreError) -> Response {
     let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = json_value(code, &e.to_status());
     // kube-apiserver repeats a Status's retryAfterSeconds as the Retry-After header.
@@ -142,6 +143,21 @@ async fn handle(
         ["openapi", "v3", "apis", group, version] => {
             openapi_document(app, uri, || openapi::v3_gv(registry, group, version))
         }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            namespace,
+            "serviceaccounts",
+            name,
+            "token",
+        ] if *method == Method::POST => super::reviews::token_request(app, namespace, name, headers, &body),
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if *method == Method::POST => {
+            super::reviews::token_review(app, headers, &body)
+        }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] if *method == Method::POST => {
+            super::reviews::subject_access_review(app, headers, &body)
+        }
         ["api", "v1", rest @ ..] => resource(app, "", "v1", rest, method, &query, headers, body).await,
         ["apis", group, version, rest @ ..] => {
             resource(app, group, version, rest, method, &query, headers, body).await
@@ -216,7 +232,7 @@ fn dry_run(q: &Query) -> bool {
     q.get("dryRun").is_some_and(|v| v == "All")
 }
 
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
+pub(super) fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

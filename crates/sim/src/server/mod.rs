@@ -5,6 +5,7 @@ mod faults;
 mod handlers;
 mod openapi;
 mod protobuf;
+mod reviews;
 mod table;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use tokio::task::JoinHandle;
 pub use discovery::{KUBE_MAJOR, KUBE_MINOR};
 pub use faults::Faults;
 
+use crate::auth::TokenAuthority;
 use crate::controllers::{self, ControllerConfig, KubeletConfig};
 use crate::registry::Registry;
 use crate::store::{Store, StoreConfig};
@@ -152,6 +154,7 @@ impl ApiServerBuilder {
             config: self.server,
             controllers: self.controllers,
             faults: Faults::default(),
+            tokens: TokenAuthority::default(),
         }
     }
 }
@@ -163,6 +166,7 @@ pub struct ApiServer {
     config: ServerConfig,
     controllers: ControllerConfig,
     faults: Faults,
+    tokens: TokenAuthority,
 }
 
 impl Default for ApiServer {
@@ -187,6 +191,12 @@ impl ApiServer {
         &self.faults
     }
 
+    /// The ServiceAccount tokens this server issued (through `TokenRequest` or
+    /// [`TokenAuthority::issue`]) and accepts in `TokenReview`s.
+    pub fn tokens(&self) -> &TokenAuthority {
+        &self.tokens
+    }
+
     /// The axum router, for embedding in another server. Watches served by it end when `shutdown`
     /// changes or its sender is dropped.
     pub fn router(&self, server_address: String, shutdown: tokio::sync::watch::Receiver<bool>) -> Router {
@@ -197,6 +207,7 @@ impl ApiServer {
             server_address,
             faults: self.faults.clone(),
             openapi: openapi::Cache::default(),
+            tokens: self.tokens.clone(),
         });
         Router::new()
             .fallback(handlers::dispatch)
