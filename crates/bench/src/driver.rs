@@ -42,8 +42,13 @@ pub(crate) struct WaitRules {
 }
 
 /// Renders a pod and prepares it for `ns`: the scheduler name defaults to unisched's.
-pub(crate) fn render_pod(tpl: &Template, index: usize, ns: &str) -> Result<Value, BenchError> {
-    let mut v = tpl.render(&Vars::new().int("Index", index))?;
+pub(crate) fn render_pod(
+    tpl: &Template,
+    index: usize,
+    params: &BTreeMap<String, i64>,
+    ns: &str,
+) -> Result<Value, BenchError> {
+    let mut v = tpl.render(&Vars::new().int("Index", index).params(params))?;
     if !v.is_object() {
         return Err(BenchError::Workload(format!("{}: not an object", tpl.path())));
     }
@@ -90,22 +95,48 @@ pub(crate) fn render_slices(
     Ok(out)
 }
 
-/// The templates of a `createPods` op: pod `i` uses `i % n`.
+/// Renders PodGroup `index` of a `createPodGroups` op into `ns`.
+pub(crate) fn render_pod_group(
+    tpl: &Template,
+    index: usize,
+    params: &BTreeMap<String, i64>,
+    ns: &str,
+) -> Result<Value, BenchError> {
+    let mut v = tpl.render(&Vars::new().int("Index", index).params(params))?;
+    if !v.is_object() {
+        return Err(BenchError::Workload(format!("{}: not an object", tpl.path())));
+    }
+    v["metadata"]["namespace"] = json!(ns);
+    Ok(v)
+}
+
+/// The templates of a `createPods` op: pod `i` uses `i % n`; all see the op's `templateParams`.
 #[derive(Clone, Debug)]
-pub(crate) struct PodTemplates(Vec<Template>);
+pub(crate) struct PodTemplates {
+    templates: Vec<Template>,
+    params: BTreeMap<String, i64>,
+}
 
 impl PodTemplates {
-    pub(crate) fn new(w: &Workload, main: &str, mix: &[String]) -> Result<Self, BenchError> {
-        std::iter::once(main)
+    pub(crate) fn new(
+        w: &Workload,
+        main: &str,
+        mix: &[String],
+        params: &BTreeMap<String, i64>,
+    ) -> Result<Self, BenchError> {
+        let templates = std::iter::once(main)
             .chain(mix.iter().map(String::as_str))
             .map(|p| w.template(p).cloned())
-            .collect::<Result<Vec<_>, _>>()
-            .map(PodTemplates)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PodTemplates {
+            templates,
+            params: params.clone(),
+        })
     }
 
     pub(crate) fn render(&self, index: usize, ns: &str) -> Result<Value, BenchError> {
-        let t = &self.0[index % self.0.len().max(1)];
-        render_pod(t, index, ns)
+        let t = &self.templates[index % self.templates.len().max(1)];
+        render_pod(t, index, &self.params, ns)
     }
 }
 
@@ -258,9 +289,27 @@ impl<'a> Driver<'a> {
                 self.progress
                     .note(&format!("allocated {n} claims in {namespace}"));
             }
+            Op::CreatePodGroups {
+                count,
+                namespace,
+                template_path,
+                template_params,
+            } => {
+                self.ensure_ns(namespace)?;
+                let t = self.w.template(template_path)?.clone();
+                for k in 0..*count {
+                    let v = render_pod_group(&t, k, template_params, namespace)?;
+                    self.create(v, Some(namespace))?;
+                    if k % 1000 == 0 {
+                        self.progress
+                            .update(&format!("setup: {k}/{count} PodGroups in {namespace}"));
+                    }
+                }
+            }
             Op::CreatePods {
                 count,
                 pod_template_path,
+                template_params,
                 mix_pod_template_paths,
                 namespace,
                 collect_metrics,
@@ -271,7 +320,8 @@ impl<'a> Driver<'a> {
             } => {
                 let ns = namespace.clone().unwrap_or_else(|| format!("bench-{i}"));
                 self.ensure_ns(&ns)?;
-                let t = PodTemplates::new(self.w, pod_template_path, mix_pod_template_paths)?;
+                let t =
+                    PodTemplates::new(self.w, pod_template_path, mix_pod_template_paths, template_params)?;
                 if *collect_metrics {
                     self.tracker.add_measured(&ns);
                     self.measured_namespaces.push(ns.clone());

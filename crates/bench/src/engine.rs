@@ -2,7 +2,9 @@
 //! cache) on in-memory inputs, with no API server and no HTTP. Pods are created straight into the
 //! queue, bound pods straight into the cache, DRA objects through the runtime's DRA handlers into
 //! the DRA cache (see `engine_dra`), bindings and claim writes are applied in memory and counted,
-//! and the binding cycle runs inline. Its throughput is what the decision logic alone allows; the gap to full mode
+//! and the binding cycle runs inline. PodGroups (when the workload turns `GenericWorkload` on) are
+//! stored where the plugins read them and decided in the pod-group cycle (see `engine_groups`).
+//! Its throughput is what the decision logic alone allows; the gap to full mode
 //! is the cost of the API path (watch decoding, writes, events).
 //!
 //! Runs on a thread named like the runtime's scheduling thread so its CPU is attributed the same.
@@ -16,22 +18,26 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    scheduling::v1beta1::PodGroup,
+};
 use unisched_cache::{Cache, DraCache};
 use unisched_framework::{
-    BindingTask, BoundPod, CycleOutcome, EventObject, Framework, PodInfo, QueuedPodInfo, SchedulerCache,
-    SchedulingAlgorithm, SchedulingFailure, SeededRng, abandon_binding_cycle,
+    BindingTask, BoundPod, CycleOutcome, EventObject, Framework, MemberDecision, PodGroupStore, PodInfo,
+    QueuedPodInfo, SchedulerCache, SchedulingAlgorithm, SchedulingFailure, SeededRng, abandon_binding_cycle,
     config::KubeSchedulerConfiguration, nomination_before_binding, run_binding_cycle, run_scheduling_cycle,
     well_known,
 };
-use unisched_plugins::{BindError, Binder, PluginContext, Registry};
+use unisched_plugins::{BindError, Binder, PluginContext, PluginFeatures, Registry};
 use unisched_queue::{QueueConfig, SchedulingQueue};
 use unisched_runtime::Metrics;
 
 use crate::{
     BenchError, RunOptions,
-    driver::{Phase, PodTemplates, render_slices},
+    driver::{Phase, PodTemplates, render_pod_group, render_slices},
     engine_dra::{EngineDra, MemDraApi},
+    engine_groups::EngineGroups,
     measure::{Measured, Measurement},
     progress::Progress,
     report::{Mode, RunReport},
@@ -74,6 +80,8 @@ fn bind_inline(
 
 struct Engine<'a> {
     dra: EngineDra,
+    /// PodGroups, when the workload schedules them (`GenericWorkload`).
+    groups: Option<EngineGroups>,
     binder: std::sync::mpsc::Sender<Binding>,
     bound_rx: std::sync::mpsc::Receiver<Done>,
     in_flight: usize,
@@ -115,11 +123,24 @@ impl Engine<'_> {
             return;
         };
         let profile = fwk.profile_name().to_string();
+        let record = self.sampler_rng.below(100) < 10;
         let algo = self
             .algos
             .entry(profile.clone())
             .or_insert_with(|| SchedulingAlgorithm::new(self.parallelism, self.percentage, self.seed));
-        let record = self.sampler_rng.below(100) < 10;
+        if let Some(groups) = &self.groups
+            && let Some(key) = groups.key_of(&pod)
+        {
+            let decisions = groups.decide(&fwk, algo, self.cache.as_ref(), &key, qpi, record);
+            for (member, decision) in decisions {
+                match decision {
+                    MemberDecision::Bind(task) => self.start_binding(&fwk, task, member, started),
+                    MemberDecision::Failed(f) => self.failed(member, &f, &profile, started),
+                    MemberDecision::Skipped(_) => self.queue.done(&member.pod_info.uid),
+                }
+            }
+            return;
+        }
         match run_scheduling_cycle(
             &fwk,
             algo,
@@ -129,43 +150,56 @@ impl Engine<'_> {
             record,
         ) {
             CycleOutcome::Skipped(_) => self.queue.done(&pod.uid),
-            CycleOutcome::Failed(f) => {
-                self.metrics
-                    .schedule_attempts
-                    .with_label_values(&["unschedulable", &profile])
-                    .inc();
-                self.metrics
-                    .attempt_duration
-                    .with_label_values(&["unschedulable", &profile])
-                    .observe(started.elapsed().as_secs_f64());
-                let _ = self.queue.handle_failure(qpi, &f);
-            }
-            CycleOutcome::Assumed(task) => {
-                self.metrics
-                    .algorithm_duration
-                    .with_label_values::<&str>(&[])
-                    .observe(started.elapsed().as_secs_f64());
-                // The binding cycle runs on its own thread, as the runtime runs it on a blocking
-                // task: the next pod's scheduling cycle does not wait for it.
-                let b = Binding {
-                    fwk,
-                    task,
-                    qpi,
-                    started,
-                };
-                match self.binder.send(b) {
-                    Ok(()) => self.in_flight += 1,
-                    Err(std::sync::mpsc::SendError(b)) => {
-                        // The binding thread is gone: bind here.
-                        let result = bind_inline(&b.fwk, self.cache.as_ref(), *b.task, &self.metrics);
-                        self.complete(Done {
-                            result,
-                            qpi: b.qpi,
-                            started: b.started,
-                            profile,
-                        });
-                    }
-                }
+            CycleOutcome::Failed(f) => self.failed(qpi, &f, &profile, started),
+            CycleOutcome::Assumed(task) => self.start_binding(&fwk, task, qpi, started),
+        }
+    }
+
+    /// A pod that could not be placed goes back to the queue.
+    fn failed(&mut self, qpi: QueuedPodInfo, f: &SchedulingFailure, profile: &str, started: Instant) {
+        self.metrics
+            .schedule_attempts
+            .with_label_values(&["unschedulable", profile])
+            .inc();
+        self.metrics
+            .attempt_duration
+            .with_label_values(&["unschedulable", profile])
+            .observe(started.elapsed().as_secs_f64());
+        let _ = self.queue.handle_failure(qpi, f);
+    }
+
+    /// An assumed pod goes to its binding cycle.
+    fn start_binding(
+        &mut self,
+        fwk: &Arc<Framework>,
+        task: Box<BindingTask>,
+        qpi: QueuedPodInfo,
+        started: Instant,
+    ) {
+        self.metrics
+            .algorithm_duration
+            .with_label_values::<&str>(&[])
+            .observe(started.elapsed().as_secs_f64());
+        // The binding cycle runs on its own thread, as the runtime runs it on a blocking task:
+        // the next pod's scheduling cycle does not wait for it.
+        let b = Binding {
+            fwk: fwk.clone(),
+            task,
+            qpi,
+            started,
+        };
+        match self.binder.send(b) {
+            Ok(()) => self.in_flight += 1,
+            Err(std::sync::mpsc::SendError(b)) => {
+                // The binding thread is gone: bind here.
+                let profile = b.fwk.profile_name().to_string();
+                let result = bind_inline(&b.fwk, self.cache.as_ref(), *b.task, &self.metrics);
+                self.complete(Done {
+                    result,
+                    qpi: b.qpi,
+                    started: b.started,
+                    profile,
+                });
             }
         }
     }
@@ -202,6 +236,9 @@ impl Engine<'_> {
                     tracing::debug!(error = %e, "engine: confirming a binding");
                 }
                 self.queue.assigned_pod_added(&confirmed);
+                if let Some(groups) = &self.groups {
+                    groups.pod_seen(&confirmed, true);
+                }
                 self.metrics
                     .schedule_attempts
                     .with_label_values(&["scheduled", &profile])
@@ -235,6 +272,9 @@ impl Engine<'_> {
     fn delete_bound(&self, pod: &Arc<PodInfo>) {
         if let Err(e) = self.cache.remove_pod(pod) {
             tracing::debug!(error = %e, "engine: removing a pod");
+        }
+        if let Some(groups) = &self.groups {
+            groups.pod_deleted(pod);
         }
         self.queue.move_all_to_active_or_backoff(
             well_known::ASSIGNED_POD_DELETE,
@@ -284,9 +324,12 @@ impl Engine<'_> {
             self.cache
                 .add_pod(info.clone())
                 .map_err(|e| BenchError::Setup(format!("pre-bound pod: {e}")))?;
-            self.bound.entry(ns.to_string()).or_default().push(info);
+            self.bound.entry(ns.to_string()).or_default().push(info.clone());
         } else {
-            self.queue.add(info);
+            self.queue.add(info.clone());
+        }
+        if let Some(groups) = &self.groups {
+            groups.pod_seen(&info, pre_bound);
         }
         *self.created.entry(ns.to_string()).or_default() += 1;
         Ok(())
@@ -345,7 +388,7 @@ impl Engine<'_> {
 /// A binding cycle handed to the binding thread.
 struct Binding {
     fwk: Arc<Framework>,
-    task: Box<unisched_framework::BindingTask>,
+    task: Box<BindingTask>,
     qpi: QueuedPodInfo,
     started: Instant,
 }
@@ -402,10 +445,20 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
     let metrics = Metrics::new().map_err(|e| BenchError::Setup(e.to_string()))?;
     let dra_api = Arc::new(MemDraApi::new(metrics.clone()));
     let dra_cache = Arc::new(DraCache::new());
-    let registry = Registry::in_tree(
-        PluginContext::new(Arc::new(CountingBinder(metrics.clone())))
-            .with_dra(dra_cache.clone(), dra_api.clone()),
-    );
+    let gates = crate::feature_gates(w)?;
+    let mut features = PluginFeatures::default();
+    features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
+    features.workload_resource_claims = gates.enabled("DRAWorkloadResourceClaims");
+    let mut context = PluginContext::new(Arc::new(CountingBinder(metrics.clone())))
+        .with_dra(dra_cache.clone(), dra_api.clone())
+        .with_features(features);
+    let group_store = gates
+        .enabled("GenericWorkload")
+        .then(|| Arc::new(PodGroupStore::new()));
+    if let Some(store) = &group_store {
+        context = context.with_pod_groups(store.clone(), gates.enabled("TopologyAwareWorkloadScheduling"));
+    }
+    let registry = Registry::in_tree(context);
     let mut profiles = HashMap::new();
     let mut frameworks = Vec::new();
     for p in &cfg.profiles {
@@ -449,6 +502,7 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
         .map_err(|e| BenchError::Setup(format!("starting the binding thread: {e}")))?;
     let mut e = Engine {
         dra: EngineDra::new(dra_api, dra_cache, &queue),
+        groups: group_store.map(|store| EngineGroups::new(store, queue.clone())),
         binder,
         bound_rx,
         in_flight: 0,
@@ -502,9 +556,29 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
                     );
                 }
             }
+            Op::CreatePodGroups {
+                count,
+                namespace,
+                template_path,
+                template_params,
+            } => {
+                let t = w.template(template_path)?;
+                let Some(groups) = &e.groups else {
+                    e.notes.push(format!(
+                        "GenericWorkload is off: the PodGroups of {template_path} are not created"
+                    ));
+                    continue;
+                };
+                for k in 0..*count {
+                    let group: PodGroup =
+                        api_object(render_pod_group(t, k, template_params, namespace)?, "PodGroup")?;
+                    groups.add_group(group);
+                }
+            }
             Op::CreatePods {
                 count,
                 pod_template_path,
+                template_params,
                 mix_pod_template_paths,
                 namespace,
                 collect_metrics,
@@ -514,7 +588,7 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
                 skip_wait_to_completion,
             } => {
                 let ns = namespace.clone().unwrap_or_else(|| format!("bench-{i}"));
-                let t = PodTemplates::new(w, pod_template_path, mix_pod_template_paths)?;
+                let t = PodTemplates::new(w, pod_template_path, mix_pod_template_paths, template_params)?;
                 if *collect_metrics {
                     e.measured_ns.push(ns.clone());
                     phase.start();

@@ -823,6 +823,7 @@ fn start_scheduler(
     opts: &ExternalOptions,
     cp: &ControlPlane,
     base: Option<&str>,
+    w: &Workload,
 ) -> Result<SchedulerProcess, BenchError> {
     let setup = |e: std::io::Error| BenchError::Setup(format!("starting {}: {e}", who.as_str()));
     let log = std::fs::File::create(cp.dir.join(format!("scheduler-{}.log", who.as_str()))).map_err(setup)?;
@@ -855,6 +856,11 @@ fn start_scheduler(
                     "0",
                 ])
                 .args(["--seed", &opts.seed.to_string()]);
+            // kube-scheduler runs the control plane's gates (a superset); unisched the
+            // workload's own, since it refuses gates it does not run.
+            if !w.feature_gates.is_empty() {
+                c.args(["--feature-gates", &w.feature_gates_flag()]);
+            }
             c
         }
         Contender::Embedded => {
@@ -979,7 +985,7 @@ fn run_one(
             .map_err(|e| BenchError::Setup(format!("admin.kubeconfig: {e}")))?;
         kube::Client::try_from(cfg).map_err(|e| BenchError::Setup(format!("API client: {e}")))
     })?;
-    let mut sched = start_scheduler(who, opts, &cp, base)?;
+    let mut sched = start_scheduler(who, opts, &cp, base, w)?;
     let pids = Pids {
         scheduler: sched.child.id(),
         apiserver: cp.pid("kube-apiserver")?,

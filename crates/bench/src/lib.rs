@@ -23,6 +23,7 @@ mod alloc;
 mod driver;
 mod engine;
 mod engine_dra;
+mod engine_groups;
 pub mod external;
 pub mod leftovers;
 mod limit;
@@ -94,6 +95,12 @@ pub fn run(workload: &Workload, mode: Mode, opts: &RunOptions) -> Result<RunRepo
         Mode::Full | Mode::Limit => run::run_api(workload, mode, opts),
         Mode::Engine => engine::run_engine(workload, opts),
     }
+}
+
+/// The workload's `featureGates` over the defaults, as the scheduler under test runs them.
+pub(crate) fn feature_gates(w: &Workload) -> Result<unisched_features::FeatureGates, BenchError> {
+    unisched_features::FeatureGates::from_settings(w.feature_gates.clone())
+        .map_err(|e| BenchError::Workload(format!("{}: featureGates: {e}", w.name)))
 }
 
 /// Whether the in-tree registry has the `DynamicResources` plugin (DRA workloads schedule their

@@ -129,6 +129,7 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
     config.leader_election.leader_elect = false;
     config.client_connection.qps = -1.0;
     let seed = opts.seed;
+    let feature_gates = crate::feature_gates(w)?;
     let under = sched_rt.block_on(async move {
         let kconfig = kube::Config::new(
             url.parse()
@@ -149,7 +150,7 @@ pub(crate) fn run_api(w: &Workload, mode: Mode, opts: &RunOptions) -> Result<Run
                     health_addr: None,
                     default_namespace: "default".into(),
                     binding_connections: None,
-                    feature_gates: Default::default(),
+                    feature_gates,
                 };
                 let s = Arc::new(
                     Scheduler::new(client, options)

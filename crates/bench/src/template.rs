@@ -3,8 +3,10 @@
 //! Rendering happens on the text before YAML parsing (as upstream's Go templates do), so
 //! `int: {{.Index}}` yields a number and `name: node-{{.Index}}` a string. A placeholder is a
 //! variable (`.Index`, `.Node`, …) optionally followed by integer operations evaluated left to
-//! right without precedence: `{{.I % 2 * 2 + 1}}` is `((I % 2) * 2) + 1`. Text without any
-//! placeholder is parsed once and cloned.
+//! right without precedence: `{{.I % 2 * 2 + 1}}` is `((I % 2) * 2) + 1`. `{{DivideInt .a .b}}`
+//! is `.a / .b`, the spelling of upstream's templates, so theirs read the same here. An op's
+//! `templateParams` become integer variables of its templates. Text without any placeholder is
+//! parsed once and cloned.
 
 use std::collections::BTreeMap;
 
@@ -23,7 +25,7 @@ pub enum Var {
 
 /// Variables for one rendering.
 #[derive(Clone, Debug, Default)]
-pub struct Vars(BTreeMap<&'static str, Var>);
+pub struct Vars(BTreeMap<String, Var>);
 
 impl Vars {
     /// No variables.
@@ -35,14 +37,23 @@ impl Vars {
     #[must_use]
     pub fn int(mut self, name: &'static str, v: usize) -> Self {
         self.0
-            .insert(name, Var::Int(i64::try_from(v).unwrap_or(i64::MAX)));
+            .insert(name.to_string(), Var::Int(i64::try_from(v).unwrap_or(i64::MAX)));
+        self
+    }
+
+    /// Adds integer variables by name (an op's `templateParams`).
+    #[must_use]
+    pub fn params(mut self, params: &BTreeMap<String, i64>) -> Self {
+        for (name, v) in params {
+            self.0.insert(name.clone(), Var::Int(*v));
+        }
         self
     }
 
     /// Adds a string variable.
     #[must_use]
     pub fn str(mut self, name: &'static str, v: &str) -> Self {
-        self.0.insert(name, Var::Str(v.to_string()));
+        self.0.insert(name.to_string(), Var::Str(v.to_string()));
         self
     }
 }
@@ -143,6 +154,9 @@ enum ExpressionError {
     /// `/` or `%` by zero.
     #[error("division by zero")]
     DivisionByZero,
+    /// A function given more operands than it takes.
+    #[error("{0} takes two operands")]
+    TrailingOperand(String),
     /// An operator other than `+ - * / %`.
     #[error("unknown operator {0:?} (use + - * / %)")]
     UnknownOperator(String),
@@ -175,6 +189,9 @@ fn known(vars: &Vars) -> String {
 fn eval(expr: &str, vars: &Vars) -> Result<Var, ExpressionError> {
     let mut toks = expr.split_whitespace();
     let first = toks.next().ok_or(ExpressionError::Empty)?;
+    if first == "DivideInt" {
+        return divide_int(toks, vars);
+    }
     let mut acc = operand(first, vars)?;
     while let Some(op) = toks.next() {
         let rhs = toks
@@ -197,6 +214,25 @@ fn eval(expr: &str, vars: &Vars) -> Result<Var, ExpressionError> {
     Ok(acc)
 }
 
+/// `DivideInt a b`: integer division, exactly two operands.
+fn divide_int<'a>(mut toks: impl Iterator<Item = &'a str>, vars: &Vars) -> Result<Var, ExpressionError> {
+    let mut next = || {
+        toks.next()
+            .ok_or_else(|| ExpressionError::MissingOperand("DivideInt".into()))
+            .and_then(|t| operand(t, vars))
+    };
+    let (Var::Int(a), Var::Int(b)) = (next()?, next()?) else {
+        return Err(ExpressionError::NotIntegers("DivideInt".into()));
+    };
+    if toks.next().is_some() {
+        return Err(ExpressionError::TrailingOperand("DivideInt".into()));
+    }
+    if b == 0 {
+        return Err(ExpressionError::DivisionByZero);
+    }
+    Ok(Var::Int(a / b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +249,21 @@ mod tests {
         assert!(substitute("t", "{{.I", &v).is_err());
         let fixed = Template::new("f", "a: 1").unwrap();
         assert!(fixed.is_fixed());
+    }
+
+    #[test]
+    fn divide_int_and_template_params() {
+        let params = BTreeMap::from([("podsPerGroup".to_string(), 3)]);
+        let v = Vars::new().int("Index", 7).params(&params);
+        let s = substitute(
+            "t",
+            "g-{{DivideInt .Index .podsPerGroup}} m: {{.podsPerGroup}}",
+            &v,
+        )
+        .unwrap();
+        assert_eq!(s, "g-2 m: 3");
+        assert!(substitute("t", "{{DivideInt .Index}}", &v).is_err());
+        assert!(substitute("t", "{{DivideInt .Index 0}}", &v).is_err());
+        assert!(substitute("t", "{{DivideInt .Index 2 3}}", &v).is_err());
     }
 }

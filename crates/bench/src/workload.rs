@@ -19,6 +19,9 @@
 //! ```
 //!
 //! Any op field whose value is a string `$name` takes the workload parameter `name` (any type).
+//! `createPods` may also name `countMultiplier` (its count is `count × countMultiplier`, upstream's
+//! `countMultiplierParam`), and a test case may set `featureGates` for the scheduler under test
+//! (upstream's PodGroup workloads turn `GenericWorkload` on that way).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -54,6 +57,9 @@ struct WorkloadFile {
     name: String,
     #[serde(default)]
     description: String,
+    /// Feature gates of the scheduler under test (engine and full mode, `--external` unisched).
+    #[serde(default)]
+    feature_gates: BTreeMap<String, bool>,
     workload_template: Vec<Value>,
     workloads: Vec<WorkloadEntry>,
 }
@@ -144,14 +150,33 @@ pub enum Op {
         /// Namespace of the claims.
         namespace: String,
     },
-    /// Creates pods (variable `.Index`) and, unless `skipWaitToCompletion`, waits until they are
-    /// scheduled. `collectMetrics` marks the measured phase.
+    /// Creates `count` PodGroups (`scheduling.k8s.io`) in `namespace` from a template (variable
+    /// `.Index` and the `templateParams`), upstream's `createPodGroups`. Pods join one through
+    /// `spec.schedulingGroup.podGroupName`.
+    #[serde(rename_all = "camelCase")]
+    CreatePodGroups {
+        /// How many.
+        count: usize,
+        /// Namespace of the groups (and of their pods).
+        namespace: String,
+        /// PodGroup template.
+        template_path: String,
+        /// Integer variables of the template.
+        #[serde(default)]
+        template_params: BTreeMap<String, i64>,
+    },
+    /// Creates pods (variable `.Index` and the `templateParams`) and, unless
+    /// `skipWaitToCompletion`, waits until they are scheduled. `collectMetrics` marks the
+    /// measured phase.
     #[serde(rename_all = "camelCase")]
     CreatePods {
         /// How many (in steady state: how many in flight).
         count: usize,
         /// Pod template.
         pod_template_path: String,
+        /// Integer variables of the templates.
+        #[serde(default)]
+        template_params: BTreeMap<String, i64>,
         /// More pod templates: pod `i` uses template `i % n` of `[podTemplatePath, these…]`.
         #[serde(default)]
         mix_pod_template_paths: Vec<String>,
@@ -222,7 +247,9 @@ impl Op {
             Op::CreateNodes {
                 node_template_path, ..
             } => vec![node_template_path],
-            Op::CreateAny { template_path, .. } => vec![template_path],
+            Op::CreateAny { template_path, .. } | Op::CreatePodGroups { template_path, .. } => {
+                vec![template_path]
+            }
             Op::CreateResourceSlices {
                 slice_template_paths,
                 devices,
@@ -269,6 +296,8 @@ pub struct Workload {
     pub timeout_seconds: f64,
     /// Built with the smoke parameters.
     pub smoke: bool,
+    /// Feature gates of the scheduler under test.
+    pub feature_gates: BTreeMap<String, bool>,
 }
 
 impl Workload {
@@ -311,6 +340,23 @@ impl Workload {
             .sum()
     }
 
+    /// Whether the scheduler under test schedules PodGroups (the `GenericWorkload` gate on).
+    pub fn schedules_pod_groups(&self) -> bool {
+        self.feature_gates
+            .get("GenericWorkload")
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The feature gates as a `--feature-gates` value (`A=true,B=false`).
+    pub fn feature_gates_flag(&self) -> String {
+        self.feature_gates
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Nodes created.
     pub fn nodes(&self) -> usize {
         self.ops
@@ -327,6 +373,7 @@ impl Workload {
 struct Entry {
     case: String,
     description: String,
+    feature_gates: BTreeMap<String, bool>,
     ops: Vec<Value>,
     entry: Arc<WorkloadEntryData>,
 }
@@ -395,6 +442,7 @@ impl Catalog {
                     entries.push(Entry {
                         case: case.name.clone(),
                         description: case.description.clone(),
+                        feature_gates: case.feature_gates.clone(),
                         ops: case.workload_template.clone(),
                         entry: Arc::new(WorkloadEntryData {
                             name: w.name,
@@ -457,6 +505,7 @@ impl Catalog {
         let mut ops = Vec::new();
         for (i, raw) in e.ops.iter().enumerate() {
             let filled = fill_params(raw, &params)
+                .and_then(multiply_count)
                 .map_err(|m| BenchError::Workload(format!("{name}: op {i}: {m}")))?;
             let op: Op = serde_json::from_value(filled)
                 .map_err(|err| BenchError::Workload(format!("{name}: op {i}: {err}")))?;
@@ -485,6 +534,7 @@ impl Catalog {
                 .timeout_seconds
                 .unwrap_or(if smoke { 60.0 } else { 900.0 }),
             smoke,
+            feature_gates: e.feature_gates.clone(),
         })
     }
 }
@@ -515,6 +565,28 @@ enum ParamsError {
     /// The op names a parameter (`$name`) the workload does not set.
     #[error("parameter {0} is not set")]
     Unset(String),
+    /// `count` or `countMultiplier` is not a non-negative integer.
+    #[error("{0} must be a non-negative integer")]
+    NotACount(&'static str),
+}
+
+/// Folds `countMultiplier` into `count`: the op then creates `count × countMultiplier` objects.
+fn multiply_count(mut op: Value) -> Result<Value, ParamsError> {
+    let Some(fields) = op.as_object_mut() else {
+        return Ok(op);
+    };
+    let Some(multiplier) = fields.remove("countMultiplier") else {
+        return Ok(op);
+    };
+    let multiplier = multiplier
+        .as_u64()
+        .ok_or(ParamsError::NotACount("countMultiplier"))?;
+    let count = fields
+        .get("count")
+        .and_then(Value::as_u64)
+        .ok_or(ParamsError::NotACount("count"))?;
+    fields.insert("count".into(), Value::from(count.saturating_mul(multiplier)));
+    Ok(op)
 }
 
 /// Replaces `$name` strings by parameter values, recursively.
@@ -599,6 +671,52 @@ workloads:
         f[2].1 = f[2].1.replace("count: $pods", "count: $missing");
         let err = Catalog::from_files(f).unwrap_err().to_string();
         assert!(err.contains("$missing"), "{err}");
+    }
+
+    #[test]
+    fn pod_groups_count_multiplier_and_feature_gates() {
+        let mut f = files();
+        f.push((
+            "templates/group.yaml".into(),
+            "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: g-{{.Index}}}\n".into(),
+        ));
+        f[2].1 = r#"
+name: Gangs
+featureGates: {GenericWorkload: true}
+workloadTemplate:
+- opcode: createPodGroups
+  count: $groups
+  namespace: ns
+  templatePath: templates/group.yaml
+  templateParams: {podsPerGroup: $per}
+- opcode: createPods
+  count: $groups
+  countMultiplier: $per
+  namespace: ns
+  podTemplatePath: templates/pod.yaml
+  templateParams: {podsPerGroup: $per}
+  collectMetrics: true
+workloads:
+- name: small
+  params: {groups: 4, per: 3}
+"#
+        .into();
+        let w = Catalog::from_files(f)
+            .unwrap()
+            .workload("Gangs/small", false)
+            .unwrap();
+        assert_eq!(w.measured_pods(), 12);
+        assert!(w.schedules_pod_groups());
+        assert_eq!(w.feature_gates_flag(), "GenericWorkload=true");
+        assert_eq!(
+            w.ops[0],
+            Op::CreatePodGroups {
+                count: 4,
+                namespace: "ns".into(),
+                template_path: "templates/group.yaml".into(),
+                template_params: BTreeMap::from([("podsPerGroup".into(), 3)]),
+            }
+        );
     }
 
     #[test]

@@ -124,4 +124,23 @@ smoke! {
     consumable_capacity: "SchedulingWithResourceClaimTemplateConsumableCapacity/3500pods_500nodes" => [Full, Limit, Engine];
     node_allocatable_cpu: "NodeAllocatableCPU/2000pods_500nodes" => [Full, Limit, Engine];
     at_scale: "SchedulingAtScale/5000nodes_150000pods" => [Full, Limit, Engine];
+    // PodGroups: engine mode, every gang whole, is tests/podgroups.rs.
+    gang_3x1000: "GangScheduling/5000Nodes_1000Gangs_3000Pods" => [Full];
+    gang_3x2000: "GangScheduling/5000Nodes_2000Gangs_6000Pods" => [Full];
+    gang_3x3000: "GangScheduling/5000Nodes_3000Gangs_9000Pods" => [Full];
+    gang_1000x3: "GangScheduling/5000Nodes_3Gangs_3000Pods_1000PerGroup" => [Full];
+    gang_1000x6: "GangScheduling/5000Nodes_6Gangs_6000Pods_1000PerGroup" => [Full];
+    gang_1000x9: "GangScheduling/5000Nodes_9Gangs_9000Pods_1000PerGroup" => [Full];
+    basic_group_3x1000: "BasicScheduling/5000Nodes_1000Groups_3000Pods" => [Full];
+    basic_group_3x2000: "BasicScheduling/5000Nodes_2000Groups_6000Pods" => [Full];
+    basic_group_3x3000: "BasicScheduling/5000Nodes_3000Groups_9000Pods" => [Full];
+    basic_group_1000x3: "BasicScheduling/5000Nodes_3Groups_3000Pods_1000PerGroup" => [Full];
+    basic_group_1000x6: "BasicScheduling/5000Nodes_6Groups_6000Pods_1000PerGroup" => [Full];
+    basic_group_1000x9: "BasicScheduling/5000Nodes_9Groups_9000Pods_1000PerGroup" => [Full];
+    tas_4x750: "TopologyAwareScheduling/5000Nodes_750Gangs_3000Pods" => [Full];
+    tas_4x1500: "TopologyAwareScheduling/5000Nodes_1500Gangs_6000Pods" => [Full];
+    tas_4x2250: "TopologyAwareScheduling/5000Nodes_2250Gangs_9000Pods" => [Full];
+    tas_1000x3: "TopologyAwareScheduling/5000Nodes_3Gangs_3000Pods_1000PerGroup" => [Full];
+    tas_1000x6: "TopologyAwareScheduling/5000Nodes_6Gangs_6000Pods_1000PerGroup" => [Full];
+    tas_1000x9: "TopologyAwareScheduling/5000Nodes_9Gangs_9000Pods_1000PerGroup" => [Full];
 }
