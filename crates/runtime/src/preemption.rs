@@ -294,14 +294,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn metrics_are_recorded_and_writes_need_the_lease() {
-        use unisched_plugins::testing::PodBuilder;
-
+    /// A preemptor whose writer does not lead: every write fails at once with NotLeader,
+    /// without touching the network.
+    fn not_leading_preemptor() -> (RuntimePreemptor, Metrics) {
         let metrics = Metrics::new().unwrap();
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        // Not the leader: every write fails at once with NotLeader, without touching the network.
         let writer = ApiWriter::new(
             client,
             0.0,
@@ -310,7 +308,17 @@ mod tests {
             crate::writer::LeaderFlag::new(false),
         );
         let events = crate::events::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
-        let p = RuntimePreemptor::new(writer, Handle::current(), events, metrics.clone());
+        (
+            RuntimePreemptor::new(writer, Handle::current(), events, metrics.clone()),
+            metrics,
+        )
+    }
+
+    #[tokio::test]
+    async fn metrics_are_recorded_and_writes_need_the_lease() {
+        use unisched_plugins::testing::PodBuilder;
+
+        let (p, metrics) = not_leading_preemptor();
         p.attempted();
         p.attempted();
         p.execute(PreemptionPlan {
@@ -344,18 +352,7 @@ mod tests {
     async fn a_pod_held_while_preempting_is_activated_when_the_evictions_are_written() {
         use unisched_plugins::testing::PodBuilder;
 
-        let metrics = Metrics::new().unwrap();
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let writer = ApiWriter::new(
-            client,
-            0.0,
-            1,
-            metrics.clone(),
-            crate::writer::LeaderFlag::new(false),
-        );
-        let events = crate::events::spawn_event_writer(writer.clone(), metrics.clone(), "test".into(), 10);
-        let p = RuntimePreemptor::new(writer, Handle::current(), events, metrics);
+        let (p, _) = not_leading_preemptor();
         let activated: Arc<Mutex<Vec<String>>> = Arc::default();
         let seen = activated.clone();
         p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
