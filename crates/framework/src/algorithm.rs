@@ -265,14 +265,15 @@ impl SchedulingAlgorithm {
         let mut candidates = pre_filter_candidates(fwk, all, pre_result, &mut diagnosis);
         if let Some(placement) = &placement {
             // A pod-group placement narrows the nodes as upstream's placement snapshot does:
-            // the others are not considered at all.
-            candidates = Cow::Owned(
-                candidates
-                    .iter()
+            // the others are not considered at all. Unless PreFilter narrowed them already, the
+            // placement's names are looked up rather than every node tested against them.
+            candidates = Cow::Owned(match candidates {
+                Cow::Borrowed(_) => snapshot.subset(placement.iter()),
+                Cow::Owned(narrowed) => narrowed
+                    .into_iter()
                     .filter(|n| placement.contains(n.name()))
-                    .cloned()
                     .collect(),
-            );
+            });
         }
         let n = candidates.len();
         if n == 0 {

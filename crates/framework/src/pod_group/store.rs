@@ -120,6 +120,22 @@ impl PodGroupStore {
         remove_member(&mut self.inner.write(), &key, &uid);
     }
 
+    /// How many member pods the watches saw (bound or not): upstream's "all pods" count. Cheaper
+    /// than [`Self::counts`], which walks the members for the placed ones.
+    pub fn member_count(&self, key: &PodGroupKey) -> usize {
+        self.inner.read().members.get(key).map_or(0, BTreeMap::len)
+    }
+
+    /// Whether the group's pods may enter the queue now: the group exists and, for a gang,
+    /// `minCount` of its pods exist. GangScheduling's PreEnqueue refuses exactly when this is false.
+    pub fn admits_members(&self, key: &PodGroupKey) -> bool {
+        let inner = self.inner.read();
+        let Some(group) = inner.groups.get(key) else {
+            return false;
+        };
+        !group.is_gang() || inner.members.get(key).map_or(0, BTreeMap::len) >= group.min_count()
+    }
+
     /// How many members the group has and how many are placed: bound ones, plus those
     /// `is_assumed` says are assumed (the cache knows; the watches do not yet).
     pub fn counts(&self, key: &PodGroupKey, is_assumed: &dyn Fn(&str) -> bool) -> MemberCounts {

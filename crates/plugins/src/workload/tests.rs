@@ -334,6 +334,70 @@ fn hints() {
     );
 }
 
+/// With the runtime's groups, a pod added to a gang is offered to the gang's waiting members only
+/// once the gang can pass PreEnqueue, and the narrowing names exactly the pods the hint would
+/// queue (the queue's own tests check the narrowing against a walk of the whole pool).
+#[test]
+fn pod_added_waits_for_the_quorum_with_a_store() {
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(Arc::new(group("ns", "pg", Some(3), None)));
+    store.set_group(Arc::new(group("ns", "basic", None, None)));
+    let plugin = GangScheduling::new(Some(store.clone()));
+    let events = unisched_framework::EnqueueExtensions::events_to_register(&plugin);
+    let pod_add = |label: &str| {
+        events
+            .iter()
+            .find(|e| e.event.label == label)
+            .unwrap_or_else(|| panic!("{label} registered"))
+            .clone()
+    };
+    let waiting = member("w", "pg").build();
+    let of_other_group = member("o", "other").build();
+    let no_group = PodBuilder::new("x").namespace("ns").uid("x").build();
+    for label in ["UnscheduledPodAdd", "AssignedPodAdd"] {
+        let narrowing = pod_add(label).narrowing.expect("narrowed");
+        let waiting_keys = (narrowing.pod_keys)(&waiting);
+        assert_eq!(waiting_keys, vec!["podgroup:ns/pg".to_string()]);
+        assert!((narrowing.pod_keys)(&no_group).is_empty());
+        // (members seen, the added pod, want for the waiting member, want keys)
+        let cases: Vec<(usize, Option<&str>, QueueingHint, Vec<String>)> = vec![
+            (1, Some("pg"), QueueingHint::Skip, vec![]),
+            (2, Some("pg"), QueueingHint::Skip, vec![]),
+            (3, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
+            (4, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
+            (4, Some("other"), QueueingHint::Skip, vec![]),
+            (4, Some("basic"), QueueingHint::Skip, vec!["podgroup:ns/basic".to_string()]),
+            (4, None, QueueingHint::Skip, vec![]),
+        ];
+        for (seen, added_group, want, want_keys) in cases {
+            let store = Arc::new(PodGroupStore::new());
+            store.set_group(Arc::new(group("ns", "pg", Some(3), None)));
+            store.set_group(Arc::new(group("ns", "basic", None, None)));
+            for i in 0..seen {
+                store.observe_pod(&member(&format!("m{i}"), "pg").build());
+            }
+            let plugin = GangScheduling::new(Some(store));
+            let registered = unisched_framework::EnqueueExtensions::events_to_register(&plugin)
+                .into_iter()
+                .find(|e| e.event.label == label)
+                .expect("registered");
+            let (hint, narrowing) = (registered.hint.unwrap(), registered.narrowing.unwrap());
+            let added = EventObject::pod(match added_group {
+                Some(g) => member("n", g).build(),
+                None => PodBuilder::new("n").namespace("ns").uid("n").build(),
+            });
+            let name = format!("{label}: {seen} members, a pod of {added_group:?} added");
+            assert_eq!(hint(&waiting, None, Some(&added)).unwrap(), want, "{name}");
+            assert_eq!(
+                hint(&of_other_group, None, Some(&added)).unwrap(),
+                QueueingHint::Skip,
+                "{name}: another group's member"
+            );
+            assert_eq!((narrowing.event_keys)(None, Some(&added)), Some(want_keys), "{name}");
+        }
+    }
+}
+
 #[test]
 fn topology_placements() {
     let nodes = || {
