@@ -389,12 +389,12 @@ impl SecureServingBuilder {
             cert_dir,
         )?;
         let certificate = Arc::new(ReloadingCertificate::new(source)?);
-        let authentication_client = self
-            .client(
-                options.authentication_kubeconfig.as_ref(),
-                "the authentication ConfigMap",
-            )
-            .await?;
+        // The ConfigMap is read with the TokenReviews' client, as upstream (the warning about a
+        // missing client comes from `authorities`).
+        let authentication_client = match &options.authentication_kubeconfig {
+            Some(path) => Some(client_from(path).await?),
+            None => self.default_client.clone(),
+        };
         let authorities = self.authorities(authentication_client.as_ref()).await?;
         let client_verifier = Arc::new(DynamicClientVerifier::new(authorities.handshake()));
         let config = tls::server_config(certificate.clone(), client_verifier.clone())?;
