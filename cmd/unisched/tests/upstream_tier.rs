@@ -1206,6 +1206,26 @@ fn secure_serving_trusts_the_client_ca_of_the_api_servers_configmap() {
         stranger, None,
         "a certificate the cluster's CA did not sign gets no connection"
     );
+    // curl offers HTTP/2 by ALPN and gets it, as from kube-scheduler.
+    let version = Command::new("curl")
+        .args([
+            "-sk",
+            "--http2",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version}",
+        ])
+        .arg(format!("https://127.0.0.1:{port}/healthz"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        "2",
+        "the HTTP version curl negotiated"
+    );
 }
 
 /// A Job of three 1-CPU pods with `scheduling.schedulingPolicy.gang.minCount: 3` on two 4-CPU
