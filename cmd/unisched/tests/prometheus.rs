@@ -199,6 +199,17 @@ impl SecurePort {
     /// One GET, with `Authorization: Bearer <token>` when given. The server name checked is
     /// 127.0.0.1, as Prometheus checks it.
     fn get(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+        self.send("GET", path, token, "")
+    }
+
+    /// One request of `method` with `body`, as [`SecurePort::get`].
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> std::io::Result<(u16, String)> {
         let tcp = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
         tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
         tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
@@ -211,8 +222,10 @@ impl SecurePort {
             .unwrap_or_default();
         write!(
             tls,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\r\n",
-            self.addr
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\
+             Content-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
         )?;
         tls.flush()?;
         let mut raw = Vec::new();
@@ -1025,7 +1038,10 @@ fn profiling_endpoints_need_a_non_resource_url_right() {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": "unisched-profiler"},
-            "rules": [{"nonResourceURLs": ["/debug/pprof", "/debug/pprof/*"], "verbs": ["get"]}]
+            "rules": [
+                {"nonResourceURLs": ["/debug/pprof", "/debug/pprof/*"], "verbs": ["get"]},
+                {"nonResourceURLs": ["/debug/flags/v"], "verbs": ["put"]}
+            ]
         }),
     );
     create(
@@ -1106,4 +1122,23 @@ fn profiling_endpoints_need_a_non_resource_url_right() {
     assert_eq!(status, 403, "no profile without the right");
     let (status, _) = secure.get("/metrics", profiler).unwrap();
     assert_eq!(status, 403, "the profiler's right is not the metrics reader's");
+
+    // The log verbosity, changed with `put` on /debug/flags/v (the HTTP method is the verb).
+    let (status, body) = secure
+        .send("PUT", "/debug/flags/v", Some(&scheduler_token), "4")
+        .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains(r#"cannot put path \"/debug/flags/v\""#), "{body}");
+    let (status, body) = secure.send("PUT", "/debug/flags/v", profiler, "4").unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "successfully set klog.logging.verbosity to 4\n")
+    );
+    let (status, body) = secure.send("PUT", "/debug/flags/v", profiler, "loud").unwrap();
+    assert_eq!(status, 400, "{body}");
+    let log = fs::read_to_string(h.path("unisched.log")).unwrap();
+    assert!(
+        log.contains("log verbosity changed through /debug/flags/v"),
+        "the change is logged (and, at -v 4, visible):\n{log}"
+    );
 }
