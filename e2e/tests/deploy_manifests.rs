@@ -291,7 +291,8 @@ fn every_manifest_parses_into_its_type_without_losing_fields() {
     assert_eq!(m.cluster_roles.len(), 2);
     assert_eq!(m.cluster_role_bindings.len(), 2);
     assert_eq!(m.roles.len(), 1);
-    assert_eq!(m.role_bindings.len(), 1);
+    // Leader election's, and the built-in extension-apiserver-authentication-reader's in kube-system.
+    assert_eq!(m.role_bindings.len(), 2);
     assert_eq!(m.config_maps.len(), 1);
     assert_eq!(m.deployments.len(), 1);
     assert_eq!(m.services.len(), 1);
@@ -310,7 +311,13 @@ fn objects_live_in_unisched_system_with_common_labels() {
         }
         let cluster_scoped = matches!(doc.kind(), "Namespace" | "ClusterRole" | "ClusterRoleBinding");
         let ns = doc.value["metadata"]["namespace"].as_str();
-        if cluster_scoped {
+        // The one object outside: a RoleBinding can only grant a Role of its own namespace, and the
+        // ConfigMap with the API server's client CA lives in kube-system.
+        let reads_authentication_configmap =
+            doc.kind() == "RoleBinding" && doc.value["roleRef"]["name"] == AUTHENTICATION_READER_ROLE;
+        if reads_authentication_configmap {
+            assert_eq!(ns, Some(AUTHENTICATION_NAMESPACE), "{}: {}", doc.file, doc.name());
+        } else if cluster_scoped {
             assert_eq!(ns, None, "{}: {} is cluster-scoped", doc.file, doc.kind());
         } else {
             assert_eq!(
@@ -717,11 +724,36 @@ const fn lease(verb: &'static str, name: Option<&'static str>, why: &'static str
     }
 }
 
+/// The ConfigMap where the API server publishes its client CA and front-proxy settings, read by
+/// secure serving when --client-ca-file / --requestheader-client-ca-file are not given.
+const AUTHENTICATION_NAMESPACE: &str = "kube-system";
+const AUTHENTICATION_CONFIGMAP: &str = "extension-apiserver-authentication";
+/// The bootstrap Role in kube-system that grants reading it (get, list, watch; that name only).
+const AUTHENTICATION_READER_ROLE: &str = "extension-apiserver-authentication-reader";
+
+const fn authentication_configmap(verb: &'static str, why: &'static str) -> Call {
+    Call {
+        group: "",
+        resource: "configmaps",
+        verb,
+        namespace: Some(AUTHENTICATION_NAMESPACE),
+        name: Some(AUTHENTICATION_CONFIGMAP),
+        why,
+        use_: Use::Now,
+    }
+}
+
 /// Every call the runtime makes (crates/runtime: informers.rs, writer.rs, events.rs, leader.rs)
 /// or is about to make. `readme_permission_table_is_the_call_table` keeps deploy/README.md's
 /// permission table equal to it; the upstream tier checks the calls a real API server sees.
 const CALLS: &[Call] = &[
     call("", "pods", "list", "pod informer (queue and cache)", Use::Now),
+    authentication_configmap(
+        "get",
+        "secure serving: the client CA and front-proxy settings, read once before serving",
+    ),
+    authentication_configmap("list", "secure serving: follow the ConfigMap (by name)"),
+    authentication_configmap("watch", "secure serving: a rotated CA applies"),
     call(
         "authentication.k8s.io",
         "tokenreviews",
@@ -1085,6 +1117,19 @@ fn built_in_cluster_role(name: &str) -> Option<Vec<PolicyRule>> {
     })
 }
 
+/// The rules of the bootstrap Roles the manifests bind (the API server reconciles them).
+fn built_in_role(namespace: &str, name: &str) -> Option<Vec<PolicyRule>> {
+    (namespace == AUTHENTICATION_NAMESPACE && name == AUTHENTICATION_READER_ROLE).then(|| {
+        vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".to_string()]),
+            resource_names: Some(vec![AUTHENTICATION_CONFIGMAP.to_string()]),
+            verbs: ["get", "list", "watch"].map(str::to_string).to_vec(),
+            ..PolicyRule::default()
+        }]
+    })
+}
+
 fn effective_rbac(m: &Manifests) -> Rbac {
     let sa = m
         .pod_spec()
@@ -1128,6 +1173,11 @@ fn effective_rbac(m: &Manifests) -> Rbac {
             "RoleBinding {:?} binds a Role",
             b.metadata.name
         );
+        if let Some(rules) = built_in_role(&bns, &b.role_ref.name) {
+            rbac.namespaced
+                .extend(rules.into_iter().map(|r| (bns.clone(), r)));
+            continue;
+        }
         let role = m
             .roles
             .iter()
@@ -1386,6 +1436,21 @@ fn rbac_has_no_wildcards_and_refuses_what_unisched_must_not_do() {
             verb: "patch",
             namespace: Some("default"),
             name: Some("c"),
+        },
+        // Of kube-system's ConfigMaps, only the API server's authentication settings, read only.
+        Request {
+            group: "",
+            resource: "configmaps",
+            verb: "get",
+            namespace: Some(AUTHENTICATION_NAMESPACE),
+            name: Some("kubeadm-config"),
+        },
+        Request {
+            group: "",
+            resource: "configmaps",
+            verb: "update",
+            namespace: Some(AUTHENTICATION_NAMESPACE),
+            name: Some(AUTHENTICATION_CONFIGMAP),
         },
     ];
     for r in denied {

@@ -199,6 +199,17 @@ impl SecurePort {
     /// One GET, with `Authorization: Bearer <token>` when given. The server name checked is
     /// 127.0.0.1, as Prometheus checks it.
     fn get(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+        self.send("GET", path, token, "")
+    }
+
+    /// One request of `method` with `body`, as [`SecurePort::get`].
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> std::io::Result<(u16, String)> {
         let tcp = TcpStream::connect_timeout(&self.addr, Duration::from_secs(2))?;
         tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
         tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
@@ -211,8 +222,10 @@ impl SecurePort {
             .unwrap_or_default();
         write!(
             tls,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\r\n",
-            self.addr
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{authorization}\
+             Content-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
         )?;
         tls.flush()?;
         let mut raw = Vec::new();
@@ -972,5 +985,160 @@ fn dashboard_queries_and_alert_rules_work_against_the_real_binary() {
         queries.len(),
         exprs.len(),
         h.started.elapsed()
+    );
+}
+
+/// With `enableProfiling: true`, the `/debug/pprof/` endpoints sit behind the same delegated
+/// authentication and authorization as `/metrics`, against the embedded control plane's
+/// TokenReviews and SubjectAccessReviews: 401 for a token nobody issued, 403 for anonymous and for
+/// the scheduler's own account (no right on the path), 200 for an account whose ClusterRole grants
+/// `get` on the non-resource URLs `/debug/pprof/*`; Go-only profiles are 404 even then.
+#[test]
+fn profiling_endpoints_need_a_non_resource_url_right() {
+    let mut h = Harness::new();
+    let scenario_dir = h
+        .write("scenario/cluster.yaml", &node("node-0"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let kubeconfig = h.path("kubeconfig");
+    h.spawn(
+        "sim",
+        Command::new(BIN)
+            .arg("sim")
+            .arg(&scenario_dir)
+            .args([
+                "--serve",
+                "--no-scheduler",
+                "--settle-ms",
+                "100",
+                "--timeout",
+                "20",
+                "--kubeconfig-out",
+            ])
+            .arg(&kubeconfig),
+    );
+    let api: SocketAddr = h.wait("the sim's kubeconfig", Duration::from_secs(30), || {
+        let text = fs::read_to_string(&kubeconfig).ok()?;
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: http://"))?;
+        server.trim().parse().ok()
+    });
+    create(
+        api,
+        "/api/v1/namespaces",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    );
+    let (metrics_token, scheduler_token) = metrics_identities(api);
+    create(
+        api,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "unisched-profiler"},
+            "rules": [
+                {"nonResourceURLs": ["/debug/pprof", "/debug/pprof/*"], "verbs": ["get"]},
+                {"nonResourceURLs": ["/debug/flags/v"], "verbs": ["put"]}
+            ]
+        }),
+    );
+    create(
+        api,
+        &format!("/api/v1/namespaces/{PROMETHEUS_NAMESPACE}/serviceaccounts"),
+        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "profiler", "namespace": PROMETHEUS_NAMESPACE}}),
+    );
+    create(
+        api,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        &json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "profiler-unisched"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "unisched-profiler"},
+            "subjects": [{"kind": "ServiceAccount", "name": "profiler",
+                          "namespace": PROMETHEUS_NAMESPACE}]
+        }),
+    );
+    let profiler_token = request_token(api, PROMETHEUS_NAMESPACE, "profiler");
+
+    let config = h.write(
+        "config.yaml",
+        &format!("{}enableProfiling: true\n", shipped_config()),
+    );
+    let secure_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let args = scheduler_args(&config, &kubeconfig, secure_addr, &h.dir);
+    h.spawn(
+        "unisched",
+        Command::new(BIN).args(&args).env("POD_NAMESPACE", NAMESPACE),
+    );
+    let certificate = h.path(CERTIFICATE_FILE);
+    let secure = h.wait("the serving certificate", Duration::from_secs(30), || {
+        SecurePort::new(secure_addr, &certificate)
+    });
+    h.wait("/readyz", Duration::from_secs(30), || {
+        (secure.get("/readyz", None).ok()?.0 == 200).then_some(())
+    });
+
+    for (token, want, who) in [
+        (Some("not-a-token-the-sim-issued"), 401, "an unknown token"),
+        (None, 403, "no token (anonymous)"),
+        (
+            Some(scheduler_token.as_str()),
+            403,
+            "the scheduler's own account (no right on the path)",
+        ),
+        (
+            Some(metrics_token.as_str()),
+            403,
+            "the metrics reader (its right is /metrics only)",
+        ),
+        (Some(profiler_token.as_str()), 200, "the profiler's account"),
+    ] {
+        let (status, body) = secure.get("/debug/pprof/", token).unwrap();
+        assert_eq!(status, want, "/debug/pprof/ with {who}: {body}");
+        if status == 403 {
+            assert!(body.contains(r#"cannot get path \"/debug/pprof/\""#), "{body}");
+        }
+    }
+    let profiler = Some(profiler_token.as_str());
+    let (status, index) = secure.get("/debug/pprof/", profiler).unwrap();
+    assert_eq!(status, 200);
+    assert!(index.contains("<a href='profile'>profile</a>"), "{index}");
+    let (status, cmdline) = secure.get("/debug/pprof/cmdline", profiler).unwrap();
+    assert_eq!(status, 200);
+    assert!(cmdline.split('\0').any(|a| a == "run"), "{cmdline:?}");
+    let (status, _) = secure.get("/debug/pprof/profile?seconds=1", profiler).unwrap();
+    assert_eq!(status, 200, "a one-second CPU profile");
+    let (status, body) = secure.get("/debug/pprof/trace", profiler).unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(body.starts_with("Unknown profile: trace"), "{body}");
+    let (status, _) = secure
+        .get("/debug/pprof/profile?seconds=1", Some(&scheduler_token))
+        .unwrap();
+    assert_eq!(status, 403, "no profile without the right");
+    let (status, _) = secure.get("/metrics", profiler).unwrap();
+    assert_eq!(status, 403, "the profiler's right is not the metrics reader's");
+
+    // The log verbosity, changed with `put` on /debug/flags/v (the HTTP method is the verb).
+    let (status, body) = secure
+        .send("PUT", "/debug/flags/v", Some(&scheduler_token), "4")
+        .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains(r#"cannot put path \"/debug/flags/v\""#), "{body}");
+    let (status, body) = secure.send("PUT", "/debug/flags/v", profiler, "4").unwrap();
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "successfully set klog.logging.verbosity to 4\n")
+    );
+    let (status, body) = secure.send("PUT", "/debug/flags/v", profiler, "loud").unwrap();
+    assert_eq!(status, 400, "{body}");
+    let log = fs::read_to_string(h.path("unisched.log")).unwrap();
+    assert!(
+        log.contains("log verbosity changed through /debug/flags/v"),
+        "the change is logged (and, at -v 4, visible):\n{log}"
     );
 }

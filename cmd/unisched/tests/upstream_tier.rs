@@ -383,7 +383,9 @@ fn audit_key(e: &Value) -> (String, String, String) {
 
 /// What deploy/manifests/rbac.yaml grants: (verb, group, resource) triples, with the rules of the
 /// bootstrap ClusterRole system:auth-delegator (TokenReviews and SubjectAccessReviews of secure
-/// serving) that it binds. Non-resource rules (the metrics reader's) grant no API call.
+/// serving) and of the bootstrap Role extension-apiserver-authentication-reader (the API server's
+/// authentication ConfigMap) that it binds. Non-resource rules (the metrics reader's) grant no API
+/// call.
 fn granted() -> BTreeSet<(String, String, String)> {
     let text = std::fs::read_to_string(repo().join("deploy/manifests/rbac.yaml")).unwrap();
     let mut out = BTreeSet::new();
@@ -395,6 +397,11 @@ fn granted() -> BTreeSet<(String, String, String)> {
                 ("authorization.k8s.io", "subjectaccessreviews"),
             ] {
                 out.insert(("create".to_string(), group.to_string(), resource.to_string()));
+            }
+        }
+        if v["roleRef"]["name"] == "extension-apiserver-authentication-reader" {
+            for verb in ["get", "list", "watch"] {
+                out.insert((verb.to_string(), String::new(), "configmaps".to_string()));
             }
         }
         for rule in v["rules"].as_array().into_iter().flatten() {
@@ -439,8 +446,11 @@ fn documented() -> BTreeSet<(String, String, String)> {
     out
 }
 
-/// Starts `unisched run` with the ServiceAccount's kubeconfig and leader election.
+/// Starts `unisched run` with the ServiceAccount's kubeconfig and leader election. Secure serving
+/// is on (a free loopback port, the deployed flags: no CA files), so that the audit sees the calls
+/// it makes too: the API server's authentication ConfigMap, read and watched.
 fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
+    let secure_port = common::free_port().to_string();
     let mut cmd = Command::new(bin());
     cmd.arg("run").arg("--kubeconfig").arg(cp.scheduler()).args([
         "--leader-elect=true",
@@ -448,8 +458,10 @@ fn run_scheduler(cp: &ControlPlane, config: Option<&Path>) -> ChildGuard {
         "unisched-system",
         "--metrics-bind-address",
         "127.0.0.1:0",
+        "--bind-address",
+        "127.0.0.1",
         "--secure-port",
-        "0",
+        &secure_port,
         "--v",
         "0",
     ]);
@@ -522,6 +534,28 @@ fn the_deployed_identity_is_never_denied_and_uses_only_what_rbac_grants() {
         ungranted.is_empty(),
         "requests outside deploy/ RBAC: {ungranted:?}"
     );
+    // Secure serving without CA flags reads the API server's authentication ConfigMap: a get
+    // before serving, then a list and a watch by name; nothing else of kube-system's.
+    let configmap_calls: BTreeSet<(String, String, String)> = ours
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "configmaps")
+        .map(|e| {
+            let o = &e["objectRef"];
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (text(&e["verb"]), text(&o["namespace"]), text(&o["name"]))
+        })
+        .collect();
+    let expected: BTreeSet<(String, String, String)> = ["get", "list", "watch"]
+        .into_iter()
+        .map(|verb| {
+            (
+                verb.to_string(),
+                "kube-system".to_string(),
+                "extension-apiserver-authentication".to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(configmap_calls, expected, "the authentication ConfigMap's calls");
     // The calls a real server saw are the code's own table; the operator's table must hold them.
     let docs = documented();
     let undocumented: BTreeSet<_> = ours
@@ -1066,6 +1100,131 @@ fn secure_serving_delegates_authentication_and_authorization_to_kube_apiserver()
     assert_eq!(
         stranger, None,
         "a certificate from a foreign CA is refused in the handshake"
+    );
+}
+
+/// Runs openssl with `args`; panics when it fails.
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Without `--client-ca-file`, unisched trusts the client CA that kube-apiserver publishes in
+/// kube-system/extension-apiserver-authentication, as kube-scheduler does in a cluster (the
+/// deployed RBAC lets it read that ConfigMap): a client certificate the cluster's CA signed, in
+/// group system:masters, reads /configz over HTTPS; a self-signed one gets no connection.
+#[test]
+fn secure_serving_trusts_the_client_ca_of_the_api_servers_configmap() {
+    let cp = ControlPlane::start("configmap-ca");
+    let path = |name: &str| cp.dir.join(name).to_str().unwrap().to_string();
+    let (key, csr, crt, ext) = (
+        path("masters.key"),
+        path("masters.csr"),
+        path("masters.crt"),
+        path("masters.ext"),
+    );
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/O=system:masters/CN=tier-admin",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+    ]);
+    let (ca, ca_key) = (path("ca.crt"), path("ca.key"));
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &ext,
+        "-out",
+        &crt,
+    ]);
+    let (stranger_key, stranger_crt) = (path("stranger.key"), path("stranger.crt"));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/O=system:masters/CN=stranger",
+        "-keyout",
+        &stranger_key,
+        "-out",
+        &stranger_crt,
+    ]);
+
+    let port = common::free_port();
+    let _scheduler = ChildGuard(
+        Command::new(bin())
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(cp.scheduler())
+            .args(["--leader-elect=false", "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(cp.dir.join("unisched-configmap-ca.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let healthz = wait_for(Duration::from_secs(60), || {
+        https_get(port, "/healthz", &[]).filter(|(code, _)| *code == 200)
+    });
+    assert!(healthz.is_some(), "/healthz never answered 200 over HTTPS");
+    // The ConfigMap is read before the port is served: the first request already sees the CA.
+    let (code, body) = https_get(port, "/configz", &["--cert", &crt, "--key", &key]).unwrap();
+    assert_eq!(code, 200, "system:masters by the cluster's client CA: {body}");
+    let (code, _) = https_get(port, "/configz", &[]).unwrap();
+    assert_eq!(code, 403, "anonymous");
+    let stranger = https_get(
+        port,
+        "/configz",
+        &["--cert", &stranger_crt, "--key", &stranger_key],
+    );
+    assert_eq!(
+        stranger, None,
+        "a certificate the cluster's CA did not sign gets no connection"
+    );
+    // curl offers HTTP/2 by ALPN and gets it, as from kube-scheduler.
+    let version = Command::new("curl")
+        .args([
+            "-sk",
+            "--http2",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version}",
+        ])
+        .arg(format!("https://127.0.0.1:{port}/healthz"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout),
+        "2",
+        "the HTTP version curl negotiated"
     );
 }
 

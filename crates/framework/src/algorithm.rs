@@ -521,7 +521,7 @@ impl SchedulingAlgorithm {
             }
             ScoreTable::uniform(nodes.len(), 0)
         };
-        extender::prioritize_with_extenders(extenders, pod, nodes, &mut table);
+        extender::prioritize_with_extenders(extenders, pod, nodes, &mut table, fwk.observer());
         Ok(table)
     }
 

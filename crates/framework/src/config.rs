@@ -32,8 +32,8 @@ pub struct KubeSchedulerConfiguration {
     pub leader_election: LeaderElectionConfiguration,
     /// API client settings.
     pub client_connection: ClientConnectionConfiguration,
-    /// Serve `/debug/pprof/profile` (a CPU profile) on the secure port; off unless set (upstream
-    /// defaults to on).
+    /// Serve `/debug/pprof/` (a CPU profile, the command line) and `/debug/flags/v` (the log
+    /// verbosity, changed with `PUT`) on the secure port; off unless set (upstream defaults to on).
     pub enable_profiling: Option<bool>,
     /// Accepted for compatibility.
     pub enable_contention_profiling: Option<bool>,

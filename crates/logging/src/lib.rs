@@ -17,13 +17,17 @@
 //!   at most once per [`REPEAT_WINDOW`]. An unreachable API server therefore yields one line per
 //!   distinct error every few seconds, not a stream. Debug and trace records are not limited (they
 //!   are asked for explicitly).
+//! - **At run time** the verbosity can be changed ([`set_verbosity`]), as klog's can.
 
 use std::{
     collections::HashMap,
     fmt::{self as stdfmt, Write as _},
     hash::{DefaultHasher, Hash, Hasher},
     io::IsTerminal,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -39,6 +43,7 @@ use tracing_subscriber::{
     },
     layer::{Context, SubscriberExt},
     registry::LookupSpan,
+    reload,
     util::SubscriberInitExt,
 };
 
@@ -46,6 +51,30 @@ use tracing_subscriber::{
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
 
 static JSON: AtomicBool = AtomicBool::new(false);
+
+/// The installed filter, replaceable while running (`PUT /debug/flags/v`).
+static FILTER: OnceLock<reload::Handle<EnvFilter, tracing_subscriber::Registry>> = OnceLock::new();
+
+/// Why the verbosity could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbosityError {
+    /// [`init`] did not install the subscriber (another one was, or none).
+    #[error("logging was not initialised by unisched")]
+    NotInitialised,
+    /// The subscriber refused the new filter.
+    #[error("replacing the log filter: {0}")]
+    Reload(#[source] reload::Error),
+}
+
+/// Changes the verbosity of the running process to that of `-v verbosity`, as klog's verbosity
+/// flag can be changed at run time (kube-scheduler's `PUT /debug/flags/v`). It replaces the whole
+/// filter, a `RUST_LOG` one too.
+pub fn set_verbosity(verbosity: u8) -> Result<(), VerbosityError> {
+    let handle = FILTER.get().ok_or(VerbosityError::NotInitialised)?;
+    handle
+        .reload(EnvFilter::new(default_filter(verbosity)))
+        .map_err(VerbosityError::Reload)
+}
 
 /// True when `--logging-format json` is in effect: code that writes to stderr directly (the `[sim]`
 /// progress lines) must then stay quiet or write JSON, so the stream stays one object per line.
@@ -92,6 +121,7 @@ pub fn default_filter(verbosity: u8) -> &'static str {
 pub fn init(verbosity: u8, format: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter(verbosity)));
+    let (filter, handle) = reload::Layer::new(filter);
     let json = format == "json";
     JSON.store(json, Ordering::Relaxed);
     let limiter = RepeatLimiter::default();
@@ -115,8 +145,11 @@ pub fn init(verbosity: u8, format: &str) {
             .with(fmt_layer)
             .try_init()
     };
-    if let Err(e) = result {
-        eprintln!("warning: logging already initialised: {e}");
+    match result {
+        Ok(()) => {
+            let _ = FILTER.set(handle);
+        }
+        Err(e) => eprintln!("warning: logging already initialised: {e}"),
     }
 }
 

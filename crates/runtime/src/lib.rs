@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod binding_threads;
+mod debug_flags;
 mod dra;
 mod events;
 mod explain;

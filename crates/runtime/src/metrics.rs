@@ -431,6 +431,14 @@ impl FrameworkObserver for Metrics {
             .with_label_values(&[status.as_str()])
             .observe(elapsed.as_secs_f64());
     }
+
+    fn task_started(&self, operation: &'static str) {
+        self.goroutines.with_label_values(&[operation]).inc();
+    }
+
+    fn task_finished(&self, operation: &'static str) {
+        self.goroutines.with_label_values(&[operation]).dec();
+    }
 }
 
 #[cfg(test)]
@@ -459,6 +467,24 @@ mod tests {
         assert!(text.contains("scheduler_framework_extension_point_duration_seconds_count{extension_point=\"Filter\",profile=\"unisched\",status=\"Success\"} 1"));
         assert!(text.contains("scheduler_pending_pods{queue=\"gated\"} 0"));
         assert!(text.contains("# TYPE scheduler_cache_size gauge"));
+    }
+
+    /// Extender prioritize calls in flight are `scheduler_goroutines{operation="prioritizing_extender"}`.
+    #[test]
+    fn prioritize_tasks_are_goroutines_of_their_operation() {
+        let m = Metrics::new().unwrap();
+        let operation = unisched_framework::extender::PRIORITIZING_EXTENDER;
+        m.task_started(operation);
+        m.task_started(operation);
+        let gauge = |m: &Metrics| m.goroutines.with_label_values(&[operation]).get();
+        assert_eq!(gauge(&m), 2);
+        assert!(
+            m.render()
+                .contains("scheduler_goroutines{operation=\"prioritizing_extender\"} 2")
+        );
+        m.task_finished(operation);
+        m.task_finished(operation);
+        assert_eq!(gauge(&m), 0);
     }
 
     /// A success recorder feeds the series `plugin` feeds for a success: one histogram, counted

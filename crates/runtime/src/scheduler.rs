@@ -333,10 +333,12 @@ impl Scheduler {
             Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));
         let health = Health::default();
         let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
-        // CPU profiles only when asked for, and only on this router (served with authorization).
-        #[cfg(target_os = "linux")]
+        // Profiles and the run-time verbosity only when asked for, and only on this router
+        // (served with authorization).
         let router = if cfg.enable_profiling == Some(true) {
-            router.merge(crate::profiling::router())
+            #[cfg(target_os = "linux")]
+            let router = router.merge(crate::profiling::router());
+            router.merge(crate::debug_flags::router())
         } else {
             router
         };

@@ -16,10 +16,10 @@ use std::{collections::BTreeMap, future::Future, pin::Pin, sync::Arc, time::Dura
 
 use http::{HeaderMap, Request, header::AUTHORIZATION};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use rustls::server::danger::ClientCertVerifier;
+use parking_lot::RwLock;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use crate::cache::TtlCache;
+use crate::{cache::TtlCache, client_ca::DynamicCa};
 
 /// The user name given to requests without credentials.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -165,15 +165,20 @@ impl Authenticator for UnionAuthenticator {
     }
 }
 
-/// Checks the peer's chain with `verifier`; `Ok(None)` without a client certificate.
+/// Checks the peer's chain against the current bundle of `authority`; `Ok(None)` without a
+/// client certificate, or while the bundle is empty (a ConfigMap without that key yet).
 fn verified_end_entity<'a>(
-    verifier: &dyn ClientCertVerifier,
+    authority: &DynamicCa,
     chain: &'a [CertificateDer<'static>],
 ) -> Result<Option<&'a CertificateDer<'static>>, AuthnError> {
     let Some((end_entity, intermediates)) = chain.split_first() else {
         return Ok(None);
     };
-    verifier
+    let Some(bundle) = authority.current() else {
+        return Ok(None);
+    };
+    bundle
+        .verifier()
         .verify_client_cert(end_entity, intermediates, UnixTime::now())
         .map_err(AuthnError::Verify)?;
     Ok(Some(end_entity))
@@ -203,15 +208,15 @@ fn subject_names(certificate: &CertificateDer<'_>) -> Result<(String, Vec<String
     Ok((common_name, organizations))
 }
 
-/// A client certificate from the client CA (`--client-ca-file`).
+/// A client certificate from the client CA (`--client-ca-file`, or the ConfigMap's).
 pub struct X509Authenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
+    authority: Arc<DynamicCa>,
 }
 
 impl X509Authenticator {
-    /// Trusts certificates that `verifier` accepts (built from the client CA bundle).
-    pub fn new(verifier: Arc<dyn ClientCertVerifier>) -> Self {
-        X509Authenticator { verifier }
+    /// Trusts certificates that chain to the current bundle of `authority`.
+    pub fn new(authority: Arc<DynamicCa>) -> Self {
+        X509Authenticator { authority }
     }
 }
 
@@ -221,8 +226,7 @@ impl Authenticator for X509Authenticator {
         request: AuthnRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<UserInfo>, AuthnError>> {
         Box::pin(async move {
-            let Some(end_entity) = verified_end_entity(self.verifier.as_ref(), request.peer_certificates)?
-            else {
+            let Some(end_entity) = verified_end_entity(&self.authority, request.peer_certificates)? else {
                 return Ok(None);
             };
             let (name, groups) = subject_names(end_entity)?;
@@ -241,8 +245,8 @@ impl Authenticator for X509Authenticator {
     }
 }
 
-/// The `--requestheader-*` settings.
-#[derive(Clone, Debug)]
+/// The `--requestheader-*` settings (or the ConfigMap's keys of the same names).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHeaderConfig {
     /// Common names a front proxy's certificate may have; empty allows any from the CA.
     pub allowed_names: Vec<String>,
@@ -265,19 +269,32 @@ impl Default for RequestHeaderConfig {
     }
 }
 
+/// Request-header settings that may change while serving (the ConfigMap's follow its updates).
+pub type SharedRequestHeaderConfig = Arc<RwLock<RequestHeaderConfig>>;
+
+/// Whom front proxies are trusted through: their CA and the header settings.
+#[derive(Clone, Debug)]
+pub struct RequestHeaderTrust {
+    /// The front-proxy CA.
+    pub authority: Arc<DynamicCa>,
+    /// The header settings.
+    pub config: SharedRequestHeaderConfig,
+}
+
 /// A front proxy vouching for a user in headers, behind a certificate from the front-proxy CA.
 pub struct RequestHeaderAuthenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
-    config: RequestHeaderConfig,
+    authority: Arc<DynamicCa>,
+    config: SharedRequestHeaderConfig,
 }
 
 impl RequestHeaderAuthenticator {
-    /// Trusts front proxies whose certificates `verifier` accepts.
-    pub fn new(verifier: Arc<dyn ClientCertVerifier>, config: RequestHeaderConfig) -> Self {
-        RequestHeaderAuthenticator { verifier, config }
+    /// Trusts front proxies whose certificates chain to the current bundle of `authority`, with
+    /// the settings `config` holds at each request.
+    pub fn new(authority: Arc<DynamicCa>, config: SharedRequestHeaderConfig) -> Self {
+        RequestHeaderAuthenticator { authority, config }
     }
 
-    fn user_from_headers(&self, headers: &HeaderMap) -> Option<UserInfo> {
+    fn user_from_headers(config: &RequestHeaderConfig, headers: &HeaderMap) -> Option<UserInfo> {
         let values = |name: &str| {
             headers
                 .get_all(name)
@@ -286,18 +303,17 @@ impl RequestHeaderAuthenticator {
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         };
-        let name = self
-            .config
+        let name = config
             .username_headers
             .iter()
             .filter_map(|h| headers.get(h.as_str()).and_then(|v| v.to_str().ok()))
             .find(|v| !v.is_empty())?
             .to_string();
-        let groups = self.config.group_headers.iter().flat_map(|h| values(h)).collect();
+        let groups = config.group_headers.iter().flat_map(|h| values(h)).collect();
         let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (header, value) in headers {
             let header = header.as_str();
-            let Some(key) = self.config.extra_headers_prefixes.iter().find_map(|prefix| {
+            let Some(key) = config.extra_headers_prefixes.iter().find_map(|prefix| {
                 let prefix = prefix.to_ascii_lowercase();
                 header.strip_prefix(prefix.as_str()).filter(|k| !k.is_empty())
             }) else {
@@ -354,17 +370,17 @@ impl Authenticator for RequestHeaderAuthenticator {
         request: AuthnRequest<'a>,
     ) -> BoxFuture<'a, Result<Option<UserInfo>, AuthnError>> {
         Box::pin(async move {
-            let Some(end_entity) = verified_end_entity(self.verifier.as_ref(), request.peer_certificates)?
-            else {
+            let Some(end_entity) = verified_end_entity(&self.authority, request.peer_certificates)? else {
                 return Ok(None);
             };
-            if !self.config.allowed_names.is_empty() {
+            let config = self.config.read().clone();
+            if !config.allowed_names.is_empty() {
                 let (common_name, _) = subject_names(end_entity)?;
-                if !self.config.allowed_names.contains(&common_name) {
+                if !config.allowed_names.contains(&common_name) {
                     return Err(AuthnError::NameNotAllowed { common_name });
                 }
             }
-            Ok(self.user_from_headers(request.headers))
+            Ok(Self::user_from_headers(&config, request.headers))
         })
     }
 }

@@ -50,22 +50,18 @@ pub enum AuthzError {
 pub struct Attributes {
     /// Who asks.
     pub user: UserInfo,
-    /// The Kubernetes verb of the HTTP method (`get` for GET and HEAD).
+    /// The verb of a non-resource request: the HTTP method in lower case (`get`, `head`, `put`).
     pub verb: String,
     /// The request path, without the query.
     pub path: String,
 }
 
-/// The Kubernetes verb of an HTTP method, as the API server names it.
+/// The verb of a request for a non-resource path, as kube-scheduler's request-info resolver
+/// names it: the HTTP method in lower case. Every path the scheduler serves is a non-resource
+/// path (its resolver knows no API prefix), so `PUT /debug/flags/v` needs `put` on that URL, as
+/// RBAC's non-resource rules spell it, not the `update` of a resource request.
 pub fn verb_of(method: &http::Method) -> String {
-    match *method {
-        http::Method::GET | http::Method::HEAD => "get".into(),
-        http::Method::POST => "create".into(),
-        http::Method::PUT => "update".into(),
-        http::Method::PATCH => "patch".into(),
-        http::Method::DELETE => "delete".into(),
-        ref other => other.as_str().to_ascii_lowercase(),
-    }
+    method.as_str().to_ascii_lowercase()
 }
 
 /// One source of authorization decisions.
@@ -265,8 +261,9 @@ mod tests {
     #[test]
     fn verbs_are_named_like_the_api_server_names_them() {
         assert_eq!(verb_of(&http::Method::GET), "get");
-        assert_eq!(verb_of(&http::Method::HEAD), "get");
-        assert_eq!(verb_of(&http::Method::POST), "create");
+        assert_eq!(verb_of(&http::Method::HEAD), "head");
+        assert_eq!(verb_of(&http::Method::POST), "post");
+        assert_eq!(verb_of(&http::Method::PUT), "put");
         assert_eq!(verb_of(&http::Method::OPTIONS), "options");
     }
 }

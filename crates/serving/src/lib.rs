@@ -5,8 +5,10 @@
 //! cluster; neither may be readable by anyone who reaches the pod. A request goes through:
 //!
 //! 1. TLS ([`tls`]): a given certificate and key (reloaded when the files change) or a self-signed
-//!    one; client certificates are checked against the client CA and the front-proxy CA during the
-//!    handshake, so a certificate from another authority never gets a connection.
+//!    one; HTTP/2 or HTTP/1.1 by ALPN. Client certificates are checked against the client CA and
+//!    the front-proxy CA during the handshake ([`client_ca`]: files reloaded when they change, or
+//!    the API server's ConfigMap, followed by [`authentication_configmap`]), so a certificate from
+//!    another authority never gets a connection.
 //! 2. Always-allowed paths (`/healthz`, `/readyz`, `/livez` by default) skip the rest: a kubelet
 //!    probes them without credentials.
 //! 3. Authentication ([`authn`]): front-proxy headers, then the client certificate, then a bearer
@@ -17,9 +19,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod authentication_configmap;
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod client_ca;
 pub mod options;
 pub mod response;
 pub mod server;

@@ -13,15 +13,19 @@ use std::{
 use axum::Router;
 use clap::Args;
 
+use parking_lot::RwLock;
+
 use crate::{
+    authentication_configmap::ConfigMapAuthentication,
     authn::{
-        Authenticator, RequestHeaderAuthenticator, RequestHeaderConfig, TokenReviewAuthenticator,
-        UnionAuthenticator, X509Authenticator,
+        Authenticator, RequestHeaderAuthenticator, RequestHeaderConfig, RequestHeaderTrust,
+        TokenReviewAuthenticator, UnionAuthenticator, X509Authenticator,
     },
     authz::{
         AlwaysAllowPaths, Authorizer, PRIVILEGED_GROUP, PrivilegedGroups, SubjectAccessReviewAuthorizer,
         UnionAuthorizer,
     },
+    client_ca::{DynamicCa, DynamicClientVerifier},
     server::{Guard, SecureServer},
     tls::{self, CertificateSource, ReloadingCertificate, TlsError},
 };
@@ -49,10 +53,13 @@ pub struct SecureServingOptions {
     #[arg(long = "tls-private-key-file")]
     pub tls_private_key_file: Option<PathBuf>,
     /// CA bundle for client certificates: a certificate it signed authenticates as its common
-    /// name, in the groups of its organizations.
+    /// name, in the groups of its organizations. Re-read when it changes. Without it, the
+    /// `client-ca-file` of the ConfigMap kube-system/extension-apiserver-authentication.
     #[arg(long = "client-ca-file")]
     pub client_ca_file: Option<PathBuf>,
-    /// CA bundle of authenticating front proxies, whose user headers are trusted.
+    /// CA bundle of authenticating front proxies, whose user headers are trusted. Re-read when it
+    /// changes. Without it, the `requestheader-*` keys of the ConfigMap
+    /// kube-system/extension-apiserver-authentication (the header flags are then ignored).
     #[arg(long = "requestheader-client-ca-file")]
     pub requestheader_client_ca_file: Option<PathBuf>,
     /// Common names a front proxy's certificate may have (empty: any the CA signed).
@@ -281,25 +288,67 @@ impl SecureServingBuilder {
         }
     }
 
-    /// The guard of these options: authenticators and authorizers in upstream's order.
-    pub async fn guard(&self) -> Result<Guard, BuildError> {
+    /// The client CA and the front-proxy authentication: from the flags' files, else from the
+    /// ConfigMap kube-system/extension-apiserver-authentication through `client` (read once now,
+    /// then followed by [`Authorities::configmap`]'s watch).
+    pub async fn authorities(&self, client: Option<&kube::Client>) -> Result<Authorities, BuildError> {
         let options = &self.options;
-        let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
-        if let Some(path) = &options.requestheader_client_ca_file {
-            authenticators.push(Arc::new(RequestHeaderAuthenticator::new(
-                tls::verifier(tls::ca_bundle(path)?)?,
-                RequestHeaderConfig {
+        let mut client_ca = match &options.client_ca_file {
+            Some(path) => Some(DynamicCa::from_file(path)?),
+            None => None,
+        };
+        let mut request_header = match &options.requestheader_client_ca_file {
+            Some(path) => Some(RequestHeaderTrust {
+                authority: DynamicCa::from_file(path)?,
+                config: Arc::new(RwLock::new(RequestHeaderConfig {
                     allowed_names: options.requestheader_allowed_names.clone(),
                     username_headers: options.requestheader_username_headers.clone(),
                     group_headers: options.requestheader_group_headers.clone(),
                     extra_headers_prefixes: options.requestheader_extra_headers_prefix.clone(),
-                },
+                })),
+            }),
+            None => None,
+        };
+        let (want_client_ca, want_request_header) = (client_ca.is_none(), request_header.is_none());
+        let mut configmap = None;
+        if want_client_ca || want_request_header {
+            match client {
+                None => tracing::warn!(
+                    "no client to read configmap/{} in {}: client certificates and front proxies \
+                     are only trusted with --client-ca-file and --requestheader-client-ca-file",
+                    crate::authentication_configmap::NAME,
+                    crate::authentication_configmap::NAMESPACE,
+                ),
+                Some(client) => {
+                    let loaded =
+                        ConfigMapAuthentication::load(client.clone(), want_client_ca, want_request_header)
+                            .await;
+                    client_ca = client_ca.or_else(|| loaded.client_ca());
+                    request_header = request_header.or_else(|| loaded.request_header());
+                    configmap = Some(Arc::new(loaded));
+                }
+            }
+        }
+        Ok(Authorities {
+            client_ca,
+            request_header,
+            configmap,
+        })
+    }
+
+    /// The guard of these options: authenticators and authorizers in upstream's order, the
+    /// certificate authenticators trusting `authorities`.
+    pub async fn guard(&self, authorities: &Authorities) -> Result<Guard, BuildError> {
+        let options = &self.options;
+        let mut authenticators: Vec<Arc<dyn Authenticator>> = Vec::new();
+        if let Some(request_header) = &authorities.request_header {
+            authenticators.push(Arc::new(RequestHeaderAuthenticator::new(
+                request_header.authority.clone(),
+                request_header.config.clone(),
             )));
         }
-        if let Some(path) = &options.client_ca_file {
-            authenticators.push(Arc::new(X509Authenticator::new(tls::verifier(tls::ca_bundle(
-                path,
-            )?)?)));
+        if let Some(client_ca) = &authorities.client_ca {
+            authenticators.push(Arc::new(X509Authenticator::new(client_ca.clone())));
         }
         let authentication = options.authentication_kubeconfig.as_ref();
         if let Some(client) = self.client(authentication, "TokenReviews").await? {
@@ -340,16 +389,16 @@ impl SecureServingBuilder {
             cert_dir,
         )?;
         let certificate = Arc::new(ReloadingCertificate::new(source)?);
-        let mut authorities = Vec::new();
-        for path in [&options.client_ca_file, &options.requestheader_client_ca_file]
-            .into_iter()
-            .flatten()
-        {
-            authorities.push(tls::ca_bundle(path)?);
-        }
-        let authorities: Vec<_> = authorities.iter().collect();
-        let config = tls::server_config(certificate.clone(), tls::handshake_verifier(&authorities)?)?;
-        let app = Arc::new(self.guard().await?).protect(router);
+        // The ConfigMap is read with the TokenReviews' client, as upstream (the warning about a
+        // missing client comes from `authorities`).
+        let authentication_client = match &options.authentication_kubeconfig {
+            Some(path) => Some(client_from(path).await?),
+            None => self.default_client.clone(),
+        };
+        let authorities = self.authorities(authentication_client.as_ref()).await?;
+        let client_verifier = Arc::new(DynamicClientVerifier::new(authorities.handshake()));
+        let config = tls::server_config(certificate.clone(), client_verifier.clone())?;
+        let app = Arc::new(self.guard(&authorities).await?).protect(router);
         let listener = match given_listener {
             Some(listener) => listener,
             None => {
@@ -359,7 +408,37 @@ impl SecureServingBuilder {
                     .map_err(|source| BuildError::Bind { addr, source })?
             }
         };
-        Ok(Some(SecureServer::new(listener, config, certificate, app)))
+        let watch = authorities.configmap.map(ConfigMapAuthentication::spawn_watch);
+        Ok(Some(SecureServer::new(
+            listener,
+            config,
+            certificate,
+            client_verifier,
+            app,
+            watch,
+        )))
+    }
+}
+
+/// What client certificates are checked against, shared by the handshake and the authenticators.
+#[derive(Debug)]
+pub struct Authorities {
+    /// The client CA (`--client-ca-file` or the ConfigMap's), when there is one.
+    pub client_ca: Option<Arc<DynamicCa>>,
+    /// Front-proxy authentication (`--requestheader-*` or the ConfigMap's), when on.
+    pub request_header: Option<RequestHeaderTrust>,
+    /// The ConfigMap that feeds either, to be followed while serving.
+    pub configmap: Option<Arc<ConfigMapAuthentication>>,
+}
+
+impl Authorities {
+    /// The bundles a client certificate may chain to during the handshake.
+    pub fn handshake(&self) -> Vec<Arc<DynamicCa>> {
+        self.client_ca
+            .iter()
+            .cloned()
+            .chain(self.request_header.iter().map(|r| r.authority.clone()))
+            .collect()
     }
 }
 

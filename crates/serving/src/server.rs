@@ -1,8 +1,9 @@
 //! The HTTPS accept loop and the authentication and authorization layer in front of the router.
 //!
-//! Each connection: reload the serving certificate if its files changed (two `stat`s), the TLS
-//! handshake (bounded in time, so that silent clients cannot pile up), then HTTP/1.1 with the
-//! connection's verified client certificates attached to every request for [`Guard`] to read.
+//! Each connection: reload the serving certificate and the client CA files if they changed (a few
+//! `stat`s), the TLS handshake (bounded in time, so that silent clients cannot pile up), then
+//! HTTP/2 or HTTP/1.1 as ALPN chose (HTTP/1.1 without ALPN), with the connection's verified client
+//! certificates attached to every request for [`Guard`] to read.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -12,7 +13,10 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use hyper_util::rt::TokioIo;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
 use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -20,6 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::{
     authn::{AuthnRequest, UnionAuthenticator},
     authz::{AlwaysAllowPaths, Attributes, Authorizer, Decision, UnionAuthorizer, verb_of},
+    client_ca::DynamicClientVerifier,
     response,
     tls::ReloadingCertificate,
 };
@@ -105,27 +110,43 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     }
 }
 
+/// Aborts a background task when dropped: the ConfigMap watch ends with the server.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A bound HTTPS listener, ready to serve.
 pub struct SecureServer {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     certificate: Arc<ReloadingCertificate>,
+    client_verifier: Arc<DynamicClientVerifier>,
     app: Router,
+    _watch: Option<AbortOnDrop>,
 }
 
 impl SecureServer {
-    /// Serves `app` (already behind its [`Guard`]) over TLS on `listener`.
+    /// Serves `app` (already behind its [`Guard`]) over TLS on `listener`; `watch` (the
+    /// authentication ConfigMap's) runs as long as the server does.
     pub fn new(
         listener: TcpListener,
         config: rustls::ServerConfig,
         certificate: Arc<ReloadingCertificate>,
+        client_verifier: Arc<DynamicClientVerifier>,
         app: Router,
+        watch: Option<tokio::task::JoinHandle<()>>,
     ) -> Self {
         SecureServer {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(config)),
             certificate,
+            client_verifier,
             app,
+            _watch: watch.map(AbortOnDrop),
         }
     }
 
@@ -153,9 +174,11 @@ impl SecureServer {
             };
             let acceptor = self.acceptor.clone();
             let certificate = self.certificate.clone();
+            let client_verifier = self.client_verifier.clone();
             let app = self.app.clone();
             tokio::spawn(async move {
                 certificate.reload_if_changed();
+                client_verifier.reload_if_changed();
                 let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(error)) => {
@@ -180,10 +203,20 @@ impl SecureServer {
                         let mut app = app.clone();
                         async move { tower::Service::call(&mut app, request).await }
                     });
-                if let Err(error) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await
-                {
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let served = if h2 {
+                    builder
+                        .http2_only()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await
+                } else {
+                    builder
+                        .http1_only()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await
+                };
+                if let Err(error) = served {
                     tracing::debug!(%error, %remote, "serving a connection");
                 }
             });

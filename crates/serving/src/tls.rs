@@ -6,7 +6,8 @@
 //! written to `--cert-dir` and reused from there. Only TLS 1.2 and 1.3 are offered.
 //!
 //! Client certificates are optional, but one that is sent must chain to the client CA or to the
-//! front-proxy CA: anything else fails the handshake, before a request is read.
+//! front-proxy CA as they are at that handshake ([`crate::client_ca`]): anything else fails the
+//! handshake, before a request is read.
 
 use std::{
     path::{Path, PathBuf},
@@ -66,7 +67,7 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Io {
         path: path.to_path_buf(),
         source,
@@ -275,10 +276,10 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
-/// The CA certificates of a PEM bundle (`--client-ca-file`, `--requestheader-client-ca-file`).
-pub fn ca_bundle(path: &Path) -> Result<RootCertStore, TlsError> {
+/// The CA certificates of a PEM bundle; `origin` (a file, or a ConfigMap key) names it in errors.
+pub fn ca_roots(origin: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for certificate in certificates(path, &read(path)?)? {
+    for certificate in certificates(origin, pem)? {
         roots.add(certificate).map_err(TlsError::Rustls)?;
     }
     Ok(roots)
@@ -291,23 +292,8 @@ pub fn verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, Tls
         .map_err(TlsError::Verifier)
 }
 
-/// The handshake's verifier: client certificates are optional; a certificate that is sent must
-/// chain to one of `authorities`. Without authorities, no certificate is asked for.
-pub fn handshake_verifier(authorities: &[&RootCertStore]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for authority in authorities {
-        roots.roots.extend(authority.roots.iter().cloned());
-    }
-    if roots.is_empty() {
-        return Ok(WebPkiClientVerifier::no_client_auth());
-    }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .allow_unauthenticated()
-        .build()
-        .map_err(TlsError::Verifier)
-}
-
-/// TLS 1.2+ with the reloading certificate and the client verifier; HTTP/1.1 over ALPN.
+/// TLS 1.2+ with the reloading certificate and the client verifier; HTTP/2 and HTTP/1.1 over
+/// ALPN, in that order of preference, as Go's server offers them.
 pub fn server_config(
     certificate: Arc<ReloadingCertificate>,
     client_verifier: Arc<dyn ClientCertVerifier>,
@@ -317,7 +303,7 @@ pub fn server_config(
         .map_err(TlsError::Rustls)?
         .with_client_cert_verifier(client_verifier)
         .with_cert_resolver(certificate);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 

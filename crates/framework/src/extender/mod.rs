@@ -14,7 +14,8 @@ use std::{collections::BTreeMap, error::Error, sync::Arc};
 use crate::{NodeInfo, PodInfo};
 
 pub use run::{
-    extender_binding, find_nodes_that_pass_extenders, has_interested_binder, prioritize_with_extenders,
+    PRIORITIZING_EXTENDER, extender_binding, find_nodes_that_pass_extenders, has_interested_binder,
+    prioritize_with_extenders,
 };
 
 /// The pseudo-plugin name that marks a pod rejected by an extender (upstream's `ExtenderName`):

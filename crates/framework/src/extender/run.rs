@@ -3,8 +3,30 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use super::{EXTENDER_NAME, Extenders, MAX_EXTENDER_PRIORITY};
-use crate::{Diagnosis, MAX_NODE_SCORE, NodeInfo, PodInfo, ScoreTable, Status};
+use super::{EXTENDER_NAME, Extender, ExtenderError, Extenders, HostPriority, MAX_EXTENDER_PRIORITY};
+use crate::{Diagnosis, FrameworkObserver, MAX_NODE_SCORE, NodeInfo, PodInfo, ScoreTable, Status};
+
+/// The `scheduler_goroutines` operation of a prioritize call in flight (upstream's label).
+pub const PRIORITIZING_EXTENDER: &str = "prioritizing_extender";
+
+/// One prioritize call, counted as a task of [`PRIORITIZING_EXTENDER`] while it runs (also when
+/// it panics), as upstream counts the goroutine of each call.
+fn counted_prioritize(
+    extender: &dyn Extender,
+    pod: &PodInfo,
+    nodes: &[Arc<NodeInfo>],
+    observer: &dyn FrameworkObserver,
+) -> Result<(Vec<HostPriority>, i64), ExtenderError> {
+    struct InFlight<'a>(&'a dyn FrameworkObserver);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            self.0.task_finished(PRIORITIZING_EXTENDER);
+        }
+    }
+    observer.task_started(PRIORITIZING_EXTENDER);
+    let _in_flight = InFlight(observer);
+    extender.prioritize(pod, nodes)
+}
 
 /// Runs the extenders' filters one after the other on the nodes the Filter plugins passed, each
 /// on what the previous one kept. Rejected nodes get the extender's reason in `diagnosis`
@@ -62,30 +84,35 @@ pub fn find_nodes_that_pass_extenders(
 /// Adds the interested extenders' scores to `table` (computed by the Score plugins for `nodes`),
 /// one column per extender that answered, each score scaled to the plugins' range and
 /// multiplied by the extender's weight. The extenders are called at the same time; one that
-/// fails gives no score (upstream ignores prioritize failures, ignorable or not).
+/// fails gives no score (upstream ignores prioritize failures, ignorable or not). Each call in
+/// flight counts in `observer`'s tasks of [`PRIORITIZING_EXTENDER`].
 pub fn prioritize_with_extenders(
     extenders: &Extenders,
     pod: &PodInfo,
     nodes: &[Arc<NodeInfo>],
     table: &mut ScoreTable,
+    observer: &dyn FrameworkObserver,
 ) {
     let interested: Vec<_> = extenders.iter().filter(|e| e.is_interested(pod)).collect();
     if interested.is_empty() {
         return;
     }
     let answers: Vec<_> = if interested.len() == 1 {
-        interested.iter().map(|e| e.prioritize(pod, nodes)).collect()
+        interested
+            .iter()
+            .map(|e| counted_prioritize(e.as_ref(), pod, nodes, observer))
+            .collect()
     } else {
         std::thread::scope(|scope| {
             let calls: Vec<_> = interested
                 .iter()
-                .map(|e| scope.spawn(move || e.prioritize(pod, nodes)))
+                .map(|e| scope.spawn(move || counted_prioritize(e.as_ref(), pod, nodes, observer)))
                 .collect();
             calls
                 .into_iter()
                 .map(|c| {
                     c.join()
-                        .unwrap_or_else(|_| Err(super::ExtenderError::new("the extender call panicked")))
+                        .unwrap_or_else(|_| Err(ExtenderError::new("the extender call panicked")))
                 })
                 .collect()
         })

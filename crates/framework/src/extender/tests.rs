@@ -903,3 +903,130 @@ fn the_extender_pseudo_plugin_registers_every_event() {
     let again = with.with_extenders(Extenders::new(arcs(vec![fake("FakeExtender1")])));
     assert_eq!(registered(&again).map(|e| e.len()), Some(1));
 }
+
+/// `scheduler_goroutines{operation}` as a test sees it: the tasks in flight and every change.
+#[derive(Default)]
+struct TaskGauge {
+    in_flight: std::sync::atomic::AtomicI64,
+    operations: parking_lot::Mutex<Vec<(&'static str, i64)>>,
+}
+
+impl crate::FrameworkObserver for TaskGauge {
+    fn task_started(&self, operation: &'static str) {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.operations.lock().push((operation, now));
+    }
+    fn task_finished(&self, operation: &'static str) {
+        let now = self.in_flight.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.operations.lock().push((operation, now));
+    }
+}
+
+/// A prioritizer that notes how many prioritize tasks were in flight during its call; with a
+/// barrier, the calls wait for each other, so that they overlap for certain.
+struct GaugeReadingExtender {
+    gauge: Arc<TaskGauge>,
+    barrier: Option<Arc<std::sync::Barrier>>,
+    seen: parking_lot::Mutex<Vec<i64>>,
+    fail: bool,
+}
+
+impl Extender for GaugeReadingExtender {
+    fn name(&self) -> &str {
+        "gauge-reader"
+    }
+    fn is_ignorable(&self) -> bool {
+        false
+    }
+    fn is_interested(&self, _: &PodInfo) -> bool {
+        true
+    }
+    fn is_filter(&self) -> bool {
+        false
+    }
+    fn is_prioritizer(&self) -> bool {
+        true
+    }
+    fn is_binder(&self) -> bool {
+        false
+    }
+    fn supports_preemption(&self) -> bool {
+        false
+    }
+    fn filter(&self, _: &PodInfo, nodes: &[Arc<NodeInfo>]) -> Result<ExtenderFilterOutcome, ExtenderError> {
+        Ok(ExtenderFilterOutcome {
+            feasible: nodes.to_vec(),
+            ..ExtenderFilterOutcome::default()
+        })
+    }
+    fn prioritize(
+        &self,
+        _: &PodInfo,
+        _: &[Arc<NodeInfo>],
+    ) -> Result<(Vec<HostPriority>, i64), ExtenderError> {
+        if let Some(barrier) = &self.barrier {
+            barrier.wait();
+        }
+        self.seen.lock().push(self.gauge.in_flight.load(Ordering::SeqCst));
+        if let Some(barrier) = &self.barrier {
+            barrier.wait();
+        }
+        if self.fail {
+            return Err(ExtenderError::new("some error"));
+        }
+        Ok((Vec::new(), 1))
+    }
+    fn bind(&self, _: &PodInfo, _: &str) -> Result<(), ExtenderError> {
+        Err(ExtenderError::new("not a binder"))
+    }
+    fn process_preemption(
+        &self,
+        _: &PodInfo,
+        victims: BTreeMap<String, Victims>,
+        _: &dyn Fn(&str) -> Option<Arc<NodeInfo>>,
+    ) -> Result<BTreeMap<String, Victims>, ExtenderError> {
+        Ok(victims)
+    }
+}
+
+/// Each prioritize call counts as a `prioritizing_extender` task while it runs, as upstream raises
+/// `scheduler_goroutines{operation="prioritizing_extender"}` around each extender's goroutine; a
+/// failed call is counted down too.
+#[test]
+fn prioritize_calls_count_as_tasks_while_they_run() {
+    let gauge = Arc::new(TaskGauge::default());
+    let nodes = [node("node1"), node("node2")];
+    let reader = |barrier: Option<Arc<std::sync::Barrier>>, fail: bool| {
+        Arc::new(GaugeReadingExtender {
+            gauge: gauge.clone(),
+            barrier,
+            seen: parking_lot::Mutex::new(Vec::new()),
+            fail,
+        })
+    };
+
+    // Two extenders are called at the same time: each sees both calls in flight.
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let (first, second) = (reader(Some(barrier.clone()), false), reader(Some(barrier), true));
+    let extenders = Extenders::new(vec![first.clone(), second.clone()]);
+    let mut table = crate::ScoreTable::uniform(nodes.len(), 0);
+    prioritize_with_extenders(&extenders, &pod("p"), &nodes, &mut table, gauge.as_ref());
+    assert_eq!(*first.seen.lock(), [2]);
+    assert_eq!(*second.seen.lock(), [2]);
+    assert_eq!(
+        gauge.in_flight.load(Ordering::SeqCst),
+        0,
+        "both counted down, the failed one too"
+    );
+    let operations = gauge.operations.lock().clone();
+    assert_eq!(operations.len(), 4);
+    assert!(operations.iter().all(|(op, _)| *op == PRIORITIZING_EXTENDER));
+    assert_eq!(PRIORITIZING_EXTENDER, "prioritizing_extender");
+
+    // One extender is called on the scheduling thread, and counted the same.
+    let alone = reader(None, false);
+    let extenders = Extenders::new(vec![alone.clone()]);
+    prioritize_with_extenders(&extenders, &pod("p"), &nodes, &mut table, gauge.as_ref());
+    assert_eq!(*alone.seen.lock(), [1]);
+    assert_eq!(gauge.in_flight.load(Ordering::SeqCst), 0);
+}

@@ -94,6 +94,11 @@ impl Framework {
         self
     }
 
+    /// The observer that receives timings and task counts.
+    pub fn observer(&self) -> &dyn FrameworkObserver {
+        self.observer.as_ref()
+    }
+
     /// Sets the extenders the scheduling and binding cycles call.
     #[must_use]
     pub fn with_extenders(mut self, extenders: crate::extender::Extenders) -> Self {

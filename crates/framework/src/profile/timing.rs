@@ -19,6 +19,10 @@ pub trait FrameworkObserver: Send + Sync {
     fn plugin_evaluated(&self, _profile: &str, _point: &'static str, _plugin: &str) {}
     /// A pod that waited at Permit was allowed or rejected after `elapsed`.
     fn permit_wait(&self, _status: Code, _elapsed: Duration) {}
+    /// A concurrent task of `operation` started (`scheduler_goroutines{operation}` goes up).
+    fn task_started(&self, _operation: &'static str) {}
+    /// A task that [`task_started`](Self::task_started) announced ended.
+    fn task_finished(&self, _operation: &'static str) {}
     /// A recorder of `plugin`'s successful runs at `point`, for the points that run per node
     /// (Filter, Score): resolved once per sampled attempt, it spares the per-call label lookup
     /// that [`plugin`](Self::plugin) does. Each call must count exactly as a call of `plugin`
