@@ -40,6 +40,7 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("policy/v1", "PodDisruptionBudget"),
     ("scheduling.k8s.io/v1beta1", "Workload"),
     ("scheduling.k8s.io/v1beta1", "PodGroup"),
+    ("batch/v1", "Job"),
     ("v1", "Pod"),
 ];
 
@@ -424,17 +425,19 @@ fn validate_typed(source: &Source, registry: &Registry, kind: &str, v: &Value) -
             format!("strict decoding error: {}", list.join(", ")),
         ));
     }
-    // generateName objects get their name on create; check the rest with a stand-in name.
-    let mut probe;
-    let checked = if v["metadata"]["name"].as_str().is_none_or(str::is_empty) {
-        probe = v.clone();
+    // generateName objects get their name on create; check the rest with a stand-in name. Kinds
+    // that are only valid with their defaults (a Job's selector) get them first.
+    let mut probe = None;
+    if v["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        let mut named = v.clone();
         let base = v["metadata"]["generateName"].as_str().unwrap_or_default();
-        probe["metadata"]["name"] = Value::String(format!("{base}x"));
-        &probe
-    } else {
-        v
-    };
-    strategy::validate(rt, checked).map_err(|e| invalid(source, e.to_string()))
+        named["metadata"]["name"] = Value::String(format!("{base}x"));
+        probe = Some(named);
+    }
+    if strategy::defaults_before_validation(rt) {
+        strategy::default_for_validation(rt, probe.get_or_insert_with(|| v.clone()));
+    }
+    strategy::validate(rt, probe.as_ref().unwrap_or(v)).map_err(|e| invalid(source, e.to_string()))
 }
 
 /// Namespaces referenced by objects of a scenario but not created by it (the runner creates them,
