@@ -24,8 +24,9 @@
 //! back-off delay). Not simulated: pod failure and success policies, `backoffLimitPerIndex`,
 //! `activeDeadlineSeconds`, `ttlSecondsAfterFinished`, `managedBy`, adopting orphaned pods that
 //! match the selector, and the delegation of a PodGroup by a parent controller. Deleting a Job
-//! deletes its pods through the garbage collector (the owner references), with the server's usual
-//! background propagation: kube-apiserver's batch/v1 default is to orphan them.
+//! deletes its pods through the garbage collector (the owner references) when the delete asks for
+//! it (`kubectl delete` does); without a propagation policy the pods are orphaned, as
+//! kube-apiserver's batch/v1 default has it, and lose the tracking finalizer.
 
 mod pods;
 mod scheduling;
@@ -207,14 +208,12 @@ impl JobController {
         (kind == self.kinds.jobs).then_some(job)
     }
 
-    /// A pod changed: its Job syncs; a pod whose Job is gone is let go once it is finished or
-    /// being deleted.
+    /// A pod changed: its Job syncs; a pod with the tracking finalizer and no Job (the Job is
+    /// gone, or orphaned it) is let go, as upstream lets orphans go.
     fn on_pod(&self, pod: &ObjectRef) {
         match self.controlling_job(pod.value()) {
             Some(job) => self.sync_logged(&job),
-            None if is_tracked(pod.value()) && state_of(pod.value()) != PodState::Active => {
-                release(&self.store, std::slice::from_ref(pod));
-            }
+            None if is_tracked(pod.value()) => release(&self.store, std::slice::from_ref(pod)),
             None => {}
         }
     }
