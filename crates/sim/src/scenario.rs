@@ -493,6 +493,35 @@ mod tests {
         assert_eq!(s.steps[0].apply[2].value["metadata"]["namespace"], "default");
     }
 
+    /// A Job is checked as kube-apiserver checks it once defaulted (its selector is generated, so
+    /// a file need not give one), and is applied after the PodGroups its pods may name.
+    #[test]
+    fn jobs_are_checked_with_their_defaults() {
+        let d = tmpdir("jobs");
+        let job = |restart: &str| {
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  template:\n    spec:\n      restartPolicy: {restart}\n      containers: [{{name: c, image: x}}]\n---\napiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: g}}\nspec: {{schedulingPolicy: {{basic: {{}}}}}}\n"
+            )
+        };
+        let good = write(&d, "good.yaml", &job("Never"));
+        let s = load(&[good]).unwrap();
+        let kinds: Vec<&str> = s.steps[0].apply.iter().map(|o| o.kind.as_str()).collect();
+        assert_eq!(kinds, ["PodGroup", "Job"]);
+        assert!(
+            s.steps[0].apply[1].value["spec"].get("selector").is_none(),
+            "kept as written"
+        );
+        let bad = write(&d, "bad.yaml", &job("Always"));
+        let e = load(&[bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("document 0")
+                && e.contains(
+                    "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
+                ),
+            "{e}"
+        );
+    }
+
     #[test]
     fn steps_from_subdirectories_with_deletes() {
         let d = tmpdir("steps");
