@@ -246,53 +246,60 @@ impl JobController {
             release(&self.store, &pods);
             return Ok(());
         }
-        let finished = has_condition(job, "Complete") || has_condition(job, "Failed");
-        let mut count = Counts::from_status(job);
-        let mut counted = Vec::new();
-        let mut active = Vec::new();
-        for pod in &pods {
-            match state_of(pod.value()) {
-                PodState::Active => active.push(pod.clone()),
-                state if is_tracked(pod.value()) => {
-                    count.add(state, index_of(pod.value()));
-                    counted.push(pod.clone());
-                }
-                _ => {}
-            }
-        }
-        if finished {
-            release(&self.store, &counted);
+        let tally = Tally::of(job, &pods);
+        if has_condition(job, "Complete") || has_condition(job, "Failed") {
+            release(&self.store, &tally.counted);
             return Ok(());
         }
         let group = self.ensure_scheduling(job, pods.len())?;
-        let mut status = Map::new();
-        let mut conditions = conditions_of(job);
+        let mut next = NextStatus {
+            fields: Map::new(),
+            conditions: conditions_of(job),
+            now: util::now_rfc3339(),
+        };
+        let active = self.advance(job, &tally, group.as_deref(), &mut next);
+        let indexed = get_str(job, &["spec", "completionMode"]) == Some("Indexed");
+        let ready = tally.active.iter().filter(|p| is_ready(p.value())).count();
+        let fields = &mut next.fields;
+        fields.insert("active".into(), json!(active));
+        fields.insert("ready".into(), json!(ready));
+        fields.insert("succeeded".into(), json!(tally.count.succeeded(indexed)));
+        fields.insert("failed".into(), json!(tally.count.failed));
+        fields.insert("terminating".into(), json!(0));
+        fields.insert("uncountedTerminatedPods".into(), json!({}));
+        if indexed {
+            let completed = format_indexes(&tally.count.completed_indexes);
+            fields.insert("completedIndexes".into(), json!(completed));
+        }
+        if !next.conditions.is_empty() {
+            fields.insert("conditions".into(), json!(next.conditions));
+        }
+        self.write_status(&job_ref, next.fields)?;
+        release(&self.store, &tally.counted);
+        Ok(())
+    }
+
+    /// Moves the Job on from what its pods did: failed past its back-off limit, complete,
+    /// suspended, or running with as many pods as it wants now. Returns how many are active.
+    fn advance(&self, job: &Value, tally: &Tally, group: Option<&str>, next: &mut NextStatus) -> usize {
         let spec = |f: &str| get_path(job, &["spec", f]).and_then(Value::as_i64);
         let completions = spec("completions");
         let parallelism = spec("parallelism").unwrap_or(1).max(0);
-        let backoff_limit = spec("backoffLimit").unwrap_or(6);
-        let suspended = get_path(job, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true);
         let indexed = get_str(job, &["spec", "completionMode"]) == Some("Indexed");
-        let succeeded = count.succeeded(indexed);
+        let succeeded = tally.count.succeeded(indexed);
+        let active = &tally.active;
         let complete = match completions {
             Some(c) => succeeded >= c,
             None => succeeded > 0 && active.is_empty(),
         };
-        let now = util::now_rfc3339();
-        let mut active_count = active.len();
-        if count.failed > backoff_limit {
+        if tally.count.failed > spec("backoffLimit").unwrap_or(6) {
             let message = "Job has reached the specified backoff limit";
-            for kind in ["FailureTarget", "Failed"] {
-                set_condition(
-                    &mut conditions,
-                    kind,
-                    "True",
-                    "BackoffLimitExceeded",
-                    message,
-                    &now,
-                );
-            }
-            active_count -= self.delete_pods(job, &active, active.len());
+            next.set(
+                &["FailureTarget", "Failed"],
+                "True",
+                "BackoffLimitExceeded",
+                message,
+            );
             record_event(
                 &self.store,
                 job,
@@ -301,12 +308,17 @@ impl JobController {
                 message,
                 COMPONENT,
             );
-        } else if complete {
+            return active.len() - self.delete_pods(job, active, active.len());
+        }
+        if complete {
             let message = "Reached expected number of succeeded pods";
-            for kind in ["SuccessCriteriaMet", "Complete"] {
-                set_condition(&mut conditions, kind, "True", "CompletionsReached", message, &now);
-            }
-            status.insert("completionTime".into(), json!(now));
+            next.set(
+                &["SuccessCriteriaMet", "Complete"],
+                "True",
+                "CompletionsReached",
+                message,
+            );
+            next.fields.insert("completionTime".into(), json!(next.now));
             record_event(
                 &self.store,
                 job,
@@ -315,16 +327,11 @@ impl JobController {
                 "Job completed",
                 COMPONENT,
             );
-        } else if suspended {
+            return active.len();
+        }
+        if get_path(job, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true) {
             if !has_condition(job, "Suspended") {
-                set_condition(
-                    &mut conditions,
-                    "Suspended",
-                    "True",
-                    "JobSuspended",
-                    "Job suspended",
-                    &now,
-                );
+                next.set(&["Suspended"], "True", "JobSuspended", "Job suspended");
                 record_event(
                     &self.store,
                     job,
@@ -334,63 +341,34 @@ impl JobController {
                     COMPONENT,
                 );
             }
-            active_count -= self.delete_pods(job, &active, active.len());
-        } else {
-            if has_condition(job, "Suspended") {
-                set_condition(
-                    &mut conditions,
-                    "Suspended",
-                    "False",
-                    "JobResumed",
-                    "Job resumed",
-                    &now,
-                );
-                record_event(&self.store, job, "Normal", "Resumed", "Job resumed", COMPONENT);
-            }
-            let want = match completions {
-                Some(c) => (c - succeeded).clamp(0, parallelism),
-                None if succeeded > 0 => active.len() as i64,
-                None => parallelism,
-            };
-            let want = usize::try_from(want).unwrap_or(0);
-            if active.len() > want {
-                active_count -= self.delete_pods(job, &active, active.len() - want);
-            } else if want > active.len() {
-                let indexes = indexed.then(|| {
-                    let running: BTreeSet<u32> = active.iter().filter_map(|p| index_of(p.value())).collect();
-                    let completions = u32::try_from(completions.unwrap_or(0)).unwrap_or(0);
-                    pending_indexes(
-                        completions,
-                        &count.completed_indexes,
-                        &running,
-                        want - active.len(),
-                    )
-                });
-                active_count += self.create_pods(job, want - active.len(), indexes, group.as_deref());
-            }
-            if get_path(job, &["status", "startTime"]).is_none_or(Value::is_null) {
-                status.insert("startTime".into(), json!(now));
-            }
+            return active.len() - self.delete_pods(job, active, active.len());
         }
-        let ready = active.iter().filter(|p| is_ready(p.value())).count();
-        status.insert("active".into(), json!(active_count));
-        status.insert("ready".into(), json!(ready));
-        status.insert("succeeded".into(), json!(succeeded));
-        status.insert("failed".into(), json!(count.failed));
-        status.insert("terminating".into(), json!(0));
-        status.insert("uncountedTerminatedPods".into(), json!({}));
-        if indexed {
-            status.insert(
-                "completedIndexes".into(),
-                json!(format_indexes(&count.completed_indexes)),
-            );
+        if has_condition(job, "Suspended") {
+            next.set(&["Suspended"], "False", "JobResumed", "Job resumed");
+            record_event(&self.store, job, "Normal", "Resumed", "Job resumed", COMPONENT);
         }
-        if !conditions.is_empty() {
-            status.insert("conditions".into(), json!(conditions));
+        if get_path(job, &["status", "startTime"]).is_none_or(Value::is_null) {
+            next.fields.insert("startTime".into(), json!(next.now));
         }
-        self.write_status(&job_ref, status)?;
-        release(&self.store, &counted);
-        Ok(())
+        let want = match completions {
+            Some(c) => (c - succeeded).clamp(0, parallelism),
+            None if succeeded > 0 => active.len() as i64,
+            None => parallelism,
+        };
+        let want = usize::try_from(want).unwrap_or(0);
+        if active.len() > want {
+            return active.len() - self.delete_pods(job, active, active.len() - want);
+        }
+        let missing = want - active.len();
+        if missing == 0 {
+            return active.len();
+        }
+        let indexes = indexed.then(|| {
+            let running: BTreeSet<u32> = active.iter().filter_map(|p| index_of(p.value())).collect();
+            let completions = u32::try_from(completions.unwrap_or(0)).unwrap_or(0);
+            pending_indexes(completions, &tally.count.completed_indexes, &running, missing)
+        });
+        active.len() + self.create_pods(job, missing, indexes, group)
     }
 
     /// Writes the fields of `status` that differ from the Job's.
@@ -611,6 +589,63 @@ impl JobController {
     }
 }
 
+/// The Job's pods sorted for one sync.
+struct Tally {
+    /// What the Job has counted, with the pods counted in this sync.
+    count: Counts,
+    /// Pods that have not finished.
+    active: Vec<ObjectRef>,
+    /// Finished pods counted in this sync: their finalizer goes once the status is written.
+    counted: Vec<ObjectRef>,
+}
+
+impl Tally {
+    fn of(job: &Value, pods: &[ObjectRef]) -> Self {
+        let mut tally = Self {
+            count: Counts::from_status(job),
+            active: Vec::new(),
+            counted: Vec::new(),
+        };
+        for pod in pods {
+            match state_of(pod.value()) {
+                PodState::Active => tally.active.push(pod.clone()),
+                state if is_tracked(pod.value()) => {
+                    tally.count.add(state, index_of(pod.value()));
+                    tally.counted.push(pod.clone());
+                }
+                _ => {}
+            }
+        }
+        tally
+    }
+}
+
+/// The status a sync is writing.
+struct NextStatus {
+    fields: Map<String, Value>,
+    conditions: Vec<Value>,
+    now: String,
+}
+
+impl NextStatus {
+    /// Sets these conditions (or adds them); their times change only when their status does.
+    fn set(&mut self, kinds: &[&str], status: &str, reason: &str, message: &str) {
+        for kind in kinds {
+            let fresh = json!({"type": kind, "status": status, "reason": reason, "message": message,
+                               "lastProbeTime": self.now, "lastTransitionTime": self.now});
+            match self
+                .conditions
+                .iter_mut()
+                .find(|c| get_str(c, &["type"]) == Some(kind))
+            {
+                Some(c) if get_str(c, &["status"]) == Some(status) => {}
+                Some(c) => *c = fresh,
+                None => self.conditions.push(fresh),
+            }
+        }
+    }
+}
+
 /// What the Job has counted: its status plus the finished pods of this sync.
 struct Counts {
     succeeded: i64,
@@ -664,27 +699,6 @@ fn has_condition(job: &Value, kind: &str) -> bool {
     conditions_of(job)
         .iter()
         .any(|c| get_str(c, &["type"]) == Some(kind) && get_str(c, &["status"]) == Some("True"))
-}
-
-/// Sets (or adds) the condition of this type; its times change only when its status does.
-fn set_condition(
-    conditions: &mut Vec<Value>,
-    kind: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    now: &str,
-) {
-    let fresh = json!({"type": kind, "status": status, "reason": reason, "message": message,
-                       "lastProbeTime": now, "lastTransitionTime": now});
-    match conditions
-        .iter_mut()
-        .find(|c| get_str(c, &["type"]) == Some(kind))
-    {
-        Some(c) if get_str(c, &["status"]) == Some(status) => {}
-        Some(c) => *c = fresh,
-        None => conditions.push(fresh),
-    }
 }
 
 /// Takes the tracking finalizer off the pods (they have been counted, or their Job is gone).
