@@ -53,13 +53,93 @@ fn run(scenario: &str, extra: &[&str]) -> BTreeMap<String, Placed> {
 
 /// The whole JSON report of `unisched sim` on `dir` (relative to the repository).
 fn sim_json(dir: &str) -> Value {
+    sim_json_with(dir, &[])
+}
+
+/// [`sim_json`] with more flags.
+fn sim_json_with(dir: &str, extra: &[&str]) -> Value {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new(bin())
         .args(["sim", "-o", "json", "--timeout", "60"])
+        .args(extra)
         .arg(root.join(dir))
         .output()
         .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The pods of `job` in a report: the Job controller names them `<job>-<suffix>`.
+fn job_pods<'a>(report: &'a Value, job: &str) -> Vec<&'a Value> {
+    report["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .and_then(|n| n.strip_prefix(job))
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|suffix| suffix.len() == 5 && !suffix.contains('-'))
+        })
+        .collect()
+}
+
+/// `examples/gang-job`, as the tier test of the real Job controller
+/// (`a_job_whose_pod_group_the_job_controller_makes_is_gang_scheduled`): the embedded control
+/// plane's Job controller makes each gang Job a Workload and a PodGroup and puts its pods in the
+/// group. The first gang is bound whole; the second would get one of its three pods, so it gets
+/// none, and says so in the pod group's words.
+#[test]
+fn the_gang_job_example_binds_one_gang_job_whole_and_none_of_the_other() {
+    let v = sim_json("examples/gang-job");
+    let train = job_pods(&v, "train");
+    assert_eq!(train.len(), 3, "{v:#}");
+    let group = train[0]["group"].as_str().unwrap_or_default().to_string();
+    assert!(
+        group.starts_with("train-") && group.contains("-train-pgt-0-"),
+        "{group:?}"
+    );
+    for p in &train {
+        assert!(p["node"].is_string(), "{p}");
+        assert_eq!(p["group"], group.as_str(), "{p}");
+    }
+    let too_big = job_pods(&v, "too-big");
+    assert_eq!(too_big.len(), 3, "{v:#}");
+    for p in &too_big {
+        assert!(
+            p["node"].is_null(),
+            "a gang short of its quorum is never partly bound: {p}"
+        );
+        assert_eq!(p["reason"], "Unschedulable", "{p}");
+        assert!(
+            p["group"].as_str().is_some_and(|g| g.starts_with("too-big-")),
+            "{p}"
+        );
+    }
+    assert!(
+        too_big.iter().any(|p| p["message"].as_str().is_some_and(|m| {
+            m.starts_with("pod group is unschedulable, ") && m.contains("minCount (3) cannot be satisfied")
+        })),
+        "{too_big:#?}"
+    );
+}
+
+/// Without `WorkloadWithJob` the Job controller makes no groups: the same Jobs are scheduled pod by
+/// pod, and the second binds the one pod that fits.
+#[test]
+fn without_workload_with_job_the_too_big_job_is_partly_bound() {
+    let v = sim_json_with("examples/gang-job", &["--feature-gates", "WorkloadWithJob=false"]);
+    let too_big = job_pods(&v, "too-big");
+    assert_eq!(too_big.len(), 3, "{v:#}");
+    assert!(too_big.iter().all(|p| p["group"].is_null()), "{too_big:#?}");
+    let bound = too_big.iter().filter(|p| p["node"].is_string()).count();
+    assert_eq!(bound, 1, "pod by pod, one of the three fits: {too_big:#?}");
 }
 
 fn node<'a>(p: &'a BTreeMap<String, Placed>, pod: &str) -> Option<&'a str> {

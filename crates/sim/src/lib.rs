@@ -2,8 +2,8 @@
 //!
 //! An in-memory Kubernetes API server ([`ApiServer`]) that speaks the REST and watch protocol well
 //! enough for the unchanged kube-rs client and `kubectl`, plus the controllers a scheduler needs
-//! around it: the garbage collector, the ResourceClaim controller, a fake kubelet, an Event mirror
-//! and a PersistentVolume controller that also provisions.
+//! around it: the garbage collector, the ResourceClaim controller, a fake kubelet, an Event mirror,
+//! a PersistentVolume controller that also provisions, and a Job controller.
 //! It is a simulator: it runs no containers.
 //!
 //! ```no_run
@@ -23,7 +23,8 @@
 //!
 //! The resources of [`Registry::default`] (one line each): namespaces, nodes, pods (`/status`,
 //! `/binding`, `/eviction`), core and `events.k8s.io` events, configmaps, secrets, service accounts, PVs, PVCs, leases, priority classes,
-//! PDBs, storage classes, CSI nodes and the `resource.k8s.io/v1` DRA kinds, plus Services,
+//! PDBs, storage classes, CSI nodes, the `resource.k8s.io/v1` DRA kinds and `batch/v1` Jobs (made into
+//! pods, and with `WorkloadWithJob` into a Workload and PodGroup, by [`controllers::jobs`]), plus Services,
 //! Deployments and the RBAC kinds as stored objects without behaviour (so `deploy/manifests`
 //! applies); `/version`, legacy discovery (`/api`, `/apis`, per group/version),
 //! `/healthz`/`/livez`/`/readyz`, `/openapi/v2` and `/openapi/v3` documents with the

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event as CoreEvent, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
@@ -311,8 +312,8 @@ pub struct Registry {
 impl Default for Registry {
     /// Everything unisched needs: core (namespaces, nodes, pods, events, configmaps, PVs, PVCs),
     /// events.k8s.io, coordination, scheduling, policy, storage (storage classes, CSI nodes, CSI
-    /// drivers, CSI storage capacities) and the
-    /// DRA kinds of resource.k8s.io/v1; plus, as stored objects without behaviour, the kinds of
+    /// drivers, CSI storage capacities), the DRA kinds of resource.k8s.io/v1 and batch/v1 Jobs (made
+    /// into pods by `controllers::jobs`); plus, as stored objects without behaviour, the kinds of
     /// `deploy/manifests` (Services, Deployments, the RBAC kinds), so that the scheduler's own
     /// manifests can be applied to the simulator.
     fn default() -> Self {
@@ -371,6 +372,10 @@ impl Default for Registry {
                 .status(ClearOnCreate)
                 .generation(SpecAndAnnotations)
                 .short(&["deploy"])
+                .categories(&["all"]),
+            ResourceType::of::<Job>()
+                .status(ClearOnCreate)
+                .generation(Spec)
                 .categories(&["all"]),
             ResourceType::of::<Role>(),
             ResourceType::of::<ClusterRole>(),

@@ -40,6 +40,7 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("policy/v1", "PodDisruptionBudget"),
     ("scheduling.k8s.io/v1beta1", "Workload"),
     ("scheduling.k8s.io/v1beta1", "PodGroup"),
+    ("batch/v1", "Job"),
     ("v1", "Pod"),
 ];
 
@@ -424,17 +425,19 @@ fn validate_typed(source: &Source, registry: &Registry, kind: &str, v: &Value) -
             format!("strict decoding error: {}", list.join(", ")),
         ));
     }
-    // generateName objects get their name on create; check the rest with a stand-in name.
-    let mut probe;
-    let checked = if v["metadata"]["name"].as_str().is_none_or(str::is_empty) {
-        probe = v.clone();
+    // generateName objects get their name on create; check the rest with a stand-in name. Kinds
+    // that are only valid with their defaults (a Job's selector) get them first.
+    let mut probe = None;
+    if v["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        let mut named = v.clone();
         let base = v["metadata"]["generateName"].as_str().unwrap_or_default();
-        probe["metadata"]["name"] = Value::String(format!("{base}x"));
-        &probe
-    } else {
-        v
-    };
-    strategy::validate(rt, checked).map_err(|e| invalid(source, e.to_string()))
+        named["metadata"]["name"] = Value::String(format!("{base}x"));
+        probe = Some(named);
+    }
+    if strategy::defaults_before_validation(rt) {
+        strategy::default_for_validation(rt, probe.get_or_insert_with(|| v.clone()));
+    }
+    strategy::validate(rt, probe.as_ref().unwrap_or(v)).map_err(|e| invalid(source, e.to_string()))
 }
 
 /// Namespaces referenced by objects of a scenario but not created by it (the runner creates them,
@@ -488,6 +491,35 @@ mod tests {
         assert_eq!(kinds, ["DeviceClass", "Node", "Pod"]);
         assert_eq!(s.steps[0].apply[2].namespace.as_deref(), Some("default"));
         assert_eq!(s.steps[0].apply[2].value["metadata"]["namespace"], "default");
+    }
+
+    /// A Job is checked as kube-apiserver checks it once defaulted (its selector is generated, so
+    /// a file need not give one), and is applied after the PodGroups its pods may name.
+    #[test]
+    fn jobs_are_checked_with_their_defaults() {
+        let d = tmpdir("jobs");
+        let job = |restart: &str| {
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  template:\n    spec:\n      restartPolicy: {restart}\n      containers: [{{name: c, image: x}}]\n---\napiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: g}}\nspec: {{schedulingPolicy: {{basic: {{}}}}}}\n"
+            )
+        };
+        let good = write(&d, "good.yaml", &job("Never"));
+        let s = load(&[good]).unwrap();
+        let kinds: Vec<&str> = s.steps[0].apply.iter().map(|o| o.kind.as_str()).collect();
+        assert_eq!(kinds, ["PodGroup", "Job"]);
+        assert!(
+            s.steps[0].apply[1].value["spec"].get("selector").is_none(),
+            "kept as written"
+        );
+        let bad = write(&d, "bad.yaml", &job("Always"));
+        let e = load(&[bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("document 0")
+                && e.contains(
+                    "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
+                ),
+            "{e}"
+        );
     }
 
     #[test]

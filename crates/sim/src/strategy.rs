@@ -9,6 +9,8 @@
 //! - Nodes: `status.allocatable` defaults to `status.capacity`.
 //! - Namespaces: `status.phase: Active`.
 //! - ResourceClaims: `spec` is immutable. PriorityClasses: `value` is immutable.
+//! - Jobs: batch/v1 defaults, a generated selector on create, spec checks and what an update may
+//!   not change (see `admission::jobs`); the template's pod spec is checked as a pod's.
 
 use serde_json::{Map, Value, json};
 use unisched_resource::Quantity;
@@ -78,9 +80,30 @@ pub(crate) fn prepare_create(
             default_node_readiness(obj);
         }
         ("storage.k8s.io", "CSIDriver") => default_csi_driver(obj),
+        ("batch", "Job") => {
+            admission::default_job(obj);
+            admission::generate_selector(obj);
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// Whether objects of the kind fail validation without their defaults.
+pub(crate) fn defaults_before_validation(rt: &ResourceType) -> bool {
+    rt.is("batch", "Job")
+}
+
+/// The defaulting of [`prepare_create`] that needs no other object, for checking an object before
+/// it is created (a scenario file): a Job is only valid once it has its defaults and selector.
+pub(crate) fn default_for_validation(rt: &ResourceType, obj: &mut Value) {
+    if defaults_before_validation(rt) {
+        if crate::util::uid_of(obj).is_empty() {
+            crate::util::meta_mut(obj).insert("uid".into(), json!("00000000-0000-0000-0000-000000000000"));
+        }
+        admission::default_job(obj);
+        admission::generate_selector(obj);
+    }
 }
 
 /// A CSIDriver's spec gets kube-apiserver's defaults for what it leaves out (with the 1.37 gates
@@ -188,6 +211,17 @@ pub(crate) fn prepare_update(
         }
         ("", "Node") => default_node(new),
         ("storage.k8s.io", "CSIDriver") => default_csi_driver(new),
+        ("batch", "Job") if mode == UpdateMode::Main => {
+            admission::default_job(new);
+            let causes = admission::check_job_update(old, new);
+            if !causes.is_empty() {
+                return Err(StoreError::Invalid {
+                    kind: rt.kind.to_string(),
+                    name,
+                    causes,
+                });
+            }
+        }
         ("storage.k8s.io", "CSIStorageCapacity") => {
             // What the driver was asked about (class, topology) cannot change; only the answer.
             for field in ["storageClassName", "nodeTopology"] {
@@ -308,6 +342,16 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
         }
     } else if rt.is("storage.k8s.io", "CSIStorageCapacity") {
         check_storage_capacity(obj, &mut causes);
+    } else if rt.is("batch", "Job") {
+        admission::check_job(obj, &mut causes);
+        if let Some(template) = get_path(obj, &["spec", "template"]) {
+            let mut template_causes = Vec::new();
+            validate_pod(template, &mut template_causes);
+            causes.extend(template_causes.into_iter().map(|c| Cause {
+                field: format!("spec.template.{}", c.field),
+                message: c.message,
+            }));
+        }
     }
     if causes.is_empty() {
         Ok(())

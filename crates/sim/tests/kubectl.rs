@@ -481,3 +481,95 @@ async fn kubectl_sees_a_pod_created_from_protobuf() {
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const JOB: &str = "apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  parallelism: 2
+  completions: 4
+  scheduling:
+    schedulingPolicy:
+      gang: {minCount: 2}
+  template:
+    spec:
+      restartPolicy: RESTART
+      containers:
+      - {name: train, image: registry.example/train:1}
+";
+
+/// A Job through kubectl: kube-apiserver's wording for a bad one, the table of `get jobs`, the pods
+/// and the PodGroup the Job controller makes, and `kubectl delete` taking the pods along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_runs_a_gang_job() {
+    let (running, k, dir) = serve(true, "job").await;
+    let bad = write(&dir, "bad.yaml", &JOB.replace("RESTART", "Always"));
+    let (ok, _, err) = k.run(&["create", "-f", &bad]).await;
+    assert!(
+        !ok && err.contains(
+            "The Job \"train\" is invalid: spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
+        ),
+        "{err}"
+    );
+    let job = write(&dir, "job.yaml", &JOB.replace("RESTART", "Never"));
+    let out = k.ok(&["apply", "-f", &job]).await;
+    assert!(out.contains("job.batch/train created"), "{out}");
+    let store = running.store();
+    let pods = || {
+        store
+            .list_all("pods", Some("default"))
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["job-name"] == "train")
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while pods() < 2 && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pods(), 2);
+    let out = k.ok(&["get", "jobs"]).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        "{out}"
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..3], ["train", "Running", "0/4"], "{out}");
+    let out = k.ok(&["get", "job", "train", "-o", "wide"]).await;
+    assert!(
+        out.contains("SELECTOR") && out.contains("batch.kubernetes.io/controller-uid="),
+        "{out}"
+    );
+    let out = k
+        .ok(&[
+            "get",
+            "podgroups",
+            "-o",
+            "jsonpath={.items[0].spec.schedulingPolicy.gang.minCount}",
+        ])
+        .await;
+    assert_eq!(out, "2");
+    let out = k
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "job-name=train",
+            "-o",
+            "jsonpath={.items[*].spec.schedulingGroup.podGroupName}",
+        ])
+        .await;
+    assert!(out.contains("-train-pgt-0-"), "{out}");
+    // kubectl asks for background propagation: the garbage collector deletes the pods.
+    let out = k.ok(&["delete", "job", "train"]).await;
+    assert!(out.contains("job.batch \"train\" deleted"), "{out}");
+    let start = std::time::Instant::now();
+    while pods() > 0 && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pods(), 0);
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

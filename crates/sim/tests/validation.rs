@@ -261,3 +261,105 @@ async fn csi_drivers_are_defaulted_and_storage_capacities_checked() {
     assert_eq!(code, 200);
     server.shutdown().await;
 }
+
+/// batch/v1 Jobs over HTTP: the 422 names every problem in kube-apiserver's words; a good Job gets
+/// its defaults and generated selector; a delete without a propagation policy orphans the pods
+/// with upstream's warning, and the Job controller lets them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_defaulted_checked_and_orphan_their_pods_by_default() {
+    let builder = unisched_sim::ApiServer::builder()
+        .controllers(false)
+        .garbage_collector(true)
+        .job_controller(Some(Default::default()));
+    let (server, _client) = common::start_with(builder).await;
+    let addr = server.addr;
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let j = "application/json";
+    let job = |name: &str, parallelism: i64, restart: &str| {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+               "spec": {"parallelism": parallelism,
+                        "scheduling": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+                        "template": {"spec": {"restartPolicy": restart,
+                                               "containers": [{"name": "c", "image": "x"}]}}}})
+        .to_string()
+    };
+    let (code, _, status) = http(addr, "POST", jobs, j, &job("bad", -1, "Always")).await;
+    assert_eq!(code, 422, "{status}");
+    let causes: Vec<String> = status["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["field"].as_str().unwrap(),
+                c["message"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            "spec.parallelism: Invalid value: -1: must be greater than or equal to 0",
+            "spec.scheduling.schedulingPolicy.gang.minCount: Invalid value: 2: must not be greater than parallelism (-1)",
+            "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"",
+        ],
+        "{status}"
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Job \"bad\" is invalid: ["),
+        "{status}"
+    );
+
+    let (code, _, created) = http(addr, "POST", jobs, j, &job("good", 2, "Never")).await;
+    assert_eq!(code, 201, "{created}");
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        created["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    );
+    assert_eq!(
+        created["spec"]["template"]["metadata"]["labels"]["job-name"],
+        "good"
+    );
+    assert_eq!(created["spec"]["backoffLimit"], 6);
+    assert_eq!(created["metadata"]["generation"], 1);
+    let store = server.store().clone();
+    let pods = move || {
+        store
+            .list_all("pods", Some("default"))
+            .unwrap()
+            .iter()
+            .map(|p| p.to_value())
+            .filter(|p| p["metadata"]["labels"]["job-name"] == "good")
+            .collect::<Vec<Value>>()
+    };
+    let start = std::time::Instant::now();
+    while pods().len() < 2 && start.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(pods().len(), 2);
+
+    let (code, warnings, _) = http(addr, "DELETE", &format!("{jobs}/good"), j, "").await;
+    assert!(code == 200 || code == 202, "{code}");
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\""
+        ]
+    );
+    let start = std::time::Instant::now();
+    let released = |p: &Value| {
+        p["metadata"].get("ownerReferences").is_none() && p["metadata"].get("finalizers").is_none()
+    };
+    while !pods().iter().all(released) && start.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let left = pods();
+    assert_eq!(left.len(), 2, "orphaned, not deleted");
+    assert!(left.iter().all(released), "{left:#?}");
+    server.shutdown().await;
+}

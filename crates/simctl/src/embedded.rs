@@ -10,6 +10,7 @@ use std::{
 
 use serde_json::Value;
 use unisched_runtime::Scheduler;
+use unisched_sim::controllers::JobControllerConfig;
 use unisched_sim::{
     ApiServer, DeleteOptions, ObjectRef, RunningServer, ServerError, Store, StoreError, report,
     report::FromCluster, scenario,
@@ -127,7 +128,9 @@ pub(crate) async fn sim_embedded(
     // The claim controller (and, for a copy, the garbage collector and kubelet) start below: the claim
     // controller with the run's seed, so generated claim names repeat from run to run; both only
     // after a copied cluster is complete.
-    let mut builder = ApiServer::builder().claim_controller(false);
+    let mut builder = ApiServer::builder()
+        .claim_controller(false)
+        .job_controller(Some(job_controller(&args)));
     if snapshot.is_some() {
         // The fake kubelet admits a bound pod when it appears; a copied pod's status (its claims)
         // is written just after it is created, so the kubelet starts after the copy, too.
@@ -206,6 +209,19 @@ pub(crate) async fn sim_embedded(
     Ok(if settled { 0 } else { 3 })
 }
 
+/// The Job controller of the run. kube-controller-manager's `WorkloadWithJob` is on in the
+/// simulator unless `--feature-gates` turns it off, or turns off `GenericWorkload`, which it needs.
+/// (A flag that does not parse is reported when the scheduler starts.)
+fn job_controller(args: &SimArgs) -> JobControllerConfig {
+    let gates = unisched_features::FeatureGates::parse(&args.feature_gates).unwrap_or_default();
+    let workload_with_job = gates
+        .explicit()
+        .get("WorkloadWithJob")
+        .copied()
+        .unwrap_or_else(|| gates.enabled("GenericWorkload"));
+    JobControllerConfig { workload_with_job }
+}
+
 /// Loads the copy of the live cluster into the store; pending pods of other schedulers than the
 /// in-process one's profiles are left out (all are copied with `--no-scheduler`).
 fn copy_cluster(store: &Store, snap: &snapshot::Snapshot, args: &SimArgs) -> Result<FromCluster> {
@@ -252,7 +268,8 @@ fn start_controllers(store: &Store, seed: u64, copied: bool) -> tokio::sync::wat
 }
 
 /// Applies one step: its deletions, its other objects, then its pods, held until their claims
-/// exist and (with an in-process scheduler) the scheduler has seen all of it.
+/// exist and (with an in-process scheduler) the scheduler has seen all of it, then its Jobs (whose
+/// pods the Job controller makes at once, so they too come after the barrier).
 async fn apply_step(store: &Store, step: &scenario::Step, scheduler: Option<&Scheduler>) -> Result<()> {
     apply_deletes(store, step)?;
     apply_objects(store, step, false)?;
@@ -273,7 +290,11 @@ async fn apply_step(store: &Store, step: &scenario::Step, scheduler: Option<&Sch
     if let Some(s) = scheduler {
         wait_for_claims(&generated.claims, s, Duration::from_secs(10)).await;
     }
-    release_held(store, &held)
+    release_held(store, &held)?;
+    for job in step.apply.iter().filter(|o| o.kind == "Job") {
+        apply_one(store, job)?;
+    }
+    Ok(())
 }
 
 /// `--serve`: writes the kubeconfig for kubectl and `unisched run`, then waits for Ctrl-C.
@@ -308,9 +329,14 @@ fn plural_of(kind: &str) -> String {
     }
 }
 
-/// Creates (or, for `pods: true`, only the pods / for `false` everything but the pods) of a step.
+/// Creates (or, for `pods: true`, only the pods / for `false` everything but the pods and the
+/// Jobs) of a step.
 fn apply_objects(store: &Store, step: &scenario::Step, pods: bool) -> Result<()> {
-    for o in step.apply.iter().filter(|o| (o.kind == "Pod") == pods) {
+    for o in step
+        .apply
+        .iter()
+        .filter(|o| o.kind != "Job" && (o.kind == "Pod") == pods)
+    {
         apply_one(store, o)?;
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! Controllers that run inside the control plane, as tokio tasks fed by the store's own event stream
 //! (no HTTP in between): the garbage collector, the ResourceClaim controller, a fake kubelet, an
-//! Event mirror (events.k8s.io/v1 → core v1) and a PersistentVolume controller that also provisions.
+//! Event mirror (events.k8s.io/v1 → core v1), a PersistentVolume controller that also provisions,
+//! and the Job controller (which makes gang Jobs Workloads and PodGroups).
 //!
 //! Each controller handles 410 Gone (it fell behind the event history) by resubscribing and
 //! resynchronising from the current state.
@@ -9,11 +10,13 @@ pub mod claims;
 pub mod events;
 pub mod gc;
 mod group_claims;
+pub mod jobs;
 pub mod kubelet;
 pub mod volumes;
 
 use serde_json::{Value, json};
 
+pub use jobs::JobControllerConfig;
 pub use kubelet::KubeletConfig;
 
 use crate::store::{Store, Subscription, WatchEvent};
@@ -33,6 +36,8 @@ pub struct ControllerConfig {
     /// PersistentVolume controller and provisioner (completes the volume bindings the scheduler
     /// decides).
     pub volume_controller: bool,
+    /// Job controller (None: Jobs are stored and make no pods).
+    pub job_controller: Option<JobControllerConfig>,
 }
 
 impl Default for ControllerConfig {
@@ -43,6 +48,7 @@ impl Default for ControllerConfig {
             kubelet: Some(KubeletConfig::default()),
             event_mirror: true,
             volume_controller: true,
+            job_controller: Some(JobControllerConfig::default()),
         }
     }
 }
@@ -65,6 +71,13 @@ pub fn spawn(
     }
     if config.volume_controller {
         tasks.push(tokio::spawn(volumes::run(store.clone(), shutdown.clone())));
+    }
+    if let Some(j) = &config.job_controller {
+        tasks.push(tokio::spawn(jobs::run(
+            store.clone(),
+            j.clone(),
+            shutdown.clone(),
+        )));
     }
     if let Some(k) = &config.kubelet {
         tasks.push(tokio::spawn(kubelet::run(store.clone(), k.clone(), shutdown)));

@@ -519,16 +519,29 @@ fn patch(
     Ok(with_warnings(object_response(code, &o, headers), &warnings))
 }
 
-fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, StoreError> {
-    let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
+/// A DELETE's body (`DeleteOptions` as JSON, YAML or protobuf; empty is `{}`).
+fn delete_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, StoreError> {
+    Ok(if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else if body.starts_with(super::protobuf::MAGIC) {
         super::protobuf::decode(body)?
     } else {
         parse_body(headers, body)
             .map_err(|e| StoreError::BadRequest(format!("error decoding DeleteOptions: {e}")))?
-    };
-    delete_options_from(q, &b)
+    })
+}
+
+/// What kube-apiserver warns about when a batch/v1 Job is deleted without a propagation policy:
+/// its pods are orphaned by default.
+const JOB_ORPHAN_WARNING: &str = "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning";
+
+/// Whether a delete of `rt` says nothing of dependents and orphans them by default (batch/v1
+/// Jobs, for compatibility): then the options become `Orphan` and the answer carries a warning.
+fn orphans_by_default(rt: &ResourceType, q: &Query, b: &Value) -> bool {
+    rt.is("batch", "Job")
+        && q.get("propagationPolicy").is_none_or(String::is_empty)
+        && get_str(b, &["propagationPolicy"]).is_none_or(str::is_empty)
+        && b.get("orphanDependents").is_none_or(Value::is_null)
 }
 
 fn delete_options_from(q: &Query, b: &Value) -> Result<DeleteOptions, StoreError> {
@@ -571,18 +584,31 @@ fn delete(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, StoreError> {
-    let opts = delete_options(q, headers, body)?;
-    Ok(match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
+    let body = delete_body(headers, body)?;
+    let mut opts = delete_options_from(q, &body)?;
+    let warnings: Vec<String> = if orphans_by_default(t.rt, q, &body) {
+        opts.propagation = Propagation::Orphan;
+        vec![JOB_ORPHAN_WARNING.to_string()]
+    } else {
+        Vec::new()
+    };
+    let response = match app.store.delete_in(t.kind, ns_of(t), name, &opts)? {
         Deletion::Removed(o) => object_response(StatusCode::OK, &o, headers),
         Deletion::Pending(o) => object_response(StatusCode::ACCEPTED, &o, headers),
-    })
+    };
+    Ok(with_warnings(response, &warnings))
 }
 
 fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Response, StoreError> {
     let mut opts = list_options(q)?;
     opts.limit = None;
     opts.continue_token = None;
-    let dopts = delete_options_from(q, &json!({}))?;
+    let mut dopts = delete_options_from(q, &json!({}))?;
+    let mut warnings = Vec::new();
+    if orphans_by_default(t.rt, q, &json!({})) {
+        dopts.propagation = Propagation::Orphan;
+        warnings.push(JOB_ORPHAN_WARNING.to_string());
+    }
     let list = app.store.list_in(t.kind, t.namespace.as_deref(), &opts)?;
     let mut items = Vec::new();
     for o in &list.items {
@@ -593,9 +619,12 @@ fn delete_collection(app: &AppState, t: &Target<'_>, q: &Query) -> Result<Respon
         }
     }
     let rv = app.store.resource_version();
-    Ok(json_value(
-        StatusCode::OK,
-        &json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    Ok(with_warnings(
+        json_value(
+            StatusCode::OK,
+            &json!({"kind": t.rt.list_kind, "apiVersion": t.rt.api_version, "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+        ),
+        &warnings,
     ))
 }
 

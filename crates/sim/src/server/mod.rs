@@ -20,7 +20,7 @@ pub use discovery::{KUBE_MAJOR, KUBE_MINOR};
 pub use faults::Faults;
 
 use crate::auth::TokenAuthority;
-use crate::controllers::{self, ControllerConfig, KubeletConfig};
+use crate::controllers::{self, ControllerConfig, JobControllerConfig, KubeletConfig};
 use crate::registry::Registry;
 use crate::store::{Store, StoreConfig};
 
@@ -126,6 +126,13 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the Job controller with this configuration, or not at all with `None` (default: on, with
+    /// `WorkloadWithJob`).
+    pub fn job_controller(mut self, config: Option<JobControllerConfig>) -> Self {
+        self.controllers.job_controller = config;
+        self
+    }
+
     /// Mirror `events.k8s.io/v1` Events into core `v1` Events (default true).
     pub fn event_mirror(mut self, yes: bool) -> Self {
         self.controllers.event_mirror = yes;
@@ -140,6 +147,11 @@ impl ApiServerBuilder {
         self.controllers.volume_controller = yes;
         self.controllers.kubelet = if yes {
             Some(self.controllers.kubelet.unwrap_or_default())
+        } else {
+            None
+        };
+        self.controllers.job_controller = if yes {
+            Some(self.controllers.job_controller.unwrap_or_default())
         } else {
             None
         };

@@ -146,6 +146,16 @@ fn columns(rt: &ResourceType) -> Vec<Column> {
             col("Images", "string", 1),
             col("Selector", "string", 1),
         ],
+        ("batch", "Job") => vec![
+            col("Name", "string", 0),
+            col("Status", "string", 0),
+            col("Completions", "string", 0),
+            col("Duration", "string", 0),
+            col("Age", "string", 0),
+            col("Containers", "string", 1),
+            col("Images", "string", 1),
+            col("Selector", "string", 1),
+        ],
         _ => vec![col("Name", "string", 0), col("Age", "string", 0)],
     }
 }
@@ -281,13 +291,17 @@ fn label_selector_string(sel: Option<&Value>) -> String {
     reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
 }
 
-/// A duration in kubectl's short human form (`45s`, `3m2s`, `10m`, `5h`, `3d`).
+/// The time since `created` in kubectl's short human form (`45s`, `3m2s`, `10m`, `5h`, `3d`).
 pub(crate) fn human_age(created: Option<&str>) -> String {
     let Some(t) = created.and_then(parse_time) else {
         return "<unknown>".into();
     };
-    let secs = (now().as_second() - t.as_second()).max(0);
-    match secs {
+    human_duration(now().as_second() - t.as_second())
+}
+
+/// A number of seconds in kubectl's short human form.
+fn human_duration(secs: i64) -> String {
+    match secs.max(0) {
         s if s < 120 => format!("{s}s"),
         s if s < 600 => format!("{}m{}s", s / 60, s % 60),
         s if s < 3 * 3600 => format!("{}m", s / 60),
@@ -498,8 +512,68 @@ fn cells(rt: &ResourceType, o: &Value) -> Vec<Value> {
                 json!(label_selector_string(get_path(o, &["spec", "selector"]))),
             ]
         }
+        ("batch", "Job") => job_cells(o, name, age),
         _ => vec![name, age],
     }
+}
+
+/// A Job's row as kubectl prints it: the most telling condition as its status, succeeded of
+/// completions, and how long it ran (until now, or until it completed).
+fn job_cells(o: &Value, name: Value, age: Value) -> Vec<Value> {
+    let count = |path: &[&str]| get_path(o, path).and_then(Value::as_i64);
+    let succeeded = count(&["status", "succeeded"]).unwrap_or(0);
+    let completions = match (count(&["spec", "completions"]), count(&["spec", "parallelism"])) {
+        (Some(c), _) => format!("{succeeded}/{c}"),
+        (None, Some(p)) if p > 1 => format!("{succeeded}/1 of {p}"),
+        (None, _) => format!("{succeeded}/1"),
+    };
+    let time = |field: &str| get_str(o, &["status", field]).and_then(parse_time);
+    let duration = match (time("startTime"), time("completionTime")) {
+        (None, _) => String::new(),
+        (Some(start), None) => human_duration(now().as_second() - start.as_second()),
+        (Some(start), Some(end)) => human_duration(end.as_second() - start.as_second()),
+    };
+    let has = |kind: &str| {
+        get_path(o, &["status", "conditions"])
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+    };
+    let status = if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if get_path(o, &["metadata", "deletionTimestamp"]).is_some() {
+        "Terminating"
+    } else if has("Suspended") {
+        "Suspended"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else if has("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    let containers = get_path(o, &["spec", "template", "spec", "containers"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let field = |f: &str| {
+        containers
+            .iter()
+            .map(|c| s(c, &[f]))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        name,
+        json!(status),
+        json!(completions),
+        json!(duration),
+        age,
+        json!(field("name")),
+        json!(field("image")),
+        json!(label_selector_string(get_path(o, &["spec", "selector"]))),
+    ]
 }
 
 fn row_object(o: &ObjectRef, include: IncludeObject) -> Option<Value> {
