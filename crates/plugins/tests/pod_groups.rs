@@ -27,6 +27,8 @@ use unisched_plugins::{
 #[derive(Default)]
 struct MemCache {
     nodes: RwLock<BTreeMap<String, NodeInfo>>,
+    /// Every assume, kept or taken back: how many member placements the cycle made.
+    assumes: std::sync::atomic::AtomicUsize,
 }
 
 impl SchedulerCache for MemCache {
@@ -34,6 +36,7 @@ impl SchedulerCache for MemCache {
         Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
     }
     fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
+        self.assumes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
         let mut nodes = self.nodes.write();
         let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
@@ -294,6 +297,48 @@ fn a_topology_constraint_picks_the_domain_that_holds_the_gang() {
     assert_eq!(nodes.len(), 4);
     assert!(nodes.values().all(|n| n.starts_with("b-")), "{nodes:?}");
     assert_eq!(cache.placed(), nodes, "only the chosen placement is held");
+}
+
+/// Once a domain holds every member, no other can score higher (PodGroupPodsCount) or win a
+/// tie (it sorts first): the racks after it are not tried, and it is not placed a second time.
+/// When the first domain holds only part of a basic group, the next is tried; once one holds
+/// all, the search ends there and the scorers choose among those tried.
+#[test]
+fn the_first_domain_holding_the_whole_group_ends_the_search() {
+    let racks = [
+        ("a-1", "8", Some("rack-a")),
+        ("b-1", "8", Some("rack-b")),
+        ("c-1", "8", Some("rack-c")),
+    ];
+    let cache = MemCache::with_nodes(&racks);
+    let result = cycle(&cache, &group(Some(2), Some("rack")), members(&["3", "3"]));
+    assert!(result.status.is_success(), "{:?}", result.status);
+    assert_eq!(result.placement.as_deref(), Some("rack-a"));
+    assert_eq!(cache.placed(), bound(&result));
+    assert_eq!(
+        cache.assumes.load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "one try of two members, kept as it is"
+    );
+
+    let cache = MemCache::with_nodes(&[
+        ("a-1", "4", Some("rack-a")),
+        ("b-1", "8", Some("rack-b")),
+        ("c-1", "8", Some("rack-c")),
+    ]);
+    let result = cycle(&cache, &group(None, Some("rack")), members(&["3", "3"]));
+    assert_eq!(
+        result.placement.as_deref(),
+        Some("rack-b"),
+        "rack-a holds one of two"
+    );
+    assert_eq!(bound(&result).len(), 2);
+    assert_eq!(cache.placed(), bound(&result));
+    assert_eq!(
+        cache.assumes.load(std::sync::atomic::Ordering::Relaxed),
+        5,
+        "rack-a's one member, rack-b's two, then rack-b's two again as chosen; rack-c not tried"
+    );
 }
 
 #[test]

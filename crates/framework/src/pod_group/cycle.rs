@@ -171,6 +171,18 @@ fn place_on_best(
             // The only candidate: kept as it is (the placement scorers have nothing to choose).
             return decide(members, tried, Some(placement.name.clone()));
         }
+        let unbeatable =
+            tried.status.is_success() && no_untried_placement_can_win(ctx, placements, i, &tried);
+        if unbeatable
+            && worked
+                .iter()
+                .all(|(j, _, _)| placements[*j].name > placement.name)
+        {
+            // Nothing tried or untried can beat it or win a tie: it is the one the scorers
+            // would choose, kept as it is (placing it again pinned to the same nodes gives the
+            // same result).
+            return decide(members, tried, Some(placement.name.clone()));
+        }
         if tried.status.is_success() {
             let nodes = tried
                 .members
@@ -187,6 +199,10 @@ fn place_on_best(
             };
             revert(ctx, &mut tried);
             worked.push((i, nodes, assignments));
+            if unbeatable {
+                // An earlier placement may tie it: the scorers choose among those tried.
+                break;
+            }
             continue;
         }
         if !tried.status.is_rejected() {
@@ -236,6 +252,32 @@ fn place_on_best(
         .collect();
     let tried = try_group(ctx, algo, members, &pins);
     decide(members, tried, Some(placement.name.clone()))
+}
+
+/// Whether no placement after `placements[i]` can be chosen over its successful try: every
+/// scorer says nothing can outscore it, and every untried placement sorts after it (so it wins
+/// any tie with them).
+///
+/// Why: a group asking for one rack of fifty is otherwise tried on all fifty before one is
+/// kept, fifty times the member cycles, though the first rack that holds the whole group
+/// already has the best score the default scorer can give.
+fn no_untried_placement_can_win(ctx: &Context<'_>, placements: &[Placement], i: usize, tried: &Try) -> bool {
+    let name = &placements[i].name;
+    if !placements[i + 1..].iter().all(|p| p.name > *name) {
+        return false;
+    }
+    let placeable = tried
+        .members
+        .iter()
+        .filter(|m| !matches!(m, Some(Tried::Skipped(_))))
+        .count();
+    let assignments = PodGroupAssignments {
+        placement: name.clone(),
+        proposed: tried.proposed(),
+        already_scheduled: ctx.already_scheduled,
+    };
+    ctx.fwk
+        .is_best_possible_placement(ctx.group, &assignments, placeable)
 }
 
 /// The highest total; ties go to the placement whose name sorts first, so the same inputs make

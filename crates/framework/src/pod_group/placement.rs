@@ -84,6 +84,19 @@ pub trait PlacementScorePlugin: Plugin {
     fn normalize_placement_scores(&self, _group: &PodGroupInfo, _scores: &mut [i64]) -> Status {
         Status::success()
     }
+    /// True when no placement can score higher with this plugin than `assignments` does, after
+    /// normalisation too, given that a try could place at most `placeable` members. The cycle then
+    /// stops trying placements once every scorer says so of one (ties go to the name that sorts
+    /// first, so it stops only when no untried placement sorts before it). The default promises
+    /// nothing.
+    fn is_best_possible(
+        &self,
+        _group: &PodGroupInfo,
+        _assignments: &PodGroupAssignments,
+        _placeable: usize,
+    ) -> bool {
+        false
+    }
 }
 
 /// Says whether an attempt can still meet the group's constraints.

@@ -27,6 +27,16 @@ impl PlacementScorePlugin for PodGroupPodsCount {
         Ok(i64::try_from(count).unwrap_or(i64::MAX))
     }
 
+    /// Every member this cycle could place is placed: no placement holds more.
+    fn is_best_possible(
+        &self,
+        _group: &PodGroupInfo,
+        assignments: &PodGroupAssignments,
+        placeable: usize,
+    ) -> bool {
+        assignments.proposed.len() >= placeable
+    }
+
     /// Scaled by the largest count, so the best placement scores 100. `minCount` plays no part:
     /// placements that differ by one pod should differ by little. No placement holding any pod
     /// is an error (the quorum check lets no such placement through).

@@ -366,7 +366,12 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
             (3, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
             (4, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
             (4, Some("other"), QueueingHint::Skip, vec![]),
-            (4, Some("basic"), QueueingHint::Skip, vec!["podgroup:ns/basic".to_string()]),
+            (
+                4,
+                Some("basic"),
+                QueueingHint::Skip,
+                vec!["podgroup:ns/basic".to_string()],
+            ),
             (4, None, QueueingHint::Skip, vec![]),
         ];
         for (seen, added_group, want, want_keys) in cases {
@@ -393,7 +398,11 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
                 QueueingHint::Skip,
                 "{name}: another group's member"
             );
-            assert_eq!((narrowing.event_keys)(None, Some(&added)), Some(want_keys), "{name}");
+            assert_eq!(
+                (narrowing.event_keys)(None, Some(&added)),
+                Some(want_keys),
+                "{name}"
+            );
         }
     }
 }

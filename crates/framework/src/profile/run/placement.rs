@@ -69,6 +69,19 @@ impl Framework {
         verdict
     }
 
+    /// Whether every placementScore plugin says no placement can outscore `assignments` (see
+    /// [`PlacementScorePlugin::is_best_possible`]); with no scorer every placement ties.
+    pub fn is_best_possible_placement(
+        &self,
+        group: &PodGroupInfo,
+        assignments: &PodGroupAssignments,
+        placeable: usize,
+    ) -> bool {
+        self.placement_score
+            .iter()
+            .all(|(plugin, _)| plugin.is_best_possible(group, assignments, placeable))
+    }
+
     /// placementScore: every plugin scores every placement, normalises its scores, and the
     /// weighted sums are returned in the order of `assignments`.
     pub fn run_placement_score(
