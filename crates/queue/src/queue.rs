@@ -512,6 +512,13 @@ impl SchedulingQueue {
         qpi.gating_plugin = Some(plugin);
     }
 
+    /// Whether every PreEnqueue plugin of the pod's profile lets it through now (nothing is
+    /// recorded or reported).
+    fn passes_pre_enqueue(&self, pod: &PodInfo) -> bool {
+        self.profile_of(pod)
+            .is_some_and(|fwk| fwk.run_pre_enqueue(pod).is_success())
+    }
+
     /// Passes a PreEnqueue refusal on to the observer, unless its plugin opts out of telling.
     fn report_gated(&self, fwk: &Framework, pod: &PodInfo, plugin: &str, status: &Status) {
         let message = match fwk.plugin(plugin).and_then(|p| p.clone().as_pre_enqueue()) {
@@ -1047,22 +1054,28 @@ impl SchedulingQueue {
         let st = &mut *guard;
         let mut taken = Vec::new();
         for uid in uids {
-            let queued = st
-                .active
-                .remove(uid, &*self.active_less())
-                .or_else(|| st.backoff.remove(uid, &*self.backoff_less()))
-                .or_else(|| st.error_backoff.remove(uid, &*self.error_less()))
-                .or_else(|| {
-                    let pooled_ungated = st
-                        .unschedulable
-                        .get(uid)
-                        .is_some_and(|q| q.gating_plugin.is_none());
-                    if pooled_ungated {
-                        st.unsched_take(uid)
-                    } else {
-                        None
-                    }
-                });
+            let queued =
+                st.active
+                    .remove(uid, &*self.active_less())
+                    .or_else(|| st.backoff.remove(uid, &*self.backoff_less()))
+                    .or_else(|| st.error_backoff.remove(uid, &*self.error_less()))
+                    .or_else(|| {
+                        // A gated member comes along once PreEnqueue lets it through: the member
+                        // that completed the quorum can be popped before the event that releases
+                        // the others has been handled, and the group is decided without them
+                        // otherwise.
+                        let ready = st.unschedulable.get(uid).is_some_and(|q| {
+                            q.gating_plugin.is_none() || self.passes_pre_enqueue(&q.pod_info)
+                        });
+                        if ready {
+                            st.unsched_take(uid).map(|mut q| {
+                                q.gating_plugin = None;
+                                q
+                            })
+                        } else {
+                            None
+                        }
+                    });
             if let Some(mut qpi) = queued {
                 self.start_flight(st, &mut qpi);
                 taken.push(qpi);

@@ -178,23 +178,28 @@ fn pod_pool_keys(pod: &Pod) -> Vec<String> {
 }
 
 impl GangScheduling {
-    /// Whether a pod added to `key`'s group can get the group's waiting pods past PreEnqueue.
+    /// Whether a pod added to `key`'s group can change what PreEnqueue says of the group's
+    /// waiting pods: not while the group exists as a gang short of its quorum (they were told
+    /// exactly that already); otherwise it can (they may pass, or learn that the group is gone).
     /// Without a store (tests of the bare hints) it can, as upstream's hint answers.
-    fn addition_admits(&self, key: &PodGroupKey) -> bool {
-        self.groups.as_ref().is_none_or(|g| g.admits_members(key))
+    fn addition_matters(&self, key: &PodGroupKey) -> bool {
+        self.groups
+            .as_ref()
+            .is_none_or(|g| g.group(key).is_none() || g.admits_members(key))
     }
 
-    /// A pod joining a group is offered only to that group's waiting members, and only once the
-    /// group can pass PreEnqueue. Why: a gang of n pods arrives one pod at a time; offering each
-    /// arrival to every waiting member re-ran PreEnqueue about n²/2 times per gang, all refused
-    /// until the last one. The answer is the one PreEnqueue would give, so nothing else changes.
+    /// A pod joining a group is offered only to that group's waiting members, and not while the
+    /// gang is still short of its quorum. Why: a gang of n pods arrives one pod at a time;
+    /// offering each arrival to every waiting member re-ran PreEnqueue about n²/2 times per gang,
+    /// all refused for the same reason until the last one. PreEnqueue would have said the same,
+    /// so only the work changes.
     fn pod_added_event(&self, event: ClusterEvent) -> ClusterEventWithHint {
         let for_hint = self.clone();
         let for_keys = self.clone();
         ClusterEventWithHint::with_hint(event, move |pod, old, new| {
             let hint = pod_added(pod, old, new)?;
             Ok(match group_of(pod) {
-                Some(key) if hint == QueueingHint::Queue && !for_hint.addition_admits(&key) => {
+                Some(key) if hint == QueueingHint::Queue && !for_hint.addition_matters(&key) => {
                     QueueingHint::Skip
                 }
                 _ => hint,
@@ -203,9 +208,9 @@ impl GangScheduling {
         .narrowed_by(
             move |old, new| {
                 let (_, added) = event_pod_objects(old, new).ok()?;
-                // A pod of no group, or of a group that cannot pass yet, concerns nobody.
+                // A pod of no group, or of a gang still short of its quorum, concerns nobody.
                 Some(match added.and_then(group_of) {
-                    Some(key) if for_keys.addition_admits(&key) => vec![pool_key(&key)],
+                    Some(key) if for_keys.addition_matters(&key) => vec![pool_key(&key)],
                     _ => Vec::new(),
                 })
             },

@@ -335,8 +335,8 @@ fn hints() {
 }
 
 /// With the runtime's groups, a pod added to a gang is offered to the gang's waiting members only
-/// once the gang can pass PreEnqueue, and the narrowing names exactly the pods the hint would
-/// queue (the queue's own tests check the narrowing against a walk of the whole pool).
+/// once the gang can pass PreEnqueue (or its group is gone), and the narrowing names exactly the
+/// pods the hint would queue (the queue's own tests check the narrowing against a walk of the whole pool).
 #[test]
 fn pod_added_waits_for_the_quorum_with_a_store() {
     let store = Arc::new(PodGroupStore::new());
@@ -352,7 +352,7 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
             .clone()
     };
     let waiting = member("w", "pg").build();
-    let of_other_group = member("o", "other").build();
+    let of_other_group = member("o", "third").build();
     let no_group = PodBuilder::new("x").namespace("ns").uid("x").build();
     for label in ["UnscheduledPodAdd", "AssignedPodAdd"] {
         let narrowing = pod_add(label).narrowing.expect("narrowed");
@@ -365,7 +365,13 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
             (2, Some("pg"), QueueingHint::Skip, vec![]),
             (3, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
             (4, Some("pg"), QueueingHint::Queue, waiting_keys.clone()),
-            (4, Some("other"), QueueingHint::Skip, vec![]),
+            // `other` does not exist: its own members would learn so.
+            (
+                4,
+                Some("other"),
+                QueueingHint::Skip,
+                vec!["podgroup:ns/other".to_string()],
+            ),
             (
                 4,
                 Some("basic"),
@@ -373,6 +379,13 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
                 vec!["podgroup:ns/basic".to_string()],
             ),
             (4, None, QueueingHint::Skip, vec![]),
+            // The group is gone: the members learn so, whatever the count.
+            (
+                1,
+                Some("gone"),
+                QueueingHint::Skip,
+                vec!["podgroup:ns/gone".to_string()],
+            ),
         ];
         for (seen, added_group, want, want_keys) in cases {
             let store = Arc::new(PodGroupStore::new());
@@ -404,6 +417,21 @@ fn pod_added_waits_for_the_quorum_with_a_store() {
                 "{name}"
             );
         }
+        // A member of a group that is gone is told so when another member arrives.
+        let store = Arc::new(PodGroupStore::new());
+        store.observe_pod(&member("m0", "gone").build());
+        let plugin = GangScheduling::new(Some(store));
+        let registered = unisched_framework::EnqueueExtensions::events_to_register(&plugin)
+            .into_iter()
+            .find(|e| e.event.label == label)
+            .expect("registered");
+        let added = EventObject::pod(member("n", "gone").build());
+        let hint = registered.hint.unwrap();
+        assert_eq!(
+            hint(&member("w", "gone").build(), None, Some(&added)).unwrap(),
+            QueueingHint::Queue,
+            "{label}: the group is gone"
+        );
     }
 }
 

@@ -503,3 +503,54 @@ fn observer_sees_incoming_pods_and_rejector_counts() {
     q.delete(&pod("c", 0));
     assert_eq!(rec.unschedulable.lock().get(&key), Some(&0));
 }
+
+/// A PreEnqueue plugin whose verdict the test switches, as a gang's quorum switches when its
+/// last member is seen before the event that releases the others is handled.
+struct Quorum(Arc<std::sync::atomic::AtomicBool>);
+impl unisched_framework::Plugin for Quorum {
+    fn name(&self) -> &str {
+        "Quorum"
+    }
+    unisched_framework::serves!(as_pre_enqueue);
+}
+impl unisched_framework::PreEnqueuePlugin for Quorum {
+    fn pre_enqueue(&self, _pod: &PodInfo) -> Status {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Status::success()
+        } else {
+            Status::unresolvable("waiting for the quorum")
+        }
+    }
+}
+
+#[test]
+fn group_members_come_along_once_pre_enqueue_lets_them_through() {
+    let met = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = Arc::new(Gate {
+        name: "G",
+        by_gates: true,
+        events: vec![],
+    });
+    let (q, _clock) = queue(vec![Arc::new(Quorum(met.clone())), gate]);
+    q.add(pod("waiting", 0));
+    q.add(gated_pod("gated"));
+    assert_eq!(q.location(&uid("waiting")), Some(PodLocation::Gated));
+    assert_eq!(q.location(&uid("gated")), Some(PodLocation::Gated));
+    assert!(
+        q.take_group_members([uid("waiting").as_str()]).is_empty(),
+        "still refused: stays gated"
+    );
+    assert_eq!(q.location(&uid("waiting")), Some(PodLocation::Gated));
+
+    met.store(true, std::sync::atomic::Ordering::Relaxed);
+    let taken = q.take_group_members([uid("waiting").as_str(), uid("gated").as_str()]);
+    assert_eq!(
+        taken.iter().map(|m| m.pod_info.name.as_str()).collect::<Vec<_>>(),
+        ["waiting"],
+        "the member PreEnqueue now passes comes along; a pod another gate holds does not"
+    );
+    assert!(taken[0].gating_plugin.is_none());
+    assert_eq!(q.location(&uid("waiting")), Some(PodLocation::InFlight));
+    assert_eq!(q.location(&uid("gated")), Some(PodLocation::Gated));
+    q.check_consistency().expect("consistent");
+}
