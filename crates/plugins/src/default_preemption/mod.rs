@@ -147,11 +147,10 @@ impl DefaultPreemption {
         state: &CycleState,
         pod: &PodInfo,
         potential: &[&Arc<NodeInfo>],
+        groups: &GroupView,
     ) -> (Vec<Candidate>, NodeToStatus, Option<Status>) {
         let pdbs = self.pdbs.as_ref().map(|l| l.list()).unwrap_or_default();
         let budgets = Budget::parse_all(&pdbs);
-        let snapshot = state.snapshot();
-        let groups = GroupView::build(self.pod_groups.as_deref(), &snapshot);
         let n = potential.len();
         let want = self.limits.num_candidates(n);
         let offset = usize::try_from(stable_hash(&pod.uid) % (n.max(1) as u64)).unwrap_or(0);
@@ -215,7 +214,8 @@ impl DefaultPreemption {
             return (None, Status::unschedulable(WAITING_FOR_PREEMPTION));
         }
         let snapshot = state.snapshot();
-        if let Err(reason) = eligibility::check(pod, &snapshot, statuses) {
+        let groups = GroupView::build(self.pod_groups.as_deref(), &snapshot);
+        if let Err(reason) = eligibility::check(pod, &snapshot, statuses, &|p| groups.priority_of(p)) {
             return (None, Status::unschedulable(reason));
         }
         let all = snapshot.nodes();
@@ -228,7 +228,7 @@ impl DefaultPreemption {
             s.set_absent(Status::unresolvable(NOT_HELPFUL));
             (Vec::new(), s, None)
         } else {
-            self.dry_run(fwk, state, pod, &potential)
+            self.dry_run(fwk, state, pod, &potential, &groups)
         };
         // The extenders with a preempt verb have their say on the candidates.
         let candidates = if candidates.is_empty() {

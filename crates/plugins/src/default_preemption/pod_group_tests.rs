@@ -23,6 +23,7 @@ use unisched_framework::{
 
 use super::eligibility::tests::being_preempted;
 use super::pdb::tests::pdb;
+use super::victim::GroupView;
 use super::*;
 use crate::testing::{NodeBuilder, PodBuilder, RecordingBinder};
 use crate::{PluginContext, PluginFeatures, Registry, StaticPdbs};
@@ -693,4 +694,130 @@ fn members_are_nominated_and_told_why() {
     assert_eq!(nodes, ["node1", "node2"]);
     let held: usize = r.cache.nodes.read().values().map(|n| n.pods.len()).sum();
     assert_eq!(held, 2, "only the victims, not yet gone; no member is held");
+}
+
+/// Single-pod preemption with victims in PodGroups: a pod's preemption evicts a group disrupted
+/// as a whole with all its placed members (on other nodes too), a group disrupted member by
+/// member loses only what is in the way, and a victim's priority is its group's.
+fn preempt_one(
+    nodes: &[(&str, &str)],
+    pods: Vec<Pod>,
+    groups: Vec<PodGroup>,
+    pod: Pod,
+) -> (Option<String>, Vec<String>) {
+    let store = Arc::new(PodGroupStore::new());
+    for g in groups {
+        store.set_group(Arc::new(g));
+    }
+    for p in &pods {
+        store.observe_pod(p);
+    }
+    let infos: Vec<NodeInfo> = nodes
+        .iter()
+        .map(|(name, cpu)| {
+            let on_node = pods
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(*name))
+                .map(|p| PodInfo::new(p.clone()));
+            NodeBuilder::new(name).alloc("cpu", cpu).info_with(on_node)
+        })
+        .collect();
+    let rec = RecordingPreemptor::new();
+    let ctx = PluginContext::new(RecordingBinder::new())
+        .with_pod_groups(store, false)
+        .with_preemption(rec.clone(), Arc::new(StaticPdbs::default()));
+    let fwk = Framework::new(&KubeSchedulerProfile::default(), &Registry::in_tree(ctx)).unwrap();
+    let mut algo = SchedulingAlgorithm::new(1, None, 7);
+    let mut state = unisched_framework::CycleState::with_snapshot(crate::testing::snapshot(infos));
+    let nominated = match algo.schedule_pod(&fwk, &mut state, &PodInfo::new(pod), &NoNominations) {
+        Err(unisched_framework::ScheduleError::Fit(_, nomination)) => {
+            nomination.and_then(|n| n.nominated_node_name)
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let mut victims: Vec<String> = rec
+        .plans()
+        .iter()
+        .flat_map(|p| p.victims.iter().map(|v| v.name.clone()))
+        .collect();
+    victims.sort();
+    (nominated, victims)
+}
+
+#[test]
+fn a_single_pod_evicts_groups_as_their_disruption_mode_says() {
+    let nodes = [("node1", "1"), ("node2", "1")];
+    let pods = || {
+        vec![
+            running("v1", "node1", LOW).pod_group("pg1").build(),
+            running("v2", "node2", LOW).pod_group("pg1").build(),
+        ]
+    };
+    let preemptor = || PodBuilder::new("p").priority(HIGH).req("cpu", "1").build();
+
+    let (nominated, victims) = preempt_one(
+        &nodes,
+        pods(),
+        vec![group("pg1", LOW, None, Some("All"))],
+        preemptor(),
+    );
+    assert!(nominated.is_some());
+    assert_eq!(victims, ["v1", "v2"], "the whole group, across nodes");
+
+    let (_, victims) = preempt_one(
+        &nodes,
+        pods(),
+        vec![group("pg1", LOW, None, Some("Single"))],
+        preemptor(),
+    );
+    assert_eq!(victims.len(), 1, "only the member in the way: {victims:?}");
+
+    // The victims' pods say a higher priority than the preemptor's; their group does not.
+    let high_pods = vec![
+        running("v1", "node1", HIGH + 1).pod_group("pg1").build(),
+        running("v2", "node2", HIGH + 1).pod_group("pg1").build(),
+    ];
+    let (_, victims) = preempt_one(
+        &nodes,
+        high_pods,
+        vec![group("pg1", LOW, None, Some("All"))],
+        preemptor(),
+    );
+    assert_eq!(victims, ["v1", "v2"]);
+}
+
+/// Upstream's eligibility case "victim priority overridden by PodGroup": a terminating victim on
+/// the preemptor's nominated node counts as lower priority by its group's priority, whatever its
+/// own says, so the preemptor waits for it.
+#[test]
+fn a_terminating_victim_counts_by_its_group_priority() {
+    let mut victim = being_preempted(running("v1", "node1", HIGH * 2).pod_group("pg1"));
+    victim.metadata.namespace = Some("ns2".into());
+    let mut pg1 = group("pg1", LOW, None, None);
+    pg1.metadata.namespace = Some("ns2".into());
+    let preemptor = PodBuilder::new("p")
+        .namespace("ns1")
+        .priority(HIGH)
+        .pod_group("pg1")
+        .nominated_node("node1")
+        .req("cpu", "1")
+        .build();
+    let store = PodGroupStore::new();
+    store.set_group(Arc::new(pg1));
+    let snap = crate::testing::snapshot([NodeBuilder::new("node1")
+        .alloc("cpu", "1")
+        .info_with([PodInfo::new(victim)])]);
+    let groups = GroupView::build(Some(&store), &snap);
+    let mut statuses = unisched_framework::NodeToStatus::default();
+    statuses.set("node1", Status::unschedulable("Insufficient cpu"));
+    assert_eq!(
+        eligibility::check(&PodInfo::new(preemptor.clone()), &snap, &statuses, &|p| groups
+            .priority_of(p)),
+        Err(NOT_ELIGIBLE_TERMINATING)
+    );
+    assert_eq!(
+        eligibility::check(&PodInfo::new(preemptor), &snap, &statuses, &|p| p.priority),
+        Ok(()),
+        "by its own priority it would not count"
+    );
 }
