@@ -821,3 +821,35 @@ fn a_terminating_victim_counts_by_its_group_priority() {
         "by its own priority it would not count"
     );
 }
+
+/// Upstream's PreEnqueue case for a pod of a PodGroup: held while its group's evictions are
+/// being written (the preemption is the group's, named by the PodGroup's UID), let through
+/// otherwise, and never held for a group nobody knows.
+#[test]
+fn pre_enqueue_holds_the_members_while_their_group_preempts() {
+    let rec = RecordingPreemptor::new();
+    rec.preempting.lock().push("uid-pg1".into());
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(Arc::new(group("pg1", HIGH, Some(2), None)));
+    store.set_group(Arc::new(group("pg2", HIGH, Some(2), None)));
+    let plugin = DefaultPreemption::new(
+        &DefaultPreemptionArgs::default(),
+        Some(rec.clone() as Arc<dyn Preemptor>),
+        None,
+    )
+    .unwrap()
+    .with_pod_groups(Some(store));
+    let held = plugin.pre_enqueue(&member("m", HIGH).pod_group("pg1").info());
+    assert_eq!(held.code(), Code::UnschedulableAndUnresolvable);
+    assert_eq!(held.message(), WAITING_FOR_GROUP_PREEMPTION);
+    assert!(
+        plugin
+            .pre_enqueue(&member("m", HIGH).pod_group("pg2").info())
+            .is_success()
+    );
+    assert!(
+        plugin
+            .pre_enqueue(&member("m", HIGH).pod_group("unknown").info())
+            .is_success()
+    );
+}
