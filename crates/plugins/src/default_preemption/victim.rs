@@ -162,3 +162,166 @@ impl GroupView {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::scheduling::v1beta1::{
+        AllDisruptionMode, BasicSchedulingPolicy, DisruptionMode, PodGroup, PodGroupSchedulingPolicy,
+        PodGroupSpec, SingleDisruptionMode,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::testing::{NodeBuilder, PodBuilder, snapshot};
+
+    fn group(name: &str, priority: i32, all: Option<bool>) -> Arc<PodGroup> {
+        Arc::new(PodGroup {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: PodGroupSpec {
+                priority: Some(priority),
+                scheduling_policy: PodGroupSchedulingPolicy {
+                    basic: Some(BasicSchedulingPolicy::default()),
+                    gang: None,
+                },
+                disruption_mode: all.map(|all| DisruptionMode {
+                    all: all.then(AllDisruptionMode::default),
+                    single: (!all).then(SingleDisruptionMode::default),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Upstream `TestNewDomainForWorkloadPreemption` (PodGroups only): which pods make one victim.
+    #[test]
+    fn victims_are_pods_or_whole_groups() {
+        let pod = |name: &str, node: &str, group: Option<&str>| {
+            let mut b = PodBuilder::new(name).node_name(node).priority(1);
+            if let Some(g) = group {
+                b = b.pod_group(g);
+            }
+            b.info()
+        };
+        type Want = Vec<(Vec<&'static str>, VictimKind, i32)>;
+        let cases: Vec<(&str, Vec<PodInfo>, Vec<PodInfo>, Vec<Arc<PodGroup>>, Want)> = vec![
+            ("no pods", vec![], vec![], vec![], vec![]),
+            (
+                "pods of no group",
+                vec![pod("p1", "n1", None)],
+                vec![pod("p2", "n2", None)],
+                vec![],
+                vec![(vec!["p1"], VictimKind::Pod, 1), (vec!["p2"], VictimKind::Pod, 1)],
+            ),
+            (
+                "a group disrupted as a whole: one victim across nodes, at the group's priority",
+                vec![pod("p1", "n1", Some("pg"))],
+                vec![pod("p2", "n2", Some("pg"))],
+                vec![group("pg", 7, Some(true))],
+                vec![(vec!["p1", "p2"], VictimKind::PodGroup, 7)],
+            ),
+            (
+                "a group disrupted member by member: a victim per member, ranked as a group",
+                vec![pod("p1", "n1", Some("pg"))],
+                vec![pod("p2", "n2", Some("pg"))],
+                vec![group("pg", 7, Some(false))],
+                vec![
+                    (vec!["p1"], VictimKind::PodGroup, 7),
+                    (vec!["p2"], VictimKind::PodGroup, 7),
+                ],
+            ),
+            (
+                "no disruption mode is member by member",
+                vec![pod("p1", "n1", Some("pg"))],
+                vec![],
+                vec![group("pg", 7, None)],
+                vec![(vec!["p1"], VictimKind::PodGroup, 7)],
+            ),
+            (
+                "a mix",
+                vec![pod("p1", "n1", Some("pg")), pod("lone", "n1", None)],
+                vec![pod("p2", "n2", Some("pg"))],
+                vec![group("pg", 7, Some(true))],
+                vec![
+                    (vec!["p1", "p2"], VictimKind::PodGroup, 7),
+                    (vec!["lone"], VictimKind::Pod, 1),
+                ],
+            ),
+            (
+                "a group nobody knows: its pods are victims on their own, at their own priority",
+                vec![pod("p1", "n1", Some("missing"))],
+                vec![],
+                vec![],
+                vec![(vec!["p1"], VictimKind::PodGroup, 1)],
+            ),
+        ];
+        for (name, on_n1, on_n2, groups, want) in cases {
+            let snap = snapshot([
+                NodeBuilder::new("n1").info_with(on_n1),
+                NodeBuilder::new("n2").info_with(on_n2),
+            ]);
+            let store = PodGroupStore::new();
+            for g in groups {
+                store.set_group(g);
+            }
+            let view = GroupView::build(Some(&store), &snap);
+            let got: Vec<(Vec<String>, VictimKind, i32)> = view
+                .victims_on(snap.nodes())
+                .into_iter()
+                .map(|v| {
+                    (
+                        v.pods.iter().map(|p| p.name.clone()).collect(),
+                        v.kind,
+                        v.priority,
+                    )
+                })
+                .collect();
+            let want: Vec<(Vec<String>, VictimKind, i32)> = want
+                .into_iter()
+                .map(|(names, kind, priority)| {
+                    (names.into_iter().map(String::from).collect(), kind, priority)
+                })
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+        // Without pod groups, every pod is a victim of its own, at its own priority.
+        let snap = snapshot([NodeBuilder::new("n1").info_with([pod("p1", "n1", Some("pg"))])]);
+        let v = GroupView::build(None, &snap).victims_on(snap.nodes());
+        assert_eq!((v[0].kind, v[0].priority), (VictimKind::Pod, 1));
+    }
+
+    /// Upstream `MoreImportantVictim`: priority, then groups before pods, then the larger group,
+    /// then the earlier start.
+    #[test]
+    fn importance() {
+        let victim = |n: usize, priority: i32, kind: VictimKind| Victim {
+            pods: (0..n)
+                .map(|i| PodBuilder::new(&format!("p{n}{i}{priority}")).arc())
+                .collect(),
+            priority,
+            kind,
+        };
+        let mut v = vec![
+            victim(1, 1, VictimKind::Pod),
+            victim(2, 1, VictimKind::PodGroup),
+            victim(1, 1, VictimKind::PodGroup),
+            victim(1, 2, VictimKind::Pod),
+        ];
+        sort_most_important_first(&mut v);
+        let order: Vec<(usize, i32, VictimKind)> =
+            v.iter().map(|v| (v.pods.len(), v.priority, v.kind)).collect();
+        assert_eq!(
+            order,
+            [
+                (1, 2, VictimKind::Pod),
+                (2, 1, VictimKind::PodGroup),
+                (1, 1, VictimKind::PodGroup),
+                (1, 1, VictimKind::Pod),
+            ]
+        );
+    }
+}
