@@ -382,6 +382,46 @@ mod tests {
         assert_eq!(*activated.lock(), vec!["ns/held".to_string()]);
     }
 
+    /// A PodGroup's preemption is named after the group: PreEnqueue holds its members on the
+    /// group's UID, and every member is activated once the evictions are written.
+    #[tokio::test]
+    async fn a_group_held_while_preempting_has_every_member_activated() {
+        use unisched_plugins::{GroupPreemptor, testing::PodBuilder};
+
+        let (p, _) = not_leading_preemptor();
+        let activated: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = activated.clone();
+        p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
+        let members = vec![
+            PodBuilder::new("m0").namespace("ml").arc(),
+            PodBuilder::new("m1").namespace("ml").arc(),
+        ];
+        p.execute(PreemptionPlan {
+            preemptor: members[0].clone(),
+            group: Some(GroupPreemptor {
+                id: "uid-pg".into(),
+                key: "ml/pg".into(),
+                members: members.clone(),
+            }),
+            node: "cluster".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![PodBuilder::new("victim").arc()],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+        });
+        assert!(p.holds_until_preempted("uid-pg"));
+        assert!(
+            !p.is_preempting("m0"),
+            "the members are not preemptors of their own"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while activated.lock().len() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(*activated.lock(), vec!["ml/m0".to_string(), "ml/m1".to_string()]);
+        assert!(!p.is_preempting("uid-pg"));
+    }
+
     #[test]
     fn store_follows_the_watch() {
         let store = Arc::new(PdbStore::new());
