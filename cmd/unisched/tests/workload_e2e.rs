@@ -165,7 +165,8 @@ fn a_gang_is_placed_whole_or_not_at_all_and_a_failed_gang_holds_nothing() {
         assert_eq!(pod.reason.as_deref(), Some("Unschedulable"), "{pod:?}");
     }
     // Two members fit on their own and were taken back: they say, in upstream's words, that the
-    // group is unschedulable and the quorum was not met; the third says which resource it lacked.
+    // group is unschedulable and the quorum was not met, and that preemption could not help (no
+    // pod of lower priority); the third says which resource it lacked.
     let messages: Vec<&str> = (0..3)
         .map(|i| p[&format!("too-big-{i}")].message.as_deref().unwrap_or(""))
         .collect();
@@ -173,7 +174,10 @@ fn a_gang_is_placed_whole_or_not_at_all_and_a_failed_gang_holds_nothing() {
         messages
             .iter()
             .filter(|m| m.starts_with("pod group is unschedulable, ")
-                && m.ends_with("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"))
+                && m.ends_with(
+                    "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, \
+                     pod group preemption: No preemption victims found for incoming preemptor"
+                ))
             .count(),
         2,
         "{messages:?}"
@@ -185,6 +189,24 @@ fn a_gang_is_placed_whole_or_not_at_all_and_a_failed_gang_holds_nothing() {
     );
     // What the failed gang would have held is free: a 2.5-CPU pod still fits next to `fits`.
     assert!(node(&p, "after").is_some(), "{p:?}");
+}
+
+/// `gang-preemption`: a high-priority gang that fits nowhere preempts as a group. The low gang,
+/// disrupted as a whole, goes whole (no member of it is left holding a node below its quorum),
+/// and the high gang is then placed whole.
+#[test]
+fn a_gang_preempts_a_gang_disrupted_as_a_whole_and_nothing_is_left_half() {
+    let p = run("gang-preemption", &[]);
+    for i in 0..2 {
+        assert!(node(&p, &format!("urgent-{i}")).is_some(), "{p:?}");
+    }
+    assert_ne!(node(&p, "urgent-0"), node(&p, "urgent-1"));
+    for i in 0..3 {
+        assert!(
+            !p.contains_key(&format!("batch-{i}")),
+            "every member of the low gang was evicted: {p:?}"
+        );
+    }
 }
 
 #[test]

@@ -101,7 +101,7 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("NodeInclusionPolicyInPodTopologySpread", Implemented::Only(true)),
     ("NominatedNodeNameForExpectation", Implemented::Both),
     ("OpportunisticBatching", Implemented::Only(false)),
-    ("PodGroupPreemptionPolicy", Implemented::Only(false)),
+    ("PodGroupPreemptionPolicy", Implemented::Both),
     ("PodLevelResources", Implemented::Only(true)),
     ("SchedulerAsyncAPICalls", Implemented::Only(true)),
     ("SchedulerAsyncPreemption", Implemented::Only(true)),

@@ -68,6 +68,10 @@ pub struct PodGroupAttempt {
     /// member reserves for the group (a PodGroup's ResourceClaim allocation) the others of the
     /// same try may share, and nobody else.
     pub try_key: Arc<str>,
+    /// Pods a pod-group preemption's dry run took out of the cluster: the snapshot no longer
+    /// holds them, and plugins with a ledger of their own (DRA's allocated devices) must free
+    /// what they hold, as a single pod's preemption tells them through RemovePod.
+    pub removed: Option<Arc<[Arc<crate::PodInfo>]>>,
 }
 
 impl fmt::Debug for CycleState {
@@ -108,6 +112,12 @@ impl CycleState {
     /// The snapshot this attempt schedules against (empty when none was set, as in unit tests).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.clone().unwrap_or_default()
+    }
+
+    /// Binds the state to a snapshot again: a pod-group preemption's dry run goes on using a
+    /// member's state after the member's cycle let its snapshot go.
+    pub fn attach_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.snapshot = Some(snapshot);
     }
 
     /// Lets go of the attempt's snapshot. The scheduling cycle does so before handing the state

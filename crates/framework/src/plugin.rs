@@ -14,7 +14,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use crate::{
     ClusterEventWithHint, CycleState, NodeInfo, NodeToStatus, PlacementFeasiblePlugin,
-    PlacementGeneratePlugin, PlacementScorePlugin, PodInfo, QueuedPodInfo, Status,
+    PlacementGeneratePlugin, PlacementScorePlugin, PodGroupPostFilterPlugin, PodInfo, QueuedPodInfo, Status,
 };
 
 /// Highest score a Score plugin may return after normalisation.
@@ -54,6 +54,7 @@ pub trait Plugin: Send + Sync + 'static {
         as_placement_generate => PlacementGeneratePlugin,
         as_placement_score => PlacementScorePlugin,
         as_placement_feasible => PlacementFeasiblePlugin,
+        as_pod_group_post_filter => PodGroupPostFilterPlugin,
     }
 }
 
@@ -86,6 +87,7 @@ macro_rules! serves {
     (@one as_enqueue_extensions) => { fn as_enqueue_extensions(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::EnqueueExtensions>> { Some(self) } };
     (@one as_placement_generate) => { fn as_placement_generate(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementGeneratePlugin>> { Some(self) } };
     (@one as_placement_score) => { fn as_placement_score(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementScorePlugin>> { Some(self) } };
+    (@one as_pod_group_post_filter) => { fn as_pod_group_post_filter(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PodGroupPostFilterPlugin>> { Some(self) } };
     (@one as_placement_feasible) => { fn as_placement_feasible(self: ::std::sync::Arc<Self>) -> Option<::std::sync::Arc<dyn $crate::PlacementFeasiblePlugin>> { Some(self) } };
 }
 

@@ -56,6 +56,9 @@ pub struct PluginFeatures {
     /// `VolumeLimitScaling` (beta, on by default): NodeVolumeLimits rejects a node whose CSINode
     /// lacks a driver whose CSIDriver sets `preventPodSchedulingIfMissing`.
     pub volume_limit_scaling: bool,
+    /// `PodGroupPreemptionPolicy` (alpha, off by default): a PodGroup's own `preemptionPolicy`
+    /// decides whether it preempts, rather than its members'.
+    pub pod_group_preemption_policy: bool,
 }
 
 impl Default for PluginFeatures {
@@ -66,6 +69,7 @@ impl Default for PluginFeatures {
             workload_resource_claims: false,
             storage_capacity_scoring: true,
             volume_limit_scaling: true,
+            pod_group_preemption_policy: false,
         }
     }
 }
@@ -401,7 +405,8 @@ impl Registry {
                     let a: DefaultPreemptionArgs = decode_args(args)?;
                     Ok(Arc::new(
                         DefaultPreemption::new(&a, ctx.preemptor.clone(), ctx.pdbs.clone())?
-                            .with_pod_groups(ctx.pod_groups.is_some()),
+                            .with_pod_groups(ctx.pod_groups.clone())
+                            .with_group_preemption_policy(ctx.features.pod_group_preemption_policy),
                     ) as Arc<dyn Plugin>)
                 }),
             ),

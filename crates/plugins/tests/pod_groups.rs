@@ -7,8 +7,9 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{
     api::scheduling::v1beta1::{
-        BasicSchedulingPolicy, GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints,
-        PodGroupSchedulingPolicy, PodGroupSpec, TopologyConstraint,
+        AllDisruptionMode, BasicSchedulingPolicy, DisruptionMode, GangSchedulingPolicy, PodGroup,
+        PodGroupSchedulingConstraints, PodGroupSchedulingPolicy, PodGroupSpec, SingleDisruptionMode,
+        TopologyConstraint,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -20,7 +21,7 @@ use unisched_framework::{
     config::KubeSchedulerProfile, run_pod_group_cycle,
 };
 use unisched_plugins::{
-    PluginContext, Registry,
+    PluginContext, PreemptionPlan, RecordingPreemptor, Registry, StaticPdbs,
     testing::{NodeBuilder, PodBuilder, RecordingBinder},
 };
 
@@ -190,19 +191,22 @@ fn a_gang_that_fits_is_placed_whole() {
 
 /// Upstream's wording: with TopologyAwareWorkloadScheduling on, every group goes through the
 /// placement algorithm (one placement, all nodes, without a topology constraint), whose failure
-/// quotes the try's verdict; members that fitted and were taken back prefix the group's verdict
-/// once more, as upstream's failure handler does.
+/// quotes the try's verdict; the group's preemption (DefaultPreemption's podGroupPostFilter,
+/// finding nothing of lower priority) adds its own; members that fitted and were taken back
+/// prefix the group's verdict once more, as upstream's failure handler does.
 #[test]
 fn a_gang_short_of_its_quorum_holds_nothing_and_every_member_says_why() {
     for (topology_aware, group_message) in [
         (
             true,
             "pod group is unschedulable, 0/1 placements are available, first placement status: \
-             minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+             minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, \
+             pod group preemption: No preemption victims found for incoming preemptor",
         ),
         (
             false,
-            "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining",
+            "minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, \
+             pod group preemption: No preemption victims found for incoming preemptor",
         ),
     ] {
         let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None)]);
@@ -232,11 +236,12 @@ fn a_gang_short_of_its_quorum_holds_nothing_and_every_member_says_why() {
 fn a_gang_stops_at_the_first_member_that_makes_the_quorum_unreachable() {
     let cache = MemCache::with_nodes(&[("a", "4", None)]);
     // minCount 2 of 2: the first member does not fit, so the second is never tried and says
-    // what the group says.
+    // what the group said before its preemption added its own.
     let result = cycle_with(&cache, &group(Some(2), None), members(&["8", "1"]), false);
     assert_eq!(
         result.status.message(),
-        "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
+        "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining, \
+         pod group preemption: No preemption victims found for incoming preemptor"
     );
     let m = messages(&result);
     assert!(m[0].contains("Insufficient cpu"), "{m:?}");
@@ -250,7 +255,8 @@ fn a_gang_with_fewer_pods_than_its_quorum_is_not_tried() {
     let result = cycle_with(&cache, &group(Some(3), None), members(&["1", "1"]), false);
     assert_eq!(
         result.status.message(),
-        "pod group is unschedulable, minCount (3) cannot be satisfied: 0 scheduled, 2 remaining"
+        "pod group is unschedulable, minCount (3) cannot be satisfied: 0 scheduled, 2 remaining, \
+         pod group preemption: No preemption victims found for incoming preemptor"
     );
     assert_eq!(messages(&result).len(), 2);
     assert!(cache.placed().is_empty());
@@ -360,9 +366,199 @@ fn no_domain_holds_the_gang() {
     assert_eq!(
         result.status.message(),
         "pod group is unschedulable, 0/2 placements are available, first placement status: \
-         minCount (2) cannot be satisfied: 1 scheduled, 0 remaining"
+         minCount (2) cannot be satisfied: 1 scheduled, 0 remaining, \
+         pod group preemption: No preemption victims found for incoming preemptor"
     );
     assert!(cache.placed().is_empty());
+}
+
+/// A PodGroup `ns/name` of `priority`: a gang of `min`, disrupted as a whole when `all`.
+fn prioritised_gang(name: &str, priority: i32, min: i32, all: bool) -> PodGroupInfo {
+    PodGroupInfo::new(Arc::new(PodGroup {
+        metadata: ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: PodGroupSpec {
+            priority: Some(priority),
+            scheduling_policy: PodGroupSchedulingPolicy {
+                gang: Some(GangSchedulingPolicy { min_count: min }),
+                basic: None,
+            },
+            disruption_mode: Some(if all {
+                DisruptionMode {
+                    all: Some(AllDisruptionMode::default()),
+                    single: None,
+                }
+            } else {
+                DisruptionMode {
+                    all: None,
+                    single: Some(SingleDisruptionMode::default()),
+                }
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }))
+}
+
+/// `count` pods of `group` with 3 CPUs each, bound to `nodes` in turn when given.
+fn gang_pods(group: &str, priority: i32, count: usize, nodes: Option<&[&str]>) -> Vec<Arc<PodInfo>> {
+    (0..count)
+        .map(|i| {
+            let mut b = PodBuilder::new(&format!("{group}-{i}"))
+                .namespace("ns")
+                .uid(&format!("{group}-{i}"))
+                .pod_group(group)
+                .priority(priority)
+                .req("cpu", "3");
+            if let Some(nodes) = nodes {
+                b = b.node_name(nodes[i % nodes.len()]);
+            }
+            b.arc()
+        })
+        .collect()
+}
+
+/// The high gang's cycle over a cluster the low gang fills, with preemption recorded.
+fn gang_against_gang(
+    low_all: bool,
+) -> (
+    MemCache,
+    PodGroupCycleResult,
+    Vec<PreemptionPlan>,
+    Vec<Arc<PodInfo>>,
+) {
+    let cache = MemCache::with_nodes(&[("a", "4", None), ("b", "4", None), ("c", "4", None)]);
+    let low = prioritised_gang("low", 0, 3, low_all);
+    let high = prioritised_gang("high", 1000, 2, true);
+    let low_pods = gang_pods("low", 0, 3, Some(&["a", "b", "c"]));
+    for p in &low_pods {
+        cache.assume_pod(p.clone()).unwrap();
+    }
+    let high_pods = gang_pods("high", 1000, 2, None);
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(low.object.clone());
+    store.set_group(high.object.clone());
+    for p in low_pods.iter().chain(&high_pods) {
+        store.observe_pod(&p.pod);
+    }
+    let rec = RecordingPreemptor::new();
+    let ctx = PluginContext::new(RecordingBinder::new())
+        .with_pod_groups(store, false)
+        .with_preemption(rec.clone(), Arc::new(StaticPdbs::default()));
+    let fwk = Framework::new(&KubeSchedulerProfile::default(), &Registry::in_tree(ctx)).unwrap();
+    let mut algo = SchedulingAlgorithm::new(1, None, 7);
+    let result = run_pod_group_cycle(
+        &fwk,
+        &mut algo,
+        &cache,
+        &NoNominations,
+        PodGroupCycleInput {
+            group: &high,
+            members: high_pods.clone(),
+            already_scheduled: 0,
+            record_plugin_metrics: false,
+        },
+    );
+    (cache, result, rec.plans(), high_pods)
+}
+
+/// A high-priority gang preempts a low-priority gang disrupted as a whole: every member of the
+/// low gang goes, though two nodes would have been enough, and none of the high gang is held
+/// before the evictions land; its members are nominated to two different nodes. Once the
+/// victims are gone, the gang is placed where it was nominated.
+#[test]
+fn a_gang_preempts_a_whole_gang_and_nothing_is_left_half() {
+    let (cache, result, plans, high_pods) = gang_against_gang(true);
+    assert_eq!(result.status.code(), Code::Unschedulable);
+    assert!(result.waiting_on_preemption);
+    assert!(
+        result
+            .status
+            .message()
+            .ends_with("pod group preemption: found a placement for podgroup, preempting 3 victims"),
+        "{}",
+        result.status.message()
+    );
+    assert_eq!(plans.len(), 1);
+    let mut victims: Vec<String> = plans[0].victims.iter().map(|v| v.name.clone()).collect();
+    victims.sort();
+    assert_eq!(victims, ["low-0", "low-1", "low-2"], "the low gang goes whole");
+    assert_eq!(
+        plans[0].event_note(),
+        "Preempted by podgroup uid-high on node cluster"
+    );
+    let nominated: BTreeMap<String, String> = result
+        .members
+        .iter()
+        .filter_map(|m| match m {
+            MemberDecision::Failed(f) => Some((f.pod.uid.clone(), f.nominated_node.clone()?)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(nominated.len(), 2, "{nominated:?}");
+    assert_ne!(nominated["high-0"], nominated["high-1"]);
+    assert!(
+        cache.placed().keys().all(|uid| uid.starts_with("low-")),
+        "nothing of the high gang is held before the evictions"
+    );
+
+    // The evictions land: the gang fits where it was nominated.
+    for v in &plans[0].victims {
+        cache.forget_pod(v).unwrap();
+    }
+    let nominated_pods: Vec<Arc<PodInfo>> = high_pods
+        .iter()
+        .map(|p| {
+            let mut pod = (*p.pod).clone();
+            pod.status.get_or_insert_default().nominated_node_name = Some(nominated[&p.uid].clone());
+            Arc::new(PodInfo::new(pod))
+        })
+        .collect();
+    let retried = cycle_with_groups(&cache, "high", 1000, nominated_pods);
+    assert!(retried.status.is_success(), "{:?}", retried.status);
+    assert_eq!(bound(&retried), nominated);
+    assert!(cache.placed().keys().all(|uid| uid.starts_with("high-")));
+}
+
+/// The same low gang disrupted member by member loses only the two members in the way.
+#[test]
+fn a_gang_disrupted_member_by_member_loses_only_what_is_in_the_way() {
+    let (_, result, plans, _) = gang_against_gang(false);
+    assert!(result.waiting_on_preemption);
+    assert_eq!(plans[0].victims.len(), 2);
+}
+
+/// The high gang's second cycle (after the evictions), with its group known to the plugins.
+fn cycle_with_groups(
+    cache: &MemCache,
+    name: &str,
+    priority: i32,
+    pods: Vec<Arc<PodInfo>>,
+) -> PodGroupCycleResult {
+    let group = prioritised_gang(name, priority, 2, true);
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(group.object.clone());
+    for p in &pods {
+        store.observe_pod(&p.pod);
+    }
+    let fwk = framework(store, false);
+    let mut algo = SchedulingAlgorithm::new(1, None, 7);
+    run_pod_group_cycle(
+        &fwk,
+        &mut algo,
+        cache,
+        &NoNominations,
+        PodGroupCycleInput {
+            group: &group,
+            members: pods,
+            already_scheduled: 0,
+            record_plugin_metrics: false,
+        },
+    )
 }
 
 proptest! {

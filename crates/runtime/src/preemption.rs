@@ -224,6 +224,7 @@ impl Preemptor for RuntimePreemptor {
             .observe((plan.victims.len() + plan.rejected_at_permit.len()) as f64);
         tracing::info!(
             pod = %plan.preemptor.key(),
+            pod_group = plan.group.as_ref().map(|g| g.key.as_str()).unwrap_or_default(),
             node = %plan.node,
             victims = plan.victims.len(),
             "preempting"
@@ -233,7 +234,7 @@ impl Preemptor for RuntimePreemptor {
             self.events.record(preempted_event(&plan, v));
         }
         let plan = Arc::new(plan);
-        let uid = plan.preemptor.uid.clone();
+        let uid = plan.preemptor_id().to_string();
         self.in_flight.lock().insert(uid.clone());
         let (writer, events, in_flight) = (self.writer.clone(), self.events.clone(), self.in_flight.clone());
         let (held, activate) = (self.held.clone(), self.activate.clone());
@@ -252,7 +253,9 @@ impl Preemptor for RuntimePreemptor {
             in_flight.lock().remove(&uid);
             let was_held = held.lock().remove(&uid);
             if was_held && let Some(activate) = activate.read().clone() {
-                activate(&plan.preemptor.key());
+                for pod in plan.waiting_pods() {
+                    activate(&pod);
+                }
             }
         });
     }
@@ -323,6 +326,7 @@ mod tests {
         p.attempted();
         p.execute(PreemptionPlan {
             preemptor: PodBuilder::new("hi").arc(),
+            group: None,
             node: "n1".into(),
             scheduler_name: "unisched".into(),
             victims: vec![PodBuilder::new("a").arc(), PodBuilder::new("b").arc()],
@@ -358,6 +362,7 @@ mod tests {
         p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
         let plan = |name: &str| PreemptionPlan {
             preemptor: PodBuilder::new(name).namespace("ns").uid(name).arc(),
+            group: None,
             node: "n1".into(),
             scheduler_name: "unisched".into(),
             victims: vec![PodBuilder::new("victim").arc()],
@@ -375,6 +380,46 @@ mod tests {
         }
         assert!(!p.holds_until_preempted("held"), "done: no longer held");
         assert_eq!(*activated.lock(), vec!["ns/held".to_string()]);
+    }
+
+    /// A PodGroup's preemption is named after the group: PreEnqueue holds its members on the
+    /// group's UID, and every member is activated once the evictions are written.
+    #[tokio::test]
+    async fn a_group_held_while_preempting_has_every_member_activated() {
+        use unisched_plugins::{GroupPreemptor, testing::PodBuilder};
+
+        let (p, _) = not_leading_preemptor();
+        let activated: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = activated.clone();
+        p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
+        let members = vec![
+            PodBuilder::new("m0").namespace("ml").arc(),
+            PodBuilder::new("m1").namespace("ml").arc(),
+        ];
+        p.execute(PreemptionPlan {
+            preemptor: members[0].clone(),
+            group: Some(GroupPreemptor {
+                id: "uid-pg".into(),
+                key: "ml/pg".into(),
+                members: members.clone(),
+            }),
+            node: "cluster".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![PodBuilder::new("victim").arc()],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+        });
+        assert!(p.holds_until_preempted("uid-pg"));
+        assert!(
+            !p.is_preempting("m0"),
+            "the members are not preemptors of their own"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while activated.lock().len() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(*activated.lock(), vec!["ml/m0".to_string(), "ml/m1".to_string()]);
+        assert!(!p.is_preempting("uid-pg"));
     }
 
     #[test]

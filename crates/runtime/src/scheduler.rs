@@ -651,6 +651,7 @@ fn plugin_features(gates: &FeatureGates) -> PluginFeatures {
     features.workload_resource_claims = gates.enabled("DRAWorkloadResourceClaims");
     features.storage_capacity_scoring = gates.enabled("StorageCapacityScoring");
     features.volume_limit_scaling = gates.enabled("VolumeLimitScaling");
+    features.pod_group_preemption_policy = gates.enabled("PodGroupPreemptionPolicy");
     features
 }
 

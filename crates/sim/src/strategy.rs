@@ -84,6 +84,11 @@ pub(crate) fn prepare_create(
             admission::default_job(obj);
             admission::generate_selector(obj);
         }
+        ("scheduling.k8s.io", "PodGroup") => {
+            let name = name_of(obj).to_string();
+            let spec = crate::util::object_at(obj, &["spec"]);
+            admit_pod_group_priority(&name, spec, lookup)?;
+        }
         _ => {}
     }
     Ok(())
@@ -104,6 +109,55 @@ pub(crate) fn default_for_validation(rt: &ResourceType, obj: &mut Value) {
         admission::default_job(obj);
         admission::generate_selector(obj);
     }
+}
+
+/// kube-apiserver's Priority admission for a PodGroup: `spec.priority` comes from its
+/// `priorityClassName` (or the global default class, else 0), and a given one must agree.
+fn admit_pod_group_priority(
+    name: &str,
+    spec: &mut Map<String, Value>,
+    lookup: &dyn Lookup,
+) -> Result<(), StoreError> {
+    let class_name = spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let class = if class_name.is_empty() {
+        lookup
+            .all("priorityclasses")
+            .into_iter()
+            .filter(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true))
+            .max_by_key(|pc| {
+                pc.value()
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .unwrap_or_default()
+            })
+    } else {
+        match lookup.lookup("priorityclasses", "", &class_name) {
+            Some(pc) => Some(pc),
+            None => {
+                return Err(StoreError::Forbidden(format!(
+                    "podgroups.scheduling.k8s.io \"{name}\" is forbidden: no PriorityClass with name {class_name} was found"
+                )));
+            }
+        }
+    };
+    let value = class
+        .as_ref()
+        .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
+        .unwrap_or(0);
+    if let Some(given) = spec.get("priority").and_then(Value::as_i64)
+        && given != value
+    {
+        return Err(StoreError::Forbidden(format!(
+            "podgroups.scheduling.k8s.io \"{name}\" is forbidden: priority set in the pod group ({given}) must \
+             match the priority computed ({value}) based on the priority class set in the spec"
+        )));
+    }
+    spec.insert("priority".into(), json!(value));
+    Ok(())
 }
 
 /// A CSIDriver's spec gets kube-apiserver's defaults for what it leaves out (with the 1.37 gates

@@ -12,12 +12,23 @@
 //! taken back after each try; the placement scorers pick among those that worked, and the group
 //! is placed again on the winner with every member pinned to the node its try chose. Pinning
 //! makes the final pass repeat the scored try rather than a new search that could differ.
+//!
+//! A group that ends Unschedulable runs the `podGroupPostFilter` plugins once (pod-group
+//! preemption), after its tries are all taken back. As upstream applies their verdict: the
+//! group's message gains the plugins' message; on success every member is nominated where the
+//! plugin's dry run put it and goes back to the queue waiting for the evictions.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
-use super::{Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo};
+use super::{
+    Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, PodGroupPostFilterInput,
+    PodGroupPostFilterResult, simulation::CycleSimulator,
+};
 use crate::{
-    BindingTask, CycleOutcome, Framework, PodGroupAttempt, PodInfo, PodNominator, SchedulerCache,
+    BindingTask, Code, CycleOutcome, Framework, PodGroupAttempt, PodInfo, PodNominator, SchedulerCache,
     SchedulingAlgorithm, SchedulingFailure, Status, scheduler::run_member_cycle,
 };
 
@@ -45,11 +56,14 @@ pub struct PodGroupCycleResult {
     pub members: Vec<MemberDecision>,
     /// The placement chosen, when the group had candidate placements.
     pub placement: Option<String>,
+    /// True when the group did not fit and a pod-group PostFilter (preemption) made room: the
+    /// members are nominated and wait for the evictions.
+    pub waiting_on_preemption: bool,
 }
 
 /// What became of one member in one try.
 #[derive(Debug)]
-enum Tried {
+pub(super) enum Tried {
     /// Assumed and reserved; still held.
     Placed(Box<BindingTask>),
     /// Was placed, and taken back.
@@ -62,15 +76,15 @@ enum Tried {
 
 /// One try of the whole group on one placement.
 #[derive(Debug)]
-struct Try {
+pub(super) struct Try {
     /// The verdict; a rejection's message is upstream's whole message for the group.
-    status: Status,
+    pub(super) status: Status,
     /// Whether the verdict is upstream's generic "pod group is unschedulable" (the quorum could
     /// not be met before any member was tried, or was still short after the last one), which is
     /// what a placement failure quotes of it, rather than the reason.
     marked: bool,
     /// Per member; `None` when the try stopped before reaching it.
-    members: Vec<Option<Tried>>,
+    pub(super) members: Vec<Option<Tried>>,
 }
 
 impl Try {
@@ -93,14 +107,42 @@ impl Try {
 }
 
 /// Everything a try needs besides the members.
-struct Context<'a> {
-    fwk: &'a Framework,
-    cache: &'a dyn SchedulerCache,
-    nominator: &'a dyn PodNominator,
-    group: &'a PodGroupInfo,
-    already_scheduled: usize,
-    record_plugin_metrics: bool,
+pub(super) struct Context<'a> {
+    pub(super) fwk: &'a Framework,
+    pub(super) cache: &'a dyn SchedulerCache,
+    pub(super) nominator: &'a dyn PodNominator,
+    pub(super) group: &'a PodGroupInfo,
+    pub(super) already_scheduled: usize,
+    pub(super) record_plugin_metrics: bool,
+    /// Pods a preemption dry run removed from the cluster (`None` in a real cycle).
+    pub(super) removed: Option<Arc<[Arc<PodInfo>]>>,
 }
+
+/// How the group's placement ended, before the members' decisions are made.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// The kept try (placed, or taken back) and the placement it was on.
+    Tried {
+        /// The try.
+        tried: Try,
+        /// The placement's name, when the group had candidate placements.
+        placement: Option<String>,
+    },
+    /// No member was tried: the placements could not be made or judged.
+    NotTried(Status),
+}
+
+impl Outcome {
+    fn status(&self) -> &Status {
+        match self {
+            Outcome::Tried { tried, .. } => &tried.status,
+            Outcome::NotTried(status) => status,
+        }
+    }
+}
+
+/// The verdict of the group's PostFilter plugins.
+type Preemption = (Option<PodGroupPostFilterResult>, Status);
 
 /// What one pod-group cycle decides about.
 #[derive(Debug)]
@@ -136,22 +178,55 @@ pub fn run_pod_group_cycle(
         group,
         already_scheduled,
         record_plugin_metrics,
+        removed: None,
     };
-    let placements = if fwk.has_placement_generate_plugins() {
+    let outcome = place(&ctx, algo, &members);
+    // Upstream runs the group's PostFilter only for a plain Unschedulable verdict.
+    let preemption = (outcome.status().code() == Code::Unschedulable
+        && fwk.has_pod_group_post_filter_plugins())
+    .then(|| {
         let snapshot = cache.update_snapshot();
-        match fwk.run_placement_generate(group, &snapshot, &Placement::all_nodes()) {
-            Ok(p) => p,
-            Err(status) => return all_failed(&members, status),
-        }
-    } else {
-        vec![Placement::all_nodes()]
-    };
-    if !fwk.has_placement_generate_plugins() {
-        let pins = vec![None; members.len()];
-        let tried = try_group(&ctx, algo, &members, &pins);
-        return decide(&members, tried, None);
+        let mut simulator = CycleSimulator {
+            fwk,
+            algo,
+            cache,
+            nominator,
+            group,
+            members: &members,
+            already_scheduled,
+            record_plugin_metrics,
+        };
+        let input = PodGroupPostFilterInput {
+            group,
+            members: &members,
+            snapshot: &snapshot,
+        };
+        fwk.run_pod_group_post_filter(nominator, &input, &mut simulator)
+    });
+    match outcome {
+        Outcome::Tried { tried, placement } => decide(&members, tried, placement, preemption),
+        Outcome::NotTried(status) => all_failed(&members, status, preemption),
     }
-    place_on_best(&ctx, algo, &members, &placements)
+}
+
+/// The group's placement: one try on every node, or the best of the candidate placements.
+pub(super) fn place(ctx: &Context<'_>, algo: &mut SchedulingAlgorithm, members: &[Arc<PodInfo>]) -> Outcome {
+    if !ctx.fwk.has_placement_generate_plugins() {
+        let pins = vec![None; members.len()];
+        let tried = try_group(ctx, algo, members, &pins);
+        return Outcome::Tried {
+            tried,
+            placement: None,
+        };
+    }
+    let snapshot = ctx.cache.update_snapshot();
+    match ctx
+        .fwk
+        .run_placement_generate(ctx.group, &snapshot, &Placement::all_nodes())
+    {
+        Ok(placements) => place_on_best(ctx, algo, members, &placements),
+        Err(status) => Outcome::NotTried(status),
+    }
 }
 
 /// Tries every placement, keeps none, scores those that worked, and places the group again on
@@ -161,7 +236,7 @@ fn place_on_best(
     algo: &mut SchedulingAlgorithm,
     members: &[Arc<PodInfo>],
     placements: &[Placement],
-) -> PodGroupCycleResult {
+) -> Outcome {
     let mut first_failure: Option<Try> = None;
     let mut worked: Vec<(usize, Vec<Option<String>>, PodGroupAssignments)> = Vec::new();
     for (i, placement) in placements.iter().enumerate() {
@@ -169,7 +244,10 @@ fn place_on_best(
         let mut tried = try_group(ctx, algo, members, &pins);
         if tried.status.is_success() && placements.len() == 1 {
             // The only candidate: kept as it is (the placement scorers have nothing to choose).
-            return decide(members, tried, Some(placement.name.clone()));
+            return Outcome::Tried {
+                tried,
+                placement: Some(placement.name.clone()),
+            };
         }
         let unbeatable =
             tried.status.is_success() && no_untried_placement_can_win(ctx, placements, i, &tried);
@@ -181,7 +259,10 @@ fn place_on_best(
             // Nothing tried or untried can beat it or win a tie: it is the one the scorers
             // would choose, kept as it is (placing it again pinned to the same nodes gives the
             // same result).
-            return decide(members, tried, Some(placement.name.clone()));
+            return Outcome::Tried {
+                tried,
+                placement: Some(placement.name.clone()),
+            };
         }
         if tried.status.is_success() {
             let nodes = tried
@@ -206,7 +287,10 @@ fn place_on_best(
             continue;
         }
         if !tried.status.is_rejected() {
-            return decide(members, tried, Some(placement.name.clone()));
+            return Outcome::Tried {
+                tried,
+                placement: Some(placement.name.clone()),
+            };
         }
         if first_failure.is_none() {
             first_failure = Some(tried);
@@ -227,9 +311,12 @@ fn place_on_best(
             Some(mut t) => {
                 t.status = status;
                 t.marked = true;
-                decide(members, t, None)
+                Outcome::Tried {
+                    tried: t,
+                    placement: None,
+                }
             }
-            None => all_failed(members, status),
+            None => Outcome::NotTried(status),
         };
     }
     let best = if worked.len() == 1 {
@@ -238,7 +325,7 @@ fn place_on_best(
         let assignments: Vec<PodGroupAssignments> = worked.iter().map(|w| w.2.clone()).collect();
         match ctx.fwk.run_placement_score(ctx.group, &assignments) {
             Ok(scores) => best_placement(&scores, &assignments),
-            Err(status) => return all_failed(members, status),
+            Err(status) => return Outcome::NotTried(status),
         }
     };
     let (index, nodes, _) = &worked[best];
@@ -251,7 +338,10 @@ fn place_on_best(
         })
         .collect();
     let tried = try_group(ctx, algo, members, &pins);
-    decide(members, tried, Some(placement.name.clone()))
+    Outcome::Tried {
+        tried,
+        placement: Some(placement.name.clone()),
+    }
 }
 
 /// Whether no placement after `placements[i]` can be chosen over its successful try: every
@@ -341,6 +431,7 @@ fn try_group(
                 Some(PodGroupAttempt {
                     placement: pins[i].clone(),
                     try_key: try_key.clone(),
+                    removed: ctx.removed.clone(),
                 }),
             );
             progress.remaining -= 1;
@@ -424,18 +515,66 @@ fn revert(ctx: &Context<'_>, tried: &mut Try) {
     }
 }
 
+/// The group's verdict once its PostFilter plugins had their say (upstream's
+/// `applyPodGroupPostFilterResult`): their error replaces it; otherwise their message is added
+/// to it. Returns the verdict and, when they made room, the members' nominations.
+fn apply_preemption(
+    mut group_status: Status,
+    preemption: Option<Preemption>,
+) -> (Status, Option<BTreeMap<String, String>>) {
+    let Some((result, status)) = preemption else {
+        return (group_status, None);
+    };
+    if status.code() == Code::Error {
+        return (status, None);
+    }
+    let message = status.message();
+    if !message.is_empty() {
+        group_status.push_reason(message);
+    }
+    let nominations = status
+        .is_success()
+        .then(|| result.map(|r| r.nominations).unwrap_or_default());
+    (group_status, nominations)
+}
+
+/// Nominates each failed member where the PostFilter placed it.
+fn nominate(decisions: &mut [MemberDecision], nominations: &BTreeMap<String, String>) {
+    for d in decisions {
+        if let MemberDecision::Failed(f) = d
+            && let Some(node) = nominations.get(&f.pod.uid)
+        {
+            f.nominated_node = Some(node.clone());
+        }
+    }
+}
+
 /// Every member's decision from the kept try (or the reported failure).
-fn decide(members: &[Arc<PodInfo>], tried: Try, placement: Option<String>) -> PodGroupCycleResult {
-    let group_status = tried.status.clone();
+fn decide(
+    members: &[Arc<PodInfo>],
+    tried: Try,
+    placement: Option<String>,
+    preemption: Option<Preemption>,
+) -> PodGroupCycleResult {
+    // Members the try never reached keep the verdict from before the PostFilter (upstream
+    // copies it to them first).
+    let untried_status = tried.status.clone();
+    let (group_status, nominations) = apply_preemption(tried.status.clone(), preemption);
+    let waiting = nominations.is_some();
     let error = !group_status.is_success() && !group_status.is_rejected();
     let rejectors = group_rejectors(&tried, &group_status);
-    let decisions: Vec<MemberDecision> = members
+    let mut decisions: Vec<MemberDecision> = members
         .iter()
         .zip(tried.members)
         .map(|(pod, t)| match t {
             Some(Tried::Placed(task)) => MemberDecision::Bind(task),
             Some(Tried::Skipped(why)) => MemberDecision::Skipped(why),
             Some(Tried::Failed(f)) if !error || !f.status.is_rejected() => MemberDecision::Failed(f),
+            // Placed and taken back while the group waits for its preemption: upstream hands
+            // the member the group's verdict as it is.
+            Some(Tried::Reverted) if waiting => MemberDecision::Failed(Box::new(
+                SchedulingFailure::from_pod_group(pod.clone(), group_status.clone()),
+            )),
             // A member that was placed and taken back: upstream says the group is
             // unschedulable, then quotes the group's verdict.
             Some(Tried::Reverted) if !error => {
@@ -446,6 +585,10 @@ fn decide(members: &[Arc<PodInfo>], tried: Try, placement: Option<String>) -> Po
                 }
                 MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(pod.clone(), status)))
             }
+            None if !error => MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(
+                pod.clone(),
+                untried_status.clone(),
+            ))),
             _ => MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(
                 pod.clone(),
                 group_status.clone(),
@@ -459,10 +602,14 @@ fn decide(members: &[Arc<PodInfo>], tried: Try, placement: Option<String>) -> Po
             other => other,
         })
         .collect();
+    if let Some(n) = &nominations {
+        nominate(&mut decisions, n);
+    }
     PodGroupCycleResult {
         status: group_status,
         members: decisions,
         placement,
+        waiting_on_preemption: waiting,
     }
 }
 
@@ -488,18 +635,34 @@ fn group_rejectors(tried: &Try, group_status: &Status) -> BTreeSet<String> {
 }
 
 /// The group failed before any member was tried.
-fn all_failed(members: &[Arc<PodInfo>], status: Status) -> PodGroupCycleResult {
+fn all_failed(
+    members: &[Arc<PodInfo>],
+    status: Status,
+    preemption: Option<Preemption>,
+) -> PodGroupCycleResult {
+    let (group_status, nominations) = apply_preemption(status.clone(), preemption);
+    // Upstream gives every member the verdict from before the PostFilter, unless that failed.
+    let member_status = if group_status.code() == Code::Error {
+        group_status.clone()
+    } else {
+        status
+    };
+    let mut decisions: Vec<MemberDecision> = members
+        .iter()
+        .map(|pod| {
+            MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(
+                pod.clone(),
+                member_status.clone(),
+            )))
+        })
+        .collect();
+    if let Some(n) = &nominations {
+        nominate(&mut decisions, n);
+    }
     PodGroupCycleResult {
-        members: members
-            .iter()
-            .map(|pod| {
-                MemberDecision::Failed(Box::new(SchedulingFailure::from_pod_group(
-                    pod.clone(),
-                    status.clone(),
-                )))
-            })
-            .collect(),
-        status,
+        members: decisions,
+        status: group_status,
         placement: None,
+        waiting_on_preemption: nominations.is_some(),
     }
 }

@@ -78,6 +78,11 @@ pub struct PodGroupInfo {
     pub topology_key: Option<String>,
     /// The group's priority (`spec.priority`, 0 when unset): every member must have it.
     pub priority: i32,
+    /// `spec.disruptionMode.all`: preemption evicts the group's members all together or none
+    /// of them (otherwise each member is a victim on its own).
+    pub disrupted_together: bool,
+    /// `spec.preemptionPolicy` (read only with the PodGroupPreemptionPolicy gate).
+    pub preemption_policy: Option<String>,
 }
 
 impl PodGroupInfo {
@@ -102,6 +107,8 @@ impl PodGroupInfo {
             policy,
             topology_key,
             priority: spec.priority.unwrap_or(0),
+            disrupted_together: spec.disruption_mode.as_ref().is_some_and(|m| m.all.is_some()),
+            preemption_policy: spec.preemption_policy.clone(),
             object,
         }
     }

@@ -13,11 +13,17 @@
 //! - [`placement`]: the three placement extension points (`placementGenerate`, `placementScore`
 //!   and the feasibility check gangs plug into);
 //! - [`cycle`]: the pod-group scheduling cycle itself, which places the members one by one on
-//!   tentative reservations and takes them all back when the group as a whole fails.
+//!   tentative reservations and takes them all back when the group as a whole fails;
+//! - [`post_filter`]: the `podGroupPostFilter` extension point, run when the group as a whole
+//!   does not fit (pod-group preemption);
+//! - [`simulation`]: the group's placement tried again on a cluster without some pods, for the
+//!   PostFilter's dry run.
 
 mod cycle;
 mod group;
 mod placement;
+mod post_filter;
+mod simulation;
 mod store;
 
 pub use cycle::{MemberDecision, PodGroupCycleInput, PodGroupCycleResult, run_pod_group_cycle};
@@ -25,5 +31,9 @@ pub use group::{GroupPolicy, PodGroupInfo, PodGroupKey};
 pub use placement::{
     Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress, PlacementScorePlugin,
     PodGroupAssignments,
+};
+pub use post_filter::{
+    PodGroupPostFilterInput, PodGroupPostFilterPlugin, PodGroupPostFilterResult, PodGroupSimulator,
+    ProposedAssignment, SimulatedPlacement,
 };
 pub use store::{MemberCounts, PodGroupStore};

@@ -228,6 +228,9 @@ impl Framework {
                 .filter_map(|(p, w)| p.as_placement_score().map(|p| (p, w)))
                 .collect(),
             placement_feasible,
+            pod_group_post_filter: take("podGroupPostFilter")
+                .filter_map(|(p, _)| p.as_pod_group_post_filter())
+                .collect(),
             assumed_pod,
             events,
             plugins: built,
@@ -387,8 +390,7 @@ fn probe(point: &str) -> Probe {
         "bind" => |p| p.clone().as_bind().is_some(),
         "placementGenerate" => |p| p.clone().as_placement_generate().is_some(),
         "placementScore" => |p| p.clone().as_placement_score().is_some(),
-        // No plugin of unisched's acts when a whole group does not fit (group preemption).
-        "podGroupPostFilter" => |_| false,
+        "podGroupPostFilter" => |p| p.clone().as_pod_group_post_filter().is_some(),
         _ => |p| p.clone().as_post_bind().is_some(),
     }
 }

@@ -19,8 +19,9 @@ pub use timing::{DurationRecorder, FrameworkObserver, PluginTiming, TimingBatch}
 
 use crate::{
     AssumedPodPlugin, BindPlugin, ClusterEventWithHint, FilterPlugin, PermitPlugin, PlacementFeasiblePlugin,
-    PlacementGeneratePlugin, PlacementScorePlugin, Plugin, PostBindPlugin, PostFilterPlugin, PreBindPlugin,
-    PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin, ReservePlugin, permit::WaitingPods,
+    PlacementGeneratePlugin, PlacementScorePlugin, Plugin, PodGroupPostFilterPlugin, PostBindPlugin,
+    PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
+    ReservePlugin, permit::WaitingPods,
 };
 
 /// One profile's plugins per extension point.
@@ -46,6 +47,7 @@ pub struct Framework {
     placement_generate: Vec<Arc<dyn PlacementGeneratePlugin>>,
     placement_score: Vec<(Arc<dyn PlacementScorePlugin>, i64)>,
     placement_feasible: Vec<Arc<dyn PlacementFeasiblePlugin>>,
+    pod_group_post_filter: Vec<Arc<dyn PodGroupPostFilterPlugin>>,
     assumed_pod: Vec<Arc<dyn AssumedPodPlugin>>,
     events: Vec<(String, Vec<ClusterEventWithHint>)>,
     waiting_pods: WaitingPods,
@@ -164,6 +166,9 @@ impl Framework {
         m.insert("postBind", names(&self.post_bind));
         if !self.placement_generate.is_empty() {
             m.insert("placementGenerate", names(&self.placement_generate));
+        }
+        if !self.pod_group_post_filter.is_empty() {
+            m.insert("podGroupPostFilter", names(&self.pod_group_post_filter));
         }
         if !self.placement_score.is_empty() {
             m.insert(

@@ -33,8 +33,14 @@ pub(crate) fn terminating_by_preemption(pod: &PodInfo) -> bool {
             })
 }
 
-/// `Err(reason)` when `pod` must not preempt now.
-pub(crate) fn check(pod: &PodInfo, snapshot: &Snapshot, statuses: &NodeToStatus) -> Result<(), &'static str> {
+/// `Err(reason)` when `pod` must not preempt now. `priority_of` is a pod's priority as a victim
+/// (its PodGroup's, when it has one).
+pub(crate) fn check(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    statuses: &NodeToStatus,
+    priority_of: &dyn Fn(&PodInfo) -> i32,
+) -> Result<(), &'static str> {
     let spec = pod.pod.spec.as_ref();
     if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
         return Err(NOT_ELIGIBLE_NEVER);
@@ -54,7 +60,7 @@ pub(crate) fn check(pod: &PodInfo, snapshot: &Snapshot, statuses: &NodeToStatus)
             && info
                 .pods
                 .iter()
-                .any(|p| p.priority < pod.priority && terminating_by_preemption(p))
+                .any(|p| priority_of(p) < pod.priority && terminating_by_preemption(p))
         {
             return Err(NOT_ELIGIBLE_TERMINATING);
         }
@@ -146,7 +152,11 @@ pub(crate) mod tests {
             ),
         ];
         for (name, pod, pods, statuses, want) in cases {
-            assert_eq!(check(&pod, &snap(pods), &statuses), want, "{name}");
+            assert_eq!(
+                check(&pod, &snap(pods), &statuses, &|p| p.priority),
+                want,
+                "{name}"
+            );
         }
     }
 }

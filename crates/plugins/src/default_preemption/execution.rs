@@ -20,12 +20,26 @@ pub const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 /// The event reason on a victim.
 pub const EVENT_PREEMPTED: &str = "Preempted";
 
+/// A PodGroup that preempts as a whole.
+#[derive(Clone, Debug)]
+pub struct GroupPreemptor {
+    /// What identifies its preemption while it is written: the PodGroup's UID (its
+    /// `namespace/name` when it has none).
+    pub id: String,
+    /// `namespace/name` of the group.
+    pub key: String,
+    /// Its members that wait for the evictions.
+    pub members: Vec<Arc<PodInfo>>,
+}
+
 /// What one successful preemption decided.
 #[derive(Clone, Debug)]
 pub struct PreemptionPlan {
-    /// The pod that preempts.
+    /// The pod that preempts (for a group, its first member).
     pub preemptor: Arc<PodInfo>,
-    /// The node it is nominated to.
+    /// The group that preempts, when a whole PodGroup does.
+    pub group: Option<GroupPreemptor>,
+    /// The node it is nominated to (`cluster` for a group, whose domain is the whole cluster).
     pub node: String,
     /// The profile's scheduler name (in the victims' condition message and events).
     pub scheduler_name: String,
@@ -39,6 +53,27 @@ pub struct PreemptionPlan {
 }
 
 impl PreemptionPlan {
+    /// What preempts, in upstream's words: `pod` or `podgroup`.
+    pub fn preemptor_type(&self) -> &'static str {
+        if self.group.is_some() { "podgroup" } else { "pod" }
+    }
+
+    /// The preemptor's identity while its evictions are written: the pod's UID, or the group's.
+    pub fn preemptor_id(&self) -> &str {
+        match &self.group {
+            Some(g) => &g.id,
+            None => &self.preemptor.uid,
+        }
+    }
+
+    /// The pods that wait for the evictions (`namespace/name`).
+    pub fn waiting_pods(&self) -> Vec<String> {
+        match &self.group {
+            Some(g) => g.members.iter().map(|m| m.key()).collect(),
+            None => vec![self.preemptor.key()],
+        }
+    }
+
     /// The strategic-merge patch of a victim's status that adds the `DisruptionTarget` condition.
     pub fn victim_status_patch(&self, now: &str) -> Value {
         json!({
@@ -47,7 +82,11 @@ impl PreemptionPlan {
                     "type": DISRUPTION_TARGET,
                     "status": "True",
                     "reason": REASON_PREEMPTION_BY_SCHEDULER,
-                    "message": format!("{}: preempting to accommodate a higher priority pod", self.scheduler_name),
+                    "message": format!(
+                        "{}: preempting to accommodate a higher priority {}",
+                        self.scheduler_name,
+                        self.preemptor_type()
+                    ),
                     "lastTransitionTime": now,
                 }]
             }
@@ -56,7 +95,12 @@ impl PreemptionPlan {
 
     /// The note of the `Preempted` event on a victim.
     pub fn event_note(&self) -> String {
-        format!("Preempted by pod {} on node {}", self.preemptor.uid, self.node)
+        format!(
+            "Preempted by {} {} on node {}",
+            self.preemptor_type(),
+            self.preemptor_id(),
+            self.node
+        )
     }
 
     /// The patch that clears `status.nominatedNodeName`.
@@ -134,6 +178,7 @@ mod tests {
     fn payloads() {
         let plan = PreemptionPlan {
             preemptor: PodBuilder::new("hi").uid("uid-hi").arc(),
+            group: None,
             node: "n1".into(),
             scheduler_name: "unisched".into(),
             victims: vec![],
@@ -151,5 +196,33 @@ mod tests {
         );
         assert_eq!(plan.event_note(), "Preempted by pod uid-hi on node n1");
         assert!(PreemptionPlan::clear_nomination_patch()["status"]["nominatedNodeName"].is_null());
+    }
+
+    #[test]
+    fn a_group_is_named_as_upstream_names_it() {
+        let members = vec![
+            PodBuilder::new("m0").namespace("ml").arc(),
+            PodBuilder::new("m1").namespace("ml").arc(),
+        ];
+        let plan = PreemptionPlan {
+            preemptor: members[0].clone(),
+            group: Some(GroupPreemptor {
+                id: "uid-pg".into(),
+                key: "ml/pg".into(),
+                members: members.clone(),
+            }),
+            node: "cluster".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+        };
+        assert_eq!(
+            plan.victim_status_patch("t")["status"]["conditions"][0]["message"],
+            "unisched: preempting to accommodate a higher priority podgroup"
+        );
+        assert_eq!(plan.event_note(), "Preempted by podgroup uid-pg on node cluster");
+        assert_eq!(plan.preemptor_id(), "uid-pg");
+        assert_eq!(plan.waiting_pods(), ["ml/m0", "ml/m1"]);
     }
 }

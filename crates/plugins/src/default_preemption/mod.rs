@@ -23,9 +23,14 @@
 //! ([`Preemptor::holds_until_preempted`], [`Preemptor::is_preempting`]). The victims' deletions
 //! requeue it through the plugins that rejected it (this plugin's own hint for them is Skip, as
 //! upstream's); the preemptor activates a pod it held once the evictions are written, in case
-//! the last deletion was seen while it was held. A pod of a PodGroup is not held: upstream holds
-//! it only while its group preempts, and groups do not preempt in unisched yet. Extenders with a
-//! preempt verb may drop candidates or change their victims before one is picked ([`extenders`]).
+//! the last deletion was seen while it was held. A pod of a PodGroup is held instead while its
+//! group's preemption is being written (`waiting for the preemption for this pod group to be
+//! finished`). Extenders with a preempt verb may drop candidates or change their victims before
+//! one is picked ([`extenders`]).
+//!
+//! Victims are units ([`victim`]): a PodGroup with `disruptionMode: All` is evicted whole or not
+//! at all, here as in pod-group preemption. A PodGroup that does not fit as a whole preempts as
+//! one ([`pod_group`], the `podGroupPostFilter` point): victims for all its members at once.
 
 mod args;
 mod eligibility;
@@ -33,16 +38,21 @@ mod execution;
 mod extenders;
 mod pdb;
 mod pick;
+mod pod_group;
+#[cfg(test)]
+mod pod_group_tests;
 #[cfg(test)]
 mod tests;
+mod victim;
 mod victims;
 
 use std::sync::Arc;
 
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, Diagnosis, EnqueueExtensions,
-    EventResource, FitError, FrameworkHandle, NodeInfo, NodeToStatus, Plugin, PodInfo, PostFilterPlugin,
-    PostFilterResult, PreEnqueuePlugin, QueueingHint, Status,
+    EventResource, FitError, FrameworkHandle, NodeInfo, NodeToStatus, Plugin, PodGroupKey,
+    PodGroupPostFilterPlugin, PodGroupStore, PodInfo, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin,
+    QueueingHint, Status,
 };
 
 pub use args::{
@@ -50,15 +60,20 @@ pub use args::{
 };
 pub use eligibility::{NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, WAITING_FOR_PREEMPTION};
 pub use execution::{
-    DISRUPTION_TARGET, EVENT_PREEMPTED, PreemptionPlan, Preemptor, REASON_PREEMPTION_BY_SCHEDULER,
-    RecordingPreemptor,
+    DISRUPTION_TARGET, EVENT_PREEMPTED, GroupPreemptor, PreemptionPlan, Preemptor,
+    REASON_PREEMPTION_BY_SCHEDULER, RecordingPreemptor,
 };
 pub use pdb::{PdbLister, StaticPdbs};
 pub use pick::{Candidate, Victims};
+pub use pod_group::{
+    NO_GROUP_VICTIMS, ONGOING_PREEMPTION, WAITING_FOR_GROUP_PREEMPTION, resolve_preemption_policy,
+};
+pub use victim::{Victim, VictimKind};
 pub use victims::NO_VICTIMS;
 
 use args::CandidateLimits;
 use pdb::Budget;
+use victim::GroupView;
 
 /// The plugin name.
 pub const NAME: &str = "DefaultPreemption";
@@ -74,8 +89,11 @@ pub struct DefaultPreemption {
     limits: CandidateLimits,
     preemptor: Option<Arc<dyn Preemptor>>,
     pdbs: Option<Arc<dyn PdbLister>>,
-    /// Pods of PodGroups are scheduled as groups (GenericWorkload): PreEnqueue leaves them alone.
-    pod_groups: bool,
+    /// The PodGroups, when pods of PodGroups are scheduled as groups (GenericWorkload): victims
+    /// are then units, and groups preempt as groups.
+    pod_groups: Option<Arc<PodGroupStore>>,
+    /// PodGroupPreemptionPolicy: a group's own `preemptionPolicy` decides whether it preempts.
+    group_preemption_policy: bool,
 }
 
 impl std::fmt::Debug for DefaultPreemption {
@@ -84,6 +102,7 @@ impl std::fmt::Debug for DefaultPreemption {
             .field("limits", &self.limits)
             .field("preemptor", &self.preemptor.is_some())
             .field("pdbs", &self.pdbs.is_some())
+            .field("pod_groups", &self.pod_groups.is_some())
             .finish()
     }
 }
@@ -115,7 +134,8 @@ impl DefaultPreemption {
             limits: args.limits()?,
             preemptor,
             pdbs,
-            pod_groups: false,
+            pod_groups: None,
+            group_preemption_policy: false,
         })
     }
 
@@ -127,6 +147,7 @@ impl DefaultPreemption {
         state: &CycleState,
         pod: &PodInfo,
         potential: &[&Arc<NodeInfo>],
+        groups: &GroupView,
     ) -> (Vec<Candidate>, NodeToStatus, Option<Status>) {
         let pdbs = self.pdbs.as_ref().map(|l| l.list()).unwrap_or_default();
         let budgets = Budget::parse_all(&pdbs);
@@ -142,34 +163,36 @@ impl DefaultPreemption {
             let info = potential[(offset + i) % n];
             // The common case in clusters without priorities: nothing to evict. Answer before
             // copying the node and the cycle state.
-            if !info.pods.iter().any(|p| p.priority < pod.priority) {
+            if !info.pods.iter().any(|p| groups.priority_of(p) < pod.priority) {
                 statuses.set(info.name(), Status::unresolvable(NO_VICTIMS));
                 continue;
             }
+            let candidates = groups.victims_on([info]);
             let mut node = (**info).clone();
             let mut st = state.deep_clone();
-            let status = match victims::select_victims_on_node(fwk, &mut st, pod, &mut node, &budgets) {
-                Ok(v) if !v.pods.is_empty() => {
-                    let c = Candidate {
-                        node: info.name().to_string(),
-                        victims: v,
-                    };
-                    if c.victims.num_pdb_violations == 0 {
-                        non_violating.push(c);
-                    } else {
-                        violating.push(c);
+            let status =
+                match victims::select_victims_on_node(fwk, &mut st, pod, &mut node, candidates, &budgets) {
+                    Ok(v) if !v.pods.is_empty() => {
+                        let c = Candidate {
+                            node: info.name().to_string(),
+                            victims: v,
+                        };
+                        if c.victims.num_pdb_violations == 0 {
+                            non_violating.push(c);
+                        } else {
+                            violating.push(c);
+                        }
+                        if !non_violating.is_empty() && non_violating.len() + violating.len() >= want {
+                            break;
+                        }
+                        continue;
                     }
-                    if !non_violating.is_empty() && non_violating.len() + violating.len() >= want {
-                        break;
-                    }
-                    continue;
-                }
-                Ok(_) => Status::error(format!(
-                    "expected at least one victim pod on node {:?}",
-                    info.name()
-                )),
-                Err(s) => s,
-            };
+                    Ok(_) => Status::error(format!(
+                        "expected at least one victim pod on node {:?}",
+                        info.name()
+                    )),
+                    Err(s) => s,
+                };
             if status.code() == Code::Error && first_error.is_none() {
                 first_error = Some(status.clone());
             }
@@ -191,7 +214,8 @@ impl DefaultPreemption {
             return (None, Status::unschedulable(WAITING_FOR_PREEMPTION));
         }
         let snapshot = state.snapshot();
-        if let Err(reason) = eligibility::check(pod, &snapshot, statuses) {
+        let groups = GroupView::build(self.pod_groups.as_deref(), &snapshot);
+        if let Err(reason) = eligibility::check(pod, &snapshot, statuses, &|p| groups.priority_of(p)) {
             return (None, Status::unschedulable(reason));
         }
         let all = snapshot.nodes();
@@ -204,7 +228,7 @@ impl DefaultPreemption {
             s.set_absent(Status::unresolvable(NOT_HELPFUL));
             (Vec::new(), s, None)
         } else {
-            self.dry_run(fwk, state, pod, &potential)
+            self.dry_run(fwk, state, pod, &potential, &groups)
         };
         // The extenders with a preempt verb have their say on the candidates.
         let candidates = if candidates.is_empty() {
@@ -246,6 +270,7 @@ impl DefaultPreemption {
             .partition(|v| fwk.reject_waiting_pod(&v.uid, NAME, "preempted"));
         let plan = PreemptionPlan {
             preemptor: Arc::new(pod.clone()),
+            group: None,
             node: chosen.node.clone(),
             scheduler_name: fwk.profile_name().to_string(),
             victims,
@@ -273,28 +298,49 @@ impl Plugin for DefaultPreemption {
     }
 
     unisched_framework::serves!(as_pre_enqueue, as_post_filter, as_enqueue_extensions);
+
+    /// Groups preempt as groups only where pods of PodGroups are scheduled as groups.
+    fn as_pod_group_post_filter(self: Arc<Self>) -> Option<Arc<dyn PodGroupPostFilterPlugin>> {
+        if self.pod_groups.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
 }
 
 impl DefaultPreemption {
-    /// Pods that belong to a PodGroup are decided as groups (GenericWorkload on and served).
+    /// Pods that belong to a PodGroup are decided as groups (GenericWorkload on and served):
+    /// `groups` are the PodGroups.
     #[must_use]
-    pub fn with_pod_groups(mut self, on: bool) -> Self {
-        self.pod_groups = on;
+    pub fn with_pod_groups(mut self, groups: Option<Arc<PodGroupStore>>) -> Self {
+        self.pod_groups = groups;
+        self
+    }
+
+    /// PodGroupPreemptionPolicy: whether a group's own `preemptionPolicy` decides (otherwise a
+    /// member with `preemptionPolicy: Never` keeps the whole group from preempting).
+    #[must_use]
+    pub fn with_group_preemption_policy(mut self, on: bool) -> Self {
+        self.group_preemption_policy = on;
         self
     }
 }
 
 impl PreEnqueuePlugin for DefaultPreemption {
-    /// Holds the pod while its own preemption's evictions are still being written.
+    /// Holds the pod while its own preemption's evictions, or its group's, are still being
+    /// written.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        let grouped = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduling_group.as_ref())
-            .is_some_and(|g| g.pod_group_name.is_some());
-        if self.pod_groups && grouped {
-            return Status::success();
+        if let (Some(groups), Some(key)) = (&self.pod_groups, PodGroupKey::of_pod(&pod.pod)) {
+            // A pod whose group is not known is not this plugin's to hold.
+            let Some(group) = groups.group(&key) else {
+                return Status::success();
+            };
+            let id = pod_group::group_preemptor_id(&group);
+            return match &self.preemptor {
+                Some(p) if p.holds_until_preempted(&id) => Status::unresolvable(WAITING_FOR_GROUP_PREEMPTION),
+                _ => Status::success(),
+            };
         }
         match &self.preemptor {
             Some(p) if p.holds_until_preempted(&pod.uid) => Status::unresolvable(WAITING_FOR_PREEMPTION),

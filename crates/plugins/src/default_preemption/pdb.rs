@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use unisched_framework::PodInfo;
 
+use super::victim::Victim;
 use crate::label_selector::{LabelSelector, labels_of};
 
 /// Lists the cluster's PodDisruptionBudgets (the runtime's watch; a fixed list in tests).
@@ -63,31 +64,74 @@ impl Budget {
     }
 }
 
+/// What is left of each budget while victims are counted against them, in eviction order.
+struct Allowance<'a> {
+    budgets: &'a [Budget],
+    allowed: Vec<i32>,
+}
+
+impl<'a> Allowance<'a> {
+    fn new(budgets: &'a [Budget]) -> Self {
+        Allowance {
+            budgets,
+            allowed: budgets.iter().map(|b| b.allowed).collect(),
+        }
+    }
+
+    /// Counts `p` against every budget that selects it; true when one of them is exceeded.
+    fn take(&mut self, p: &PodInfo) -> bool {
+        let labels = labels_of(&p.pod.metadata);
+        let mut violates = false;
+        for (i, b) in self.budgets.iter().enumerate() {
+            if b.namespace != p.namespace || !b.selector.matches(labels) || b.disrupted.contains(&p.name) {
+                continue;
+            }
+            self.allowed[i] -= 1;
+            if self.allowed[i] < 0 {
+                violates = true;
+            }
+        }
+        violates
+    }
+}
+
 /// Splits `pods` (in the order they would be evicted) into those whose eviction would exceed a
-/// budget and those that would not, keeping the order within each part.
+/// budget and those that would not, keeping the order within each part: the counting of
+/// [`split_victims_by_violation`] pod by pod, which the tests read.
+#[cfg(test)]
 pub(crate) fn split_by_violation(
     pods: &[Arc<PodInfo>],
     budgets: &[Budget],
 ) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
-    let mut allowed: Vec<i32> = budgets.iter().map(|b| b.allowed).collect();
+    let mut allowance = Allowance::new(budgets);
     let mut violating = Vec::new();
     let mut fine = Vec::new();
     for p in pods {
-        let labels = labels_of(&p.pod.metadata);
-        let mut violates = false;
-        for (i, b) in budgets.iter().enumerate() {
-            if b.namespace != p.namespace || !b.selector.matches(labels) || b.disrupted.contains(&p.name) {
-                continue;
-            }
-            allowed[i] -= 1;
-            if allowed[i] < 0 {
-                violates = true;
-            }
-        }
-        if violates {
+        if allowance.take(p) {
             violating.push(p.clone());
         } else {
             fine.push(p.clone());
+        }
+    }
+    (violating, fine)
+}
+
+/// The same split for victims (in eviction order), which are atomic: a victim violates when one
+/// of its pods does, and carries how many of its pods do (upstream's
+/// `FilterVictimsWithPDBViolation`). A group cannot be half reprieved for the pods that violate.
+pub(crate) fn split_victims_by_violation(
+    victims: Vec<Victim>,
+    budgets: &[Budget],
+) -> (Vec<(Victim, usize)>, Vec<Victim>) {
+    let mut allowance = Allowance::new(budgets);
+    let mut violating = Vec::new();
+    let mut fine = Vec::new();
+    for v in victims {
+        let count = v.pods.iter().filter(|p| allowance.take(p)).count();
+        if count > 0 {
+            violating.push((v, count));
+        } else {
+            fine.push(v);
         }
     }
     (violating, fine)

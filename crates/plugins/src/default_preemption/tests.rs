@@ -566,8 +566,8 @@ fn no_second_preemption_while_evictions_are_written() {
 
 /// Upstream's PreEnqueue cases for asynchronous preemption (the ones without composite groups):
 /// a pod is held while its own evictions are being written; another pod is not; a pod of a
-/// PodGroup is left to its group when pod groups are on (groups do not preempt in unisched, so it
-/// is never held), and is held like any pod when they are off.
+/// PodGroup is left to its group when pod groups are on (held only while its group's evictions
+/// are written, below), and is held like any pod when they are off.
 #[test]
 fn pre_enqueue_holds_a_pod_while_its_preemption_is_written() {
     let rec = RecordingPreemptor::new();
@@ -579,7 +579,7 @@ fn pre_enqueue_holds_a_pod_while_its_preemption_is_written() {
             None,
         )
         .unwrap()
-        .with_pod_groups(groups)
+        .with_pod_groups(groups.then(|| Arc::new(PodGroupStore::new())))
     };
     let pod = PodBuilder::new("p").uid("p").info();
     let other = PodBuilder::new("p_other").uid("p_other").info();

@@ -459,7 +459,12 @@ impl PreFilterPlugin for DynamicResources {
             DIAGNOSIS_DETAIL_KEY,
             DiagnosisDetail(Arc::new(DetailSource(data.clone()))),
         );
-        if let Some((table, needed)) = &data.short {
+        // A pod-group preemption's dry run took pods out of the cluster: their devices are free
+        // (as RemovePod frees a single victim's), so no node is short of devices for sure.
+        let removed = state.pod_group.as_ref().and_then(|g| g.removed.clone());
+        if let Some((table, needed)) = &data.short
+            && removed.is_none()
+        {
             state.write(
                 NODE_VETO_KEY,
                 NodeVetoHandle {
@@ -472,7 +477,10 @@ impl PreFilterPlugin for DynamicResources {
                 },
             );
         }
-        state.write(STATE_KEY, CycleData(data));
+        state.write(STATE_KEY, CycleData(data.clone()));
+        for victim in removed.iter().flat_map(|r| r.iter()) {
+            preemption::remove_pod(state, &data, dra, self.features, victim);
+        }
         (None, Status::success())
     }
 

@@ -4,8 +4,8 @@
 //! The decision itself is the framework's (`run_pod_group_cycle`, synchronous and tested
 //! without a cluster); this module is the runtime around it: which pods make up the attempt,
 //! the checks upstream makes before it (one profile, one priority), handing each member to its
-//! binding cycle or back to the queue, and the `PodGroupInitiallyScheduled` condition, written
-//! off the scheduling thread.
+//! binding cycle or back to the queue (nominated, when the group's preemption made room for
+//! it), and the `PodGroupInitiallyScheduled` condition, written off the scheduling thread.
 
 use std::{sync::Arc, time::Instant};
 
@@ -101,6 +101,7 @@ pub(super) fn schedule_group(
         pod_group = %key,
         members = members.len(),
         placement = result.placement.as_deref().unwrap_or(""),
+        waiting_on_preemption = result.waiting_on_preemption,
         status = %result.status,
         "pod group scheduling cycle"
     );

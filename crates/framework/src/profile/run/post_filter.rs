@@ -1,5 +1,6 @@
 //! PostFilter: what to do for a pod no node can take (preemption, upstream's only in-tree
-//! plugin), with a [`FrameworkHandle`] that lets the plugins dry-run Filter with nominated pods.
+//! plugin), with a [`FrameworkHandle`] that lets the plugins dry-run Filter with nominated pods;
+//! and its group counterpart, podGroupPostFilter, for a pod group that does not fit as a whole.
 //!
 //! Not the shared loop: the first success ends PostFilter, and rejections accumulate into one
 //! Unschedulable status instead of stopping it.
@@ -7,8 +8,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Code, CycleState, Framework, FrameworkHandle, NodeInfo, NodeToStatus, PodInfo, PodNominator,
-    PostFilterResult, Status,
+    Code, CycleState, Framework, FrameworkHandle, NodeInfo, NodeToStatus, PodGroupPostFilterInput,
+    PodGroupPostFilterResult, PodGroupSimulator, PodInfo, PodNominator, PostFilterResult, Status,
 };
 
 /// The [`FrameworkHandle`] PostFilter plugins get: this profile plus the queue's nominations.
@@ -111,6 +112,54 @@ impl Framework {
                 s.set_plugin(p);
             }
             ((result, s), Code::Unschedulable)
+        })
+    }
+
+    /// True when the profile has podGroupPostFilter plugins.
+    pub fn has_pod_group_post_filter_plugins(&self) -> bool {
+        !self.pod_group_post_filter.is_empty()
+    }
+
+    /// podGroupPostFilter, as upstream's `RunPodGroupPostFilterPlugins`: the first Success wins;
+    /// UnschedulableAndUnresolvable stops, named after its plugin; Unschedulable reasons
+    /// accumulate; anything else is an error naming the plugin.
+    pub fn run_pod_group_post_filter(
+        &self,
+        nominator: &dyn PodNominator,
+        input: &PodGroupPostFilterInput<'_>,
+        simulator: &mut dyn PodGroupSimulator,
+    ) -> (Option<PodGroupPostFilterResult>, Status) {
+        let handle = NominatingHandle { fwk: self, nominator };
+        self.timed("PodGroupPostFilter", || {
+            let mut reasons = Vec::new();
+            let mut first_rejector: Option<String> = None;
+            for p in &self.pod_group_post_filter {
+                let (r, s) = p.pod_group_post_filter(&handle, input, simulator);
+                match s.code() {
+                    Code::Success => return ((r, s), Code::Success),
+                    Code::UnschedulableAndUnresolvable => {
+                        return ((r, s.with_plugin(p.name())), Code::UnschedulableAndUnresolvable);
+                    }
+                    Code::Unschedulable => {
+                        reasons.extend(s.reasons());
+                        first_rejector.get_or_insert_with(|| p.name().to_string());
+                    }
+                    _ => {
+                        let error = Status::error(format!(
+                            "error in {:?} PodGroupPostFilter plugins: {}",
+                            p.name(),
+                            s.message()
+                        ))
+                        .with_plugin(p.name());
+                        return ((None, error), Code::Error);
+                    }
+                }
+            }
+            let mut s = Status::new(Code::Unschedulable, reasons);
+            if let Some(p) = first_rejector {
+                s.set_plugin(p);
+            }
+            ((None, s), Code::Unschedulable)
         })
     }
 }

@@ -299,6 +299,7 @@ fn state_on_n1(try_key: Option<&str>) -> CycleState {
     st.pod_group = try_key.map(|k| unisched_framework::PodGroupAttempt {
         placement: None,
         try_key: Arc::from(k),
+        removed: None,
     });
     st
 }
