@@ -118,32 +118,7 @@ fn admit_pod_group_priority(
     spec: &mut Map<String, Value>,
     lookup: &dyn Lookup,
 ) -> Result<(), StoreError> {
-    let class_name = spec
-        .get("priorityClassName")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let class = if class_name.is_empty() {
-        lookup
-            .all("priorityclasses")
-            .into_iter()
-            .filter(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true))
-            .max_by_key(|pc| {
-                pc.value()
-                    .get("value")
-                    .and_then(Value::as_i64)
-                    .unwrap_or_default()
-            })
-    } else {
-        match lookup.lookup("priorityclasses", "", &class_name) {
-            Some(pc) => Some(pc),
-            None => {
-                return Err(StoreError::Forbidden(format!(
-                    "podgroups.scheduling.k8s.io \"{name}\" is forbidden: no PriorityClass with name {class_name} was found"
-                )));
-            }
-        }
-    };
+    let (_, class) = priority_class_of(spec, lookup, "podgroups.scheduling.k8s.io", name)?;
     let value = class
         .as_ref()
         .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
@@ -613,27 +588,23 @@ fn default_requests_from_limits(res: Option<&mut Value>) {
     }
 }
 
-fn admit_priority(
-    pod_name: &str,
-    spec: &mut Map<String, Value>,
+/// The PriorityClass an object's `priorityClassName` names, or the global default class (the one
+/// with the highest value) when it names none: kube-apiserver's Priority admission, shared by pods
+/// and PodGroups. A named class that does not exist is refused in kube-apiserver's words for
+/// `resource` (`pods`, `podgroups.scheduling.k8s.io`).
+fn priority_class_of(
+    spec: &Map<String, Value>,
     lookup: &dyn Lookup,
-) -> Result<(), StoreError> {
+    resource: &str,
+    name: &str,
+) -> Result<(String, Option<ObjectRef>), StoreError> {
     let class_name = spec
         .get("priorityClassName")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let class = if !class_name.is_empty() {
-        match lookup.lookup("priorityclasses", "", &class_name) {
-            Some(pc) => Some(pc),
-            None => {
-                return Err(StoreError::Forbidden(format!(
-                    "pods \"{pod_name}\" is forbidden: no PriorityClass with name {class_name} was found"
-                )));
-            }
-        }
-    } else {
-        lookup
+    if class_name.is_empty() {
+        let default = lookup
             .all("priorityclasses")
             .into_iter()
             .filter(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true))
@@ -642,8 +613,23 @@ fn admit_priority(
                     .get("value")
                     .and_then(Value::as_i64)
                     .unwrap_or_default()
-            })
-    };
+            });
+        return Ok((class_name, default));
+    }
+    match lookup.lookup("priorityclasses", "", &class_name) {
+        Some(pc) => Ok((class_name, Some(pc))),
+        None => Err(StoreError::Forbidden(format!(
+            "{resource} \"{name}\" is forbidden: no PriorityClass with name {class_name} was found"
+        ))),
+    }
+}
+
+fn admit_priority(
+    pod_name: &str,
+    spec: &mut Map<String, Value>,
+    lookup: &dyn Lookup,
+) -> Result<(), StoreError> {
+    let (class_name, class) = priority_class_of(spec, lookup, "pods", pod_name)?;
     let value = class
         .as_ref()
         .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
