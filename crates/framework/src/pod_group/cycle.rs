@@ -249,22 +249,26 @@ fn place_on_best(
                 placement: Some(placement.name.clone()),
             };
         }
-        let unbeatable =
-            tried.status.is_success() && no_untried_placement_can_win(ctx, placements, i, &tried);
-        if unbeatable
-            && worked
-                .iter()
-                .all(|(j, _, _)| placements[*j].name > placement.name)
-        {
-            // Nothing tried or untried can beat it or win a tie: it is the one the scorers
-            // would choose, kept as it is (placing it again pinned to the same nodes gives the
-            // same result).
-            return Outcome::Tried {
-                tried,
-                placement: Some(placement.name.clone()),
-            };
-        }
         if tried.status.is_success() {
+            let assignments = PodGroupAssignments {
+                placement: placement.name.clone(),
+                proposed: tried.proposed(),
+                already_scheduled: ctx.already_scheduled,
+            };
+            let unbeatable = no_untried_placement_can_win(ctx, placements, i, &tried, &assignments);
+            if unbeatable
+                && worked
+                    .iter()
+                    .all(|(j, _, _)| placements[*j].name > placement.name)
+            {
+                // Nothing tried or untried can beat it or win a tie: it is the one the scorers
+                // would choose, kept as it is (placing it again pinned to the same nodes gives
+                // the same result).
+                return Outcome::Tried {
+                    tried,
+                    placement: Some(placement.name.clone()),
+                };
+            }
             let nodes = tried
                 .members
                 .iter()
@@ -273,11 +277,6 @@ fn place_on_best(
                     _ => None,
                 })
                 .collect();
-            let assignments = PodGroupAssignments {
-                placement: placement.name.clone(),
-                proposed: tried.proposed(),
-                already_scheduled: ctx.already_scheduled,
-            };
             revert(ctx, &mut tried);
             worked.push((i, nodes, assignments));
             if unbeatable {
@@ -351,7 +350,13 @@ fn place_on_best(
 /// Why: a group asking for one rack of fifty is otherwise tried on all fifty before one is
 /// kept, fifty times the member cycles, though the first rack that holds the whole group
 /// already has the best score the default scorer can give.
-fn no_untried_placement_can_win(ctx: &Context<'_>, placements: &[Placement], i: usize, tried: &Try) -> bool {
+fn no_untried_placement_can_win(
+    ctx: &Context<'_>,
+    placements: &[Placement],
+    i: usize,
+    tried: &Try,
+    assignments: &PodGroupAssignments,
+) -> bool {
     let name = &placements[i].name;
     if !placements[i + 1..].iter().all(|p| p.name > *name) {
         return false;
@@ -361,13 +366,8 @@ fn no_untried_placement_can_win(ctx: &Context<'_>, placements: &[Placement], i: 
         .iter()
         .filter(|m| !matches!(m, Some(Tried::Skipped(_))))
         .count();
-    let assignments = PodGroupAssignments {
-        placement: name.clone(),
-        proposed: tried.proposed(),
-        already_scheduled: ctx.already_scheduled,
-    };
     ctx.fwk
-        .is_best_possible_placement(ctx.group, &assignments, placeable)
+        .is_best_possible_placement(ctx.group, assignments, placeable)
 }
 
 /// The highest total; ties go to the placement whose name sorts first, so the same inputs make
