@@ -61,8 +61,8 @@ pub mod testing;
 
 pub use default_binder::{BindError, BindFuture, Binder, DefaultBinder};
 pub use default_preemption::{
-    DefaultPreemption, DefaultPreemptionArgs, GroupPreemptor, PdbLister, PreemptionPlan, Preemptor,
-    RecordingPreemptor, StaticPdbs,
+    DefaultPreemption, DefaultPreemptionArgs, GroupPreemptor, PdbLister, PreemptionCounts, PreemptionPlan,
+    Preemptor, RecordingPreemptor, StaticPdbs,
 };
 pub use dynamic_resources::{
     DeviceResources, DeviceResourcesArgs, DraApi, DraApiError, DynamicResources, DynamicResourcesArgs,

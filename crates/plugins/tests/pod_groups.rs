@@ -592,3 +592,60 @@ proptest! {
         }
     }
 }
+
+/// What the placement search reports to the metrics: how many placements were generated for the
+/// group, and each one tried with whether the group fit it.
+#[derive(Default)]
+struct PlacementCounts {
+    generated: parking_lot::Mutex<Vec<usize>>,
+    evaluated: parking_lot::Mutex<Vec<bool>>,
+}
+
+impl unisched_framework::FrameworkObserver for PlacementCounts {
+    fn placements_generated(&self, _profile: &str, count: usize) {
+        self.generated.lock().push(count);
+    }
+
+    fn placement_evaluated(&self, _profile: &str, feasible: bool, _elapsed: std::time::Duration) {
+        self.evaluated.lock().push(feasible);
+    }
+}
+
+#[test]
+fn the_placement_search_reports_what_it_generated_and_tried() {
+    let cache = MemCache::with_nodes(&[
+        ("a-1", "4", Some("rack-a")),
+        ("a-2", "4", Some("rack-a")),
+        ("b-1", "8", Some("rack-b")),
+        ("b-2", "8", Some("rack-b")),
+    ]);
+    let group = group(Some(4), Some("rack"));
+    let pods = members(&["3", "3", "3", "3"]);
+    let store = Arc::new(PodGroupStore::new());
+    store.set_group(group.object.clone());
+    for p in &pods {
+        store.observe_pod(&p.pod);
+    }
+    let counts = Arc::new(PlacementCounts::default());
+    let fwk = framework(store, true).with_observer(counts.clone());
+    let mut algo = SchedulingAlgorithm::new(1, None, 7);
+    let result = run_pod_group_cycle(
+        &fwk,
+        &mut algo,
+        &cache,
+        &NoNominations,
+        PodGroupCycleInput {
+            group: &group,
+            members: pods,
+            already_scheduled: 0,
+            record_plugin_metrics: false,
+        },
+    );
+    assert_eq!(result.placement.as_deref(), Some("rack-b"));
+    assert_eq!(*counts.generated.lock(), [2], "one placement per rack");
+    assert_eq!(
+        *counts.evaluated.lock(),
+        [false, true],
+        "rack-a holds two of the four members, rack-b all"
+    );
+}

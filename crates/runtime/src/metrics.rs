@@ -15,6 +15,14 @@ use prometheus::{
 use unisched_framework::{Code, DurationRecorder, FitError, FrameworkObserver};
 use unisched_queue::QueueObserver;
 
+mod workload;
+
+pub use workload::WorkloadMetrics;
+pub(crate) use workload::{
+    ERROR as PODGROUP_ERROR, SCHEDULED as PODGROUP_SCHEDULED, TASK_ERROR, TASK_SUCCESS,
+    UNSCHEDULABLE as PODGROUP_UNSCHEDULABLE, WAITING_ON_PREEMPTION as PODGROUP_WAITING_ON_PREEMPTION,
+};
+
 /// A metric could not be created or registered (a programming error: duplicate names).
 #[derive(Debug, thiserror::Error)]
 #[error("metrics: {0}")]
@@ -82,6 +90,9 @@ pub struct Metrics {
     /// `kubernetes_feature_enabled{name,stage}` (component-base's): 1 for each enabled feature
     /// gate, 0 for each disabled one, set once at start-up by [`Self::record_feature_gates`].
     pub feature_enabled: IntGaugeVec,
+    /// Pod groups, placements and workload preemption, registered by the gates that turn them on
+    /// ([`Self::record_feature_gates`]).
+    pub workload: WorkloadMetrics,
     lease_name: Arc<Mutex<Option<String>>>,
 }
 
@@ -265,6 +276,7 @@ impl Metrics {
                 ),
                 &["name", "stage"],
             )?,
+            workload: WorkloadMetrics::new()?,
             lease_name: Arc::new(Mutex::new(None)),
             registry,
         };
@@ -349,13 +361,16 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 
-    /// One `kubernetes_feature_enabled` sample per known gate, as kube-scheduler reports them.
-    pub fn record_feature_gates(&self, gates: &unisched_features::FeatureGates) {
+    /// One `kubernetes_feature_enabled` sample per known gate, as kube-scheduler reports them, and
+    /// the metrics of the features the gates turn on. Called once, at start-up.
+    pub fn record_feature_gates(&self, gates: &unisched_features::FeatureGates) -> Result<(), MetricsError> {
         for (name, stage, enabled) in gates.all() {
             self.feature_enabled
                 .with_label_values(&[name, stage.label()])
                 .set(i64::from(enabled));
         }
+        self.workload.register(&self.registry, gates)?;
+        Ok(())
     }
 
     /// The registry (for tests and extra collectors).
@@ -434,6 +449,14 @@ impl FrameworkObserver for Metrics {
 
     fn task_started(&self, operation: &'static str) {
         self.goroutines.with_label_values(&[operation]).inc();
+    }
+
+    fn placements_generated(&self, profile: &str, count: usize) {
+        self.workload.placements_generated(profile, count);
+    }
+
+    fn placement_evaluated(&self, profile: &str, feasible: bool, elapsed: Duration) {
+        self.workload.placement_evaluated(profile, feasible, elapsed);
     }
 
     fn task_finished(&self, operation: &'static str) {

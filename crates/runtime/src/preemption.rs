@@ -13,6 +13,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::{
@@ -22,13 +23,13 @@ use k8s_openapi::{
 use kube::{Api, api::DeleteParams};
 use parking_lot::{Mutex, RwLock};
 use tokio::runtime::Handle;
-use unisched_framework::PodInfo;
+use unisched_framework::{Code, PodInfo};
 use unisched_plugins::{PdbLister, PreemptionPlan, Preemptor, default_preemption::EVENT_PREEMPTED};
 
 use crate::{
     events::{EventRecorder, EventType, PodEvent},
     informers::Handler,
-    metrics::Metrics,
+    metrics::{Metrics, TASK_ERROR, TASK_SUCCESS},
     writer::{ApiWriter, WriteError},
 };
 
@@ -173,21 +174,26 @@ async fn delete_pod(writer: &ApiWriter, ns: &str, name: &str) -> Result<(), Writ
     }
 }
 
-async fn evict(writer: ApiWriter, events: EventRecorder, plan: Arc<PreemptionPlan>, victim: usize) {
-    let Some(v) = plan.victims.get(victim) else { return };
+/// Evicts one victim; false when it could not be deleted (a victim already gone counts as
+/// evicted).
+async fn evict(writer: ApiWriter, events: EventRecorder, plan: Arc<PreemptionPlan>, victim: usize) -> bool {
+    let Some(v) = plan.victims.get(victim) else {
+        return true;
+    };
     let (ns, name) = (v.namespace.as_str(), v.name.as_str());
     let patch = plan.victim_status_patch(&Timestamp::now().to_string());
     match writer.patch_pod_status(ns, name, patch).await {
         Ok(()) => {}
-        Err(WriteError::NotFound(_)) => return,
+        Err(WriteError::NotFound(_)) => return true,
         // The condition is informative; the deletion is what frees the node, so go on.
         Err(e) => tracing::warn!(pod = %v.key(), error = %e, "setting DisruptionTarget on preemption victim"),
     }
     if let Err(e) = delete_pod(&writer, ns, name).await {
         tracing::warn!(pod = %v.key(), error = %e, "deleting preemption victim");
-        return;
+        return false;
     }
     events.record(preempted_event(&plan, v));
+    true
 }
 
 /// The `Preempted` event on a victim.
@@ -217,11 +223,35 @@ impl Preemptor for RuntimePreemptor {
         self.metrics.preemption_attempts.inc();
     }
 
-    fn execute(&self, plan: PreemptionPlan) {
+    fn group_attempted(&self, result: Code) {
         self.metrics
-            .preemption_victims
-            .with_label_values::<&str>(&[])
-            .observe((plan.victims.len() + plan.rejected_at_permit.len()) as f64);
+            .workload
+            .workload_preemption_attempts
+            .with_label_values(&[result.as_str()])
+            .inc();
+    }
+
+    fn evaluated(&self, preemptor_type: &'static str, result: Code, elapsed: Duration) {
+        self.metrics
+            .workload
+            .preemption_evaluated(preemptor_type, result, elapsed);
+    }
+
+    fn execute(&self, plan: PreemptionPlan) {
+        let victims = plan.victims.len() + plan.rejected_at_permit.len();
+        // Upstream counts a group's victims apart from a pod's.
+        if plan.group.is_none() {
+            self.metrics
+                .preemption_victims
+                .with_label_values::<&str>(&[])
+                .observe(victims as f64);
+        }
+        self.metrics.workload.preemption_chosen(
+            plan.preemptor_type(),
+            victims,
+            plan.counts.pdb_violations,
+            plan.counts.group_disruptions,
+        );
         tracing::info!(
             pod = %plan.preemptor.key(),
             pod_group = plan.group.as_ref().map(|g| g.key.as_str()).unwrap_or_default(),
@@ -238,11 +268,19 @@ impl Preemptor for RuntimePreemptor {
         self.in_flight.lock().insert(uid.clone());
         let (writer, events, in_flight) = (self.writer.clone(), self.events.clone(), self.in_flight.clone());
         let (held, activate) = (self.held.clone(), self.activate.clone());
+        let metrics = self.metrics.workload.clone();
         self.handle.spawn(async move {
+            let started = Instant::now();
             // Victims in parallel; the nominations once the victims are on their way out.
             let evictions =
                 (0..plan.victims.len()).map(|i| evict(writer.clone(), events.clone(), plan.clone(), i));
-            futures::future::join_all(evictions).await;
+            let evicted = futures::future::join_all(evictions).await;
+            let result = if evicted.iter().all(|ok| *ok) {
+                TASK_SUCCESS
+            } else {
+                TASK_ERROR
+            };
+            metrics.preemption_executed(plan.preemptor_type(), result, started.elapsed());
             let clears = plan
                 .clear_nominations
                 .iter()
@@ -332,6 +370,7 @@ mod tests {
             victims: vec![PodBuilder::new("a").arc(), PodBuilder::new("b").arc()],
             rejected_at_permit: vec![PodBuilder::new("c").arc()],
             clear_nominations: vec![PodBuilder::new("lo").arc()],
+            counts: Default::default(),
         });
         assert!(p.is_preempting("hi"), "until the writes are done");
         assert_eq!(metrics.preemption_attempts.get(), 2);
@@ -348,6 +387,104 @@ mod tests {
             "nothing is written without the lease"
         );
         assert!(!p.is_preempting("hi"));
+        let tasks = &metrics.workload;
+        assert_eq!(
+            tasks.preemption_tasks.with_label_values(&["error"]).get(),
+            1,
+            "no victim was deleted"
+        );
+        assert_eq!(tasks.preemption_tasks.with_label_values(&["success"]).get(), 0);
+        assert_eq!(
+            tasks
+                .preemption_execution_duration
+                .with_label_values(&["pod", "error"])
+                .get_sample_count(),
+            1
+        );
+    }
+
+    /// A group's preemption is counted apart from a pod's: its victims, the group units among
+    /// them and the budgets it breaks, under `preemptor="podgroup"`.
+    #[tokio::test]
+    async fn a_group_preemption_records_the_workload_metrics() {
+        use unisched_plugins::{GroupPreemptor, PreemptionCounts, testing::PodBuilder};
+
+        let (p, metrics) = not_leading_preemptor();
+        let members = vec![
+            PodBuilder::new("m0").uid("m0").arc(),
+            PodBuilder::new("m1").uid("m1").arc(),
+        ];
+        p.group_attempted(Code::Success);
+        p.group_attempted(Code::Unschedulable);
+        p.evaluated("podgroup", Code::Success, Duration::from_millis(3));
+        p.execute(PreemptionPlan {
+            preemptor: members[0].clone(),
+            group: Some(GroupPreemptor {
+                id: "pg-uid".into(),
+                key: "default/pg".into(),
+                members,
+            }),
+            node: "cluster".into(),
+            scheduler_name: "unisched".into(),
+            victims: ["a", "b", "c"].iter().map(|n| PodBuilder::new(n).arc()).collect(),
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+            counts: PreemptionCounts {
+                pdb_violations: 1,
+                group_disruptions: 2,
+            },
+        });
+        let w = &metrics.workload;
+        assert_eq!(
+            w.workload_preemption_attempts
+                .with_label_values(&["Success"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            w.workload_preemption_attempts
+                .with_label_values(&["Unschedulable"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            metrics.preemption_attempts.get(),
+            0,
+            "a group's attempt is not a pod's"
+        );
+        let victims = w.workload_preemption_victims.with_label_values::<&str>(&[]);
+        assert_eq!(victims.get_sample_count(), 1);
+        assert!((victims.get_sample_sum() - 3.0).abs() < f64::EPSILON);
+        assert_eq!(
+            metrics
+                .preemption_victims
+                .with_label_values::<&str>(&[])
+                .get_sample_count(),
+            0
+        );
+        let units = w.preemption_workload_disruptions.with_label_values(&["podgroup"]);
+        assert!((units.get_sample_sum() - 2.0).abs() < f64::EPSILON);
+        assert_eq!(
+            w.preemption_pdb_violations.with_label_values(&["podgroup"]).get(),
+            1
+        );
+        assert_eq!(
+            w.preemption_evaluation_duration
+                .with_label_values(&["podgroup", "Success"])
+                .get_sample_count(),
+            1
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.is_preempting("pg-uid") && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            w.preemption_execution_duration
+                .with_label_values(&["podgroup", "error"])
+                .get_sample_count(),
+            1,
+            "without the lease no victim is deleted"
+        );
     }
 
     /// A pod PreEnqueue held while its evictions were written is activated once they are; a pod
@@ -368,6 +505,7 @@ mod tests {
             victims: vec![PodBuilder::new("victim").arc()],
             rejected_at_permit: vec![],
             clear_nominations: vec![],
+            counts: Default::default(),
         };
         assert!(!p.holds_until_preempted("held"), "nothing in flight: not held");
         p.execute(plan("held"));
@@ -408,6 +546,7 @@ mod tests {
             victims: vec![PodBuilder::new("victim").arc()],
             rejected_at_permit: vec![],
             clear_nominations: vec![],
+            counts: Default::default(),
         });
         assert!(p.holds_until_preempted("uid-pg"));
         assert!(

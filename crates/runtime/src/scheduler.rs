@@ -307,7 +307,7 @@ impl Scheduler {
             &options.default_namespace,
             &options.feature_gates,
         );
-        metrics.record_feature_gates(&options.feature_gates);
+        metrics.record_feature_gates(&options.feature_gates)?;
         let gate_reporter = GateReporter::new(
             metrics.clone(),
             events.clone(),

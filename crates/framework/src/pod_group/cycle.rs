@@ -21,6 +21,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
+    time::Instant,
 };
 
 use super::{
@@ -224,7 +225,12 @@ pub(super) fn place(ctx: &Context<'_>, algo: &mut SchedulingAlgorithm, members: 
         .fwk
         .run_placement_generate(ctx.group, &snapshot, &Placement::all_nodes())
     {
-        Ok(placements) => place_on_best(ctx, algo, members, &placements),
+        Ok(placements) => {
+            ctx.fwk
+                .observer()
+                .placements_generated(ctx.fwk.profile_name(), placements.len());
+            place_on_best(ctx, algo, members, &placements)
+        }
         Err(status) => Outcome::NotTried(status),
     }
 }
@@ -241,7 +247,16 @@ fn place_on_best(
     let mut worked: Vec<(usize, Vec<Option<String>>, PodGroupAssignments)> = Vec::new();
     for (i, placement) in placements.iter().enumerate() {
         let pins = vec![placement.nodes.clone(); members.len()];
+        let started = Instant::now();
         let mut tried = try_group(ctx, algo, members, &pins);
+        if tried.status.is_success() || tried.status.is_rejected() {
+            // An error is a fault, not a verdict on the placement: upstream counts only verdicts.
+            ctx.fwk.observer().placement_evaluated(
+                ctx.fwk.profile_name(),
+                tried.status.is_success(),
+                started.elapsed(),
+            );
+        }
         if tried.status.is_success() && placements.len() == 1 {
             // The only candidate: kept as it is (the placement scorers have nothing to choose).
             return Outcome::Tried {

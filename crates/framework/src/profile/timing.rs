@@ -19,6 +19,10 @@ pub trait FrameworkObserver: Send + Sync {
     fn plugin_evaluated(&self, _profile: &str, _point: &'static str, _plugin: &str) {}
     /// A pod that waited at Permit was allowed or rejected after `elapsed`.
     fn permit_wait(&self, _status: Code, _elapsed: Duration) {}
+    /// `count` candidate placements were generated for one pod group.
+    fn placements_generated(&self, _profile: &str, _count: usize) {}
+    /// One candidate placement was tried for a pod group: the group fit (`feasible`) or not.
+    fn placement_evaluated(&self, _profile: &str, _feasible: bool, _elapsed: Duration) {}
     /// A concurrent task of `operation` started (`scheduler_goroutines{operation}` goes up).
     fn task_started(&self, _operation: &'static str) {}
     /// A task that [`task_started`](Self::task_started) announced ended.

@@ -7,11 +7,11 @@
 //! nominated to the node), and records the preemption metrics. The payloads are built here so that
 //! every implementation writes the same thing, and tests can check it.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use unisched_framework::PodInfo;
+use unisched_framework::{Code, PodInfo};
 
 /// The pod condition type that marks a pod being disrupted.
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
@@ -50,6 +50,19 @@ pub struct PreemptionPlan {
     pub rejected_at_permit: Vec<Arc<PodInfo>>,
     /// Lower-priority pods nominated to the node, whose nominations no longer hold.
     pub clear_nominations: Vec<Arc<PodInfo>>,
+    /// What the choice cost, for the preemption metrics.
+    pub counts: PreemptionCounts,
+}
+
+/// What a chosen set of victims costs beyond its pods, as upstream's metrics count it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptionCounts {
+    /// Victims whose eviction breaks a PodDisruptionBudget
+    /// (`scheduler_preemption_pdb_violations_total`).
+    pub pdb_violations: usize,
+    /// Victim units that are pod groups: a whole group disrupted together, or one member of a
+    /// group disrupted member by member (`scheduler_preemption_workload_disruptions`).
+    pub group_disruptions: usize,
 }
 
 impl PreemptionPlan {
@@ -113,6 +126,12 @@ impl PreemptionPlan {
 pub trait Preemptor: Send + Sync {
     /// One PostFilter run of DefaultPreemption began (`scheduler_preemption_attempts_total`).
     fn attempted(&self) {}
+    /// One pod-group PostFilter run of DefaultPreemption ended with `result`
+    /// (`scheduler_workload_preemption_attempts_total{result}`).
+    fn group_attempted(&self, _result: Code) {}
+    /// Choosing the victims for a `preemptor_type` (`pod` or `podgroup`) took `elapsed` and
+    /// ended with `result` (`scheduler_preemption_evaluation_duration_seconds`).
+    fn evaluated(&self, _preemptor_type: &'static str, _result: Code, _elapsed: Duration) {}
     /// Evict the victims of `plan` (asynchronously).
     fn execute(&self, plan: PreemptionPlan);
     /// True while the evictions of an earlier plan of this preemptor are still being written: it
@@ -133,6 +152,8 @@ pub trait Preemptor: Send + Sync {
 #[derive(Debug, Default)]
 pub struct RecordingPreemptor {
     attempts: Mutex<usize>,
+    group_attempts: Mutex<Vec<Code>>,
+    evaluations: Mutex<Vec<(&'static str, Code)>>,
     plans: Mutex<Vec<PreemptionPlan>>,
     /// Preemptor UIDs reported as still preempting.
     pub preempting: Mutex<Vec<String>>,
@@ -153,11 +174,29 @@ impl RecordingPreemptor {
     pub fn attempts(&self) -> usize {
         *self.attempts.lock()
     }
+
+    /// The results of the pod-group attempts observed, in order.
+    pub fn group_attempts(&self) -> Vec<Code> {
+        self.group_attempts.lock().clone()
+    }
+
+    /// The evaluations observed: preemptor type and result, in order.
+    pub fn evaluations(&self) -> Vec<(&'static str, Code)> {
+        self.evaluations.lock().clone()
+    }
 }
 
 impl Preemptor for RecordingPreemptor {
     fn attempted(&self) {
         *self.attempts.lock() += 1;
+    }
+
+    fn group_attempted(&self, result: Code) {
+        self.group_attempts.lock().push(result);
+    }
+
+    fn evaluated(&self, preemptor_type: &'static str, result: Code, _elapsed: Duration) {
+        self.evaluations.lock().push((preemptor_type, result));
     }
 
     fn execute(&self, plan: PreemptionPlan) {
@@ -184,6 +223,7 @@ mod tests {
             victims: vec![],
             rejected_at_permit: vec![],
             clear_nominations: vec![],
+            counts: PreemptionCounts::default(),
         };
         let p = plan.victim_status_patch("2026-01-01T00:00:00Z");
         let c = &p["status"]["conditions"][0];
@@ -216,6 +256,7 @@ mod tests {
             victims: vec![],
             rejected_at_permit: vec![],
             clear_nominations: vec![],
+            counts: PreemptionCounts::default(),
         };
         assert_eq!(
             plan.victim_status_patch("t")["status"]["conditions"][0]["message"],

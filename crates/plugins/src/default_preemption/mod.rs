@@ -46,7 +46,7 @@ mod tests;
 mod victim;
 mod victims;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, Diagnosis, EnqueueExtensions,
@@ -60,7 +60,7 @@ pub use args::{
 };
 pub use eligibility::{NOT_ELIGIBLE_NEVER, NOT_ELIGIBLE_TERMINATING, WAITING_FOR_PREEMPTION};
 pub use execution::{
-    DISRUPTION_TARGET, EVENT_PREEMPTED, GroupPreemptor, PreemptionPlan, Preemptor,
+    DISRUPTION_TARGET, EVENT_PREEMPTED, GroupPreemptor, PreemptionCounts, PreemptionPlan, Preemptor,
     REASON_PREEMPTION_BY_SCHEDULER, RecordingPreemptor,
 };
 pub use pdb::{PdbLister, StaticPdbs};
@@ -276,6 +276,11 @@ impl DefaultPreemption {
             victims,
             rejected_at_permit,
             clear_nominations,
+            counts: PreemptionCounts {
+                pdb_violations: chosen.victims.num_pdb_violations,
+                // Upstream counts group disruptions only when a group preempts.
+                group_disruptions: 0,
+            },
         };
         match &self.preemptor {
             Some(p) => p.execute(plan),
@@ -380,7 +385,11 @@ impl PostFilterPlugin for DefaultPreemption {
         if let Some(p) = &self.preemptor {
             p.attempted();
         }
+        let started = Instant::now();
         let (result, status) = self.preempt(fwk, state, pod, statuses);
+        if let Some(p) = &self.preemptor {
+            p.evaluated("pod", status.code(), started.elapsed());
+        }
         if status.is_rejected() {
             let msg = status.message();
             if !msg.is_empty() {

@@ -21,6 +21,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
+    time::Instant,
 };
 
 use unisched_framework::{
@@ -31,9 +32,9 @@ use unisched_framework::{
 use super::{
     DefaultPreemption, NAME, NOT_ELIGIBLE_NEVER,
     eligibility::terminating_by_preemption,
-    execution::{GroupPreemptor, PreemptionPlan},
+    execution::{GroupPreemptor, PreemptionCounts, PreemptionPlan},
     pdb::{Budget, split_victims_by_violation},
-    victim::{GroupView, Victim, sort_most_important_first},
+    victim::{GroupView, Victim, VictimKind, sort_most_important_first},
 };
 
 /// Upstream's reason when nothing in the cluster has a lower priority than the group.
@@ -99,46 +100,32 @@ impl DefaultPreemption {
                 Status::new(Code::Success, [ONGOING_PREEMPTION]),
             );
         }
-        let potential: Vec<Victim> = groups
-            .victims_on(input.snapshot.nodes())
-            .into_iter()
-            .filter(|v| v.priority < group.priority)
-            .collect();
-        if potential.is_empty() {
-            return (None, Status::unresolvable(NO_GROUP_VICTIMS));
-        }
-        let removed: Vec<Arc<PodInfo>> = potential.iter().flat_map(|v| v.pods.iter().cloned()).collect();
-        let placement = simulator.place_without(&removed);
-        if !placement.status.is_success() {
-            return (None, placement.status);
-        }
-        let mut assignments = placement.assignments;
-        let pdbs = self.pdbs.as_ref().map(|l| l.list()).unwrap_or_default();
-        let budgets = Budget::parse_all(&pdbs);
-        let chosen = match reprieve(
-            fwk,
-            input.snapshot,
-            &removed,
-            potential,
-            &mut assignments,
-            &budgets,
-        ) {
+        let started = Instant::now();
+        let (chosen, nominations) = match self.choose_group_victims(fwk, input, simulator, &groups) {
             Ok(c) => c,
-            Err(s) => return (None, s),
+            Err(status) => {
+                self.observe_group_evaluation(status.code(), started);
+                return (None, status);
+            }
         };
-        let nominations = assignments
-            .iter()
-            .map(|a| (a.pod.uid.clone(), a.node.clone()))
-            .collect();
+        self.observe_group_evaluation(Code::Success, started);
+        let counts = PreemptionCounts {
+            pdb_violations: chosen.num_pdb_violations,
+            group_disruptions: chosen
+                .victims
+                .iter()
+                .filter(|v| v.kind == VictimKind::PodGroup)
+                .count(),
+        };
         let victims: Vec<Arc<PodInfo>> = chosen.victims.into_iter().flat_map(|v| v.pods).collect();
         let count = victims.len();
         tracing::debug!(
             pod_group = %group.key,
             victims = count,
-            pdb_violations = chosen.num_pdb_violations,
+            pdb_violations = counts.pdb_violations,
             "pod group preemption"
         );
-        self.execute_group(fwk, group, input.members, victims);
+        self.execute_group(fwk, group, input.members, victims, counts);
         (
             Some(PodGroupPostFilterResult { nominations }),
             Status::new(
@@ -150,6 +137,53 @@ impl DefaultPreemption {
         )
     }
 
+    fn observe_group_evaluation(&self, result: Code, started: Instant) {
+        if let Some(p) = &self.preemptor {
+            p.evaluated("podgroup", result, started.elapsed());
+        }
+    }
+
+    /// Upstream's evaluation: the fewest victims (a PodDisruptionBudget broken only when
+    /// unavoidable) whose removal lets the whole group fit, and where each member goes.
+    fn choose_group_victims(
+        &self,
+        fwk: &dyn FrameworkHandle,
+        input: &PodGroupPostFilterInput<'_>,
+        simulator: &mut dyn PodGroupSimulator,
+        groups: &GroupView,
+    ) -> Result<(Chosen, BTreeMap<String, String>), Status> {
+        let group = input.group;
+        let potential: Vec<Victim> = groups
+            .victims_on(input.snapshot.nodes())
+            .into_iter()
+            .filter(|v| v.priority < group.priority)
+            .collect();
+        if potential.is_empty() {
+            return Err(Status::unresolvable(NO_GROUP_VICTIMS));
+        }
+        let removed: Vec<Arc<PodInfo>> = potential.iter().flat_map(|v| v.pods.iter().cloned()).collect();
+        let placement = simulator.place_without(&removed);
+        if !placement.status.is_success() {
+            return Err(placement.status);
+        }
+        let mut assignments = placement.assignments;
+        let pdbs = self.pdbs.as_ref().map(|l| l.list()).unwrap_or_default();
+        let budgets = Budget::parse_all(&pdbs);
+        let chosen = reprieve(
+            fwk,
+            input.snapshot,
+            &removed,
+            potential,
+            &mut assignments,
+            &budgets,
+        )?;
+        let nominations = assignments
+            .iter()
+            .map(|a| (a.pod.uid.clone(), a.node.clone()))
+            .collect();
+        Ok((chosen, nominations))
+    }
+
     /// Hands the evictions to the preemptor, named after the group.
     fn execute_group(
         &self,
@@ -157,6 +191,7 @@ impl DefaultPreemption {
         group: &PodGroupInfo,
         members: &[Arc<PodInfo>],
         victims: Vec<Arc<PodInfo>>,
+        counts: PreemptionCounts,
     ) {
         let Some(first) = members.first() else { return };
         // A victim still waiting at Permit is not bound: reject it there instead of deleting it.
@@ -178,6 +213,7 @@ impl DefaultPreemption {
             // candidate's node, and a group's candidate is the cluster, which no pod is
             // nominated to.
             clear_nominations: Vec::new(),
+            counts,
         };
         match &self.preemptor {
             Some(p) => p.execute(plan),
@@ -352,6 +388,9 @@ impl unisched_framework::PodGroupPostFilterPlugin for DefaultPreemption {
         simulator: &mut dyn PodGroupSimulator,
     ) -> (Option<PodGroupPostFilterResult>, Status) {
         let (result, status) = self.preempt_group(fwk, input, simulator);
+        if let Some(p) = &self.preemptor {
+            p.group_attempted(status.code());
+        }
         let message = status.message();
         if message.is_empty() {
             return (result, status);

@@ -153,6 +153,10 @@ impl World {
 struct Run {
     result: PodGroupCycleResult,
     plans: Vec<PreemptionPlan>,
+    /// What the preemptor was told for the metrics: each group attempt's result, and each
+    /// evaluation's preemptor type and result.
+    group_attempts: Vec<Code>,
+    evaluations: Vec<(&'static str, Code)>,
     cache: MemCache,
 }
 
@@ -229,6 +233,8 @@ fn run(world: World) -> Run {
     Run {
         result,
         plans: rec.plans(),
+        group_attempts: rec.group_attempts(),
+        evaluations: rec.evaluations(),
         cache,
     }
 }
@@ -526,6 +532,65 @@ fn nothing_to_preempt() {
             "{name}"
         );
         assert!(r.nominated().is_empty(), "{name}");
+    }
+}
+
+/// What one group preemption reports for the metrics: the attempt's result, the evaluation's,
+/// and what the chosen victims cost (group units, broken budgets).
+#[test]
+fn what_a_group_preemption_counts() {
+    let (pg, members) = one_high();
+    // (name, world, attempt result, plan counts when a plan is made)
+    let cases: Vec<(&str, World, Code, Option<PreemptionCounts>)> = vec![
+        (
+            "a group disrupted as a whole is one unit",
+            World::new(&[("node1", "1"), ("node2", "1")], pg.clone(), members.clone())
+                .pods(vec![
+                    running("p1", "node1", LOW).pod_group("pg1").build(),
+                    running("p2", "node2", LOW).pod_group("pg1").build(),
+                ])
+                .groups(vec![group("pg1", LOW, None, Some("All"))]),
+            Code::Success,
+            Some(PreemptionCounts {
+                pdb_violations: 0,
+                group_disruptions: 1,
+            }),
+        ),
+        (
+            "a pod of no group is no group unit",
+            World::new(&[("node1", "1")], pg.clone(), members.clone())
+                .pods(vec![running("p1", "node1", LOW).build()]),
+            Code::Success,
+            Some(PreemptionCounts::default()),
+        ),
+        (
+            "a victim its budget protects, evicted all the same, is a violation",
+            World::new(&[("node1", "1")], pg.clone(), members.clone())
+                .pods(vec![running("p1", "node1", LOW).label("app", "foo").build()])
+                .pdbs(vec![pdb("foo", "foo", 0, &[])]),
+            Code::Success,
+            Some(PreemptionCounts {
+                pdb_violations: 1,
+                group_disruptions: 0,
+            }),
+        ),
+        (
+            "nothing of lower priority",
+            World::new(&[("node1", "1")], pg.clone(), members.clone())
+                .pods(vec![running("p1", "node1", HIGH).build()]),
+            Code::UnschedulableAndUnresolvable,
+            None,
+        ),
+    ];
+    for (name, world, code, counts) in cases {
+        let r = run(world);
+        assert_eq!(r.group_attempts, [code], "{name}");
+        assert_eq!(r.evaluations, [("podgroup", code)], "{name}");
+        assert_eq!(
+            r.plans.iter().map(|p| p.counts).collect::<Vec<_>>(),
+            Vec::from_iter(counts),
+            "{name}"
+        );
     }
 }
 

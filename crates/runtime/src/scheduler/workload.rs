@@ -23,7 +23,10 @@ use unisched_framework::{
 use unisched_plugins::names::GANG_SCHEDULING;
 
 use super::{Shared, handle_failure, start_binding};
-use crate::writer::patch_for_metadata;
+use crate::{
+    metrics::{PODGROUP_ERROR, PODGROUP_SCHEDULED, PODGROUP_UNSCHEDULABLE, PODGROUP_WAITING_ON_PREEMPTION},
+    writer::patch_for_metadata,
+};
 
 /// The condition upstream keeps on a PodGroup until its first successful placement.
 pub(crate) const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
@@ -77,6 +80,9 @@ pub(super) fn schedule_group(
     if let Err(message) = validate_members(&group, fwk, &members) {
         let status = Status::error(message);
         report_condition(sh, &group, &status);
+        sh.metrics
+            .workload
+            .podgroup_attempt(PODGROUP_ERROR, fwk.profile_name(), start.elapsed());
         for m in members {
             let failure = SchedulingFailure::from_pod_group(m.pod_info.clone(), status.clone());
             handle_failure(sh, fwk, m, failure, start);
@@ -97,6 +103,21 @@ pub(super) fn schedule_group(
             record_plugin_metrics: record,
         },
     );
+    // Upstream times its algorithm up to its PostFilter; ours includes the group's preemption,
+    // which only chooses (the evictions are written elsewhere).
+    sh.metrics.workload.podgroup_algorithm(start.elapsed());
+    let result_label = if result.status.is_success() {
+        PODGROUP_SCHEDULED
+    } else if result.status.is_rejected() && result.waiting_on_preemption {
+        PODGROUP_WAITING_ON_PREEMPTION
+    } else if result.status.is_rejected() {
+        PODGROUP_UNSCHEDULABLE
+    } else {
+        PODGROUP_ERROR
+    };
+    sh.metrics
+        .workload
+        .podgroup_attempt(result_label, fwk.profile_name(), start.elapsed());
     tracing::info!(
         pod_group = %key,
         members = members.len(),
