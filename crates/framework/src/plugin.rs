@@ -216,6 +216,14 @@ pub trait FrameworkHandle: Sync {
         to_remove: &Arc<PodInfo>,
         node: &NodeInfo,
     ) -> Status;
+    /// The Reserve plugins, in a dry run: a pod-group preemption's reprieve holds each member's
+    /// resources (its devices) before checking the next member, and lets them go with
+    /// [`run_unreserve`](Self::run_unreserve). None by default.
+    fn run_reserve(&self, _state: &mut CycleState, _pod: &PodInfo, _node: &str) -> Status {
+        Status::success()
+    }
+    /// Undoes [`run_reserve`](Self::run_reserve).
+    fn run_unreserve(&self, _state: &mut CycleState, _pod: &PodInfo, _node: &str) {}
     /// Pods currently nominated to `node`.
     fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>>;
     /// Rejects the pod with `uid` if it is waiting at Permit (a preemption victim that is not

@@ -141,6 +141,15 @@ struct Needs {
 
 /// A PodGroup `name` with a gang of `min_count` (and the channel claim when `needs` says so).
 fn pod_group(store: &Store, name: &str, min_count: usize, needs: Needs) {
+    create(
+        store,
+        "podgroups",
+        Some(NS),
+        pod_group_object(name, min_count, needs),
+    );
+}
+
+fn pod_group_object(name: &str, min_count: usize, needs: Needs) -> Value {
     let mut group = json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}});
@@ -148,11 +157,17 @@ fn pod_group(store: &Store, name: &str, min_count: usize, needs: Needs) {
         group["spec"]["resourceClaims"] =
             json!([{"name": "channel", "resourceClaimTemplateName": CHANNEL_TEMPLATE}]);
     }
-    create(store, "podgroups", Some(NS), group);
+    group
 }
 
 /// Member `i` of gang `group`, named `<group>-<i>`.
 fn member(store: &Store, group: &str, i: usize, needs: Needs) {
+    let pod = member_object(store, group, i, needs);
+    create(store, "pods", Some(NS), pod);
+}
+
+/// Member `i` of gang `group` (its own GPU claim created when `needs` says so).
+fn member_object(store: &Store, group: &str, i: usize, needs: Needs) -> Value {
     let name = format!("{group}-{i}");
     let mut claims = Vec::new();
     let mut uses = Vec::new();
@@ -173,17 +188,12 @@ fn member(store: &Store, group: &str, i: usize, needs: Needs) {
         claims.push(json!({"name": "channel", "resourceClaimTemplateName": CHANNEL_TEMPLATE}));
         uses.push(json!({"name": "channel"}));
     }
-    create(
-        store,
-        "pods",
-        Some(NS),
-        json!({"metadata": {"name": name, "namespace": NS},
-               "spec": {"schedulerName": "unisched",
-                        "schedulingGroup": {"podGroupName": group},
-                        "resourceClaims": claims,
-                        "containers": [{"name": "c", "image": "x",
-                                        "resources": {"requests": {"cpu": "100m"}, "claims": uses}}]}}),
-    );
+    json!({"metadata": {"name": name, "namespace": NS},
+           "spec": {"schedulerName": "unisched",
+                    "schedulingGroup": {"podGroupName": group},
+                    "resourceClaims": claims,
+                    "containers": [{"name": "c", "image": "x",
+                                    "resources": {"requests": {"cpu": "100m"}, "claims": uses}}]}})
 }
 
 /// A gang: its PodGroup and `members` pods.
@@ -191,6 +201,19 @@ fn gang(store: &Store, name: &str, min_count: usize, members: usize, needs: Need
     pod_group(store, name, min_count, needs);
     for i in 0..members {
         member(store, name, i, needs);
+    }
+}
+
+/// A gang whose PodGroup and members are of PriorityClass `class`, disrupted as a whole.
+fn gang_of_class(store: &Store, name: &str, min_count: usize, members: usize, needs: Needs, class: &str) {
+    let mut group = pod_group_object(name, min_count, needs);
+    group["spec"]["priorityClassName"] = json!(class);
+    group["spec"]["disruptionMode"] = json!({"all": {}});
+    create(store, "podgroups", Some(NS), group);
+    for i in 0..members {
+        let mut pod = member_object(store, name, i, needs);
+        pod["spec"]["priorityClassName"] = json!(class);
+        create(store, "pods", Some(NS), pod);
     }
 }
 
@@ -660,4 +683,104 @@ async fn pod_groups_deleted_mid_cycle_release_what_they_hold() {
         unscheduled_message(&store, "binding-1")
     );
     stop(sched, task, server).await;
+}
+
+/// Fault 4: the leader killed between evicting a gang's victims and binding the gang.
+///
+/// A low-priority gang (disrupted as a whole) holds the node's four GPUs; an urgent gang of two
+/// needs two of them. The first scheduler preempts: every member of the low gang is evicted (one
+/// member alone would leave it below its quorum), and the urgent gang is placed, its GPUs
+/// allocated, but the server holds its bindings. The scheduler is killed there. The next one
+/// must bind the urgent gang without allocating anything twice, and once the cluster settles
+/// every allocated GPU belongs to a bound pod: none is left to an evicted victim or to an unbound
+/// preemptor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_gang() {
+    let server = support::serve().await;
+    let store = server.store().clone();
+    seed_cluster(&store, 1, 4, 0);
+    for (class, value) in [("low", 100), ("urgent", 1000)] {
+        create(
+            &store,
+            "priorityclasses",
+            None,
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": class}, "value": value}),
+        );
+    }
+    let faults = server.faults().clone();
+    let (first, first_task) = start_scheduler(&server, "first", Duration::ZERO).await;
+    wait_until("node in cache", Duration::from_secs(20), || {
+        first.cache().node_count() == 1
+    })
+    .await;
+    let gpu = Needs {
+        gpu: true,
+        group_channel: false,
+    };
+    gang_of_class(&store, "low", 4, 4, gpu, "low");
+    wait_until("the low gang holds every GPU", SETTLE, || {
+        bound_count(&store, "low") == 4
+    })
+    .await;
+    assert_eq!(allocated_claims(&store).len(), 4);
+
+    // The urgent gang's bindings are never answered while the first scheduler runs.
+    for held in ["urgent-0", "urgent-1"] {
+        faults.slow_down("POST", &format!("/pods/{held}/binding"), Duration::from_secs(120));
+    }
+    gang_of_class(&store, "urgent", 2, 2, gpu, "urgent");
+    let victims_gone = || {
+        store
+            .list_all("pods", Some(NS))
+            .unwrap()
+            .iter()
+            .all(|p| !p.name().starts_with("low-"))
+    };
+    wait_until(
+        "the victims evicted and a binding of the urgent gang held",
+        SETTLE,
+        || victims_gone() && faults.peak_held() >= 1,
+    )
+    .await;
+    let held = faults.peak_held();
+    let at_kill = allocated_claims(&store);
+    first.stop();
+    tokio::time::timeout(Duration::from_secs(30), first_task)
+        .await
+        .expect("the first scheduler stops")
+        .unwrap();
+    faults.clear();
+    assert_eq!(
+        bound_count(&store, "urgent"),
+        0,
+        "the held bindings were not applied"
+    );
+    check_invariants(&store, &BTreeMap::from([("urgent", 2)]), false);
+
+    let (second, task) = start_scheduler(&server, "second", Duration::from_secs(10)).await;
+    wait_until("the next leader binds the urgent gang", SETTLE, || {
+        bound_count(&store, "urgent") == 2
+    })
+    .await;
+    let min_counts = BTreeMap::from([("low", 4), ("urgent", 2)]);
+    let figures = settle(&store, &second, &min_counts).await;
+    assert_eq!(figures.bound_by_gang.get("urgent"), Some(&2), "{figures:?}");
+    assert_eq!(
+        figures.bound_by_gang.get("low"),
+        None,
+        "no victim came back: {figures:?}"
+    );
+    // The urgent gang's two GPUs, and nothing for the victims.
+    assert_eq!(figures.allocated_claims, 2, "{figures:?}");
+    for (claim, _) in allocated_claims(&store) {
+        assert!(claim.starts_with("urgent-"), "{claim} is still allocated");
+    }
+    assert_still_scheduling(&store, &task, "probe").await;
+    eprintln!(
+        "gang_faults leader killed mid-preemption: bindings held at the kill {held}, claims allocated \
+         at the kill {:?}, {figures:?}",
+        at_kill.keys().collect::<Vec<_>>()
+    );
+    stop(second, task, server).await;
 }

@@ -323,11 +323,13 @@ impl WorkingNodes {
     }
 
     /// Whether every member still passes Filter on its node, in placement order, each placed
-    /// member counted on its node for the next ones. The nodes are left as they were.
-    fn members_fit(&mut self, fwk: &dyn FrameworkHandle, assignments: &[ProposedAssignment]) -> bool {
-        let mut placed: Vec<(&str, &str)> = Vec::new();
+    /// member counted on its node for the next ones: on the node copy, and reserved, so that what
+    /// a stateful plugin hands out (DRA's devices) is taken for the members after it, as upstream's
+    /// reprieve does. The nodes and the reservations are left as they were.
+    fn members_fit(&mut self, fwk: &dyn FrameworkHandle, assignments: &mut [ProposedAssignment]) -> bool {
+        let mut placed: Vec<usize> = Vec::new();
         let mut fits = true;
-        for a in assignments {
+        for (i, a) in assignments.iter_mut().enumerate() {
             let Some(node) = self.nodes.get_mut(&a.node) else {
                 fits = false;
                 break;
@@ -337,11 +339,17 @@ impl WorkingNodes {
                 break;
             }
             node.add_pod(a.assumed.clone());
-            placed.push((&a.node, &a.assumed.uid));
+            placed.push(i);
+            if !fwk.run_reserve(&mut a.state, &a.assumed, &a.node).is_success() {
+                fits = false;
+                break;
+            }
         }
-        for (node, uid) in placed.into_iter().rev() {
-            if let Some(n) = self.nodes.get_mut(node) {
-                n.remove_pod(uid);
+        for i in placed.into_iter().rev() {
+            let a = &mut assignments[i];
+            fwk.run_unreserve(&mut a.state, &a.assumed, &a.node);
+            if let Some(n) = self.nodes.get_mut(&a.node) {
+                n.remove_pod(&a.assumed.uid);
             }
         }
         fits

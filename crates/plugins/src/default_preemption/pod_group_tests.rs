@@ -119,6 +119,11 @@ struct World {
     preemptor: PodGroup,
     members: Vec<Pod>,
     policy_gate: bool,
+    /// The DRA cache and API the plugins see, when the world has devices.
+    dra: Option<(
+        Arc<unisched_cache::DraCache>,
+        Arc<crate::dynamic_resources::testing::FakeDraApi>,
+    )>,
 }
 
 impl World {
@@ -131,6 +136,7 @@ impl World {
             preemptor,
             members,
             policy_gate: false,
+            dra: None,
         }
     }
 
@@ -207,10 +213,13 @@ fn run(world: World) -> Run {
         pod_group_preemption_policy: world.policy_gate,
         ..PluginFeatures::default()
     };
-    let ctx = PluginContext::new(RecordingBinder::new())
+    let mut ctx = PluginContext::new(RecordingBinder::new())
         .with_features(features)
         .with_pod_groups(store.clone(), false)
         .with_preemption(rec.clone(), Arc::new(StaticPdbs(world.pdbs.clone())));
+    if let Some((dra, api)) = &world.dra {
+        ctx = ctx.with_dra(dra.clone(), api.clone());
+    }
     let fwk = Framework::new(&KubeSchedulerProfile::default(), &Registry::in_tree(ctx)).unwrap();
     let group = PodGroupInfo::new(Arc::new(world.preemptor.clone()));
     let mut algo = SchedulingAlgorithm::new(1, None, 7);
@@ -917,4 +926,152 @@ fn pre_enqueue_holds_the_members_while_their_group_preempts() {
             .pre_enqueue(&member("m", HIGH).pod_group("unknown").info())
             .is_success()
     );
+}
+
+/// A pod with one GPU claim of its own (`<name>-gpu`).
+fn with_gpu_claim(b: PodBuilder, name: &str) -> Pod {
+    use k8s_openapi::api::core::v1::{
+        PodResourceClaim, ResourceClaim as ContainerClaim, ResourceRequirements,
+    };
+    let mut p = b.build();
+    let spec = p.spec.as_mut().unwrap();
+    spec.resource_claims = Some(vec![PodResourceClaim {
+        name: "gpu".into(),
+        resource_claim_name: Some(format!("{name}-gpu")),
+        resource_claim_template_name: None,
+    }]);
+    spec.containers[0]
+        .resources
+        .get_or_insert_with(ResourceRequirements::default)
+        .claims = Some(vec![ContainerClaim {
+        name: "gpu".into(),
+        request: None,
+    }]);
+    p
+}
+
+/// A world of one node `n1` of 8 CPUs and `gpus` GPUs, whose victims hold one GPU each
+/// (`(pod, device, group)`, a claim `<pod>-gpu` allocated and reserved for the pod), and a
+/// high-priority gang of two members that need one GPU each. The CPU is plentiful: only the
+/// devices the victims free can make room.
+fn gpu_world(gpus: usize, victims: &[(&str, &str, Option<&str>)], groups: Vec<PodGroup>) -> World {
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+        ResourceClaimConsumerReference,
+    };
+    use unisched_cache::DraCache;
+    use unisched_dra::testing::{claim, class, dev, req, slice};
+
+    use crate::dynamic_resources::testing::FakeDraApi;
+
+    const GPU: &str = "gpu.example.com";
+    let dra = Arc::new(DraCache::new());
+    let api = FakeDraApi::new();
+    api.echo_to(dra.clone());
+    dra.apply_class(Arc::new(class(GPU, GPU))).unwrap();
+    let mut node_slice = slice("n1-gpu", GPU, "n1", "n1");
+    for g in 0..gpus {
+        node_slice = node_slice.device(dev(&format!("gpu-{g}")));
+    }
+    dra.apply_slice(Arc::new(node_slice.build())).unwrap();
+    for (victim, device, _) in victims {
+        let mut held = claim("default", &format!("{victim}-gpu"))
+            .request(req("gpu", GPU))
+            .build();
+        let st = held.status.get_or_insert_with(Default::default);
+        st.allocation = Some(AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(vec![DeviceRequestAllocationResult {
+                    request: "gpu".into(),
+                    driver: GPU.into(),
+                    pool: "n1".into(),
+                    device: (*device).into(),
+                    ..Default::default()
+                }]),
+                config: None,
+            }),
+            ..Default::default()
+        });
+        st.reserved_for = Some(vec![ResourceClaimConsumerReference {
+            api_group: None,
+            name: (*victim).into(),
+            resource: "pods".into(),
+            uid: format!("uid-{victim}"),
+        }]);
+        api.seed_claim(held);
+    }
+    for m in ["p0", "p1"] {
+        api.seed_claim(
+            claim("default", &format!("{m}-gpu"))
+                .request(req("gpu", GPU))
+                .build(),
+        );
+    }
+    let pods = victims
+        .iter()
+        .map(|(v, _, group)| {
+            let mut b = running(v, "n1", LOW).uid(&format!("uid-{v}"));
+            if let Some(g) = group {
+                b = b.pod_group(g);
+            }
+            with_gpu_claim(b, v)
+        })
+        .collect();
+    let members = ["p0", "p1"]
+        .iter()
+        .map(|m| with_gpu_claim(member(m, HIGH).uid(&format!("uid-{m}")), m))
+        .collect();
+    let mut world = World::new(&[("n1", "8")], group("preemptor", HIGH, Some(2), None), members)
+        .pods(pods)
+        .groups(groups);
+    world.dra = Some((dra, api));
+    world
+}
+
+/// Group preemption counts the devices victims free, and the devices the members take: each
+/// member's check in the reprieve sees the devices of the members placed before it.
+#[test]
+fn a_group_preempts_for_devices_the_victims_hold() {
+    let cases: Vec<(&str, World, &[&str])> = vec![
+        (
+            "a gang holding every GPU goes whole",
+            gpu_world(
+                2,
+                &[("v0", "gpu-0", Some("low")), ("v1", "gpu-1", Some("low"))],
+                vec![group("low", LOW, Some(2), Some("All"))],
+            ),
+            &["v0", "v1"],
+        ),
+        (
+            "the lone pod's GPU is not enough for two members: the gang goes, the pod stays",
+            gpu_world(
+                3,
+                &[
+                    ("v0", "gpu-0", Some("low")),
+                    ("v1", "gpu-1", Some("low")),
+                    ("lone", "gpu-2", None),
+                ],
+                vec![group("low", LOW, Some(2), Some("All"))],
+            ),
+            &["v0", "v1"],
+        ),
+        (
+            "a free GPU and one victim's: only that victim goes",
+            gpu_world(2, &[("lone", "gpu-0", None)], vec![]),
+            &["lone"],
+        ),
+    ];
+    for (name, world, victims) in cases {
+        let r = run(world);
+        assert_eq!(r.victims(), victims, "{name}: {:?}", r.result.status);
+        assert!(r.result.waiting_on_preemption, "{name}");
+        assert_eq!(
+            r.nominated(),
+            BTreeMap::from([
+                ("p0".to_string(), "n1".to_string()),
+                ("p1".to_string(), "n1".to_string())
+            ]),
+            "{name}"
+        );
+    }
 }

@@ -521,7 +521,13 @@ impl FilterPlugin for DynamicResources {
         let Some(data) = Self::data(state) else {
             return Status::success();
         };
-        let simulated = preemption::allocator_override(state);
+        let group_dry_run = state.pod_group.as_ref().is_some_and(|g| g.removed.is_some());
+        let simulated = match &self.dra {
+            Some(dra) if group_dry_run => {
+                preemption::group_dry_run_allocator(state, &data, dra, self.features)
+            }
+            _ => preemption::allocator_override(state),
+        };
         let allocator = simulated.as_deref().or(data.allocator.as_ref());
         // A node is recorded once, in the map or in `fits`: an earlier Filter of the same node in
         // this attempt (a preemption dry run, a run with nominated pods) may have recorded it the
@@ -693,7 +699,12 @@ impl ReservePlugin for DynamicResources {
         }
         drop(progress);
         drop(data);
-        Self::shed_filter_state(state);
+        // A pod-group preemption's dry run reserves only to take it back, and then asks Filter
+        // again, victim by victim, whether the member still fits: its allocator must stay.
+        let dry_run = state.pod_group.as_ref().is_some_and(|g| g.removed.is_some());
+        if !dry_run {
+            Self::shed_filter_state(state);
+        }
         Status::success()
     }
 

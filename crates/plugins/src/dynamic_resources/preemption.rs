@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use unisched_cache::DraCache;
-use unisched_dra::{Allocator, Features, StateLayers};
+use unisched_dra::{AllocatedState, Allocator, Features, StateLayers};
 use unisched_framework::{CycleState, PodInfo};
 
 use super::claims;
@@ -35,7 +35,10 @@ pub(crate) struct Simulation {
     removed: BTreeMap<String, BTreeSet<String>>,
     /// Released claims by UID.
     released: BTreeMap<String, Arc<ResourceClaim>>,
-    /// An allocator over the state without the released claims (`None`: nothing released).
+    /// The allocated state without the released claims (`None`: nothing released).
+    allocated: Option<Arc<AllocatedState>>,
+    /// An allocator over it and the in-flight state of the pod's PreFilter (`None`: nothing
+    /// released).
     pub allocator: Option<Arc<Allocator>>,
 }
 
@@ -81,6 +84,7 @@ fn released(claim: &ResourceClaim, removed: &BTreeSet<String>) -> bool {
 impl Simulation {
     fn rebuild(&mut self, data: &PodState, features: Features) {
         if self.released.is_empty() {
+            self.allocated = None;
             self.allocator = None;
             return;
         }
@@ -88,20 +92,38 @@ impl Simulation {
         for c in self.released.values() {
             allocated.remove_claim(c);
         }
-        let layers = StateLayers::new(vec![Arc::new(allocated), data.snapshot.in_flight().clone()]);
-        let prepared = data
-            .to_allocate
-            .iter()
-            .filter_map(|&i| data.claims.get(i).and_then(|c| c.prepared.clone()))
-            .collect();
-        self.allocator = Some(Arc::new(Allocator::new(
-            data.snapshot.index().clone(),
-            layers,
-            prepared,
+        let allocated = Arc::new(allocated);
+        self.allocator = Some(Arc::new(allocator_over(
+            data,
+            allocated.clone(),
+            data.snapshot.in_flight().clone(),
             features,
         )));
+        self.allocated = Some(allocated);
     }
 }
+
+/// An allocator for the pod's claims over `allocated` and `in_flight`.
+fn allocator_over(
+    data: &PodState,
+    allocated: Arc<AllocatedState>,
+    in_flight: Arc<AllocatedState>,
+    features: Features,
+) -> Allocator {
+    let prepared = data
+        .to_allocate
+        .iter()
+        .filter_map(|&i| data.claims.get(i).and_then(|c| c.prepared.clone()))
+        .collect();
+    Allocator::new(
+        data.snapshot.index().clone(),
+        StateLayers::new(vec![allocated, in_flight]),
+        prepared,
+        features,
+    )
+}
+
+impl Simulation {}
 
 /// RemovePod: `victim` leaves the node in the dry run.
 pub(crate) fn remove_pod(
@@ -164,6 +186,28 @@ pub(crate) fn allocator_override(state: &CycleState) -> Option<Arc<Allocator>> {
         .read::<Simulation>(SIM_KEY)
         .ok()
         .and_then(|s| s.allocator.clone())
+}
+
+/// The allocator Filter uses in a pod-group preemption's dry run: the allocated devices without
+/// the released claims, and the devices held in flight *now*. A member's PreFilter saw the
+/// members placed before it in the simulated placement; the reprieve that follows takes those
+/// back and places the members again one by one, reserving each member's devices before it
+/// checks the next, so only the current in-flight state tells a member what its predecessors
+/// hold. `None` when the pod has nothing to allocate.
+pub(crate) fn group_dry_run_allocator(
+    state: &CycleState,
+    data: &PodState,
+    dra: &DraCache,
+    features: Features,
+) -> Option<Arc<Allocator>> {
+    data.allocator.as_ref()?;
+    let allocated = state
+        .read::<Simulation>(SIM_KEY)
+        .ok()
+        .and_then(|s| s.allocated.clone())
+        .unwrap_or_else(|| data.snapshot.allocated().clone());
+    let in_flight = dra.snapshot().in_flight().clone();
+    Some(Arc::new(allocator_over(data, allocated, in_flight, features)))
 }
 
 #[cfg(test)]

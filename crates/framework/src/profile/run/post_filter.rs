@@ -52,6 +52,14 @@ impl FrameworkHandle for NominatingHandle<'_> {
         self.nominator.nominated_pods_for_node(node)
     }
 
+    fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        self.fwk.run_reserve(state, pod, node)
+    }
+
+    fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        self.fwk.run_unreserve(state, pod, node);
+    }
+
     fn reject_waiting_pod(&self, uid: &str, plugin: &str, reason: &str) -> bool {
         let waiting = self.fwk.waiting_pods();
         if !waiting.uids().iter().any(|u| u == uid) {
