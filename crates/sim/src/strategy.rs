@@ -89,9 +89,31 @@ pub(crate) fn prepare_create(
             let spec = crate::util::object_at(obj, &["spec"]);
             admit_pod_group_priority(&name, spec, lookup)?;
         }
+        ("scheduling.k8s.io", "PriorityClass") => admit_priority_class(obj, lookup)?,
         _ => {}
     }
     Ok(())
+}
+
+/// kube-apiserver's Priority admission for a new PriorityClass: only one may be the global
+/// default.
+fn admit_priority_class(class: &Value, lookup: &dyn Lookup) -> Result<(), StoreError> {
+    if class.get("globalDefault").and_then(Value::as_bool) != Some(true) {
+        return Ok(());
+    }
+    let existing = lookup
+        .all("priorityclasses")
+        .into_iter()
+        .find(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true));
+    match existing {
+        Some(default) => Err(StoreError::Forbidden(format!(
+            "priorityclasses.scheduling.k8s.io \"{}\" is forbidden: PriorityClass {} is already marked as default. \
+             Only one default can exist",
+            name_of(class),
+            name_of(default.value())
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Whether objects of the kind fail validation without their defaults.
@@ -118,7 +140,7 @@ fn admit_pod_group_priority(
     spec: &mut Map<String, Value>,
     lookup: &dyn Lookup,
 ) -> Result<(), StoreError> {
-    let (_, class) = priority_class_of(spec, lookup, "podgroups.scheduling.k8s.io", name)?;
+    let (class_name, class) = priority_class_of(spec, lookup, "podgroups.scheduling.k8s.io", name)?;
     let value = class
         .as_ref()
         .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
@@ -132,6 +154,11 @@ fn admit_pod_group_priority(
         )));
     }
     spec.insert("priority".into(), json!(value));
+    if class_name.is_empty()
+        && let Some(pc) = &class
+    {
+        spec.insert("priorityClassName".into(), json!(name_of(pc.value())));
+    }
     Ok(())
 }
 
@@ -588,8 +615,9 @@ fn default_requests_from_limits(res: Option<&mut Value>) {
     }
 }
 
-/// The PriorityClass an object's `priorityClassName` names, or the global default class (the one
-/// with the highest value) when it names none: kube-apiserver's Priority admission, shared by pods
+/// The PriorityClass an object's `priorityClassName` names, or the global default class when it
+/// names none (should a race have left several, the one of the lowest value, as kube-apiserver
+/// picks): kube-apiserver's Priority admission, shared by pods
 /// and PodGroups. A named class that does not exist is refused in kube-apiserver's words for
 /// `resource` (`pods`, `podgroups.scheduling.k8s.io`).
 fn priority_class_of(
@@ -608,7 +636,7 @@ fn priority_class_of(
             .all("priorityclasses")
             .into_iter()
             .filter(|pc| pc.value().get("globalDefault").and_then(Value::as_bool) == Some(true))
-            .max_by_key(|pc| {
+            .min_by_key(|pc| {
                 pc.value()
                     .get("value")
                     .and_then(Value::as_i64)

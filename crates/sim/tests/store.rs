@@ -1154,3 +1154,92 @@ fn binding_keeps_and_deletion_bumps_the_generation() {
         .unwrap();
     assert!(d.object()["metadata"].get("generation").is_none());
 }
+
+/// kube-apiserver's Priority admission for PodGroups: the priority comes from the named class,
+/// else from the global default class (whose name the group then carries), else 0; a class that
+/// does not exist, or a given priority that disagrees, is refused in kube-apiserver's words.
+#[test]
+fn pod_groups_get_their_priority_from_their_class() {
+    let group = |name: &str, spec: serde_json::Value| {
+        let mut g = json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}});
+        for (k, v) in spec.as_object().unwrap() {
+            g["spec"][k] = v.clone();
+        }
+        g
+    };
+    let s = store();
+    s.create(
+        "priorityclasses",
+        None,
+        json!({"metadata": {"name": "high"}, "value": 1000}),
+    )
+    .unwrap();
+    // (name, spec fields, the priority and class admitted, or the refusal)
+    let before_default: Vec<(&str, serde_json::Value, Result<(i64, Option<&str>), &str>)> = vec![
+        (
+            "named",
+            json!({"priorityClassName": "high"}),
+            Ok((1000, Some("high"))),
+        ),
+        ("unnamed", json!({}), Ok((0, None))),
+        (
+            "agrees",
+            json!({"priorityClassName": "high", "priority": 1000}),
+            Ok((1000, Some("high"))),
+        ),
+        (
+            "disagrees",
+            json!({"priorityClassName": "high", "priority": 5}),
+            Err(
+                "podgroups.scheduling.k8s.io \"disagrees\" is forbidden: priority set in the pod group (5) must \
+                 match the priority computed (1000) based on the priority class set in the spec",
+            ),
+        ),
+        (
+            "missing",
+            json!({"priorityClassName": "missing"}),
+            Err(
+                "podgroups.scheduling.k8s.io \"missing\" is forbidden: no PriorityClass with name missing was found",
+            ),
+        ),
+    ];
+    let check = |s: &Store, cases: Vec<(&str, serde_json::Value, Result<(i64, Option<&str>), &str>)>| {
+        for (name, spec, want) in cases {
+            match (s.create("podgroups", None, group(name, spec)), want) {
+                (Ok(g), Ok((priority, class))) => {
+                    assert_eq!(g["spec"]["priority"].as_i64(), Some(priority), "{name}");
+                    assert_eq!(g["spec"]["priorityClassName"].as_str(), class, "{name}");
+                }
+                (Err(e), Err(message)) => {
+                    assert_eq!(e.code(), 403, "{name}");
+                    assert_eq!(e.to_string(), message, "{name}");
+                }
+                (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    };
+    check(&s, before_default);
+    s.create(
+        "priorityclasses",
+        None,
+        json!({"metadata": {"name": "dflt"}, "value": 7, "globalDefault": true}),
+    )
+    .unwrap();
+    check(&s, vec![("defaulted", json!({}), Ok((7, Some("dflt"))))]);
+    // Only one class may be the global default.
+    let second = s
+        .create(
+            "priorityclasses",
+            None,
+            json!({"metadata": {"name": "dflt-2"}, "value": 9, "globalDefault": true}),
+        )
+        .unwrap_err();
+    assert_eq!(second.code(), 403);
+    assert_eq!(
+        second.to_string(),
+        "priorityclasses.scheduling.k8s.io \"dflt-2\" is forbidden: PriorityClass dflt is already marked as \
+         default. Only one default can exist"
+    );
+}
