@@ -1,6 +1,7 @@
 //! Gangs (PodGroups with a `minCount`) under faults: lost write answers while several gangs compete
-//! for too few devices, the scheduler killed while a gang's members are being bound, and a PodGroup
-//! deleted while its members are waiting or being bound.
+//! for too few devices, the scheduler killed while a gang's members are being bound, a PodGroup
+//! deleted while its members are waiting or being bound, and the leader killed between evicting a
+//! preempting gang's victims and binding the gang.
 //!
 //! A gang is all or nothing only up to its binding cycles: once one member is bound, nothing takes
 //! it back, so every fault must end with each gang at 0 or at least `minCount` bound members, and no
