@@ -25,6 +25,8 @@ mod scheduler;
 mod snapshot;
 mod split;
 mod status;
+#[cfg(test)]
+mod test_support;
 
 pub mod config;
 pub mod extender;

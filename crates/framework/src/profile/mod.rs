@@ -7,8 +7,6 @@
 
 mod build;
 mod run;
-#[cfg(test)]
-mod test_support;
 mod timing;
 
 use std::{collections::BTreeMap, sync::Arc};

@@ -2,37 +2,18 @@
 //! which failures clear it: upstream's `TestSchedulerScheduleOne` cases about
 //! NominatedNodeNameForExpectation, as a table over one node, a fake cache and fake plugins.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use parking_lot::Mutex;
 
 use super::*;
 use crate::{
-    BindPlugin, NoNominations, NodeInfo, PermitPlugin, Plugin, PluginBuildError, PluginRegistry,
-    PreBindPlugin, QueueSortPlugin, QueuedPodInfo, ReservePlugin, config::KubeSchedulerProfile,
+    NoNominations, NodeInfo, PermitPlugin, Plugin, PreBindPlugin, ReservePlugin,
+    test_support::{Fifo, Unobserved, framework_of},
 };
 
 const NODE: &str = "node1";
-
-/// Binds every pod and sorts first in, first out (a profile needs both).
-struct Binder;
-impl Plugin for Binder {
-    fn name(&self) -> &str {
-        "FakeBinder"
-    }
-    crate::serves!(as_queue_sort, as_bind);
-}
-impl BindPlugin for Binder {
-    fn bind(&self, _: &CycleState, _: &PodInfo, _: &str) -> Status {
-        Status::success()
-    }
-}
-impl QueueSortPlugin for Binder {
-    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
-        a.timestamp < b.timestamp
-    }
-}
 
 /// A Permit plugin that answers `status` (Wait makes the pod a waiting pod).
 struct FakePermit(Status);
@@ -97,28 +78,10 @@ impl PreBindPlugin for FakePreBind {
     }
 }
 
-struct Registry(BTreeMap<String, Arc<dyn Plugin>>);
-impl PluginRegistry for Registry {
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
-    fn build(&self, name: &str, _: &serde_json::Value) -> Result<Arc<dyn Plugin>, PluginBuildError> {
-        self.0
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("no plugin {name}").into())
-    }
-}
-
 fn framework(plugins: Vec<Arc<dyn Plugin>>) -> Framework {
-    let mut all: Vec<Arc<dyn Plugin>> = vec![Arc::new(Binder)];
+    let mut all: Vec<Arc<dyn Plugin>> = vec![Arc::new(Fifo)];
     all.extend(plugins);
-    let profile = KubeSchedulerProfile::with_only_plugins(all.iter().map(|p| p.name().to_string()));
-    let registry = Registry(all.into_iter().map(|p| (p.name().to_string(), p)).collect());
-    match Framework::new(&profile, &registry) {
-        Ok(f) => f,
-        Err(e) => panic!("framework: {e}"),
-    }
+    framework_of(all, Arc::new(Unobserved))
 }
 
 /// One node; assumes and forgets without complaint.

@@ -248,7 +248,7 @@ mod tests {
     use super::*;
     use crate::{
         Plugin,
-        profile::test_support::{Durations, Fifo, framework_of},
+        test_support::{Durations, Fifo, framework_of},
     };
 
     /// A Filter plugin that takes `pause` on every node.

@@ -130,9 +130,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::{
-        FrameworkObserver, Plugin, QueueSortPlugin, QueuedPodInfo, profile::test_support::framework_of,
-    };
+    use crate::{FrameworkObserver, Plugin, QueueSortPlugin, QueuedPodInfo, test_support::framework_of};
 
     /// Orders pods first in, first out, and nothing else.
     struct SortOnly;

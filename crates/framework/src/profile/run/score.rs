@@ -176,7 +176,7 @@ mod tests {
     use super::*;
     use crate::{
         Plugin,
-        profile::test_support::{Durations, Fifo, framework_of},
+        test_support::{Durations, Fifo, framework_of},
     };
 
     /// A Score plugin that scores each node by a function of its name and fails on the named

@@ -1,4 +1,4 @@
-//! Fakes shared by the profile's tests: a minimal profile's QueueSort and Bind plugin, a
+//! Fakes shared by the framework's tests: a minimal profile's QueueSort and Bind plugin, a
 //! registry of given plugins, and an observer that keeps plugin durations.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -11,7 +11,7 @@ use crate::{
 };
 
 /// First in, first out, and binds nowhere (a profile needs a QueueSort and a Bind plugin).
-pub(super) struct Fifo;
+pub(crate) struct Fifo;
 impl Plugin for Fifo {
     fn name(&self) -> &str {
         "Fifo"
@@ -44,7 +44,7 @@ impl PluginRegistry for Registry {
 
 /// A framework running exactly `plugins` (multi-point, everything else disabled), reporting
 /// to `observer`.
-pub(super) fn framework_of(plugins: Vec<Arc<dyn Plugin>>, observer: Arc<dyn FrameworkObserver>) -> Framework {
+pub(crate) fn framework_of(plugins: Vec<Arc<dyn Plugin>>, observer: Arc<dyn FrameworkObserver>) -> Framework {
     let profile = KubeSchedulerProfile::with_only_plugins(plugins.iter().map(|p| p.name().to_string()));
     let registry = Registry(plugins.into_iter().map(|p| (p.name().to_string(), p)).collect());
     match Framework::new(&profile, &registry) {
@@ -55,9 +55,13 @@ pub(super) fn framework_of(plugins: Vec<Arc<dyn Plugin>>, observer: Arc<dyn Fram
 
 /// Every duration a sampled Filter run reported, per plugin.
 #[derive(Default)]
-pub(super) struct Durations(pub(super) Mutex<BTreeMap<String, Vec<Duration>>>);
+pub(crate) struct Durations(pub(crate) Mutex<BTreeMap<String, Vec<Duration>>>);
 impl FrameworkObserver for Arc<Durations> {
     fn plugin(&self, _point: &'static str, plugin: &str, _status: Code, elapsed: Duration) {
         self.0.lock().entry(plugin.to_string()).or_default().push(elapsed);
     }
 }
+
+/// An observer that keeps nothing.
+pub(crate) struct Unobserved;
+impl FrameworkObserver for Unobserved {}
