@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup};
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, Code, EnqueueExtensions, EventObject, EventResource,
-    PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupInfo, PodGroupKey, PodGroupStore, PodInfo,
-    PreEnqueuePlugin, QueueingHint, QueueingHintError, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CompositePodGroupInfo, EnqueueExtensions,
+    EventObject, EventResource, PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupInfo,
+    PodGroupKey, PodGroupStore, PodInfo, PreEnqueuePlugin, QueueingHint, QueueingHintError, Status,
 };
 
 use crate::{helper::event_pod_objects, names::GANG_SCHEDULING};
@@ -60,23 +60,37 @@ impl PlacementFeasiblePlugin for GangScheduling {
     /// Success once `minCount` members are placed; `Wait` while the remaining ones could still
     /// make it; Unschedulable when they cannot. A basic group's `minCount` is 1.
     fn placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status {
-        let min = group.min_count();
-        let PlacementProgress { scheduled, remaining } = progress;
-        if remaining + scheduled < min {
-            return Status::unschedulable(format!(
-                "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
-            ));
-        }
-        if scheduled < min {
-            return Status::new(
-                Code::Wait,
-                [format!(
-                    "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
-                )],
-            );
-        }
-        Status::success()
+        quorum(group.min_count(), progress)
     }
+
+    /// The same for a composite, counting children: `minGroupCount` of them for a gang
+    /// composite, one for a basic one (upstream words it as `minCount` too).
+    fn composite_placement_feasible(
+        &self,
+        composite: &CompositePodGroupInfo,
+        progress: PlacementProgress,
+    ) -> Status {
+        quorum(composite.min_count(), progress)
+    }
+}
+
+/// The quorum check: `min` placed, or still reachable (`Wait`), or out of reach.
+fn quorum(min: usize, progress: PlacementProgress) -> Status {
+    let PlacementProgress { scheduled, remaining } = progress;
+    if remaining + scheduled < min {
+        return Status::unschedulable(format!(
+            "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+        ));
+    }
+    if scheduled < min {
+        return Status::new(
+            Code::Wait,
+            [format!(
+                "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
+            )],
+        );
+    }
+    Status::success()
 }
 
 /// The group a pod names, or `None`.
