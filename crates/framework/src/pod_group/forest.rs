@@ -14,6 +14,17 @@ use std::{
 
 use super::{CompositePodGroupInfo, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey};
 
+/// Why a group has no root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoRoot {
+    /// The group itself is not known.
+    Unknown,
+    /// This ancestor is named but does not exist (yet).
+    MissingParent(PodGroupKey),
+    /// The chain of parents loops.
+    Cycle,
+}
+
 /// The links between groups. Not locked: [`PodGroupStore`](super::PodGroupStore) keeps it under
 /// its own lock, beside the groups.
 #[derive(Debug, Default)]
@@ -83,19 +94,22 @@ impl Forest {
     }
 
     /// The root of the tree `node` is in: itself when it names no parent; else the first
-    /// ancestor that names none. `None` when an ancestor does not exist (yet) or the chain loops.
-    pub(super) fn root_of(&self, node: &GroupNodeKey) -> Option<GroupNodeKey> {
+    /// ancestor that names none. An error when an ancestor does not exist (yet) or the chain
+    /// loops.
+    pub(super) fn root_of(&self, node: &GroupNodeKey) -> Result<GroupNodeKey, NoRoot> {
         let mut current = node.clone();
         let mut seen = HashSet::new();
         loop {
             let Some(parent) = self.parents.get(&current) else {
-                return Some(current);
+                return Ok(current);
             };
             if !seen.insert(parent.clone()) {
                 tracing::warn!(%node, "cycle detected in composite pod group hierarchy");
-                return None;
+                return Err(NoRoot::Cycle);
             }
-            self.composites.get(parent)?;
+            if !self.composites.contains_key(parent) {
+                return Err(NoRoot::MissingParent(parent.clone()));
+            }
             current = GroupNodeKey::Composite(parent.clone());
         }
     }

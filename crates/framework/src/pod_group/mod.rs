@@ -40,6 +40,7 @@ pub use composite_cycle::{
     CompositeCycleInput, CompositeCycleResult, CompositeGroupResult, run_composite_cycle,
 };
 pub use cycle::{MemberDecision, PodGroupCycleInput, PodGroupCycleResult, run_pod_group_cycle};
+pub use forest::NoRoot;
 pub use group::{GroupPolicy, PodGroupInfo, PodGroupKey};
 pub use placement::{
     Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress, PlacementScorePlugin,

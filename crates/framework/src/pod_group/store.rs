@@ -9,7 +9,7 @@
 //! group is a child of), under the same lock, so a tree is always read together with its leaves.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
@@ -19,7 +19,10 @@ use k8s_openapi::api::{
 };
 use parking_lot::RwLock;
 
-use super::{CompositePodGroupInfo, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey, forest::Forest};
+use super::{
+    CompositePodGroupInfo, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey,
+    forest::{Forest, NoRoot},
+};
 
 /// One member pod.
 #[derive(Clone, Debug, Default)]
@@ -141,16 +144,31 @@ impl PodGroupStore {
     /// is off). `None` when the group does not exist, an ancestor does not exist yet, or the
     /// chain of parents loops.
     pub fn root_of(&self, node: &GroupNodeKey) -> Option<GroupNodeKey> {
+        self.root(node).ok()
+    }
+
+    /// [`Self::root_of`], saying why there is none.
+    pub fn root(&self, node: &GroupNodeKey) -> Result<GroupNodeKey, NoRoot> {
         let inner = self.inner.read();
         match node {
-            GroupNodeKey::Group(k) if !inner.groups.contains_key(k) => return None,
-            GroupNodeKey::Composite(k) if inner.forest.composite(k).is_none() => return None,
+            GroupNodeKey::Group(k) if !inner.groups.contains_key(k) => return Err(NoRoot::Unknown),
+            GroupNodeKey::Composite(k) if inner.forest.composite(k).is_none() => {
+                return Err(NoRoot::Unknown);
+            }
             _ => {}
         }
         if !self.composites {
-            return Some(node.clone());
+            return Ok(node.clone());
         }
         inner.forest.root_of(node)
+    }
+
+    /// Whether the pods of the tree under `composite` may enter the queue now: enough of its
+    /// children are ready, each PodGroup child with `minCount` pods (one when basic) and each
+    /// composite child by the same rule, down the tree (upstream's hierarchy readiness).
+    pub fn tree_admits_members(&self, composite: &PodGroupKey) -> bool {
+        let inner = self.inner.read();
+        composite_ready(&inner, composite, &mut HashSet::new())
     }
 
     /// The tree under a composite, with the PodGroups that exist now; `None` when the composite
@@ -274,6 +292,30 @@ impl PodGroupStore {
             })
             .unwrap_or_default()
     }
+}
+
+/// Whether enough of a composite's children are ready (see
+/// [`PodGroupStore::tree_admits_members`]); a loop is not ready.
+fn composite_ready(inner: &Inner, key: &PodGroupKey, seen: &mut HashSet<PodGroupKey>) -> bool {
+    let Some(info) = inner.forest.composite(key) else {
+        return false;
+    };
+    if !seen.insert(key.clone()) {
+        return false;
+    }
+    let ready = inner
+        .forest
+        .children(key)
+        .iter()
+        .filter(|child| match child {
+            GroupNodeKey::Composite(k) => composite_ready(inner, k, seen),
+            GroupNodeKey::Group(k) => inner
+                .groups
+                .get(k)
+                .is_some_and(|g| inner.members.get(k).map_or(0, BTreeMap::len) >= g.min_count()),
+        })
+        .count();
+    ready >= info.min_count()
 }
 
 fn remove_member(inner: &mut Inner, key: &PodGroupKey, uid: &str) {
