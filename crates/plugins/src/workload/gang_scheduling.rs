@@ -225,6 +225,16 @@ impl GangScheduling {
         }
     }
 
+    /// True when a PodGroup added is in the tree of the waiting pod's group (it may complete it).
+    fn group_completes_tree(&self, waiting: &Pod, new: Option<&EventObject>) -> bool {
+        let (Some(groups), Some(mine), Some(EventObject::PodGroup(added))) =
+            (&self.groups, group_of(waiting), new)
+        else {
+            return false;
+        };
+        hierarchy::same_tree(groups, &mine, &PodGroupKey::of_group(added))
+    }
+
     /// The pool keys a pod added to `key`'s group concerns: its group's, or every group's of
     /// its tree.
     fn added_pool_keys(&self, key: &PodGroupKey) -> Vec<String> {
@@ -311,6 +321,7 @@ impl EnqueueExtensions for GangScheduling {
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
         let composites = self.groups.as_ref().is_some_and(|g| g.composites_enabled());
         let for_composite = self.clone();
+        let for_group = self.clone();
         let composite_added = composites.then(|| {
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
@@ -334,7 +345,16 @@ impl EnqueueExtensions for GangScheduling {
             )),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::PodGroup, ActionType::ADD, "PodGroupAdd"),
-                pod_group_added,
+                move |pod, old, new| {
+                    let hint = pod_group_added(pod, old, new)?;
+                    Ok(
+                        if hint == QueueingHint::Skip && for_group.group_completes_tree(pod, new) {
+                            QueueingHint::Queue
+                        } else {
+                            hint
+                        },
+                    )
+                },
             ),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(

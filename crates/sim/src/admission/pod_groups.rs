@@ -13,6 +13,26 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
         push(causes, "spec.schedulingPolicy", "Required value");
         return;
     };
+    check_policy(spec, "minCount", causes);
+    check_topology(spec, causes);
+    for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
+        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
+        let templated = claim
+            .get("resourceClaimTemplateName")
+            .is_some_and(|v| !v.is_null());
+        if named == templated {
+            push(
+                causes,
+                format!("spec.resourceClaims[{i}]"),
+                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            );
+        }
+    }
+}
+
+/// The scheduling policy: exactly one of `basic` and `gang`, the gang's `quorum` field (`minCount`,
+/// or a composite's `minGroupCount`) positive. Shared with CompositePodGroups.
+pub(super) fn check_policy(spec: &Value, quorum: &str, causes: &mut Vec<Cause>) {
     let policy = spec.get("schedulingPolicy").filter(|p| !p.is_null());
     let basic = policy.and_then(|p| p.get("basic")).is_some_and(|v| !v.is_null());
     let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());
@@ -30,15 +50,19 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
         _ => {}
     }
     if let Some(gang) = gang {
-        let min = gang.get("minCount").and_then(Value::as_i64).unwrap_or(0);
+        let min = gang.get(quorum).and_then(Value::as_i64).unwrap_or(0);
         if min < 1 {
             push(
                 causes,
-                "spec.schedulingPolicy.gang.minCount",
+                format!("spec.schedulingPolicy.gang.{quorum}"),
                 format!("Invalid value: {min}: must be greater than or equal to 1"),
             );
         }
     }
+}
+
+/// At most one topology constraint, each with a key. Shared with CompositePodGroups.
+pub(super) fn check_topology(spec: &Value, causes: &mut Vec<Cause>) {
     if let Some(constraints) = spec.get("schedulingConstraints") {
         let topology = arr(constraints, "topology");
         if topology.len() > 1 {
@@ -56,19 +80,6 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
                     "Required value",
                 );
             }
-        }
-    }
-    for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
-        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
-        let templated = claim
-            .get("resourceClaimTemplateName")
-            .is_some_and(|v| !v.is_null());
-        if named == templated {
-            push(
-                causes,
-                format!("spec.resourceClaims[{i}]"),
-                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
-            );
         }
     }
 }
