@@ -171,7 +171,10 @@ fn all_alpha_sets_every_unset_alpha_gate_and_explicit_names_win() {
     );
     // With the dependencies on, the alpha scheduler gates unisched does not implement are refused.
     let e = err("AllAlpha=true,AllBeta=true");
-    assert!(e.contains("InterPodAffinityHostnameFastPath=true is not supported"), "{e}");
+    assert!(
+        e.contains("InterPodAffinityHostnameFastPath=true is not supported"),
+        "{e}"
+    );
     assert!(
         !e.contains("CompositePodGroup=true is not supported"),
         "unisched implements both values: {e}"

@@ -492,3 +492,45 @@ fn a_group_finds_the_root_of_its_tree() {
         None
     );
 }
+
+/// GangScheduling's PreEnqueue over trees (upstream `preEnqueueWithHierarchies`): a pod of a
+/// group in a tree waits until the whole tree is ready, and says why in upstream's words.
+#[test]
+fn a_pod_of_a_tree_is_admitted_when_the_tree_is_ready() {
+    use unisched_framework::PreEnqueuePlugin;
+    use unisched_plugins::GangScheduling;
+
+    let pod = |name: &str, group: &str| {
+        PodBuilder::new(name)
+            .namespace("ns")
+            .uid(name)
+            .pod_group(group)
+            .req("cpu", "1")
+            .arc()
+    };
+    let mut tree = Tree::new();
+    let gang = GangScheduling::new(Some(tree.store.clone()));
+    tree.group("pg1", Some(2), "root", &["1", "1"]);
+    assert_eq!(
+        gang.pre_enqueue(&pod("pg1-pod-0", "pg1")).message(),
+        "failed to build hierarchy snapshot: parent composite pod group state not found for \
+         compositepodgroup/ns/root"
+    );
+    tree.composite("root", Some(2), None, None);
+    tree.group("pg2", Some(2), "root", &["1"]);
+    let waiting = gang.pre_enqueue(&pod("pg1-pod-0", "pg1"));
+    assert_eq!(waiting.code(), unisched_framework::Code::UnschedulableAndUnresolvable);
+    assert_eq!(
+        waiting.message(),
+        "waiting for composite pod group \"root\" tree to meet quorum"
+    );
+    tree.group("pg2", Some(2), "root", &["1", "1"]);
+    assert!(gang.pre_enqueue(&pod("pg1-pod-0", "pg1")).is_success());
+
+    let stray = pod("stray-0", "nowhere");
+    tree.store.observe_pod(&stray.pod);
+    assert_eq!(
+        gang.pre_enqueue(&stray).message(),
+        "failed to build hierarchy snapshot: pod group object not found in state for podgroup/ns/nowhere"
+    );
+}

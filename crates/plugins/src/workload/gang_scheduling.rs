@@ -41,6 +41,9 @@ impl PreEnqueuePlugin for GangScheduling {
             return Status::success();
         };
         let Some(group) = groups.group(&key) else {
+            if groups.composites_enabled() {
+                return hierarchy::group_missing(groups, &key);
+            }
             return Status::unresolvable(format!(
                 "waiting for pods's pod group {:?} to appear in scheduling queue",
                 key.name

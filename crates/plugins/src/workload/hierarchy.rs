@@ -43,6 +43,21 @@ pub(super) fn pre_enqueue(groups: &PodGroupStore, namespace: &str, parent: &str)
     }
 }
 
+/// PreEnqueue for a pod whose PodGroup does not exist: with the gate, upstream looks the group up
+/// in its hierarchy snapshot first, and says so in that lookup's words (its members being known
+/// or not).
+pub(super) fn group_missing(groups: &PodGroupStore, key: &PodGroupKey) -> Status {
+    let what = if groups.member_count(key) > 0 {
+        "pod group object not found in state for"
+    } else {
+        "pod group state not found for"
+    };
+    Status::unresolvable(format!(
+        "failed to build hierarchy snapshot: {what} podgroup/{}/{}",
+        key.namespace, key.name
+    ))
+}
+
 /// The root composite of the tree a PodGroup is in, when it is in one.
 pub(super) fn root_composite(groups: &PodGroupStore, group: &PodGroupKey) -> Option<PodGroupKey> {
     if !groups.composites_enabled() {
