@@ -15,6 +15,17 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
     };
     check_policy(spec, "minCount", causes);
     check_topology(spec, causes);
+    let has_parent = spec
+        .get("parentCompositePodGroupName")
+        .and_then(Value::as_str)
+        .is_some_and(|p| !p.is_empty());
+    if has_parent && spec.get("workloadRef").is_none_or(Value::is_null) {
+        push(
+            causes,
+            "spec.workloadRef",
+            "Required value: must be set when parentCompositePodGroupName is set",
+        );
+    }
     for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
         let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
         let templated = claim
