@@ -519,7 +519,10 @@ fn a_pod_of_a_tree_is_admitted_when_the_tree_is_ready() {
     tree.composite("root", Some(2), None, None);
     tree.group("pg2", Some(2), "root", &["1"]);
     let waiting = gang.pre_enqueue(&pod("pg1-pod-0", "pg1"));
-    assert_eq!(waiting.code(), unisched_framework::Code::UnschedulableAndUnresolvable);
+    assert_eq!(
+        waiting.code(),
+        unisched_framework::Code::UnschedulableAndUnresolvable
+    );
     assert_eq!(
         waiting.message(),
         "waiting for composite pod group \"root\" tree to meet quorum"

@@ -133,5 +133,21 @@ mod tests {
             check(json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "x"}]}))[0].0,
             "spec.resourceClaims[0]"
         );
+        // A child of a CompositePodGroup must name its Workload (kube-apiserver 1.37.2's words).
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"basic": {}}, "parentCompositePodGroupName": "root"})),
+            vec![(
+                "spec.workloadRef".to_string(),
+                "Required value: must be set when parentCompositePodGroupName is set".to_string()
+            )]
+        );
+        assert!(
+            check(json!({
+                "schedulingPolicy": {"basic": {}},
+                "parentCompositePodGroupName": "root",
+                "workloadRef": {"workloadName": "w", "templateName": "t"}
+            }))
+            .is_empty()
+        );
     }
 }
