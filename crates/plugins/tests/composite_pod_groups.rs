@@ -537,3 +537,115 @@ fn a_pod_of_a_tree_is_admitted_when_the_tree_is_ready() {
         "failed to build hierarchy snapshot: pod group object not found in state for podgroup/ns/nowhere"
     );
 }
+
+/// Upstream `Test_isSchedulableAfterPodAdded`, `Test_isSchedulableAfterPodGroupAdded` and
+/// `Test_isSchedulableAfterCompositePodGroupAdded`, the hierarchy cases: an addition in another
+/// group (or a composite) of the waiting pod's tree queues it; one outside the tree does not;
+/// without the gate nothing of a tree counts.
+#[test]
+fn an_addition_anywhere_in_the_tree_queues_the_waiting_pod() {
+    use unisched_framework::{EnqueueExtensions, EventObject, QueueingHint};
+    use unisched_plugins::GangScheduling;
+
+    for composites in [true, false] {
+        let store = Arc::new(if composites {
+            PodGroupStore::with_composites()
+        } else {
+            PodGroupStore::new()
+        });
+        let mut tree = Tree {
+            store: store.clone(),
+            members: BTreeMap::new(),
+            created: 0,
+        };
+        tree.composite("cpg-root", Some(2), None, None);
+        tree.composite("cpg-sub", None, Some("cpg-root"), None);
+        tree.composite("cpg-other", None, None, None);
+        tree.group("pg", Some(2), "cpg-sub", &[]);
+        tree.group("sibling", Some(2), "cpg-root", &[]);
+        tree.group("stranger", Some(2), "cpg-other", &[]);
+        let gang = GangScheduling::new(Some(store.clone()));
+        let events = gang.events_to_register();
+        let hint = |label: &str, added: &EventObject| {
+            let registered = events.iter().find(|e| e.event.label == label);
+            let Some(registered) = registered else {
+                return QueueingHint::Skip;
+            };
+            let waiting = PodBuilder::new("p")
+                .namespace("ns")
+                .uid("p")
+                .pod_group("pg")
+                .build();
+            (registered.hint.as_ref().unwrap())(&waiting, None, Some(added)).unwrap()
+        };
+        let pod_of = |group: &str| {
+            EventObject::pod(
+                PodBuilder::new("new")
+                    .namespace("ns")
+                    .uid("new")
+                    .pod_group(group)
+                    .build(),
+            )
+        };
+        let on = |b: bool| {
+            if b && composites {
+                QueueingHint::Queue
+            } else {
+                QueueingHint::Skip
+            }
+        };
+        let gate = if composites { "CPG=true" } else { "CPG=false" };
+        assert_eq!(
+            hint("UnscheduledPodAdd", &pod_of("sibling")),
+            on(true),
+            "a pod of another group of the same root ({gate})"
+        );
+        assert_eq!(
+            hint("UnscheduledPodAdd", &pod_of("stranger")),
+            QueueingHint::Skip,
+            "a pod of a group of another root ({gate})"
+        );
+        let group_of = |name: &str| {
+            EventObject::PodGroup(Arc::new(PodGroup {
+                metadata: ObjectMeta {
+                    namespace: Some("ns".into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }))
+        };
+        assert_eq!(
+            hint("PodGroupAdd", &group_of("sibling")),
+            on(true),
+            "a pod group of the same root ({gate})"
+        );
+        assert_eq!(
+            hint("PodGroupAdd", &group_of("stranger")),
+            QueueingHint::Skip,
+            "a pod group of another root ({gate})"
+        );
+        let composite_of = |name: &str| {
+            EventObject::CompositePodGroup(
+                store
+                    .composite(&PodGroupKey::new("ns", name))
+                    .map_or_else(|| Arc::new(CompositePodGroup::default()), |c| c.object.clone()),
+            )
+        };
+        assert_eq!(
+            hint("CompositePodGroupAdd", &composite_of("cpg-root")),
+            on(true),
+            "the root ({gate})"
+        );
+        assert_eq!(
+            hint("CompositePodGroupAdd", &composite_of("cpg-sub")),
+            on(true),
+            "an intermediate composite implying the same root ({gate})"
+        );
+        assert_eq!(
+            hint("CompositePodGroupAdd", &composite_of("cpg-other")),
+            QueueingHint::Skip,
+            "a composite of another hierarchy ({gate})"
+        );
+    }
+}

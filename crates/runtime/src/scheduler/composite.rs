@@ -6,8 +6,8 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use unisched_framework::{
-    CompositeCycleInput, Framework, GroupNodeKey, GroupTree, PodGroupKey, PodGroupStore, QueuedPodInfo,
-    SchedulingAlgorithm, SchedulingFailure, Status, run_composite_cycle,
+    CompositeCycleInput, Framework, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey, PodGroupStore,
+    QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, Status, run_composite_cycle,
 };
 use unisched_plugins::names::GANG_SCHEDULING;
 
@@ -15,6 +15,34 @@ use super::{
     Shared, handle_failure,
     workload::{GroupPop, creation_order, dispatch, report_condition, validate_members},
 };
+
+/// The popped member and the waiting members of every PodGroup of the tree, by group, each
+/// group's in the order its members were created (as upstream adds them as they arrive).
+fn take_members(
+    sh: &Arc<Shared>,
+    groups: &PodGroupStore,
+    leaves: &[Arc<PodGroupInfo>],
+    popped: QueuedPodInfo,
+) -> BTreeMap<PodGroupKey, Vec<QueuedPodInfo>> {
+    let uid = popped.pod_info.uid.clone();
+    let others: Vec<String> = leaves
+        .iter()
+        .flat_map(|g| groups.unbound_members(&g.key))
+        .filter(|other| *other != uid)
+        .collect();
+    let mut taken = vec![popped];
+    taken.extend(sh.queue.take_group_members(others.iter().map(String::as_str)));
+    let mut members: BTreeMap<PodGroupKey, Vec<QueuedPodInfo>> = BTreeMap::new();
+    for m in taken {
+        if let Some(group) = PodGroupKey::of_pod(&m.pod_info.pod) {
+            members.entry(group).or_default().push(m);
+        }
+    }
+    for list in members.values_mut() {
+        list.sort_by_key(|m| creation_order(&m.pod_info));
+    }
+    members
+}
 
 /// Schedules the tree the popped pod's group is in, from its root.
 pub(super) fn schedule_tree(
@@ -49,25 +77,7 @@ pub(super) fn schedule_tree(
         return;
     };
     let leaves = tree.leaves();
-    let popped = qpi.pod_info.uid.clone();
-    let others: Vec<String> = leaves
-        .iter()
-        .flat_map(|g| groups.unbound_members(&g.key))
-        .filter(|uid| *uid != popped)
-        .collect();
-    let mut taken = vec![qpi];
-    taken.extend(sh.queue.take_group_members(others.iter().map(String::as_str)));
-    let mut members: BTreeMap<PodGroupKey, Vec<QueuedPodInfo>> = BTreeMap::new();
-    for m in taken {
-        let Some(group) = PodGroupKey::of_pod(&m.pod_info.pod) else {
-            continue;
-        };
-        members.entry(group).or_default().push(m);
-    }
-    for list in members.values_mut() {
-        // Members are tried in the order they were created, as upstream adds them as they arrive.
-        list.sort_by_key(|m| creation_order(&m.pod_info));
-    }
+    let mut members = take_members(sh, groups, &leaves, qpi);
     let validated = members
         .values()
         .try_for_each(|list| validate_members(root.priority, fwk, list));
