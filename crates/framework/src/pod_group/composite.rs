@@ -189,14 +189,4 @@ impl GroupTree {
             }
         }
     }
-
-    /// How deep the tree is: 1 for a leaf.
-    pub fn depth(&self) -> usize {
-        match self {
-            GroupTree::Leaf(_) => 1,
-            GroupTree::Composite { children, .. } => {
-                1 + children.iter().map(GroupTree::depth).max().unwrap_or(0)
-            }
-        }
-    }
 }
