@@ -966,6 +966,20 @@ const CALLS: &[Call] = &[
         Use::Now,
     ),
     call(
+        "scheduling.k8s.io",
+        "compositepodgroups",
+        "list",
+        "composite pod groups (CompositePodGroup), when the API server serves them",
+        Use::Now,
+    ),
+    call(
+        "scheduling.k8s.io",
+        "compositepodgroups",
+        "watch",
+        "composite pod groups (CompositePodGroup), when the API server serves them",
+        Use::Now,
+    ),
+    call(
         "policy",
         "poddisruptionbudgets",
         "list",

@@ -376,3 +376,49 @@ fn a_topology_key_naming_a_device_attribute_keeps_the_gang_in_one_clique() {
         assert_eq!(p["claims"][0]["devices"].as_array().map(Vec::len), Some(1), "{p}");
     }
 }
+
+/// `composite-gang` (CompositePodGroup): a gang composite of two gangs lands whole in the one
+/// rack that holds both; a gang composite one of whose gangs can never fit binds nothing, and
+/// its gang that fitted quotes the composite's verdict in upstream's words.
+#[test]
+fn a_composite_gang_lands_whole_in_one_rack_and_a_short_one_holds_nothing() {
+    let p = run(
+        "composite-gang",
+        &[
+            "--feature-gates",
+            "CompositePodGroup=true,TopologyAwareWorkloadScheduling=true",
+        ],
+    );
+    for pod in ["workers-0", "workers-1", "ps-0", "ps-1"] {
+        let n = node(&p, pod);
+        assert!(matches!(n, Some("b-1" | "b-2")), "{pod} on {n:?}: {p:?}");
+    }
+    for pod in ["fits-0", "too-big-0"] {
+        assert_eq!(node(&p, pod), None, "{pod}: {p:?}");
+        assert_eq!(p[pod].reason.as_deref(), Some("Unschedulable"), "{pod}: {p:?}");
+    }
+    let fits = p["fits-0"].message.as_deref().unwrap_or("");
+    assert!(
+        fits.starts_with(
+            "pod group is unschedulable, 0/1 placements are available, first placement status: \
+             minCount (2) cannot be satisfied: 1 scheduled, 0 remaining"
+        ),
+        "{fits}"
+    );
+    let too_big = p["too-big-0"].message.as_deref().unwrap_or("");
+    assert!(too_big.contains("Insufficient cpu"), "{too_big}");
+}
+
+/// Without the gate the same objects are separate roots: each gang of `train` is placed on its
+/// own (no rack shared), and the gang of `short` that fits is bound.
+#[test]
+fn without_the_composite_gate_every_pod_group_is_a_root() {
+    let p = run(
+        "composite-gang",
+        &["--feature-gates", "TopologyAwareWorkloadScheduling=true"],
+    );
+    for pod in ["workers-0", "workers-1", "ps-0", "ps-1", "fits-0"] {
+        assert!(node(&p, pod).is_some(), "{pod}: {p:?}");
+    }
+    assert_eq!(node(&p, "too-big-0"), None, "{p:?}");
+}

@@ -87,7 +87,7 @@ pub const SCHEDULER_GATES: &[(&str, Implemented)] = &[
     ("DRASchedulerFilterTimeout", Implemented::Only(true)),
     ("DRAWorkloadResourceClaims", Implemented::Both),
     ("DynamicResourceAllocation", Implemented::Only(true)),
-    ("CompositePodGroup", Implemented::Only(false)),
+    ("CompositePodGroup", Implemented::Both),
     ("GenericWorkload", Implemented::Both),
     ("InPlacePodLevelResourcesVerticalScaling", Implemented::Only(true)),
     ("InPlacePodVerticalScaling", Implemented::Only(true)),

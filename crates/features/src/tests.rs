@@ -16,6 +16,12 @@ fn the_empty_flag_gives_upstream_defaults_except_unisched_deviations() {
     assert!(gates.enabled("DynamicResourceAllocation"));
     assert!(gates.enabled("PodLevelResources"));
     assert!(!gates.enabled("CompositePodGroup"));
+    assert!(
+        FeatureGates::parse("CompositePodGroup=true")
+            .unwrap()
+            .enabled("CompositePodGroup"),
+        "implemented both ways"
+    );
     // unisched's deliberate differences: KEP-5517 and the workload gates.
     assert!(gates.enabled("DRANodeAllocatableResources"));
     assert!(gates.enabled("TopologyAwareWorkloadScheduling"));
@@ -121,8 +127,9 @@ fn go_boolean_spellings_are_accepted() {
 #[test]
 fn scheduler_gates_unisched_does_not_implement_are_refused_by_name() {
     assert_eq!(
-        err("CompositePodGroup=true,GenericWorkload=true,TopologyAwareWorkloadScheduling=true"),
-        "feature gate CompositePodGroup=true is not supported by unisched, which always runs CompositePodGroup=false"
+        err("InterPodAffinityHostnameFastPath=true"),
+        "feature gate InterPodAffinityHostnameFastPath=true is not supported by unisched, which always runs \
+         InterPodAffinityHostnameFastPath=false"
     );
     assert_eq!(
         err("DRANodeAllocatableResources=false"),
@@ -130,7 +137,7 @@ fn scheduler_gates_unisched_does_not_implement_are_refused_by_name() {
          DRANodeAllocatableResources=true"
     );
     // Setting a scheduler gate to the value unisched runs is fine.
-    let gates = FeatureGates::parse("PodLevelResources=true,CompositePodGroup=false").unwrap();
+    let gates = FeatureGates::parse("PodLevelResources=true,InterPodAffinityHostnameFastPath=false").unwrap();
     assert!(gates.enabled("PodLevelResources"));
 }
 
@@ -164,7 +171,14 @@ fn all_alpha_sets_every_unset_alpha_gate_and_explicit_names_win() {
     );
     // With the dependencies on, the alpha scheduler gates unisched does not implement are refused.
     let e = err("AllAlpha=true,AllBeta=true");
-    assert!(e.contains("CompositePodGroup=true is not supported"), "{e}");
+    assert!(
+        e.contains("InterPodAffinityHostnameFastPath=true is not supported"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("CompositePodGroup=true is not supported"),
+        "unisched implements both values: {e}"
+    );
     assert!(
         !e.contains("TopologyAwareWorkloadScheduling=true is not supported"),
         "unisched implements both values: {e}"

@@ -47,6 +47,8 @@ pub enum EventResource {
     CsiStorageCapacity,
     /// scheduling.k8s.io PodGroup.
     PodGroup,
+    /// scheduling.k8s.io CompositePodGroup (the CompositePodGroup gate).
+    CompositePodGroup,
     /// Every resource.
     Wildcard,
 }
@@ -69,6 +71,7 @@ impl EventResource {
             EventResource::CsiDriver => "storage.k8s.io/CSIDriver",
             EventResource::CsiStorageCapacity => "storage.k8s.io/CSIStorageCapacity",
             EventResource::PodGroup => "scheduling.k8s.io/PodGroup",
+            EventResource::CompositePodGroup => "scheduling.k8s.io/CompositePodGroup",
             EventResource::Wildcard => "*",
         }
     }
@@ -217,6 +220,8 @@ pub enum EventObject {
     CsiStorageCapacity(Arc<CSIStorageCapacity>),
     /// A PodGroup.
     PodGroup(Arc<PodGroup>),
+    /// A CompositePodGroup.
+    CompositePodGroup(Arc<k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup>),
     /// Something the hint does not need to inspect.
     Other,
 }

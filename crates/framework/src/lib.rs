@@ -55,10 +55,12 @@ pub use plugin::{
 };
 pub use plugin_clock::calibrate_plugin_clock;
 pub use pod_group::{
-    GroupPolicy, MemberCounts, MemberDecision, Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin,
-    PlacementProgress, PlacementScorePlugin, PodGroupAssignments, PodGroupCycleInput, PodGroupCycleResult,
-    PodGroupInfo, PodGroupKey, PodGroupPostFilterInput, PodGroupPostFilterPlugin, PodGroupPostFilterResult,
-    PodGroupSimulator, PodGroupStore, ProposedAssignment, SimulatedPlacement, run_pod_group_cycle,
+    CompositeCycleInput, CompositeCycleResult, CompositeGroupResult, CompositePodGroupInfo, GroupNodeKey,
+    GroupPolicy, GroupRef, GroupTree, MemberCounts, MemberDecision, NoRoot, Placement,
+    PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress, PlacementScorePlugin,
+    PodGroupAssignments, PodGroupCycleInput, PodGroupCycleResult, PodGroupInfo, PodGroupKey,
+    PodGroupPostFilterInput, PodGroupPostFilterPlugin, PodGroupPostFilterResult, PodGroupSimulator,
+    PodGroupStore, ProposedAssignment, SimulatedPlacement, run_composite_cycle, run_pod_group_cycle,
 };
 pub use pod_info::{HostPort, PodInfo, QueuedPodInfo, shrink_vec};
 pub use profile::{

@@ -335,6 +335,7 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
         EventObject::CsiDriver(_) => "CSIDriver",
         EventObject::CsiStorageCapacity(_) => "CSIStorageCapacity",
         EventObject::PodGroup(_) => "PodGroup",
+        EventObject::CompositePodGroup(_) => "CompositePodGroup",
         EventObject::Other => "another object",
     }
 }

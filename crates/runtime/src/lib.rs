@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod binding_threads;
+mod composite_pod_groups;
 mod debug_flags;
 mod dra;
 mod events;

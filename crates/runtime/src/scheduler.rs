@@ -18,6 +18,7 @@ use serde_json::json;
 use tokio::{runtime::Handle, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use unisched_cache::{Cache, DraCache, VolumeCache};
+mod composite;
 mod nomination;
 mod workload;
 
@@ -207,6 +208,7 @@ impl std::fmt::Debug for Scheduler {
 
 /// The PodGroup store when pod groups are scheduled together: GenericWorkload on and the API
 /// server serving PodGroups. Otherwise one line says why not, and pods are scheduled alone.
+/// With CompositePodGroup on and composites served, the store keeps the forest too.
 async fn workload_store(client: &Client, gates: &FeatureGates) -> Option<Arc<PodGroupStore>> {
     if !gates.enabled("GenericWorkload") {
         tracing::info!("GenericWorkload is off: pods of a PodGroup are scheduled one by one");
@@ -219,7 +221,17 @@ async fn workload_store(client: &Client, gates: &FeatureGates) -> Option<Arc<Pod
         );
         return None;
     }
-    Some(Arc::new(PodGroupStore::new()))
+    if !gates.enabled("CompositePodGroup") {
+        return Some(Arc::new(PodGroupStore::new()));
+    }
+    if !crate::composite_pod_groups::served(client).await {
+        tracing::info!(
+            api = crate::composite_pod_groups::COMPOSITE_POD_GROUP_API,
+            "CompositePodGroups are not served: every PodGroup is scheduled as a root"
+        );
+        return Some(Arc::new(PodGroupStore::new()));
+    }
+    Some(Arc::new(PodGroupStore::with_composites()))
 }
 
 impl Scheduler {

@@ -24,6 +24,7 @@ use unisched_framework::PodGroupStore;
 use unisched_queue::SchedulingQueue;
 
 use crate::{
+    composite_pod_groups::CompositePodGroupHandler,
     dra::DraHandler,
     http::Health,
     informers::{self, Handler, NodeHandler, PodHandler, WatchedObject},
@@ -66,6 +67,9 @@ pub(crate) enum WatchedKind {
     CsiStorageCapacities,
     /// scheduling.k8s.io PodGroups, when pod groups are scheduled together.
     PodGroups,
+    /// scheduling.k8s.io CompositePodGroups, when the store keeps the forest (the
+    /// CompositePodGroup gate).
+    CompositePodGroups,
 }
 
 /// One row of the watch table.
@@ -174,7 +178,12 @@ impl ReadinessGate {
 /// served and the feature on (a watch of an unserved kind would only log errors).
 pub(crate) const POD_GROUP_WATCH: Watch = Watch::gating(WatchedKind::PodGroups);
 
-/// Starts every watch of [`WATCHES`] (and [`POD_GROUP_WATCH`] when pod groups are scheduled);
+/// The watch of CompositePodGroups, started beside [`POD_GROUP_WATCH`] when the store keeps the
+/// forest (the gate is on and the API served).
+pub(crate) const COMPOSITE_POD_GROUP_WATCH: Watch = Watch::gating(WatchedKind::CompositePodGroups);
+
+/// Starts every watch of [`WATCHES`] (and [`POD_GROUP_WATCH`] when pod groups are scheduled,
+/// [`COMPOSITE_POD_GROUP_WATCH`] when composites are too);
 /// each ends when `stop` is cancelled.
 pub(crate) fn spawn_all(
     targets: &WatchTargets,
@@ -182,10 +191,16 @@ pub(crate) fn spawn_all(
     stop: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let optional = targets.pod_groups.as_ref().map(|_| POD_GROUP_WATCH);
+    let composites = targets
+        .pod_groups
+        .as_ref()
+        .filter(|g| g.composites_enabled())
+        .map(|_| COMPOSITE_POD_GROUP_WATCH);
     WATCHES
         .iter()
         .copied()
         .chain(optional)
+        .chain(composites)
         .map(|watch| spawn_watch(watch, targets, readiness, stop.clone()))
         .collect()
 }
@@ -244,6 +259,10 @@ pub(crate) fn spawn_watch(
         )),
         WatchedKind::PodGroups => match &targets.pod_groups {
             Some(groups) => run.spawn(PodGroupHandler::new(groups.clone(), queue.clone())),
+            None => tokio::spawn(async {}),
+        },
+        WatchedKind::CompositePodGroups => match &targets.pod_groups {
+            Some(groups) => run.spawn(CompositePodGroupHandler::new(groups.clone(), queue.clone())),
             None => tokio::spawn(async {}),
         },
     }

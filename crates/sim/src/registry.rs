@@ -26,7 +26,10 @@ use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
+use k8s_openapi::api::scheduling::{
+    v1alpha3::CompositePodGroup,
+    v1beta1::{PodGroup, Workload},
+};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -347,6 +350,9 @@ impl Default for Registry {
                 .short(&["pc"]),
             ResourceType::of::<Workload>().generation(Spec),
             ResourceType::of::<PodGroup>()
+                .status(ClearOnCreate)
+                .generation(Spec),
+            ResourceType::of::<CompositePodGroup>()
                 .status(ClearOnCreate)
                 .generation(Spec),
             ResourceType::of::<PodDisruptionBudget>()

@@ -39,6 +39,7 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("v1", "PersistentVolumeClaim"),
     ("policy/v1", "PodDisruptionBudget"),
     ("scheduling.k8s.io/v1beta1", "Workload"),
+    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"),
     ("scheduling.k8s.io/v1beta1", "PodGroup"),
     ("batch/v1", "Job"),
     ("v1", "Pod"),

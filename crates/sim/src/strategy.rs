@@ -87,7 +87,12 @@ pub(crate) fn prepare_create(
         ("scheduling.k8s.io", "PodGroup") => {
             let name = name_of(obj).to_string();
             let spec = crate::util::object_at(obj, &["spec"]);
-            admit_pod_group_priority(&name, spec, lookup)?;
+            admit_pod_group_priority(&name, spec, lookup, GroupKind::PodGroup)?;
+        }
+        ("scheduling.k8s.io", "CompositePodGroup") => {
+            let name = name_of(obj).to_string();
+            let spec = crate::util::object_at(obj, &["spec"]);
+            admit_pod_group_priority(&name, spec, lookup, GroupKind::Composite)?;
         }
         ("scheduling.k8s.io", "PriorityClass") => admit_priority_class(obj, lookup)?,
         _ => {}
@@ -133,14 +138,27 @@ pub(crate) fn default_for_validation(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-/// kube-apiserver's Priority admission for a PodGroup: `spec.priority` comes from its
-/// `priorityClassName` (or the global default class, else 0), and a given one must agree.
+/// Which kind of group the Priority admission is deciding for (its messages name it).
+#[derive(Clone, Copy)]
+enum GroupKind {
+    PodGroup,
+    Composite,
+}
+
+/// kube-apiserver's Priority admission for a PodGroup or a CompositePodGroup: `spec.priority`
+/// comes from its `priorityClassName` (or the global default class, else 0), and a given one
+/// must agree.
 fn admit_pod_group_priority(
     name: &str,
     spec: &mut Map<String, Value>,
     lookup: &dyn Lookup,
+    kind: GroupKind,
 ) -> Result<(), StoreError> {
-    let (class_name, class) = priority_class_of(spec, lookup, "podgroups.scheduling.k8s.io", name)?;
+    let (resource, what) = match kind {
+        GroupKind::PodGroup => ("podgroups.scheduling.k8s.io", "pod group"),
+        GroupKind::Composite => ("compositepodgroups.scheduling.k8s.io", "composite pod group"),
+    };
+    let (class_name, class) = priority_class_of(spec, lookup, resource, name)?;
     let value = class
         .as_ref()
         .and_then(|pc| pc.value().get("value").and_then(Value::as_i64))
@@ -149,7 +167,7 @@ fn admit_pod_group_priority(
         && given != value
     {
         return Err(StoreError::Forbidden(format!(
-            "podgroups.scheduling.k8s.io \"{name}\" is forbidden: priority set in the pod group ({given}) must \
+            "{resource} \"{name}\" is forbidden: priority set in the {what} ({given}) must \
              match the priority computed ({value}) based on the priority class set in the spec"
         )));
     }
@@ -388,6 +406,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
         admission::check_resource_claim_template(obj, &mut causes);
     } else if rt.is("scheduling.k8s.io", "PodGroup") {
         admission::check_pod_group(obj, &mut causes);
+    } else if rt.is("scheduling.k8s.io", "CompositePodGroup") {
+        admission::check_composite_pod_group(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "DeviceClass") {
         admission::check_device_class(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "ResourceSlice") {

@@ -34,7 +34,7 @@ use crate::{
 };
 
 /// Upstream's generic verdict for a group that cannot be placed, which its messages quote.
-const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+pub(super) const POD_GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
 /// What happens to one member after the group's cycle.
 #[derive(Debug)]
@@ -83,20 +83,20 @@ pub(super) struct Try {
     /// Whether the verdict is upstream's generic "pod group is unschedulable" (the quorum could
     /// not be met before any member was tried, or was still short after the last one), which is
     /// what a placement failure quotes of it, rather than the reason.
-    marked: bool,
+    pub(super) marked: bool,
     /// Per member; `None` when the try stopped before reaching it.
     pub(super) members: Vec<Option<Tried>>,
 }
 
 impl Try {
-    fn placed_count(&self) -> usize {
+    pub(super) fn placed_count(&self) -> usize {
         self.members
             .iter()
             .filter(|m| matches!(m, Some(Tried::Placed(_))))
             .count()
     }
 
-    fn proposed(&self) -> Vec<(String, String)> {
+    pub(super) fn proposed(&self) -> Vec<(String, String)> {
         self.members
             .iter()
             .filter_map(|m| match m {
@@ -117,6 +117,11 @@ pub(super) struct Context<'a> {
     pub(super) record_plugin_metrics: bool,
     /// Pods a preemption dry run removed from the cluster (`None` in a real cycle).
     pub(super) removed: Option<Arc<[Arc<PodInfo>]>>,
+    /// The placement the group is tried within: all nodes, or its parent composite's.
+    pub(super) parent: Placement,
+    /// True for a group of a composite's subtree: a try that places no member may still
+    /// succeed (every member may be bound already); only the root must place one.
+    pub(super) in_composite: bool,
 }
 
 /// How the group's placement ended, before the members' decisions are made.
@@ -126,15 +131,15 @@ pub(super) enum Outcome {
     Tried {
         /// The try.
         tried: Try,
-        /// The placement's name, when the group had candidate placements.
-        placement: Option<String>,
+        /// The placement, when the group had candidate placements.
+        placement: Option<Placement>,
     },
     /// No member was tried: the placements could not be made or judged.
     NotTried(Status),
 }
 
 impl Outcome {
-    fn status(&self) -> &Status {
+    pub(super) fn status(&self) -> &Status {
         match self {
             Outcome::Tried { tried, .. } => &tried.status,
             Outcome::NotTried(status) => status,
@@ -143,7 +148,7 @@ impl Outcome {
 }
 
 /// The verdict of the group's PostFilter plugins.
-type Preemption = (Option<PodGroupPostFilterResult>, Status);
+pub(super) type Preemption = (Option<PodGroupPostFilterResult>, Status);
 
 /// What one pod-group cycle decides about.
 #[derive(Debug)]
@@ -180,6 +185,8 @@ pub fn run_pod_group_cycle(
         already_scheduled,
         record_plugin_metrics,
         removed: None,
+        parent: Placement::all_nodes(),
+        in_composite: false,
     };
     let outcome = place(&ctx, algo, &members);
     // Upstream runs the group's PostFilter only for a plain Unschedulable verdict.
@@ -205,7 +212,7 @@ pub fn run_pod_group_cycle(
         fwk.run_pod_group_post_filter(nominator, &input, &mut simulator)
     });
     match outcome {
-        Outcome::Tried { tried, placement } => decide(&members, tried, placement, preemption),
+        Outcome::Tried { tried, placement } => decide(&members, tried, placement.map(|p| p.name), preemption),
         Outcome::NotTried(status) => all_failed(&members, status, preemption),
     }
 }
@@ -213,7 +220,7 @@ pub fn run_pod_group_cycle(
 /// The group's placement: one try on every node, or the best of the candidate placements.
 pub(super) fn place(ctx: &Context<'_>, algo: &mut SchedulingAlgorithm, members: &[Arc<PodInfo>]) -> Outcome {
     if !ctx.fwk.has_placement_generate_plugins() {
-        let pins = vec![None; members.len()];
+        let pins = vec![ctx.parent.nodes.clone(); members.len()];
         let tried = try_group(ctx, algo, members, &pins);
         return Outcome::Tried {
             tried,
@@ -221,10 +228,7 @@ pub(super) fn place(ctx: &Context<'_>, algo: &mut SchedulingAlgorithm, members: 
         };
     }
     let snapshot = ctx.cache.update_snapshot();
-    match ctx
-        .fwk
-        .run_placement_generate(ctx.group, &snapshot, &Placement::all_nodes())
-    {
+    match ctx.fwk.run_placement_generate(ctx.group, &snapshot, &ctx.parent) {
         Ok(placements) => {
             ctx.fwk
                 .observer()
@@ -261,7 +265,7 @@ fn place_on_best(
             // The only candidate: kept as it is (the placement scorers have nothing to choose).
             return Outcome::Tried {
                 tried,
-                placement: Some(placement.name.clone()),
+                placement: Some(placement.clone()),
             };
         }
         if tried.status.is_success() {
@@ -281,7 +285,7 @@ fn place_on_best(
                 // the same result).
                 return Outcome::Tried {
                     tried,
-                    placement: Some(placement.name.clone()),
+                    placement: Some(placement.clone()),
                 };
             }
             let nodes = tried
@@ -303,7 +307,7 @@ fn place_on_best(
         if !tried.status.is_rejected() {
             return Outcome::Tried {
                 tried,
-                placement: Some(placement.name.clone()),
+                placement: Some(placement.clone()),
             };
         }
         if first_failure.is_none() {
@@ -354,7 +358,7 @@ fn place_on_best(
     let tried = try_group(ctx, algo, members, &pins);
     Outcome::Tried {
         tried,
-        placement: Some(placement.name.clone()),
+        placement: Some(placement.clone()),
     }
 }
 
@@ -387,7 +391,7 @@ fn no_untried_placement_can_win(
 
 /// The highest total; ties go to the placement whose name sorts first, so the same inputs make
 /// the same choice.
-fn best_placement(scores: &[i64], assignments: &[PodGroupAssignments]) -> usize {
+pub(super) fn best_placement(scores: &[i64], assignments: &[PodGroupAssignments]) -> usize {
     let mut best = 0;
     for i in 1..scores.len() {
         if scores[i] > scores[best]
@@ -408,7 +412,7 @@ fn next_try_key(group: &PodGroupInfo) -> Arc<str> {
 
 /// One try: the feasibility check first, then each member in order with the check after each.
 /// A try that does not succeed is taken back before it returns.
-fn try_group(
+pub(super) fn try_group(
     ctx: &Context<'_>,
     algo: &mut SchedulingAlgorithm,
     members: &[Arc<PodInfo>],
@@ -502,7 +506,7 @@ fn try_group(
         marked,
         members: tried,
     };
-    if result.status.is_success() && result.placed_count() == 0 {
+    if result.status.is_success() && result.placed_count() == 0 && !ctx.in_composite {
         // Success needs at least one member placed (every member may have failed on its own
         // in a group with no quorum plugin).
         result.status = Status::unschedulable(POD_GROUP_UNSCHEDULABLE);
@@ -515,14 +519,19 @@ fn try_group(
 }
 
 /// Takes back every member a try placed, the last placed first: Unreserve, then forget.
-fn revert(ctx: &Context<'_>, tried: &mut Try) {
+pub(super) fn revert(ctx: &Context<'_>, tried: &mut Try) {
+    revert_with(ctx.fwk, ctx.cache, tried);
+}
+
+/// [`revert`] with only what it needs.
+pub(super) fn revert_with(fwk: &Framework, cache: &dyn SchedulerCache, tried: &mut Try) {
     for slot in tried.members.iter_mut().rev() {
         if let Some(Tried::Placed(task)) = slot {
             let BindingTask {
                 state, assumed, node, ..
             } = task.as_mut();
-            ctx.fwk.run_unreserve(state, assumed, node);
-            if let Err(e) = ctx.cache.forget_pod(assumed) {
+            fwk.run_unreserve(state, assumed, node);
+            if let Err(e) = cache.forget_pod(assumed) {
                 tracing::error!(pod = %assumed.key(), error = %e, "forgetting a pod-group member taken back");
             }
             *slot = Some(Tried::Reverted);
@@ -565,7 +574,7 @@ fn nominate(decisions: &mut [MemberDecision], nominations: &BTreeMap<String, Str
 }
 
 /// Every member's decision from the kept try (or the reported failure).
-fn decide(
+pub(super) fn decide(
     members: &[Arc<PodInfo>],
     tried: Try,
     placement: Option<String>,
@@ -650,7 +659,7 @@ fn group_rejectors(tried: &Try, group_status: &Status) -> BTreeSet<String> {
 }
 
 /// The group failed before any member was tried.
-fn all_failed(
+pub(super) fn all_failed(
     members: &[Arc<PodInfo>],
     status: Status,
     preemption: Option<Preemption>,

@@ -83,6 +83,9 @@ pub struct PodGroupInfo {
     pub disrupted_together: bool,
     /// `spec.preemptionPolicy` (read only with the PodGroupPreemptionPolicy gate).
     pub preemption_policy: Option<String>,
+    /// `spec.parentCompositePodGroupName`: the CompositePodGroup the group is a child of (read
+    /// only with the CompositePodGroup gate).
+    pub parent: Option<String>,
 }
 
 impl PodGroupInfo {
@@ -109,6 +112,10 @@ impl PodGroupInfo {
             priority: spec.priority.unwrap_or(0),
             disrupted_together: spec.disruption_mode.as_ref().is_some_and(|m| m.all.is_some()),
             preemption_policy: spec.preemption_policy.clone(),
+            parent: spec
+                .parent_composite_pod_group_name
+                .clone()
+                .filter(|p| !p.is_empty()),
             object,
         }
     }

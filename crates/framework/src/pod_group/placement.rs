@@ -6,10 +6,14 @@
 //! gang's quorum) says after every member whether the attempt can still succeed; and
 //! `placementScore` plugins rank the placements that worked. The plugins are pure functions of
 //! what they are given, so they are tested without a cluster.
+//!
+//! A CompositePodGroup goes through the same points (its placements are tried with its whole
+//! subtree; its quorum counts children). Each trait has a `composite_` method for it, which a
+//! plugin that has nothing to say about composites leaves to its neutral default.
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use super::PodGroupInfo;
+use super::{CompositePodGroupInfo, PodGroupInfo};
 use crate::{Plugin, Snapshot, Status};
 
 /// A set of nodes a group is tried on.
@@ -73,6 +77,16 @@ pub trait PlacementGeneratePlugin: Plugin {
         snapshot: &Snapshot,
         parent: &Placement,
     ) -> Result<Vec<Placement>, Status>;
+
+    /// The candidates for a composite's subtree; the default returns the parent unchanged.
+    fn generate_composite_placements(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        _snapshot: &Snapshot,
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
+        Ok(vec![parent.clone()])
+    }
 }
 
 /// Scores a placement that worked (`placementScore`).
@@ -97,6 +111,23 @@ pub trait PlacementScorePlugin: Plugin {
     ) -> bool {
         false
     }
+    /// The raw score of one placement of a composite's subtree (`assignments` holds every pod
+    /// the subtree placed); the default scores every placement alike.
+    fn score_composite_placement(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        _assignments: &PodGroupAssignments,
+    ) -> Result<i64, Status> {
+        Ok(0)
+    }
+    /// Normalises a composite's raw scores in place; the default keeps them.
+    fn normalize_composite_placement_scores(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        _scores: &mut [i64],
+    ) -> Status {
+        Status::success()
+    }
 }
 
 /// Says whether an attempt can still meet the group's constraints.
@@ -106,4 +137,12 @@ pub trait PlacementScorePlugin: Plugin {
 pub trait PlacementFeasiblePlugin: Plugin {
     /// The verdict for the progress so far.
     fn placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status;
+    /// The verdict for a composite, whose progress counts children; the default is Success.
+    fn composite_placement_feasible(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        _progress: PlacementProgress,
+    ) -> Status {
+        Status::success()
+    }
 }

@@ -129,6 +129,8 @@ impl PodGroupSimulator for CycleSimulator<'_> {
             already_scheduled: self.already_scheduled,
             record_plugin_metrics: self.record_plugin_metrics,
             removed: Some(Arc::from(removed.to_vec())),
+            parent: super::Placement::all_nodes(),
+            in_composite: false,
         };
         match place(&ctx, self.algo, self.members) {
             Outcome::NotTried(status) => SimulatedPlacement {

@@ -4,16 +4,25 @@
 //! key the pod names, whether or not the group exists yet. The watch handlers write; the queue
 //! (which members to take out together), the gang plugin (is the quorum there?) and the
 //! pod-group cycle (how many are placed already, and where) read.
+//!
+//! With the CompositePodGroup gate the store also keeps the forest (which CompositePodGroup each
+//! group is a child of), under the same lock, so a tree is always read together with its leaves.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
 };
 
-use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup};
+use k8s_openapi::api::{
+    core::v1::Pod,
+    scheduling::{v1alpha3::CompositePodGroup, v1beta1::PodGroup},
+};
 use parking_lot::RwLock;
 
-use super::{PodGroupInfo, PodGroupKey};
+use super::{
+    CompositePodGroupInfo, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey,
+    forest::{Forest, NoRoot},
+};
 
 /// One member pod.
 #[derive(Clone, Debug, Default)]
@@ -37,12 +46,16 @@ struct Inner {
     groups: HashMap<PodGroupKey, Arc<PodGroupInfo>>,
     /// Members by the group they name, by uid (ordered, so reads are deterministic).
     members: HashMap<PodGroupKey, BTreeMap<String, Member>>,
+    /// Parents and children (only with composites enabled).
+    forest: Forest,
 }
 
 /// The groups and their members. Cheap to share (`Arc`), safe to read from any thread.
 #[derive(Default)]
 pub struct PodGroupStore {
     inner: RwLock<Inner>,
+    /// The CompositePodGroup gate: without it a group's parent is ignored (every group is a root).
+    composites: bool,
 }
 
 impl std::fmt::Debug for PodGroupStore {
@@ -61,16 +74,108 @@ impl PodGroupStore {
         Self::default()
     }
 
+    /// An empty store that keeps the forest of CompositePodGroups (the CompositePodGroup gate).
+    pub fn with_composites() -> Self {
+        PodGroupStore {
+            inner: RwLock::default(),
+            composites: true,
+        }
+    }
+
+    /// Whether groups may have parents (the CompositePodGroup gate).
+    pub fn composites_enabled(&self) -> bool {
+        self.composites
+    }
+
     /// A group was added or changed; returns the decoded group.
     pub fn set_group(&self, group: Arc<PodGroup>) -> Arc<PodGroupInfo> {
         let info = Arc::new(PodGroupInfo::new(group));
-        self.inner.write().groups.insert(info.key.clone(), info.clone());
+        let mut inner = self.inner.write();
+        if self.composites {
+            inner.forest.set_group(&info);
+        }
+        inner.groups.insert(info.key.clone(), info.clone());
         info
     }
 
     /// A group was deleted. Its members stay known: the group may be recreated.
     pub fn remove_group(&self, key: &PodGroupKey) -> Option<Arc<PodGroupInfo>> {
-        self.inner.write().groups.remove(key)
+        let mut inner = self.inner.write();
+        inner.forest.remove_group(key);
+        inner.groups.remove(key)
+    }
+
+    /// A CompositePodGroup was added or changed; returns the decoded composite (nothing is kept
+    /// without the gate).
+    pub fn set_composite(&self, composite: Arc<CompositePodGroup>) -> Arc<CompositePodGroupInfo> {
+        let info = Arc::new(CompositePodGroupInfo::new(composite));
+        if self.composites {
+            self.inner.write().forest.set_composite(info.clone());
+        }
+        info
+    }
+
+    /// A CompositePodGroup was deleted.
+    pub fn remove_composite(&self, key: &PodGroupKey) -> Option<Arc<CompositePodGroupInfo>> {
+        self.inner.write().forest.remove_composite(key)
+    }
+
+    /// The composite, if it exists.
+    pub fn composite(&self, key: &PodGroupKey) -> Option<Arc<CompositePodGroupInfo>> {
+        self.inner.read().forest.composite(key)
+    }
+
+    /// Every composite, in key order.
+    pub fn composites(&self) -> Vec<Arc<CompositePodGroupInfo>> {
+        self.inner.read().forest.composites()
+    }
+
+    /// The children that name a composite, in key order (existing or not).
+    pub fn children(&self, composite: &PodGroupKey) -> Vec<GroupNodeKey> {
+        self.inner.read().forest.children(composite)
+    }
+
+    /// The composite a node names as its parent, if any.
+    pub fn parent(&self, node: &GroupNodeKey) -> Option<PodGroupKey> {
+        self.inner.read().forest.parent(node).cloned()
+    }
+
+    /// The root of the tree a group is in: the group itself when it has no parent (or the gate
+    /// is off). `None` when the group does not exist, an ancestor does not exist yet, or the
+    /// chain of parents loops.
+    pub fn root_of(&self, node: &GroupNodeKey) -> Option<GroupNodeKey> {
+        self.root(node).ok()
+    }
+
+    /// [`Self::root_of`], saying why there is none.
+    pub fn root(&self, node: &GroupNodeKey) -> Result<GroupNodeKey, NoRoot> {
+        let inner = self.inner.read();
+        match node {
+            GroupNodeKey::Group(k) if !inner.groups.contains_key(k) => return Err(NoRoot::Unknown),
+            GroupNodeKey::Composite(k) if inner.forest.composite(k).is_none() => {
+                return Err(NoRoot::Unknown);
+            }
+            _ => {}
+        }
+        if !self.composites {
+            return Ok(node.clone());
+        }
+        inner.forest.root_of(node)
+    }
+
+    /// Whether the pods of the tree under `composite` may enter the queue now: enough of its
+    /// children are ready, each PodGroup child with `minCount` pods (one when basic) and each
+    /// composite child by the same rule, down the tree (upstream's hierarchy readiness).
+    pub fn tree_admits_members(&self, composite: &PodGroupKey) -> bool {
+        let inner = self.inner.read();
+        composite_ready(&inner, composite, &mut HashSet::new())
+    }
+
+    /// The tree under a composite, with the PodGroups that exist now; `None` when the composite
+    /// does not exist.
+    pub fn tree(&self, composite: &PodGroupKey) -> Option<GroupTree> {
+        let inner = self.inner.read();
+        inner.forest.tree(composite, &|k| inner.groups.get(k).cloned())
     }
 
     /// The group, if it exists.
@@ -162,6 +267,17 @@ impl PodGroupStore {
             .unwrap_or_default()
     }
 
+    /// The nodes the bound members of every PodGroup under a composite are on.
+    pub fn subtree_bound_nodes(&self, composite: &PodGroupKey) -> Vec<String> {
+        let Some(tree) = self.tree(composite) else {
+            return Vec::new();
+        };
+        tree.leaves()
+            .iter()
+            .flat_map(|g| self.bound_nodes(&g.key))
+            .collect()
+    }
+
     /// The uids of the group's members that are not bound, in uid order.
     pub fn unbound_members(&self, key: &PodGroupKey) -> Vec<String> {
         let inner = self.inner.read();
@@ -176,6 +292,30 @@ impl PodGroupStore {
             })
             .unwrap_or_default()
     }
+}
+
+/// Whether enough of a composite's children are ready (see
+/// [`PodGroupStore::tree_admits_members`]); a loop is not ready.
+fn composite_ready(inner: &Inner, key: &PodGroupKey, seen: &mut HashSet<PodGroupKey>) -> bool {
+    let Some(info) = inner.forest.composite(key) else {
+        return false;
+    };
+    if !seen.insert(key.clone()) {
+        return false;
+    }
+    let ready = inner
+        .forest
+        .children(key)
+        .iter()
+        .filter(|child| match child {
+            GroupNodeKey::Composite(k) => composite_ready(inner, k, seen),
+            GroupNodeKey::Group(k) => inner
+                .groups
+                .get(k)
+                .is_some_and(|g| inner.members.get(k).map_or(0, BTreeMap::len) >= g.min_count()),
+        })
+        .count();
+    ready >= info.min_count()
 }
 
 fn remove_member(inner: &mut Inner, key: &PodGroupKey, uid: &str) {

@@ -4,11 +4,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup};
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, Code, EnqueueExtensions, EventObject, EventResource,
-    PlacementFeasiblePlugin, PlacementProgress, Plugin, PodGroupInfo, PodGroupKey, PodGroupStore, PodInfo,
-    PreEnqueuePlugin, QueueingHint, QueueingHintError, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, Code, CompositePodGroupInfo, EnqueueExtensions,
+    EventObject, EventResource, GroupNodeKey, PlacementFeasiblePlugin, PlacementProgress, Plugin,
+    PodGroupInfo, PodGroupKey, PodGroupStore, PodInfo, PreEnqueuePlugin, QueueingHint, QueueingHintError,
+    Status,
 };
 
+use super::hierarchy;
 use crate::{helper::event_pod_objects, names::GANG_SCHEDULING};
 
 /// Gates a gang's pods until the quorum exists, and judges pod-group attempts by it.
@@ -39,11 +41,19 @@ impl PreEnqueuePlugin for GangScheduling {
             return Status::success();
         };
         let Some(group) = groups.group(&key) else {
+            if groups.composites_enabled() {
+                return hierarchy::group_missing(groups, &key);
+            }
             return Status::unresolvable(format!(
                 "waiting for pods's pod group {:?} to appear in scheduling queue",
                 key.name
             ));
         };
+        if groups.composites_enabled()
+            && let Some(parent) = &group.parent
+        {
+            return hierarchy::pre_enqueue(groups, &key.namespace, parent);
+        }
         if !group.is_gang() {
             return Status::success();
         }
@@ -60,23 +70,37 @@ impl PlacementFeasiblePlugin for GangScheduling {
     /// Success once `minCount` members are placed; `Wait` while the remaining ones could still
     /// make it; Unschedulable when they cannot. A basic group's `minCount` is 1.
     fn placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status {
-        let min = group.min_count();
-        let PlacementProgress { scheduled, remaining } = progress;
-        if remaining + scheduled < min {
-            return Status::unschedulable(format!(
-                "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
-            ));
-        }
-        if scheduled < min {
-            return Status::new(
-                Code::Wait,
-                [format!(
-                    "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
-                )],
-            );
-        }
-        Status::success()
+        quorum(group.min_count(), progress)
     }
+
+    /// The same for a composite, counting children: `minGroupCount` of them for a gang
+    /// composite, one for a basic one (upstream words it as `minCount` too).
+    fn composite_placement_feasible(
+        &self,
+        composite: &CompositePodGroupInfo,
+        progress: PlacementProgress,
+    ) -> Status {
+        quorum(composite.min_count(), progress)
+    }
+}
+
+/// The quorum check: `min` placed, or still reachable (`Wait`), or out of reach.
+fn quorum(min: usize, progress: PlacementProgress) -> Status {
+    let PlacementProgress { scheduled, remaining } = progress;
+    if remaining + scheduled < min {
+        return Status::unschedulable(format!(
+            "minCount ({min}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+        ));
+    }
+    if scheduled < min {
+        return Status::new(
+            Code::Wait,
+            [format!(
+                "minCount ({min}) is not yet satisfied: {scheduled} scheduled, {remaining} remaining"
+            )],
+        );
+    }
+    Status::success()
 }
 
 /// The group a pod names, or `None`.
@@ -182,10 +206,84 @@ impl GangScheduling {
     /// waiting pods: not while the group exists as a gang short of its quorum (they were told
     /// exactly that already); otherwise it can (they may pass, or learn that the group is gone).
     /// Without a store (tests of the bare hints) it can, as upstream's hint answers.
+    ///
+    /// A pod added to a group of a tree may complete the tree: it always matters.
     fn addition_matters(&self, key: &PodGroupKey) -> bool {
-        self.groups
-            .as_ref()
-            .is_none_or(|g| g.group(key).is_none() || g.admits_members(key))
+        self.groups.as_ref().is_none_or(|g| {
+            g.group(key).is_none() || g.admits_members(key) || hierarchy::root_composite(g, key).is_some()
+        })
+    }
+
+    /// True when the pod added and the waiting pod are in groups of the same tree.
+    fn same_tree(&self, waiting: &Pod, old: Option<&EventObject>, new: Option<&EventObject>) -> bool {
+        let Some(groups) = &self.groups else {
+            return false;
+        };
+        let Ok((_, added)) = event_pod_objects(old, new) else {
+            return false;
+        };
+        match (group_of(waiting), added.and_then(group_of)) {
+            (Some(mine), Some(added)) => hierarchy::same_tree(groups, &mine, &added),
+            _ => false,
+        }
+    }
+
+    /// True when a PodGroup added is in the tree of the waiting pod's group (it may complete it).
+    fn group_completes_tree(&self, waiting: &Pod, new: Option<&EventObject>) -> bool {
+        let (Some(groups), Some(mine), Some(EventObject::PodGroup(added))) =
+            (&self.groups, group_of(waiting), new)
+        else {
+            return false;
+        };
+        hierarchy::same_tree(groups, &mine, &PodGroupKey::of_group(added))
+    }
+
+    /// The pool keys a pod added to `key`'s group concerns: its group's, or every group's of
+    /// its tree.
+    fn added_pool_keys(&self, key: &PodGroupKey) -> Vec<String> {
+        match &self.groups {
+            Some(groups) => hierarchy::tree_groups(groups, key).iter().map(pool_key).collect(),
+            None => vec![pool_key(key)],
+        }
+    }
+
+    /// A CompositePodGroup was added: it may complete the tree of the waiting pod's group.
+    fn composite_added(
+        &self,
+        pod: &Pod,
+        new: Option<&EventObject>,
+    ) -> Result<QueueingHint, QueueingHintError> {
+        let added = match new {
+            Some(EventObject::CompositePodGroup(c)) => c,
+            Some(other) => {
+                return Err(QueueingHintError::UnexpectedObject {
+                    expected: "CompositePodGroup",
+                    side: unisched_framework::EventSide::New,
+                    got: crate::helper::object_kind(other),
+                });
+            }
+            None => {
+                return Err(QueueingHintError::MissingObject {
+                    expected: "CompositePodGroup",
+                    side: unisched_framework::EventSide::New,
+                });
+            }
+        };
+        let (Some(groups), Some(mine)) = (&self.groups, group_of(pod)) else {
+            return Ok(QueueingHint::Skip);
+        };
+        let added = PodGroupKey::new(
+            added.metadata.namespace.clone().unwrap_or_default(),
+            added.metadata.name.clone().unwrap_or_default(),
+        );
+        let roots = (
+            hierarchy::root_composite(groups, &mine),
+            groups.root_of(&GroupNodeKey::Composite(added)),
+        );
+        Ok(match roots {
+            (Some(a), Some(GroupNodeKey::Composite(b))) if a == b => QueueingHint::Queue,
+            _ => QueueingHint::Skip,
+        })
     }
 
     /// A pod joining a group is offered only to that group's waiting members, and not while the
@@ -197,7 +295,10 @@ impl GangScheduling {
         let for_hint = self.clone();
         let for_keys = self.clone();
         ClusterEventWithHint::with_hint(event, move |pod, old, new| {
-            let hint = pod_added(pod, old, new)?;
+            let mut hint = pod_added(pod, old, new)?;
+            if hint == QueueingHint::Skip && for_hint.same_tree(pod, old, new) {
+                hint = QueueingHint::Queue;
+            }
             Ok(match group_of(pod) {
                 Some(key) if hint == QueueingHint::Queue && !for_hint.addition_matters(&key) => {
                     QueueingHint::Skip
@@ -210,7 +311,7 @@ impl GangScheduling {
                 let (_, added) = event_pod_objects(old, new).ok()?;
                 // A pod of no group, or of a gang still short of its quorum, concerns nobody.
                 Some(match added.and_then(group_of) {
-                    Some(key) if for_keys.addition_matters(&key) => vec![pool_key(&key)],
+                    Some(key) if for_keys.addition_matters(&key) => for_keys.added_pool_keys(&key),
                     _ => Vec::new(),
                 })
             },
@@ -221,7 +322,20 @@ impl GangScheduling {
 
 impl EnqueueExtensions for GangScheduling {
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
-        vec![
+        let composites = self.groups.as_ref().is_some_and(|g| g.composites_enabled());
+        let for_composite = self.clone();
+        let for_group = self.clone();
+        let composite_added = composites.then(|| {
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::CompositePodGroup,
+                    ActionType::ADD,
+                    "CompositePodGroupAdd",
+                ),
+                move |pod, _old, new| for_composite.composite_added(pod, new),
+            )
+        });
+        let mut events = vec![
             self.pod_added_event(ClusterEvent::new(
                 EventResource::UnscheduledPod,
                 ActionType::ADD,
@@ -234,7 +348,16 @@ impl EnqueueExtensions for GangScheduling {
             )),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::PodGroup, ActionType::ADD, "PodGroupAdd"),
-                pod_group_added,
+                move |pod, old, new| {
+                    let hint = pod_group_added(pod, old, new)?;
+                    Ok(
+                        if hint == QueueingHint::Skip && for_group.group_completes_tree(pod, new) {
+                            QueueingHint::Queue
+                        } else {
+                            hint
+                        },
+                    )
+                },
             ),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
@@ -244,6 +367,8 @@ impl EnqueueExtensions for GangScheduling {
                 ),
                 pod_group_updated,
             ),
-        ]
+        ];
+        events.extend(composite_added);
+        events
     }
 }

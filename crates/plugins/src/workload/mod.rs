@@ -7,6 +7,9 @@
 //!   placement per domain of the node label (placementGenerate) or, beyond upstream, of a DRA
 //!   device attribute (`device_domains`).
 //! - `PodGroupPodsCount` prefers the placement that fits more of the group (placementScore).
+//! - `hierarchy`: GangScheduling over trees of groups under CompositePodGroups (the
+//!   CompositePodGroup gate): a tree's pods are admitted together, and an event in one of its
+//!   groups concerns all of them.
 //!
 //! They read the groups and their members from the [`PodGroupStore`] the runtime's watches
 //! fill; without a store (the Workload API is not served, or the gate is off) they let every
@@ -14,6 +17,7 @@
 
 mod device_domains;
 mod gang_scheduling;
+mod hierarchy;
 mod pod_group_pods_count;
 mod topology_placement;
 

@@ -1,7 +1,8 @@
 //! `PodGroupPodsCount`: prefers the placement that fits more of the group.
 
 use unisched_framework::{
-    MAX_NODE_SCORE, MIN_NODE_SCORE, PlacementScorePlugin, Plugin, PodGroupAssignments, PodGroupInfo, Status,
+    CompositePodGroupInfo, MAX_NODE_SCORE, MIN_NODE_SCORE, PlacementScorePlugin, Plugin, PodGroupAssignments,
+    PodGroupInfo, Status,
 };
 
 use crate::names::POD_GROUP_PODS_COUNT;
@@ -23,8 +24,7 @@ impl PlacementScorePlugin for PodGroupPodsCount {
         _group: &PodGroupInfo,
         assignments: &PodGroupAssignments,
     ) -> Result<i64, Status> {
-        let count = assignments.already_scheduled + assignments.proposed.len();
-        Ok(i64::try_from(count).unwrap_or(i64::MAX))
+        Ok(pods_count(assignments))
     }
 
     /// Every member this cycle could place is placed: no placement holds more.
@@ -41,13 +41,41 @@ impl PlacementScorePlugin for PodGroupPodsCount {
     /// placements that differ by one pod should differ by little. No placement holding any pod
     /// is an error (the quorum check lets no such placement through).
     fn normalize_placement_scores(&self, _group: &PodGroupInfo, scores: &mut [i64]) -> Status {
-        let max = scores.iter().copied().max().unwrap_or(0);
-        if max == 0 {
-            return Status::error("no pods from pod group are assigned to any of the candidate placements");
-        }
-        for s in scores.iter_mut() {
-            *s = MIN_NODE_SCORE + *s * (MAX_NODE_SCORE - MIN_NODE_SCORE) / max;
-        }
-        Status::success()
+        normalize(scores)
     }
+
+    /// A composite's placement: every pod of its subtree, placed before or proposed now.
+    fn score_composite_placement(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        assignments: &PodGroupAssignments,
+    ) -> Result<i64, Status> {
+        Ok(pods_count(assignments))
+    }
+
+    fn normalize_composite_placement_scores(
+        &self,
+        _composite: &CompositePodGroupInfo,
+        scores: &mut [i64],
+    ) -> Status {
+        normalize(scores)
+    }
+}
+
+/// Members placed before this cycle plus those the placement's try proposes.
+fn pods_count(assignments: &PodGroupAssignments) -> i64 {
+    let count = assignments.already_scheduled + assignments.proposed.len();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Scaled by the largest count, so the best placement scores 100.
+fn normalize(scores: &mut [i64]) -> Status {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        return Status::error("no pods from pod group are assigned to any of the candidate placements");
+    }
+    for s in scores.iter_mut() {
+        *s = MIN_NODE_SCORE + *s * (MAX_NODE_SCORE - MIN_NODE_SCORE) / max;
+    }
+    Status::success()
 }

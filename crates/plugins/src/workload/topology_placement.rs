@@ -11,7 +11,8 @@ use std::{
 
 use unisched_cache::DraCache;
 use unisched_framework::{
-    NodeInfo, Placement, PlacementGeneratePlugin, Plugin, PodGroupInfo, PodGroupStore, Snapshot, Status,
+    CompositePodGroupInfo, NodeInfo, Placement, PlacementGeneratePlugin, Plugin, PodGroupInfo, PodGroupStore,
+    Snapshot, Status,
 };
 
 use super::device_domains::DeviceDomains;
@@ -90,17 +91,14 @@ impl TopologyPlacementGenerator {
     /// The one domain the group's bound members share, if any are bound.
     fn bound_domain(
         &self,
-        group: &PodGroupInfo,
+        bound_nodes: &[String],
         key: &str,
         source: &DomainSource,
         snapshot: &Snapshot,
     ) -> Result<Option<String>, Status> {
-        let Some(groups) = &self.groups else {
-            return Ok(None);
-        };
         let mut domain: Option<String> = None;
-        for node_name in groups.bound_nodes(&group.key) {
-            let Some(node) = snapshot.get(&node_name) else {
+        for node_name in bound_nodes {
+            let Some(node) = snapshot.get(node_name) else {
                 return Err(Status::error(format!(
                     "cannot determine domain for already scheduled pods: node {node_name:?} not found"
                 )));
@@ -144,8 +142,46 @@ impl PlacementGeneratePlugin for TopologyPlacementGenerator {
         let Some(key) = &group.topology_key else {
             return Ok(vec![parent.clone()]);
         };
+        let bound = self
+            .groups
+            .as_ref()
+            .map(|g| g.bound_nodes(&group.key))
+            .unwrap_or_default();
+        self.domains(key, &bound, snapshot, parent)
+    }
+
+    /// The same for a composite: its subtree shares one domain, the one its bound pods (of any
+    /// PodGroup under it) are in, if any are bound.
+    fn generate_composite_placements(
+        &self,
+        composite: &CompositePodGroupInfo,
+        snapshot: &Snapshot,
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
+        let Some(key) = &composite.topology_key else {
+            return Ok(vec![parent.clone()]);
+        };
+        let bound = self
+            .groups
+            .as_ref()
+            .map(|g| g.subtree_bound_nodes(&composite.key))
+            .unwrap_or_default();
+        self.domains(key, &bound, snapshot, parent)
+    }
+}
+
+impl TopologyPlacementGenerator {
+    /// A placement per value of `key` among the parent's nodes (only the bound pods' one when
+    /// some are bound), in domain order.
+    fn domains(
+        &self,
+        key: &str,
+        bound: &[String],
+        snapshot: &Snapshot,
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
         let source = self.source(key, snapshot, parent);
-        let required = self.bound_domain(group, key, &source, snapshot)?;
+        let required = self.bound_domain(bound, key, &source, snapshot)?;
         let mut domains: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
         for node in snapshot.nodes() {
             if !parent.contains(node.name()) {

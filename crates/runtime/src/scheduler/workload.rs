@@ -68,6 +68,17 @@ pub(super) fn schedule_group(
         handle_failure(sh, fwk, qpi, failure, start);
         return;
     };
+    if groups.composites_enabled() && group.parent.is_some() {
+        // A group of a tree: the whole tree is decided together, from its root.
+        let pop = GroupPop {
+            key,
+            qpi,
+            record,
+            start,
+        };
+        super::composite::schedule_tree(sh, groups, fwk, algo, pop);
+        return;
+    }
     let others: Vec<String> = groups
         .unbound_members(&key)
         .into_iter()
@@ -77,7 +88,7 @@ pub(super) fn schedule_group(
     members.extend(sh.queue.take_group_members(others.iter().map(String::as_str)));
     // Members are tried in the order they were created, as upstream adds them as they arrive.
     members.sort_by_key(|m| creation_order(&m.pod_info));
-    if let Err(message) = validate_members(&group, fwk, &members) {
+    if let Err(message) = validate_members(group.priority, fwk, &members) {
         let status = Status::error(message);
         report_condition(sh, &group, &status);
         sh.metrics
@@ -103,21 +114,7 @@ pub(super) fn schedule_group(
             record_plugin_metrics: record,
         },
     );
-    // Upstream times its algorithm up to its PostFilter; ours includes the group's preemption,
-    // which only chooses (the evictions are written elsewhere).
-    sh.metrics.workload.podgroup_algorithm(start.elapsed());
-    let result_label = if result.status.is_success() {
-        PODGROUP_SCHEDULED
-    } else if result.status.is_rejected() && result.waiting_on_preemption {
-        PODGROUP_WAITING_ON_PREEMPTION
-    } else if result.status.is_rejected() {
-        PODGROUP_UNSCHEDULABLE
-    } else {
-        PODGROUP_ERROR
-    };
-    sh.metrics
-        .workload
-        .podgroup_attempt(result_label, fwk.profile_name(), start.elapsed());
+    record_attempt(sh, fwk, &result.status, result.waiting_on_preemption, start);
     tracing::info!(
         pod_group = %key,
         members = members.len(),
@@ -132,7 +129,43 @@ pub(super) fn schedule_group(
         sh.queue
             .forget_events_so_far(members.iter().map(|m| m.pod_info.uid.as_str()));
     }
-    for (qpi, decision) in members.into_iter().zip(result.members) {
+    dispatch(sh, fwk, members, result.members, start);
+}
+
+/// The metrics of one group's (or tree's) cycle: its algorithm's time and its attempt's result.
+/// Upstream times its algorithm up to its PostFilter; ours includes the group's preemption, which
+/// only chooses (the evictions are written elsewhere).
+pub(super) fn record_attempt(
+    sh: &Arc<Shared>,
+    fwk: &Framework,
+    status: &Status,
+    waiting_on_preemption: bool,
+    start: Instant,
+) {
+    sh.metrics.workload.podgroup_algorithm(start.elapsed());
+    let result = if status.is_success() {
+        PODGROUP_SCHEDULED
+    } else if status.is_rejected() && waiting_on_preemption {
+        PODGROUP_WAITING_ON_PREEMPTION
+    } else if status.is_rejected() {
+        PODGROUP_UNSCHEDULABLE
+    } else {
+        PODGROUP_ERROR
+    };
+    sh.metrics
+        .workload
+        .podgroup_attempt(result, fwk.profile_name(), start.elapsed());
+}
+
+/// Hands each member to its binding cycle or back to the queue, as its decision says.
+pub(super) fn dispatch(
+    sh: &Arc<Shared>,
+    fwk: &Arc<Framework>,
+    members: Vec<QueuedPodInfo>,
+    decisions: Vec<MemberDecision>,
+    start: Instant,
+) {
+    for (qpi, decision) in members.into_iter().zip(decisions) {
         match decision {
             MemberDecision::Bind(task) => start_binding(sh, fwk, qpi, task, start),
             MemberDecision::Failed(mut f) => {
@@ -155,16 +188,20 @@ pub(super) fn schedule_group(
 }
 
 /// `(creationTimestamp, name)`: the order members arrived in.
-fn creation_order(pod: &PodInfo) -> (Option<Timestamp>, String) {
+pub(super) fn creation_order(pod: &PodInfo) -> (Option<Timestamp>, String) {
     (
         pod.pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         pod.pod.metadata.name.clone().unwrap_or_default(),
     )
 }
 
-/// Upstream's checks before a group is tried: every member under this profile, and every
-/// member with the group's priority.
-fn validate_members(group: &PodGroupInfo, fwk: &Framework, members: &[QueuedPodInfo]) -> Result<(), String> {
+/// Upstream's checks before a group (or a tree) is tried: every member under this profile, and
+/// every member with the priority of the group (of the tree's root).
+pub(super) fn validate_members(
+    group_priority: i32,
+    fwk: &Framework,
+    members: &[QueuedPodInfo],
+) -> Result<(), String> {
     for m in members {
         let name = m.pod_info.scheduler_name();
         if name != fwk.profile_name() {
@@ -174,10 +211,9 @@ fn validate_members(group: &PodGroupInfo, fwk: &Framework, members: &[QueuedPodI
             ));
         }
         let priority = m.pod_info.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-        if priority != group.priority {
+        if priority != group_priority {
             return Err(format!(
-                "all pods in a single pod group should have the same priority as the pod group's priority, got {priority} and {}",
-                group.priority
+                "all pods in a single pod group should have the same priority as the pod group's priority, got {priority} and {group_priority}"
             ));
         }
     }
@@ -226,7 +262,7 @@ fn condition_for(group: &PodGroup, status: &Status) -> Option<Condition> {
 
 /// Patches the group's condition (strategic merge by condition type), off the scheduling
 /// thread; a failure is logged, the next cycle writes again.
-fn report_condition(sh: &Arc<Shared>, group: &PodGroupInfo, status: &Status) {
+pub(super) fn report_condition(sh: &Arc<Shared>, group: &PodGroupInfo, status: &Status) {
     let Some(condition) = condition_for(&group.object, status) else {
         return;
     };

@@ -14,7 +14,7 @@
 //! kube-apiserver 1.37.2's own, taken with kubectl.
 //!
 //! One module per kind: `claims` (claim, template and class specs), `slices`,
-//! `claim_status` (status writes), `pods`, `pod_groups`, `jobs` (batch/v1 defaults and checks);
+//! `claim_status` (status writes), `pods`, `pod_groups`, `composite_pod_groups`, `jobs` (batch/v1 defaults and checks);
 //! the name and list helpers they share are here.
 //!
 //! Known differences: device names are checked for uniqueness within one slice (as the API server
@@ -25,6 +25,7 @@
 
 mod claim_status;
 mod claims;
+mod composite_pod_groups;
 mod jobs;
 mod pod_groups;
 mod pods;
@@ -38,6 +39,7 @@ use serde_json::{Map, Value};
 
 pub use claim_status::check_claim_status_update;
 pub use claims::{check_device_class, check_resource_claim, check_resource_claim_template};
+pub use composite_pod_groups::check_composite_pod_group;
 pub use jobs::{
     CONTROLLER_UID_LABEL, JOB_NAME_LABEL, LEGACY_CONTROLLER_UID_LABEL, LEGACY_JOB_NAME_LABEL, check_job,
     check_job_update, default_job, generate_selector,

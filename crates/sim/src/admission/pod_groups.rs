@@ -13,6 +13,37 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
         push(causes, "spec.schedulingPolicy", "Required value");
         return;
     };
+    check_policy(spec, "minCount", causes);
+    check_topology(spec, causes);
+    let has_parent = spec
+        .get("parentCompositePodGroupName")
+        .and_then(Value::as_str)
+        .is_some_and(|p| !p.is_empty());
+    if has_parent && spec.get("workloadRef").is_none_or(Value::is_null) {
+        push(
+            causes,
+            "spec.workloadRef",
+            "Required value: must be set when parentCompositePodGroupName is set",
+        );
+    }
+    for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
+        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
+        let templated = claim
+            .get("resourceClaimTemplateName")
+            .is_some_and(|v| !v.is_null());
+        if named == templated {
+            push(
+                causes,
+                format!("spec.resourceClaims[{i}]"),
+                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            );
+        }
+    }
+}
+
+/// The scheduling policy: exactly one of `basic` and `gang`, the gang's `quorum` field (`minCount`,
+/// or a composite's `minGroupCount`) positive. Shared with CompositePodGroups.
+pub(super) fn check_policy(spec: &Value, quorum: &str, causes: &mut Vec<Cause>) {
     let policy = spec.get("schedulingPolicy").filter(|p| !p.is_null());
     let basic = policy.and_then(|p| p.get("basic")).is_some_and(|v| !v.is_null());
     let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());
@@ -30,15 +61,19 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
         _ => {}
     }
     if let Some(gang) = gang {
-        let min = gang.get("minCount").and_then(Value::as_i64).unwrap_or(0);
+        let min = gang.get(quorum).and_then(Value::as_i64).unwrap_or(0);
         if min < 1 {
             push(
                 causes,
-                "spec.schedulingPolicy.gang.minCount",
+                format!("spec.schedulingPolicy.gang.{quorum}"),
                 format!("Invalid value: {min}: must be greater than or equal to 1"),
             );
         }
     }
+}
+
+/// At most one topology constraint, each with a key. Shared with CompositePodGroups.
+pub(super) fn check_topology(spec: &Value, causes: &mut Vec<Cause>) {
     if let Some(constraints) = spec.get("schedulingConstraints") {
         let topology = arr(constraints, "topology");
         if topology.len() > 1 {
@@ -56,19 +91,6 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
                     "Required value",
                 );
             }
-        }
-    }
-    for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
-        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
-        let templated = claim
-            .get("resourceClaimTemplateName")
-            .is_some_and(|v| !v.is_null());
-        if named == templated {
-            push(
-                causes,
-                format!("spec.resourceClaims[{i}]"),
-                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
-            );
         }
     }
 }
@@ -110,6 +132,22 @@ mod tests {
         assert_eq!(
             check(json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "x"}]}))[0].0,
             "spec.resourceClaims[0]"
+        );
+        // A child of a CompositePodGroup must name its Workload (kube-apiserver 1.37.2's words).
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"basic": {}}, "parentCompositePodGroupName": "root"})),
+            vec![(
+                "spec.workloadRef".to_string(),
+                "Required value: must be set when parentCompositePodGroupName is set".to_string()
+            )]
+        );
+        assert!(
+            check(json!({
+                "schedulingPolicy": {"basic": {}},
+                "parentCompositePodGroupName": "root",
+                "workloadRef": {"workloadName": "w", "templateName": "t"}
+            }))
+            .is_empty()
         );
     }
 }

@@ -2,7 +2,8 @@
 //! placementScore.
 
 use crate::{
-    Code, Framework, Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, Snapshot, Status,
+    Code, Framework, GroupRef, Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, Snapshot,
+    Status,
 };
 
 impl Framework {
@@ -19,11 +20,25 @@ impl Framework {
         snapshot: &Snapshot,
         parent: &Placement,
     ) -> Result<Vec<Placement>, Status> {
+        self.run_group_placement_generate(GroupRef::Group(group), snapshot, parent)
+    }
+
+    /// placementGenerate for a PodGroup or a CompositePodGroup.
+    pub fn run_group_placement_generate(
+        &self,
+        group: GroupRef<'_>,
+        snapshot: &Snapshot,
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
         let mut placements = vec![parent.clone()];
         for plugin in &self.placement_generate {
             let mut next = Vec::new();
             for placement in &placements {
-                match plugin.generate_placements(group, snapshot, placement) {
+                let generated = match group {
+                    GroupRef::Group(g) => plugin.generate_placements(g, snapshot, placement),
+                    GroupRef::Composite(c) => plugin.generate_composite_placements(c, snapshot, placement),
+                };
+                match generated {
                     Ok(generated) => next.extend(generated),
                     Err(s) => {
                         return Err(Status::error(format!(
@@ -44,9 +59,17 @@ impl Framework {
     /// plugin and an Unschedulable from a later one is Unschedulable: the attempt cannot
     /// succeed); an error becomes the point's error.
     pub fn run_placement_feasible(&self, group: &PodGroupInfo, progress: PlacementProgress) -> Status {
+        self.run_group_placement_feasible(GroupRef::Group(group), progress)
+    }
+
+    /// The feasibility check for a PodGroup or a CompositePodGroup.
+    pub fn run_group_placement_feasible(&self, group: GroupRef<'_>, progress: PlacementProgress) -> Status {
         let mut verdict = Status::success();
         for plugin in &self.placement_feasible {
-            let s = plugin.placement_feasible(group, progress);
+            let s = match group {
+                GroupRef::Group(g) => plugin.placement_feasible(g, progress),
+                GroupRef::Composite(c) => plugin.composite_placement_feasible(c, progress),
+            };
             match s.code() {
                 Code::Success => {}
                 Code::Wait => {
@@ -89,11 +112,24 @@ impl Framework {
         group: &PodGroupInfo,
         assignments: &[PodGroupAssignments],
     ) -> Result<Vec<i64>, Status> {
+        self.run_group_placement_score(GroupRef::Group(group), assignments)
+    }
+
+    /// placementScore for a PodGroup or a CompositePodGroup.
+    pub fn run_group_placement_score(
+        &self,
+        group: GroupRef<'_>,
+        assignments: &[PodGroupAssignments],
+    ) -> Result<Vec<i64>, Status> {
         let mut totals = vec![0i64; assignments.len()];
         for (plugin, weight) in &self.placement_score {
             let mut scores = Vec::with_capacity(assignments.len());
             for a in assignments {
-                scores.push(plugin.score_placement(group, a).map_err(|s| {
+                let score = match group {
+                    GroupRef::Group(g) => plugin.score_placement(g, a),
+                    GroupRef::Composite(c) => plugin.score_composite_placement(c, a),
+                };
+                scores.push(score.map_err(|s| {
                     Status::error(format!(
                         "running PlacementScore plugin {:?}: {}",
                         plugin.name(),
@@ -101,7 +137,10 @@ impl Framework {
                     ))
                 })?);
             }
-            let s = plugin.normalize_placement_scores(group, &mut scores);
+            let s = match group {
+                GroupRef::Group(g) => plugin.normalize_placement_scores(g, &mut scores),
+                GroupRef::Composite(c) => plugin.normalize_composite_placement_scores(c, &mut scores),
+            };
             if !s.is_success() {
                 return Err(Status::error(format!(
                     "running NormalizePlacementScore plugin {:?}: {}",
