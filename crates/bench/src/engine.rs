@@ -4,13 +4,17 @@
 //! the DRA cache (see `engine_dra`), bindings and claim writes are applied in memory and counted,
 //! and the binding cycle runs inline. PodGroups (when the workload turns `GenericWorkload` on) are
 //! stored where the plugins read them and decided in the pod-group cycle (see `engine_groups`).
+//! DefaultPreemption's victims are deleted in memory once the cycle that chose them is over (see
+//! `engine_preemption`). PriorityClasses give pods and PodGroups that name one their priority,
+//! as kube-apiserver's Priority admission does; every namespace a pod is created in exists, with
+//! the `kubernetes.io/metadata.name` label kube-apiserver gives it (`namespaceSelector`s see it).
 //! Its throughput is what the decision logic alone allows; the gap to full mode
 //! is the cost of the API path (watch decoding, writes, events).
 //!
 //! Runs on a thread named like the runtime's scheduling thread so its CPU is attributed the same.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -29,15 +33,16 @@ use unisched_framework::{
     config::KubeSchedulerConfiguration, nomination_before_binding, run_binding_cycle, run_scheduling_cycle,
     well_known,
 };
-use unisched_plugins::{BindError, Binder, PluginContext, PluginFeatures, Registry};
+use unisched_plugins::{BindError, Binder, PluginContext, PluginFeatures, Registry, StaticPdbs};
 use unisched_queue::{QueueConfig, SchedulingQueue};
-use unisched_runtime::Metrics;
+use unisched_runtime::{Metrics, NamespaceStore};
 
 use crate::{
     BenchError, RunOptions,
     driver::{Phase, PodTemplates, render_pod_group, render_slices},
     engine_dra::{EngineDra, MemDraApi},
     engine_groups::EngineGroups,
+    engine_preemption::EnginePreemptor,
     measure::{Measured, Measurement},
     progress::Progress,
     report::{Mode, RunReport},
@@ -82,6 +87,15 @@ struct Engine<'a> {
     dra: EngineDra,
     /// PodGroups, when the workload schedules them (`GenericWorkload`).
     groups: Option<EngineGroups>,
+    /// DefaultPreemption's plans, carried out after the cycle that made them.
+    preemptor: Arc<EnginePreemptor>,
+    /// Pods whose preemption is carried out and that are not bound yet (for a PodGroup, every
+    /// member): the workload is not over while one of them waits out its backoff.
+    awaiting_preemption: HashSet<String>,
+    /// The namespaces pods and PodGroups were created in (InterPodAffinity's lister).
+    namespaces: Arc<NamespaceStore>,
+    /// PriorityClass values by name.
+    priority_classes: HashMap<String, i64>,
     binder: std::sync::mpsc::Sender<Binding>,
     bound_rx: std::sync::mpsc::Receiver<Done>,
     in_flight: usize,
@@ -229,6 +243,7 @@ impl Engine<'_> {
         match result {
             Ok(bound) => {
                 self.queue.done(&pod.uid);
+                self.awaiting_preemption.remove(&pod.uid);
                 // The watch would confirm the binding: the bound pod, kept lean as the runtime
                 // keeps it, replaces the assumed one.
                 let confirmed = Arc::new(PodInfo::clone(&bound.assumed).into_lean());
@@ -318,6 +333,7 @@ impl Engine<'_> {
         } else {
             self.dra.claims_for_pod(&mut v)?;
         }
+        self.admit(&mut v, ns)?;
         let pod: Pod = api_object(v, "pod")?;
         let info = Arc::new(PodInfo::watched(pod));
         if pre_bound {
@@ -333,6 +349,65 @@ impl Engine<'_> {
         }
         *self.created.entry(ns.to_string()).or_default() += 1;
         Ok(())
+    }
+
+    /// What kube-apiserver does to a new pod or PodGroup that matters to scheduling: its namespace
+    /// exists, and its priority is that of the PriorityClass it names (a `spec.priority` given as
+    /// well must agree, as admission insists).
+    fn admit(&mut self, v: &mut serde_json::Value, ns: &str) -> Result<(), BenchError> {
+        if !self.namespaces.contains(ns) {
+            let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.to_string())]);
+            self.namespaces.set(ns, labels);
+        }
+        let Some(class) = v["spec"]["priorityClassName"].as_str() else {
+            return Ok(());
+        };
+        let Some(value) = self.priority_classes.get(class).copied() else {
+            return Err(BenchError::Workload(format!(
+                "no PriorityClass with name {class} was found"
+            )));
+        };
+        match v["spec"]["priority"].as_i64() {
+            Some(given) if given != value => Err(BenchError::Workload(format!(
+                "priority {given} does not match {value} of PriorityClass {class}"
+            ))),
+            _ => {
+                v["spec"]["priority"] = serde_json::json!(value);
+                Ok(())
+            }
+        }
+    }
+
+    /// Carries out the preemptions the last cycle decided: each victim deleted as the pod watch
+    /// would report it (out of the cache and its group, the deletion offered to waiting pods),
+    /// and the preemptors remembered until they are bound.
+    fn carry_out_preemptions(&mut self) {
+        for plan in self.preemptor.take() {
+            self.preemptor.count_writes(&plan);
+            match &plan.group {
+                Some(group) => self
+                    .awaiting_preemption
+                    .extend(group.members.iter().map(|m| m.uid.clone())),
+                None => {
+                    self.awaiting_preemption.insert(plan.preemptor.uid.clone());
+                }
+            }
+            for pod in &plan.clear_nominations {
+                self.queue.delete_nominated_pod_if_exists(&pod.uid);
+            }
+            let victims: HashSet<&str> = plan.victims.iter().map(|v| v.uid.as_str()).collect();
+            for victim in &plan.victims {
+                if let Some(bound) = self.cache.get_pod(&victim.uid) {
+                    self.delete_bound(&bound);
+                }
+            }
+            let namespaces: HashSet<&str> = plan.victims.iter().map(|v| v.namespace.as_str()).collect();
+            for ns in namespaces {
+                if let Some(pods) = self.bound.get_mut(ns) {
+                    pods.retain(|p| !victims.contains(p.uid.as_str()));
+                }
+            }
+        }
     }
 
     /// Schedules until nothing can be popped and no binding is in flight (what is left waits in
@@ -351,6 +426,7 @@ impl Engine<'_> {
             }
             if let Some(qpi) = self.queue.try_pop() {
                 self.schedule_one(qpi);
+                self.carry_out_preemptions();
                 n += 1;
                 if n.is_multiple_of(256) {
                     self.progress.update(&format!(
@@ -376,7 +452,9 @@ impl Engine<'_> {
                 .filter(|(q, _)| *q == "backoff")
                 .map(|(_, c)| c)
                 .sum();
-            if backoff > 0 && until.is_some() {
+            // A preemptor waits out its backoff after its victims are gone; the phase it belongs
+            // to is not over before it is bound.
+            if backoff > 0 && (until.is_some() || !self.awaiting_preemption.is_empty()) {
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
@@ -449,8 +527,12 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
     let mut features = PluginFeatures::default();
     features.taint_toleration_comparison_operators = gates.enabled("TaintTolerationComparisonOperators");
     features.workload_resource_claims = gates.enabled("DRAWorkloadResourceClaims");
+    let preemptor = Arc::new(EnginePreemptor::new(metrics.clone()));
+    let namespaces = Arc::new(NamespaceStore::new());
     let mut context = PluginContext::new(Arc::new(CountingBinder(metrics.clone())))
         .with_dra(dra_cache.clone(), dra_api.clone())
+        .with_preemption(preemptor.clone(), Arc::new(StaticPdbs(Vec::new())))
+        .with_namespaces(namespaces.clone())
         .with_features(features);
     let group_store = gates
         .enabled("GenericWorkload")
@@ -503,6 +585,10 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
     let mut e = Engine {
         dra: EngineDra::new(dra_api, dra_cache, &queue),
         groups: group_store.map(|store| EngineGroups::new(store, queue.clone())),
+        preemptor,
+        awaiting_preemption: HashSet::new(),
+        namespaces,
+        priority_classes: HashMap::new(),
         binder,
         bound_rx,
         in_flight: 0,
@@ -563,16 +649,19 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
                 template_params,
             } => {
                 let t = w.template(template_path)?;
-                let Some(groups) = &e.groups else {
+                if e.groups.is_none() {
                     e.notes.push(format!(
                         "GenericWorkload is off: the PodGroups of {template_path} are not created"
                     ));
                     continue;
-                };
+                }
                 for k in 0..*count {
-                    let group: PodGroup =
-                        api_object(render_pod_group(t, k, template_params, namespace)?, "PodGroup")?;
-                    groups.add_group(group);
+                    let mut v = render_pod_group(t, k, template_params, namespace)?;
+                    e.admit(&mut v, namespace)?;
+                    let group: PodGroup = api_object(v, "PodGroup")?;
+                    if let Some(groups) = &e.groups {
+                        groups.add_group(group);
+                    }
                 }
             }
             Op::CreatePods {
@@ -626,6 +715,11 @@ fn engine_thread(w: &Workload, opts: &RunOptions, started: Instant) -> Result<Ru
                 let t = w.template(template_path)?;
                 for k in 0..*count {
                     let v = t.render(&Vars::new().int("Index", k))?;
+                    if v["kind"] == "PriorityClass" {
+                        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                        e.priority_classes.insert(name, v["value"].as_i64().unwrap_or(0));
+                        continue;
+                    }
                     if !e.dra.create(v, namespace.as_deref())? {
                         e.notes
                             .push(format!("engine mode ignores createAny {template_path}"));

@@ -24,6 +24,7 @@ mod driver;
 mod engine;
 mod engine_dra;
 mod engine_groups;
+mod engine_preemption;
 pub mod external;
 pub mod leftovers;
 mod limit;

@@ -264,7 +264,7 @@ impl Tracker {
             .fold((0, 0), |(p, r), (_, s)| (p + s.pending(), r + s.rejected()))
     }
 
-    /// When a pod was last scheduled or newly rejected.
+    /// When a pod was last scheduled, newly rejected, or deleted while bound.
     pub fn last_progress(&self) -> Instant {
         self.state.lock().last_progress
     }
@@ -329,6 +329,11 @@ fn apply(st: &Mutex<State>, counter: &AtomicU64, et: EventType, v: &Value, prev:
             s.deleted += 1;
             s.pending.remove(uid);
             s.rejected.remove(uid);
+            // While the harness waits, a bound pod going away is a preemption's eviction: the
+            // preemptor it made room for is about to be bound, so waiting is not stalled.
+            if is_bound(v) {
+                state.last_progress = Instant::now();
+            }
         }
     }
 }

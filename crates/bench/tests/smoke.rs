@@ -111,14 +111,14 @@ macro_rules! smoke {
 smoke! {
     basic_500: "SchedulingBasic/500Nodes" => [Full, Limit, Engine];
     basic_5000: "SchedulingBasic/5000Nodes_10000Pods" => [Full];
-    mixed_churn: "SchedulingWithMixedChurn/5000Nodes_10000Pods" => [Full, Engine];
+    mixed_churn: "SchedulingWithMixedChurn/5000Nodes_10000Pods" => [Full];
     claim_template: "SchedulingWithResourceClaimTemplate/5000pods_500nodes" => [Full, Limit, Engine];
     one_device_per_node: "SchedulingWithResourceClaimTemplate/5000pods_5000nodes_1device" => [Full];
     steady_empty: "SchedulingWithResourceClaimTemplate/empty_500nodes" => [Full];
     steady_half: "SchedulingWithResourceClaimTemplate/half_500nodes" => [Full, Limit];
     steady_full: "SchedulingWithResourceClaimTemplate/full_500nodes" => [Full, Limit, Engine];
     steady_selector: "SchedulingWithResourceClaimTemplate/selector_empty_500nodes" => [Full];
-    steady_match: "SchedulingWithResourceClaimTemplate/match_empty_500nodes" => [Full, Engine];
+    steady_match: "SchedulingWithResourceClaimTemplate/match_empty_500nodes" => [Full];
     extended_resource: "ExtendedResource_25Classes/5000pods_500nodes" => [Full, Limit, Engine];
     partitionable: "SchedulingWithResourceClaimTemplatePartitionable/3500pods_500nodes" => [Full, Limit, Engine];
     consumable_capacity: "SchedulingWithResourceClaimTemplateConsumableCapacity/3500pods_500nodes" => [Full, Limit, Engine];
@@ -143,4 +143,14 @@ smoke! {
     tas_1000x3: "TopologyAwareScheduling/5000Nodes_3Gangs_3000Pods_1000PerGroup" => [Full];
     tas_1000x6: "TopologyAwareScheduling/5000Nodes_6Gangs_6000Pods_1000PerGroup" => [Full];
     tas_1000x9: "TopologyAwareScheduling/5000Nodes_9Gangs_9000Pods_1000PerGroup" => [Full];
+    // Gang preemption: engine mode, and the victims gone, is tests/preemption.rs.
+    gang_preempt_basic_short: "GangPreemptionBasic/2Nodes_1PreemptorGang_2Pods_Evicting_10InitPods" => [Full];
+    gang_preempt_basic_1x100: "GangPreemptionBasic/100Nodes_1PreemptorGang_100Pods_Evicting_1000InitPods" => [Full];
+    gang_preempt_basic_10x10: "GangPreemptionBasic/100Nodes_10PreemptorGangs_10Pods_Evicting_1000InitPods" => [Full];
+    gang_preempt_groups_short: "GangPreemptionPodGroups/2Nodes_1PreemptorGang_2Pods_Evicting_2LowPriorityGangs" => [Full];
+    gang_preempt_groups_1x100: "GangPreemptionPodGroups/100Nodes_1PreemptorGang_100Pods_Evicting_5LowPriorityGangs" => [Full];
+    gang_preempt_groups_10x10: "GangPreemptionPodGroups/100Nodes_10PreemptorGangs_10Pods_Evicting_50LowPriorityGangs" => [Full];
+    gang_preempt_affinity_short: "GangPreemptionAffinity/2Nodes_1PreemptorGang_2Pods_Evicting_10InitPods" => [Full];
+    gang_preempt_affinity_1x100: "GangPreemptionAffinity/100Nodes_1PreemptorGang_100Pods_Evicting_1000InitPods" => [Full];
+    gang_preempt_affinity_10x10: "GangPreemptionAffinity/100Nodes_10PreemptorGangs_10Pods_Evicting_1000InitPods" => [Full];
 }

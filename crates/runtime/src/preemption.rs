@@ -9,6 +9,12 @@
 //! kubelet and controllers know why it goes, and the preemptor does not preempt again while it
 //! terminates), then delete it, then record a `Preempted` event. Lower-priority pods nominated to
 //! the node get their `nominatedNodeName` cleared. All writes are patches or deletes, never PUTs.
+//!
+//! The preemptor is let go (no longer held in PreEnqueue, and activated if it was held) only once
+//! the scheduler's cache has seen its victims go, not as soon as the deletions are written: a
+//! cycle that still saw them would preempt them again (the writes then fail, they are gone) and
+//! leave the preemptor in the unschedulable pool waiting for deletion events that already came.
+//! Upstream's PreEnqueue reads its pod informer for the last victim for the same reason.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -125,10 +131,22 @@ pub struct RuntimePreemptor {
     /// Moves a held pod (`namespace/name`) back to the active queue (the queue is made after the
     /// plugins, so it is set later: [`RuntimePreemptor::activate_with`]).
     activate: Arc<parking_lot::RwLock<Option<ActivateFn>>>,
+    /// Whether a victim is still in the scheduler's cache (the cache is made after the plugins
+    /// too: [`RuntimePreemptor::victims_known_with`]).
+    known: Arc<parking_lot::RwLock<Option<KnownFn>>>,
 }
 
 /// Moves a pod, by `namespace/name`, to the active queue.
 pub type ActivateFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Whether a pod, by UID, is still in the scheduler's cache.
+pub type KnownFn = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// How long the victims may stay in the cache once their deletions are written before the
+/// preemptor is let go anyway (a deletion that failed leaves its victim there for good).
+const VICTIMS_GONE_WAIT: Duration = Duration::from_secs(5);
+/// How often the cache is looked at meanwhile.
+const VICTIMS_GONE_POLL: Duration = Duration::from_millis(2);
 
 impl RuntimePreemptor {
     /// A preemptor writing through `writer` on `handle`.
@@ -141,7 +159,13 @@ impl RuntimePreemptor {
             in_flight: Arc::new(Mutex::new(HashSet::new())),
             held: Arc::new(Mutex::new(HashSet::new())),
             activate: Arc::default(),
+            known: Arc::default(),
         }
+    }
+
+    /// How the victims are known to have left the scheduler's cache.
+    pub fn victims_known_with(&self, known: KnownFn) {
+        *self.known.write() = Some(known);
     }
 
     /// How a pod held in PreEnqueue is let go once its evictions are written.
@@ -210,6 +234,24 @@ fn preempted_event(plan: &PreemptionPlan, v: &PodInfo) -> PodEvent {
     }
 }
 
+/// Waits until none of the plan's victims is in the cache any more (or [`VICTIMS_GONE_WAIT`]).
+async fn victims_gone(plan: &PreemptionPlan, known: Option<KnownFn>) {
+    let Some(known) = known else { return };
+    let deadline = Instant::now() + VICTIMS_GONE_WAIT;
+    // A victim gone from the cache does not come back: each is looked for until it is gone.
+    let mut next = 0;
+    while let Some(v) = plan.victims.get(next) {
+        if !known(&v.uid) {
+            next += 1;
+        } else if Instant::now() >= deadline {
+            tracing::debug!(pod = %v.key(), "preemption victim still in the cache; letting the preemptor go");
+            return;
+        } else {
+            tokio::time::sleep(VICTIMS_GONE_POLL).await;
+        }
+    }
+}
+
 async fn clear_nomination(writer: ApiWriter, ns: String, name: String) {
     let patch = PreemptionPlan::clear_nomination_patch();
     match writer.patch_pod_status(&ns, &name, patch).await {
@@ -269,6 +311,7 @@ impl Preemptor for RuntimePreemptor {
         let (writer, events, in_flight) = (self.writer.clone(), self.events.clone(), self.in_flight.clone());
         let (held, activate) = (self.held.clone(), self.activate.clone());
         let metrics = self.metrics.workload.clone();
+        let known = self.known.read().clone();
         self.handle.spawn(async move {
             let started = Instant::now();
             // Victims in parallel; the nominations once the victims are on their way out.
@@ -286,6 +329,7 @@ impl Preemptor for RuntimePreemptor {
                 .iter()
                 .map(|p| clear_nomination(writer.clone(), p.namespace.clone(), p.name.clone()));
             futures::future::join_all(clears).await;
+            victims_gone(&plan, known).await;
             // In this order: a PreEnqueue that checks after the removal lets the pod through; one
             // that checked before marked it held, and it is activated here.
             in_flight.lock().remove(&uid);
@@ -559,6 +603,47 @@ mod tests {
         }
         assert_eq!(*activated.lock(), vec!["ml/m0".to_string(), "ml/m1".to_string()]);
         assert!(!p.is_preempting("uid-pg"));
+    }
+
+    /// The preemptor is let go only once its victims have left the cache, not when the deletions
+    /// are written: a cycle that still saw them would preempt them again.
+    #[tokio::test]
+    async fn the_preemptor_is_held_until_the_cache_has_seen_its_victims_go() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        use unisched_plugins::testing::PodBuilder;
+
+        let (p, _) = not_leading_preemptor();
+        let activated: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = activated.clone();
+        p.activate_with(Arc::new(move |key: &str| seen.lock().push(key.to_string())));
+        let in_cache = Arc::new(AtomicBool::new(true));
+        let cached = in_cache.clone();
+        p.victims_known_with(Arc::new(move |uid: &str| {
+            uid == "v" && cached.load(Ordering::SeqCst)
+        }));
+        p.execute(PreemptionPlan {
+            preemptor: PodBuilder::new("hi").namespace("ns").uid("hi").arc(),
+            group: None,
+            node: "n1".into(),
+            scheduler_name: "unisched".into(),
+            victims: vec![PodBuilder::new("victim").uid("v").arc()],
+            rejected_at_permit: vec![],
+            clear_nominations: vec![],
+            counts: Default::default(),
+        });
+        assert!(p.holds_until_preempted("hi"));
+        // The writes fail at once (no lease); the victim is still cached.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(p.is_preempting("hi"), "victim still in the cache");
+        assert!(activated.lock().is_empty());
+        in_cache.store(false, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while activated.lock().is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(!p.is_preempting("hi"));
+        assert_eq!(*activated.lock(), vec!["ns/hi".to_string()]);
     }
 
     #[test]

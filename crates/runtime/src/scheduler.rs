@@ -341,6 +341,10 @@ impl Scheduler {
             }
         }));
         let cache = Arc::new(Cache::new());
+        let victims_cache = Arc::downgrade(&cache);
+        preemptor.victims_known_with(Arc::new(move |uid: &str| {
+            victims_cache.upgrade().is_some_and(|c| c.get_pod(uid).is_some())
+        }));
         let pods =
             Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));
         let health = Health::default();
