@@ -6,6 +6,10 @@
 //! the placed members hold.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::MemCache;
+
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{
@@ -21,70 +25,15 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use parking_lot::RwLock;
 use unisched_framework::{
     CompositeCycleInput, CompositeCycleResult, Framework, GroupNodeKey, MemberDecision, NoNominations,
-    NodeInfo, PodGroupKey, PodGroupStore, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
-    config::KubeSchedulerProfile, run_composite_cycle,
+    PodGroupKey, PodGroupStore, PodInfo, SchedulingAlgorithm, config::KubeSchedulerProfile,
+    run_composite_cycle,
 };
 use unisched_plugins::{
     PluginContext, Registry,
-    testing::{NodeBuilder, PodBuilder, RecordingBinder},
+    testing::{PodBuilder, RecordingBinder},
 };
-
-#[derive(Default)]
-struct MemCache {
-    nodes: RwLock<BTreeMap<String, NodeInfo>>,
-}
-
-impl SchedulerCache for MemCache {
-    fn update_snapshot(&self) -> Arc<Snapshot> {
-        Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
-    }
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
-        let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        ni.add_pod(pod);
-        Ok(())
-    }
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
-        let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        ni.remove_pod(&pod.uid)
-            .map(|_| ())
-            .ok_or_else(|| format!("pod {} is not assumed", pod.uid).into())
-    }
-    fn is_assumed(&self, uid: &str) -> bool {
-        self.nodes.read().values().any(|n| n.pod(uid).is_some())
-    }
-}
-
-impl MemCache {
-    fn with_nodes(nodes: &[(&str, &str, Option<&str>)]) -> Self {
-        let cache = MemCache::default();
-        for (name, cpu, rack) in nodes {
-            let mut b = NodeBuilder::new(name).alloc("cpu", cpu).alloc("memory", "64Gi");
-            if let Some(r) = rack {
-                b = b.label("rack", r);
-            }
-            cache.nodes.write().insert((*name).to_string(), b.info());
-        }
-        cache
-    }
-
-    /// Pod uid → node of every pod the cache holds.
-    fn placed(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for (name, ni) in self.nodes.read().iter() {
-            for p in &ni.pods {
-                out.insert(p.uid.clone(), name.clone());
-            }
-        }
-        out
-    }
-}
 
 /// The tree under construction: composites, groups and their members.
 struct Tree {

@@ -3,6 +3,10 @@
 //! after every cycle exactly what the placed members hold (nothing of a failed gang left).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::MemCache;
+
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{
@@ -13,74 +17,16 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use parking_lot::RwLock;
 use proptest::prelude::*;
 use unisched_framework::{
-    Code, Framework, MemberDecision, NoNominations, NodeInfo, PodGroupCycleInput, PodGroupCycleResult,
-    PodGroupInfo, PodGroupStore, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
-    config::KubeSchedulerProfile, run_pod_group_cycle,
+    Code, Framework, MemberDecision, NoNominations, PodGroupCycleInput, PodGroupCycleResult, PodGroupInfo,
+    PodGroupStore, PodInfo, SchedulerCache, SchedulingAlgorithm, config::KubeSchedulerProfile,
+    run_pod_group_cycle,
 };
 use unisched_plugins::{
     PluginContext, PreemptionPlan, RecordingPreemptor, Registry, StaticPdbs,
-    testing::{NodeBuilder, PodBuilder, RecordingBinder},
+    testing::{PodBuilder, RecordingBinder},
 };
-
-#[derive(Default)]
-struct MemCache {
-    nodes: RwLock<BTreeMap<String, NodeInfo>>,
-    /// Every assume, kept or taken back: how many member placements the cycle made.
-    assumes: std::sync::atomic::AtomicUsize,
-}
-
-impl SchedulerCache for MemCache {
-    fn update_snapshot(&self) -> Arc<Snapshot> {
-        Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
-    }
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
-        self.assumes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        ni.add_pod(pod);
-        Ok(())
-    }
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
-        let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        ni.remove_pod(&pod.uid)
-            .map(|_| ())
-            .ok_or_else(|| format!("pod {} is not assumed", pod.uid).into())
-    }
-    fn is_assumed(&self, uid: &str) -> bool {
-        self.nodes.read().values().any(|n| n.pod(uid).is_some())
-    }
-}
-
-impl MemCache {
-    fn with_nodes(nodes: &[(&str, &str, Option<&str>)]) -> Self {
-        let cache = MemCache::default();
-        for (name, cpu, rack) in nodes {
-            let mut b = NodeBuilder::new(name).alloc("cpu", cpu).alloc("memory", "64Gi");
-            if let Some(r) = rack {
-                b = b.label("rack", r);
-            }
-            cache.nodes.write().insert((*name).to_string(), b.info());
-        }
-        cache
-    }
-
-    /// Pod uid → node of every pod the cache holds.
-    fn placed(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for (name, ni) in self.nodes.read().iter() {
-            for p in &ni.pods {
-                out.insert(p.uid.clone(), name.clone());
-            }
-        }
-        out
-    }
-}
 
 fn group(min: Option<i32>, topology: Option<&str>) -> PodGroupInfo {
     PodGroupInfo::new(Arc::new(PodGroup {
@@ -321,11 +267,7 @@ fn the_first_domain_holding_the_whole_group_ends_the_search() {
     assert!(result.status.is_success(), "{:?}", result.status);
     assert_eq!(result.placement.as_deref(), Some("rack-a"));
     assert_eq!(cache.placed(), bound(&result));
-    assert_eq!(
-        cache.assumes.load(std::sync::atomic::Ordering::Relaxed),
-        2,
-        "one try of two members, kept as it is"
-    );
+    assert_eq!(cache.assume_count(), 2, "one try of two members, kept as it is");
 
     let cache = MemCache::with_nodes(&[
         ("a-1", "4", Some("rack-a")),
@@ -341,7 +283,7 @@ fn the_first_domain_holding_the_whole_group_ends_the_search() {
     assert_eq!(bound(&result).len(), 2);
     assert_eq!(cache.placed(), bound(&result));
     assert_eq!(
-        cache.assumes.load(std::sync::atomic::Ordering::Relaxed),
+        cache.assume_count(),
         5,
         "rack-a's one member, rack-b's two, then rack-b's two again as chosen; rack-c not tried"
     );
