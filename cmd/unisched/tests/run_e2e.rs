@@ -265,8 +265,9 @@ fn feature_gates_are_checked_at_startup_and_reported() {
             "invalid value of PodLevelResources=maybe",
         ),
         (
-            "CompositePodGroup=true",
-            "feature gate CompositePodGroup=true is not supported by unisched, which always runs CompositePodGroup=false",
+            "InterPodAffinityHostnameFastPath=true",
+            "feature gate InterPodAffinityHostnameFastPath=true is not supported by unisched, which always runs \
+             InterPodAffinityHostnameFastPath=false",
         ),
     ];
     for (flag, want) in cases {
