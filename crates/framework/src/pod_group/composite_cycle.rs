@@ -30,8 +30,8 @@ use super::{
     CompositePodGroupInfo, GroupRef, GroupTree, Placement, PlacementProgress, PodGroupAssignments,
     PodGroupCycleInput, PodGroupCycleResult, PodGroupInfo, PodGroupKey,
     cycle::{
-        Context, Outcome, POD_GROUP_UNSCHEDULABLE, Tried, all_failed, best_placement, decide, place,
-        revert_with, try_group,
+        Context, Outcome, POD_GROUP_UNSCHEDULABLE, Tried, all_failed, best_placement, decide,
+        no_placement_fits, place, revert_with, try_group,
     },
     run_pod_group_cycle,
 };
@@ -398,15 +398,8 @@ fn place_composite(
     }
     if worked.is_empty() {
         // Upstream reports the first placement's try, with every result of its subtree.
-        let first = match &first_failure {
-            Some(t) if t.marked => POD_GROUP_UNSCHEDULABLE.to_string(),
-            Some(t) => t.status.message(),
-            None => "no placement has any node".to_string(),
-        };
-        let status = Status::unschedulable(format!(
-            "{POD_GROUP_UNSCHEDULABLE}, 0/{} placements are available, first placement status: {first}",
-            placements.len()
-        ));
+        let first = first_failure.as_ref().map(|t| (t.marked, &t.status));
+        let status = no_placement_fits(placements.len(), first);
         let mut tried = first_failure.unwrap_or_else(|| SubtreeTry::failed(status.clone()));
         tried.status = status;
         tried.marked = true;

@@ -315,16 +315,8 @@ fn place_on_best(
         }
     }
     if worked.is_empty() {
-        // Upstream quotes the first try's error: its generic marker, or its reason.
-        let first = match &first_failure {
-            Some(t) if t.marked => POD_GROUP_UNSCHEDULABLE.to_string(),
-            Some(t) => t.status.message(),
-            None => "no placement has any node".to_string(),
-        };
-        let status = Status::unschedulable(format!(
-            "{POD_GROUP_UNSCHEDULABLE}, 0/{} placements are available, first placement status: {first}",
-            placements.len()
-        ));
+        let first = first_failure.as_ref().map(|t| (t.marked, &t.status));
+        let status = no_placement_fits(placements.len(), first);
         return match first_failure {
             Some(mut t) => {
                 t.status = status;
@@ -360,6 +352,20 @@ fn place_on_best(
         tried,
         placement: Some(placement.clone()),
     }
+}
+
+/// Upstream's verdict when none of `placements` candidate placements held the group (or a
+/// composite's subtree): it quotes the first try's error, its generic marker when the try was
+/// marked unschedulable as a whole (`marked`), else its reason.
+pub(super) fn no_placement_fits(placements: usize, first: Option<(bool, &Status)>) -> Status {
+    let first = match first {
+        Some((true, _)) => POD_GROUP_UNSCHEDULABLE.to_string(),
+        Some((false, status)) => status.message(),
+        None => "no placement has any node".to_string(),
+    };
+    Status::unschedulable(format!(
+        "{POD_GROUP_UNSCHEDULABLE}, 0/{placements} placements are available, first placement status: {first}"
+    ))
 }
 
 /// Whether no placement after `placements[i]` can be chosen over its successful try: every
