@@ -13,7 +13,10 @@ use unisched_plugins::names::GANG_SCHEDULING;
 
 use super::{
     Shared, handle_failure,
-    workload::{GroupPop, creation_order, dispatch, record_attempt, report_condition, validate_members},
+    workload::{
+        GroupPop, creation_order, dispatch, record_attempt, report_condition, validate_members,
+        wait_for_group,
+    },
 };
 
 /// The popped member and the waiting members of every PodGroup of the tree, by group, each
@@ -64,13 +67,11 @@ pub(super) fn schedule_tree(
     };
     let Some(tree @ GroupTree::Composite { .. }) = tree else {
         // The tree lost a composite after the pod passed PreEnqueue: it waits for it to return.
-        let status = Status::unresolvable(format!(
+        let message = format!(
             "waiting for composite pod group tree of pod group {:?} to appear in scheduling queue",
             key.name
-        ))
-        .with_plugin(GANG_SCHEDULING);
-        let failure = SchedulingFailure::from_pod_group(qpi.pod_info.clone(), status);
-        handle_failure(sh, fwk, qpi, failure, start);
+        );
+        wait_for_group(sh, fwk, qpi, message, start);
         return;
     };
     let GroupTree::Composite { info: root, .. } = &tree else {

@@ -59,13 +59,11 @@ pub(super) fn schedule_group(
     } = pop;
     let Some(group) = groups.group(&key) else {
         // Deleted after the pod passed PreEnqueue: it waits for the group to come back.
-        let status = Status::unresolvable(format!(
+        let message = format!(
             "waiting for pods's pod group {:?} to appear in scheduling queue",
             key.name
-        ))
-        .with_plugin(GANG_SCHEDULING);
-        let failure = SchedulingFailure::from_pod_group(qpi.pod_info.clone(), status);
-        handle_failure(sh, fwk, qpi, failure, start);
+        );
+        wait_for_group(sh, fwk, qpi, message, start);
         return;
     };
     if groups.composites_enabled() && group.parent.is_some() {
@@ -130,6 +128,20 @@ pub(super) fn schedule_group(
             .forget_events_so_far(members.iter().map(|m| m.pod_info.uid.as_str()));
     }
     dispatch(sh, fwk, members, result.members, start);
+}
+
+/// The popped member's group (or tree) went away after it passed PreEnqueue: it waits, held by
+/// GangScheduling, until the group is back.
+pub(super) fn wait_for_group(
+    sh: &Arc<Shared>,
+    fwk: &Arc<Framework>,
+    qpi: QueuedPodInfo,
+    message: String,
+    start: Instant,
+) {
+    let status = Status::unresolvable(message).with_plugin(GANG_SCHEDULING);
+    let failure = SchedulingFailure::from_pod_group(qpi.pod_info.clone(), status);
+    handle_failure(sh, fwk, qpi, failure, start);
 }
 
 /// The metrics of one group's (or tree's) cycle: its algorithm's time and its attempt's result.
