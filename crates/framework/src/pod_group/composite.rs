@@ -29,6 +29,10 @@ pub struct CompositePodGroupInfo {
     pub priority: i32,
     /// `spec.parentCompositePodGroupName`: the composite this one is a child of.
     pub parent: Option<String>,
+    /// `disruptionMode: All`: preemption evicts every placed pod of its subtree together.
+    pub disrupted_together: bool,
+    /// `spec.preemptionPolicy` (read only with the PodGroupPreemptionPolicy gate).
+    pub preemption_policy: Option<String>,
 }
 
 impl CompositePodGroupInfo {
@@ -60,6 +64,8 @@ impl CompositePodGroupInfo {
                 .parent_composite_pod_group_name
                 .clone()
                 .filter(|p| !p.is_empty()),
+            disrupted_together: spec.disruption_mode.as_ref().is_some_and(|m| m.all.is_some()),
+            preemption_policy: spec.preemption_policy.clone(),
             object,
         }
     }
@@ -137,6 +143,36 @@ impl GroupRef<'_> {
             GroupRef::Group(g) => g.min_count(),
             GroupRef::Composite(c) => c.min_count(),
         }
+    }
+
+    /// Its `spec.priority` (0 when unset): for a tree's root, the priority of every pod in it.
+    pub fn priority(&self) -> i32 {
+        match self {
+            GroupRef::Group(g) => g.priority,
+            GroupRef::Composite(c) => c.priority,
+        }
+    }
+
+    /// Its own `spec.preemptionPolicy`, if set.
+    pub fn preemption_policy(&self) -> Option<&str> {
+        match self {
+            GroupRef::Group(g) => g.preemption_policy.as_deref(),
+            GroupRef::Composite(c) => c.preemption_policy.as_deref(),
+        }
+    }
+
+    /// Its object's UID, when it has one.
+    pub fn uid(&self) -> Option<&str> {
+        let uid = match self {
+            GroupRef::Group(g) => g.object.metadata.uid.as_deref(),
+            GroupRef::Composite(c) => c.object.metadata.uid.as_deref(),
+        };
+        uid.filter(|u| !u.is_empty())
+    }
+
+    /// True for a CompositePodGroup.
+    pub fn is_composite(&self) -> bool {
+        matches!(self, GroupRef::Composite(_))
     }
 }
 
