@@ -282,6 +282,13 @@ impl PodBuilder {
         self
     }
 
+    /// Sets `spec.preemptionPolicy` (`Never` or `PreemptLowerPriority`).
+    #[must_use]
+    pub fn preemption_policy(mut self, policy: &str) -> Self {
+        self.spec().preemption_policy = Some(policy.to_string());
+        self
+    }
+
     /// Sets `spec.nodeName` (a bound pod).
     #[must_use]
     pub fn node_name(mut self, node: &str) -> Self {

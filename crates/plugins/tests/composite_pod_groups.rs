@@ -308,7 +308,8 @@ fn a_failed_composite_takes_back_its_children_and_they_carry_its_verdict() {
 }
 
 /// A gang composite short of `minGroupCount` places nothing: the child that fitted is taken
-/// back and its members quote the composite's verdict.
+/// back and its members quote the composite's verdict (from before the tree's preemption was
+/// tried, as upstream hands it to them; the tree's own verdict carries preemption's answer).
 #[test]
 fn a_gang_composite_short_of_its_children_holds_nothing() {
     let cache = MemCache::with_nodes(&[("node1", "20", None)]);
@@ -320,7 +321,11 @@ fn a_gang_composite_short_of_its_children_holds_nothing() {
     let root = "pod group is unschedulable, 0/1 placements are available, first placement status: \
                 minCount (2) cannot be satisfied: 1 scheduled, 0 remaining";
     assert!(result.status.is_rejected(), "{:?}", result.status);
-    assert_eq!(result.status.message(), root);
+    assert_eq!(
+        result.status.message(),
+        format!("{root}, pod group preemption: No preemption victims found for incoming preemptor")
+    );
+    assert!(!result.waiting_on_preemption);
     assert!(bound(&result).is_empty());
     assert!(cache.placed().is_empty(), "nothing of the tree is held");
     let failed = failed(&result);

@@ -466,6 +466,7 @@ mod tests {
             group: Some(GroupPreemptor {
                 id: "pg-uid".into(),
                 key: "default/pg".into(),
+                composite: false,
                 members,
             }),
             node: "cluster".into(),
@@ -583,6 +584,7 @@ mod tests {
             group: Some(GroupPreemptor {
                 id: "uid-pg".into(),
                 key: "ml/pg".into(),
+                composite: false,
                 members: members.clone(),
             }),
             node: "cluster".into(),

@@ -177,6 +177,9 @@ pub(crate) struct Shared {
     /// Gate NominatedNodeNameForExpectation: a binding cycle that waits first writes the pod's
     /// nomination (see `nomination`).
     nominate_before_binding: bool,
+    /// Gate PodGroupPreemptionPolicy: a group's members must share the root group's own
+    /// `preemptionPolicy` (otherwise the first member's).
+    group_preemption_policy: bool,
 }
 
 /// A running scheduler.
@@ -388,6 +391,7 @@ impl Scheduler {
             pdbs,
             pod_groups,
             nominate_before_binding: options.feature_gates.enabled("NominatedNodeNameForExpectation"),
+            group_preemption_policy: options.feature_gates.enabled("PodGroupPreemptionPolicy"),
         });
         Ok(Scheduler {
             shared,

@@ -17,8 +17,11 @@
 //! said, and its members carry the failing ancestor's verdict; a group never tried (its parent
 //! stopped early) carries it too. The root must place at least one pod to succeed.
 //!
-//! Not here: pod-group preemption of a composite (the `podGroupPostFilter` plugins are run only
-//! for a PodGroup root).
+//! A root that ends Unschedulable runs the `podGroupPostFilter` plugins once, for the whole
+//! tree (upstream does the same): the preemptor is the root composite, with its priority and
+//! policy, its members every pod of the tree, and the dry run places the whole tree again
+//! ([`TreeSimulator`]). Its verdict is added to every group's, and on success every member is
+//! nominated where the dry run put it and the whole tree waits for the evictions.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -28,14 +31,18 @@ use std::{
 
 use super::{
     CompositePodGroupInfo, GroupRef, GroupTree, Placement, PlacementProgress, PodGroupAssignments,
-    PodGroupCycleInput, PodGroupCycleResult, PodGroupInfo, PodGroupKey,
+    PodGroupCycleInput, PodGroupCycleResult, PodGroupInfo, PodGroupKey, PodGroupPostFilterInput,
+    PodGroupSimulator, SimulatedPlacement,
     cycle::{
-        Context, Outcome, POD_GROUP_UNSCHEDULABLE, Tried, all_failed, best_placement, decide,
-        no_placement_fits, place, revert_with, try_group,
+        Context, Outcome, POD_GROUP_UNSCHEDULABLE, Preemption, Tried, all_failed, apply_preemption,
+        best_placement, decide, no_placement_fits, place, revert_with, try_group,
     },
     run_pod_group_cycle,
+    simulation::{OverlayCache, take_back},
 };
-use crate::{Code, Framework, PodInfo, PodNominator, SchedulerCache, SchedulingAlgorithm, Status};
+use crate::{
+    BindingTask, Code, Framework, PodInfo, PodNominator, SchedulerCache, SchedulingAlgorithm, Status,
+};
 
 /// What one composite cycle decides about.
 #[derive(Debug)]
@@ -68,6 +75,9 @@ pub struct CompositeCycleResult {
     pub groups: Vec<CompositeGroupResult>,
     /// Every composite of the tree with its verdict, depth first (the root first).
     pub composites: Vec<(Arc<CompositePodGroupInfo>, Status)>,
+    /// True when the tree did not fit and a pod-group PostFilter (preemption) made room: every
+    /// member is nominated and waits for the evictions.
+    pub waiting_on_preemption: bool,
 }
 
 /// Everything the tries share.
@@ -78,6 +88,8 @@ struct Env<'a> {
     members: &'a BTreeMap<PodGroupKey, Vec<Arc<PodInfo>>>,
     already_scheduled: &'a BTreeMap<PodGroupKey, usize>,
     record_plugin_metrics: bool,
+    /// Pods a preemption dry run removed from the cluster (`None` in a real cycle).
+    removed: Option<Arc<[Arc<PodInfo>]>>,
 }
 
 impl Env<'_> {
@@ -93,7 +105,7 @@ impl Env<'_> {
             group,
             already_scheduled: self.already_scheduled.get(&group.key).copied().unwrap_or(0),
             record_plugin_metrics: self.record_plugin_metrics,
-            removed: None,
+            removed: self.removed.clone(),
             parent: parent.clone(),
             in_composite: true,
         }
@@ -166,6 +178,25 @@ impl SubtreeTry {
         out
     }
 
+    /// Every member still held, in the tree's order (depth first, each group's members in the
+    /// order tried), taken out of the try.
+    fn take_placed(&mut self, tree: &GroupTree) -> Vec<BindingTask> {
+        let mut out = Vec::new();
+        for leaf in tree.leaves() {
+            if let Some(Outcome::Tried { tried, .. }) = self.groups.get_mut(&leaf.key) {
+                for slot in &mut tried.members {
+                    if matches!(slot, Some(Tried::Placed(_)))
+                        && let Some(Tried::Placed(task)) = slot.take()
+                    {
+                        out.push(*task);
+                    }
+                }
+            }
+        }
+        self.any_placed = false;
+        out
+    }
+
     fn collect_proposed(&self, tree: &GroupTree, out: &mut Vec<(String, String)>) {
         match tree {
             GroupTree::Leaf(g) => {
@@ -216,6 +247,7 @@ pub fn run_composite_cycle(
         );
         return CompositeCycleResult {
             status: result.status.clone(),
+            waiting_on_preemption: result.waiting_on_preemption,
             groups: vec![CompositeGroupResult {
                 group: group.clone(),
                 result,
@@ -230,24 +262,90 @@ pub fn run_composite_cycle(
         members: &members,
         already_scheduled: &already_scheduled,
         record_plugin_metrics,
+        removed: None,
     };
-    let mut root = place_node(&env, algo, tree, &Placement::all_nodes(), None);
+    let root = place_root(&env, algo, tree);
+    // Upstream runs the tree's PostFilter only for a plain Unschedulable verdict.
+    let preemption = (root.status.code() == Code::Unschedulable && fwk.has_pod_group_post_filter_plugins())
+        .then(|| preempt_for_tree(&env, algo, tree));
+    let (status, nominations) = apply_preemption(root.status.clone(), preemption.clone());
+    let mut result = CompositeCycleResult {
+        status,
+        groups: Vec::new(),
+        composites: Vec::new(),
+        waiting_on_preemption: nominations.is_some(),
+    };
+    let mut root = root;
+    settle(
+        &env,
+        tree,
+        &mut root,
+        &Status::success(),
+        preemption.as_ref(),
+        &mut result,
+    );
+    result
+}
+
+/// The root placed within the whole cluster; it must place at least one pod to succeed.
+fn place_root(env: &Env<'_>, algo: &mut SchedulingAlgorithm, tree: &GroupTree) -> SubtreeTry {
+    let mut root = place_node(env, algo, tree, &Placement::all_nodes(), None);
     if root.status.is_success() && !root.any_placed {
-        // At least one pod must be placed for the root to succeed.
-        root.revert(&env);
+        root.revert(env);
         root.status = Status::unschedulable(POD_GROUP_UNSCHEDULABLE);
         root.marked = true;
         if let GroupTree::Composite { info, .. } = tree {
             root.composites.insert(info.key.clone(), root.status.clone());
         }
     }
-    let mut result = CompositeCycleResult {
-        status: root.status.clone(),
-        groups: Vec::new(),
-        composites: Vec::new(),
+    root
+}
+
+/// Runs the `podGroupPostFilter` plugins for the root of a tree that did not fit.
+fn preempt_for_tree(env: &Env<'_>, algo: &mut SchedulingAlgorithm, tree: &GroupTree) -> Preemption {
+    let members: Vec<Arc<PodInfo>> = tree
+        .leaves()
+        .iter()
+        .flat_map(|g| env.members(&g.key).iter().cloned())
+        .collect();
+    let snapshot = env.cache.update_snapshot();
+    let input = PodGroupPostFilterInput {
+        group: tree.as_ref(),
+        members: &members,
+        snapshot: &snapshot,
     };
-    settle(&env, tree, &mut root, &Status::success(), &mut result);
-    result
+    let mut simulator = TreeSimulator { env, algo, tree };
+    env.fwk
+        .run_pod_group_post_filter(env.nominator, &input, &mut simulator)
+}
+
+/// The simulator a tree's PostFilter plugins get: the whole tree placed again from its root, on
+/// the cluster without the removed pods (upstream's `PodGroupSchedulingFunc` for a composite).
+struct TreeSimulator<'e, 'a> {
+    env: &'e Env<'a>,
+    algo: &'e mut SchedulingAlgorithm,
+    tree: &'e GroupTree,
+}
+
+impl PodGroupSimulator for TreeSimulator<'_, '_> {
+    fn place_without(&mut self, removed: &[Arc<PodInfo>]) -> SimulatedPlacement {
+        let overlay = OverlayCache::without(self.env.cache, removed);
+        let env = Env {
+            fwk: self.env.fwk,
+            cache: &overlay,
+            nominator: self.env.nominator,
+            members: self.env.members,
+            already_scheduled: self.env.already_scheduled,
+            record_plugin_metrics: self.env.record_plugin_metrics,
+            removed: Some(Arc::from(removed.to_vec())),
+        };
+        let mut root = place_root(&env, self.algo, self.tree);
+        let placed = root.take_placed(self.tree);
+        SimulatedPlacement {
+            status: root.status,
+            assignments: take_back(env.fwk, &overlay, placed),
+        }
+    }
 }
 
 /// Each group's final verdict, the failures of ancestors passed down (upstream's
@@ -257,6 +355,7 @@ fn settle(
     tree: &GroupTree,
     tried: &mut SubtreeTry,
     parent_status: &Status,
+    preemption: Option<&Preemption>,
     out: &mut CompositeCycleResult,
 ) {
     match tree {
@@ -266,12 +365,12 @@ fn settle(
             let overridden = !parent_status.is_success();
             let result = match own {
                 Some(Outcome::Tried { tried: t, placement }) if !(overridden && t.status.is_success()) => {
-                    decide(members, t, placement.map(|p| p.name), None)
+                    decide(members, t, placement.map(|p| p.name), preemption.cloned())
                 }
                 Some(Outcome::NotTried(status)) if !(overridden && status.is_success()) => {
-                    all_failed(members, status, None)
+                    all_failed(members, status, preemption.cloned())
                 }
-                _ => all_failed(members, parent_status.clone(), None),
+                _ => all_failed(members, parent_status.clone(), preemption.cloned()),
             };
             out.groups.push(CompositeGroupResult {
                 group: group.clone(),
@@ -283,9 +382,10 @@ fn settle(
                 Some(own) if parent_status.is_success() || !own.is_success() => own.clone(),
                 _ => parent_status.clone(),
             };
-            out.composites.push((info.clone(), status.clone()));
+            let (reported, _) = apply_preemption(status.clone(), preemption.cloned());
+            out.composites.push((info.clone(), reported));
             for child in children {
-                settle(env, child, tried, &status, out);
+                settle(env, child, tried, &status, preemption, out);
             }
         }
     }

@@ -25,7 +25,7 @@ use std::{
 };
 
 use super::{
-    Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, PodGroupPostFilterInput,
+    GroupRef, Placement, PlacementProgress, PodGroupAssignments, PodGroupInfo, PodGroupPostFilterInput,
     PodGroupPostFilterResult, simulation::CycleSimulator,
 };
 use crate::{
@@ -205,7 +205,7 @@ pub fn run_pod_group_cycle(
             record_plugin_metrics,
         };
         let input = PodGroupPostFilterInput {
-            group,
+            group: GroupRef::Group(group),
             members: &members,
             snapshot: &snapshot,
         };
@@ -548,7 +548,7 @@ pub(super) fn revert_with(fwk: &Framework, cache: &dyn SchedulerCache, tried: &m
 /// The group's verdict once its PostFilter plugins had their say (upstream's
 /// `applyPodGroupPostFilterResult`): their error replaces it; otherwise their message is added
 /// to it. Returns the verdict and, when they made room, the members' nominations.
-fn apply_preemption(
+pub(super) fn apply_preemption(
     mut group_status: Status,
     preemption: Option<Preemption>,
 ) -> (Status, Option<BTreeMap<String, String>>) {

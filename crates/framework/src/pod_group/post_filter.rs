@@ -12,7 +12,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use super::PodGroupInfo;
+use super::GroupRef;
 use crate::{CycleState, FrameworkHandle, Plugin, PodInfo, Snapshot, Status};
 
 /// What a successful pod-group PostFilter decided: where each member is nominated.
@@ -54,9 +54,11 @@ pub trait PodGroupSimulator {
 
 /// What a pod-group PostFilter plugin is given about the group that did not fit.
 pub struct PodGroupPostFilterInput<'a> {
-    /// The group.
-    pub group: &'a PodGroupInfo,
-    /// Its members of this cycle (not yet placed), in the order they were tried.
+    /// The group: a PodGroup, or the root CompositePodGroup of a tree (which preempts for
+    /// its whole subtree, with its own priority and policy).
+    pub group: GroupRef<'a>,
+    /// Its members of this cycle (not yet placed), in the order they were tried; for a tree,
+    /// the members of every PodGroup in it.
     pub members: &'a [Arc<PodInfo>],
     /// The cluster as the cycle saw it.
     pub snapshot: &'a Arc<Snapshot>,

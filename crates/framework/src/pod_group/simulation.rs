@@ -27,7 +27,7 @@ use crate::{
 
 /// A snapshot of its own, over the real cache's: removed pods are gone, and what the cycle
 /// assumes stays here.
-struct OverlayCache<'a> {
+pub(super) struct OverlayCache<'a> {
     base: &'a dyn SchedulerCache,
     snapshot: Mutex<Snapshot>,
     assumed: Mutex<HashSet<String>>,
@@ -35,7 +35,7 @@ struct OverlayCache<'a> {
 
 impl<'a> OverlayCache<'a> {
     /// The real cache's current snapshot without `removed`.
-    fn without(base: &'a dyn SchedulerCache, removed: &[Arc<PodInfo>]) -> Self {
+    pub(super) fn without(base: &'a dyn SchedulerCache, removed: &[Arc<PodInfo>]) -> Self {
         let mut snapshot = (*base.update_snapshot()).clone();
         let mut by_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for pod in removed {
@@ -139,51 +139,56 @@ impl PodGroupSimulator for CycleSimulator<'_> {
             },
             Outcome::Tried { tried, .. } => {
                 let status = tried.status.clone();
-                let mut placed: Vec<Box<BindingTask>> = tried
+                let placed: Vec<BindingTask> = tried
                     .members
                     .into_iter()
                     .filter_map(|m| match m {
-                        Some(Tried::Placed(task)) => Some(task),
+                        Some(Tried::Placed(task)) => Some(*task),
                         _ => None,
                     })
                     .collect();
-                // Taken back as a failed try is: the last placed first. The overlay is dropped
-                // with what it assumed; the plugins' reservations are undone here.
-                for task in placed.iter_mut().rev() {
-                    let BindingTask {
-                        state, assumed, node, ..
-                    } = task.as_mut();
-                    self.fwk.run_unreserve(state, assumed, node);
-                    if let Err(e) = overlay.forget_pod(assumed) {
-                        tracing::debug!(pod = %assumed.key(), error = %e, "forgetting a simulated member");
-                    }
-                }
-                // The states are read again by the reprieve's Filter runs, on the cluster
-                // without the removed pods and without the members.
-                let without_members = overlay.update_snapshot();
-                for task in &mut placed {
-                    task.state.attach_snapshot(without_members.clone());
-                }
-                let assignments = placed
-                    .into_iter()
-                    .map(|task| {
-                        let BindingTask {
-                            state,
-                            pod,
-                            assumed,
-                            node,
-                            ..
-                        } = *task;
-                        ProposedAssignment {
-                            pod,
-                            assumed,
-                            node,
-                            state,
-                        }
-                    })
-                    .collect();
+                let assignments = take_back(self.fwk, &overlay, placed);
                 SimulatedPlacement { status, assignments }
             }
         }
     }
+}
+
+/// Takes back what a simulated placement holds (the last placed first, as a failed try is) and
+/// keeps each member's cycle state for the victims' reprieve, which runs Filter again on the
+/// cluster without the removed pods and without the members.
+pub(super) fn take_back(
+    fwk: &Framework,
+    overlay: &OverlayCache<'_>,
+    mut placed: Vec<BindingTask>,
+) -> Vec<ProposedAssignment> {
+    for task in placed.iter_mut().rev() {
+        let BindingTask {
+            state, assumed, node, ..
+        } = task;
+        fwk.run_unreserve(state, assumed, node);
+        if let Err(e) = overlay.forget_pod(assumed) {
+            tracing::debug!(pod = %assumed.key(), error = %e, "forgetting a simulated member");
+        }
+    }
+    let without_members = overlay.update_snapshot();
+    placed
+        .into_iter()
+        .map(|task| {
+            let BindingTask {
+                mut state,
+                pod,
+                assumed,
+                node,
+                ..
+            } = task;
+            state.attach_snapshot(without_members.clone());
+            ProposedAssignment {
+                pod,
+                assumed,
+                node,
+                state,
+            }
+        })
+        .collect()
 }

@@ -20,14 +20,16 @@ pub const REASON_PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
 /// The event reason on a victim.
 pub const EVENT_PREEMPTED: &str = "Preempted";
 
-/// A PodGroup that preempts as a whole.
+/// A PodGroup, or the root CompositePodGroup of a tree, that preempts as a whole.
 #[derive(Clone, Debug)]
 pub struct GroupPreemptor {
-    /// What identifies its preemption while it is written: the PodGroup's UID (its
+    /// What identifies its preemption while it is written: the group's UID (its
     /// `namespace/name` when it has none).
     pub id: String,
     /// `namespace/name` of the group.
     pub key: String,
+    /// True for a CompositePodGroup (the preemptor type is then `compositepodgroup`).
+    pub composite: bool,
     /// Its members that wait for the evictions.
     pub members: Vec<Arc<PodInfo>>,
 }
@@ -66,9 +68,13 @@ pub struct PreemptionCounts {
 }
 
 impl PreemptionPlan {
-    /// What preempts, in upstream's words: `pod` or `podgroup`.
+    /// What preempts, in upstream's words: `pod`, `podgroup` or `compositepodgroup`.
     pub fn preemptor_type(&self) -> &'static str {
-        if self.group.is_some() { "podgroup" } else { "pod" }
+        match &self.group {
+            Some(g) if g.composite => "compositepodgroup",
+            Some(_) => "podgroup",
+            None => "pod",
+        }
     }
 
     /// The preemptor's identity while its evictions are written: the pod's UID, or the group's.
@@ -249,6 +255,7 @@ mod tests {
             group: Some(GroupPreemptor {
                 id: "uid-pg".into(),
                 key: "ml/pg".into(),
+                composite: false,
                 members: members.clone(),
             }),
             node: "cluster".into(),
@@ -265,5 +272,23 @@ mod tests {
         assert_eq!(plan.event_note(), "Preempted by podgroup uid-pg on node cluster");
         assert_eq!(plan.preemptor_id(), "uid-pg");
         assert_eq!(plan.waiting_pods(), ["ml/m0", "ml/m1"]);
+
+        // The root of a tree preempts as a `compositepodgroup`, named by its own UID.
+        let mut tree = plan.clone();
+        tree.group = Some(GroupPreemptor {
+            id: "uid-cpg".into(),
+            key: "ml/train".into(),
+            composite: true,
+            members,
+        });
+        assert_eq!(
+            tree.victim_status_patch("t")["status"]["conditions"][0]["message"],
+            "unisched: preempting to accommodate a higher priority compositepodgroup"
+        );
+        assert_eq!(
+            tree.event_note(),
+            "Preempted by compositepodgroup uid-cpg on node cluster"
+        );
+        assert_eq!(tree.preemptor_type(), "compositepodgroup");
     }
 }

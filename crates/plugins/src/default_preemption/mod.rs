@@ -50,9 +50,9 @@ use std::{sync::Arc, time::Instant};
 
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, Code, CycleState, Diagnosis, EnqueueExtensions,
-    EventResource, FitError, FrameworkHandle, NodeInfo, NodeToStatus, Plugin, PodGroupKey,
-    PodGroupPostFilterPlugin, PodGroupStore, PodInfo, PostFilterPlugin, PostFilterResult, PreEnqueuePlugin,
-    QueueingHint, Status,
+    EventResource, FitError, FrameworkHandle, GroupNodeKey, GroupRef, NodeInfo, NodeToStatus, Plugin,
+    PodGroupKey, PodGroupPostFilterPlugin, PodGroupStore, PodInfo, PostFilterPlugin, PostFilterResult,
+    PreEnqueuePlugin, QueueingHint, Status,
 };
 
 pub use args::{
@@ -337,11 +337,26 @@ impl PreEnqueuePlugin for DefaultPreemption {
     /// written.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
         if let (Some(groups), Some(key)) = (&self.pod_groups, PodGroupKey::of_pod(&pod.pod)) {
-            // A pod whose group is not known is not this plugin's to hold.
-            let Some(group) = groups.group(&key) else {
+            // A pod whose group (or whose tree's root) is not known is not this plugin's to
+            // hold; with composite groups the whole tree waits for its root's preemption.
+            let id = if groups.composites_enabled() {
+                match groups.root(&GroupNodeKey::Group(key)) {
+                    Ok(GroupNodeKey::Composite(root)) => groups
+                        .composite(&root)
+                        .map(|c| pod_group::group_preemptor_id(GroupRef::Composite(&c))),
+                    Ok(GroupNodeKey::Group(root)) => groups
+                        .group(&root)
+                        .map(|g| pod_group::group_preemptor_id(GroupRef::Group(&g))),
+                    Err(_) => None,
+                }
+            } else {
+                groups
+                    .group(&key)
+                    .map(|g| pod_group::group_preemptor_id(GroupRef::Group(&g)))
+            };
+            let Some(id) = id else {
                 return Status::success();
             };
-            let id = pod_group::group_preemptor_id(&group);
             return match &self.preemptor {
                 Some(p) if p.holds_until_preempted(&id) => Status::unresolvable(WAITING_FOR_GROUP_PREEMPTION),
                 _ => Status::success(),

@@ -14,7 +14,9 @@
 //!
 //! Who preempts: the group's priority; `preemptionPolicy: Never` on any member keeps the group
 //! from preempting, unless PodGroupPreemptionPolicy is on, when the group's own
-//! `preemptionPolicy` decides. A group whose members are nominated to nodes where a victim of
+//! `preemptionPolicy` decides. The root CompositePodGroup of a tree that does not fit preempts
+//! the same way for the whole tree: its own priority and policy, every member of the tree
+//! nominated, and its UID naming the preemption while it is written. A group whose members are nominated to nodes where a victim of
 //! an earlier preemption is still terminating waits for it (`ongoing preemption`) and keeps its
 //! nominations.
 
@@ -25,7 +27,7 @@ use std::{
 };
 
 use unisched_framework::{
-    Code, FrameworkHandle, NodeInfo, PodGroupInfo, PodGroupPostFilterInput, PodGroupPostFilterResult,
+    Code, FrameworkHandle, GroupRef, NodeInfo, PodGroupPostFilterInput, PodGroupPostFilterResult,
     PodGroupSimulator, PodInfo, ProposedAssignment, Snapshot, Status,
 };
 
@@ -48,26 +50,24 @@ const CLUSTER_DOMAIN: &str = "cluster";
 /// The scheduling.k8s.io value that keeps a preemptor from preempting.
 const NEVER: &str = "Never";
 
-/// Whether the group may preempt: with PodGroupPreemptionPolicy the group's own policy (unset:
-/// it may), otherwise no member may say `Never` (upstream's `resolvePreemptionPolicy`).
-pub fn resolve_preemption_policy(group: &PodGroupInfo, members: &[Arc<PodInfo>], gate: bool) -> bool {
+/// Whether the group (or the tree's root composite) may preempt: with PodGroupPreemptionPolicy
+/// its own policy (unset: it may), otherwise no member may say `Never` (upstream's
+/// `resolvePreemptionPolicy` and `resolveCompositePreemptionPolicy`).
+pub fn resolve_preemption_policy(group: GroupRef<'_>, members: &[Arc<PodInfo>], gate: bool) -> bool {
     if gate {
-        return group.preemption_policy.as_deref() != Some(NEVER);
+        return group.preemption_policy() != Some(NEVER);
     }
     !members
         .iter()
         .any(|m| m.pod.spec.as_ref().and_then(|s| s.preemption_policy.as_deref()) == Some(NEVER))
 }
 
-/// What names the group's preemption while it is written (PreEnqueue holds its members on it).
-pub(super) fn group_preemptor_id(group: &PodGroupInfo) -> String {
+/// What names the group's preemption while it is written (PreEnqueue holds its members, or the
+/// members of the whole tree, on it): its UID, else its `namespace/name`.
+pub(super) fn group_preemptor_id(group: GroupRef<'_>) -> String {
     group
-        .object
-        .metadata
-        .uid
-        .clone()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| group.key.to_string())
+        .uid()
+        .map_or_else(|| group.key().to_string(), str::to_string)
 }
 
 /// What the dry run chose: the victims in eviction order and how many violate a budget.
@@ -104,23 +104,24 @@ impl DefaultPreemption {
         let (chosen, nominations) = match self.choose_group_victims(fwk, input, simulator, &groups) {
             Ok(c) => c,
             Err(status) => {
-                self.observe_group_evaluation(status.code(), started);
+                self.observe_group_evaluation(group, status.code(), started);
                 return (None, status);
             }
         };
-        self.observe_group_evaluation(Code::Success, started);
+        self.observe_group_evaluation(group, Code::Success, started);
         let counts = PreemptionCounts {
             pdb_violations: chosen.num_pdb_violations,
             group_disruptions: chosen
                 .victims
                 .iter()
-                .filter(|v| v.kind == VictimKind::PodGroup)
+                .filter(|v| v.kind != VictimKind::Pod)
                 .count(),
         };
         let victims: Vec<Arc<PodInfo>> = chosen.victims.into_iter().flat_map(|v| v.pods).collect();
         let count = victims.len();
         tracing::debug!(
-            pod_group = %group.key,
+            pod_group = %group.key(),
+            composite = group.is_composite(),
             victims = count,
             pdb_violations = counts.pdb_violations,
             "pod group preemption"
@@ -137,9 +138,14 @@ impl DefaultPreemption {
         )
     }
 
-    fn observe_group_evaluation(&self, result: Code, started: Instant) {
+    fn observe_group_evaluation(&self, group: GroupRef<'_>, result: Code, started: Instant) {
+        let preemptor_type = if group.is_composite() {
+            "compositepodgroup"
+        } else {
+            "podgroup"
+        };
         if let Some(p) = &self.preemptor {
-            p.evaluated("podgroup", result, started.elapsed());
+            p.evaluated(preemptor_type, result, started.elapsed());
         }
     }
 
@@ -156,7 +162,7 @@ impl DefaultPreemption {
         let potential: Vec<Victim> = groups
             .victims_on(input.snapshot.nodes())
             .into_iter()
-            .filter(|v| v.priority < group.priority)
+            .filter(|v| v.priority < group.priority())
             .collect();
         if potential.is_empty() {
             return Err(Status::unresolvable(NO_GROUP_VICTIMS));
@@ -188,7 +194,7 @@ impl DefaultPreemption {
     fn execute_group(
         &self,
         fwk: &dyn FrameworkHandle,
-        group: &PodGroupInfo,
+        group: GroupRef<'_>,
         members: &[Arc<PodInfo>],
         victims: Vec<Arc<PodInfo>>,
         counts: PreemptionCounts,
@@ -202,7 +208,8 @@ impl DefaultPreemption {
             preemptor: first.clone(),
             group: Some(GroupPreemptor {
                 id: group_preemptor_id(group),
-                key: group.key.to_string(),
+                key: group.key().to_string(),
+                composite: group.is_composite(),
                 members: members.to_vec(),
             }),
             node: CLUSTER_DOMAIN.to_string(),
@@ -217,7 +224,7 @@ impl DefaultPreemption {
         };
         match &self.preemptor {
             Some(p) => p.execute(plan),
-            None => tracing::debug!(pod_group = %group.key, "no preemptor configured; not evicting"),
+            None => tracing::debug!(pod_group = %group.key(), "no preemptor configured; not evicting"),
         }
     }
 }
@@ -233,7 +240,7 @@ fn nominated_node(pod: &PodInfo) -> Option<&str> {
 /// A member is nominated to a node where a lower-priority victim of a preemption still
 /// terminates.
 fn ongoing_preemption(
-    group: &PodGroupInfo,
+    group: GroupRef<'_>,
     members: &[Arc<PodInfo>],
     snapshot: &Snapshot,
     groups: &GroupView,
@@ -245,7 +252,7 @@ fn ongoing_preemption(
         .any(|node| {
             node.pods
                 .iter()
-                .any(|p| groups.priority_of(p) < group.priority && terminating_by_preemption(p))
+                .any(|p| groups.priority_of(p) < group.priority() && terminating_by_preemption(p))
         })
 }
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use parking_lot::RwLock;
 use unisched_framework::{
-    CacheWriteError, Code, Framework, MemberDecision, NoNominations, NodeInfo, PodGroupCycleInput,
+    CacheWriteError, Code, Framework, GroupRef, MemberDecision, NoNominations, NodeInfo, PodGroupCycleInput,
     PodGroupCycleResult, PodGroupInfo, PodGroupStore, PodInfo, SchedulerCache, SchedulingAlgorithm, Snapshot,
     config::KubeSchedulerProfile, run_pod_group_cycle,
 };
@@ -650,7 +650,7 @@ fn who_may_preempt() {
     ];
     for (name, policy, members, gate, want) in cases {
         assert_eq!(
-            resolve_preemption_policy(&with_policy(policy), members, gate),
+            resolve_preemption_policy(GroupRef::Group(&with_policy(policy)), members, gate),
             want,
             "{name}"
         );

@@ -14,8 +14,8 @@ use unisched_plugins::names::GANG_SCHEDULING;
 use super::{
     Shared, handle_failure,
     workload::{
-        GroupPop, creation_order, dispatch, record_attempt, report_condition, validate_members,
-        wait_for_group,
+        GroupPop, GroupRules, creation_order, dispatch, placed_members, record_attempt, report_condition,
+        validate_members, wait_for_group,
     },
 };
 
@@ -79,10 +79,19 @@ pub(super) fn schedule_tree(
     };
     let leaves = tree.leaves();
     let mut members = take_members(sh, groups, &leaves, qpi);
-    let validated = members
+    let rules = GroupRules {
+        priority: root.priority,
+        preemption_policy: root.preemption_policy.as_deref(),
+        policy_gate: sh.group_preemption_policy,
+    };
+    let leaf_keys: Vec<&PodGroupKey> = leaves.iter().map(|g| &g.key).collect();
+    let placed = placed_members(sh, groups, &leaf_keys);
+    let checked = members
         .values()
-        .try_for_each(|list| validate_members(root.priority, fwk, list));
-    if let Err(message) = validated {
+        .flatten()
+        .map(|m| m.pod_info.as_ref())
+        .chain(placed.iter().map(Arc::as_ref));
+    if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
         let status = Status::error(message);
         record_attempt(sh, fwk, &status, false, start);
         for leaf in &leaves {
@@ -117,10 +126,11 @@ pub(super) fn schedule_tree(
             record_plugin_metrics: record,
         },
     );
-    record_attempt(sh, fwk, &result.status, false, start);
+    record_attempt(sh, fwk, &result.status, result.waiting_on_preemption, start);
     tracing::info!(
         composite_pod_group = %root.key,
         members = members.values().map(Vec::len).sum::<usize>(),
+        waiting_on_preemption = result.waiting_on_preemption,
         status = %result.status,
         "composite pod group scheduling cycle"
     );

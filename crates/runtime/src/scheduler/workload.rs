@@ -28,6 +28,9 @@ use crate::{
     writer::patch_for_metadata,
 };
 
+/// A pod's preemption policy when it sets none.
+const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+
 /// The condition upstream keeps on a PodGroup until its first successful placement.
 pub(crate) const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
 
@@ -86,7 +89,17 @@ pub(super) fn schedule_group(
     members.extend(sh.queue.take_group_members(others.iter().map(String::as_str)));
     // Members are tried in the order they were created, as upstream adds them as they arrive.
     members.sort_by_key(|m| creation_order(&m.pod_info));
-    if let Err(message) = validate_members(group.priority, fwk, &members) {
+    let rules = GroupRules {
+        priority: group.priority,
+        preemption_policy: group.preemption_policy.as_deref(),
+        policy_gate: sh.group_preemption_policy,
+    };
+    let placed = placed_members(sh, groups, &[&key]);
+    let checked = members
+        .iter()
+        .map(|m| m.pod_info.as_ref())
+        .chain(placed.iter().map(Arc::as_ref));
+    if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
         let status = Status::error(message);
         report_condition(sh, &group, &status);
         sh.metrics
@@ -207,29 +220,93 @@ pub(super) fn creation_order(pod: &PodInfo) -> (Option<Timestamp>, String) {
     )
 }
 
-/// Upstream's checks before a group (or a tree) is tried: every member under this profile, and
-/// every member with the priority of the group (of the tree's root).
-pub(super) fn validate_members(
-    group_priority: i32,
-    fwk: &Framework,
-    members: &[QueuedPodInfo],
+/// What every pod of a group (or of a tree) must share with its root, checked before the group
+/// is tried (upstream's `validatePodGroup`).
+pub(super) struct GroupRules<'a> {
+    /// The root's priority.
+    pub(super) priority: i32,
+    /// The root's own `preemptionPolicy`; read only with the PodGroupPreemptionPolicy gate.
+    pub(super) preemption_policy: Option<&'a str>,
+    /// The PodGroupPreemptionPolicy gate: members must have the root's policy; without it they
+    /// must have the first member's.
+    pub(super) policy_gate: bool,
+}
+
+/// A pod's preemption policy (unset: `PreemptLowerPriority`).
+fn preemption_policy_of(pod: &PodInfo) -> &str {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.as_deref())
+        .unwrap_or(PREEMPT_LOWER_PRIORITY)
+}
+
+/// Upstream's checks before a group (or a tree) is tried, over its queued members first and then
+/// its members already placed: every pod under this profile, with the root's priority, and with
+/// one preemption policy (the root's with PodGroupPreemptionPolicy, else the first member's).
+pub(super) fn validate_members<'p>(
+    rules: &GroupRules<'_>,
+    profile: &str,
+    members: impl IntoIterator<Item = &'p PodInfo>,
 ) -> Result<(), String> {
-    for m in members {
-        let name = m.pod_info.scheduler_name();
-        if name != fwk.profile_name() {
+    let mut policy: Option<&str> = rules
+        .policy_gate
+        .then(|| rules.preemption_policy.unwrap_or(PREEMPT_LOWER_PRIORITY));
+    for pod in members {
+        let name = pod.scheduler_name();
+        if name != profile {
             return Err(format!(
-                "all pods in a single pod group should have the same .spec.schedulerName set, got: {name:?} and {:?}",
-                fwk.profile_name()
+                "all pods in a single pod group should have the same .spec.schedulerName set, got: {name:?} and {profile:?}"
             ));
         }
-        let priority = m.pod_info.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-        if priority != group_priority {
+        let priority = pod.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        if priority != rules.priority {
             return Err(format!(
-                "all pods in a single pod group should have the same priority as the pod group's priority, got {priority} and {group_priority}"
+                "all pods in a single pod group should have the same priority as the pod group's priority, got {priority} and {}",
+                rules.priority
             ));
+        }
+        let own = preemption_policy_of(pod);
+        match policy {
+            Some(shared) if own != shared && rules.policy_gate => {
+                return Err(format!(
+                    "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy, got {own} and {shared}"
+                ));
+            }
+            Some(shared) if own != shared => {
+                return Err(format!(
+                    "all pods in a single pod group should have the same preemption policy, got {own} and {shared}"
+                ));
+            }
+            Some(_) => {}
+            None => policy = Some(own),
         }
     }
     Ok(())
+}
+
+/// The members of `groups` already placed (bound or assumed), as the cache has them.
+pub(super) fn placed_members(
+    sh: &Shared,
+    store: &PodGroupStore,
+    groups: &[&PodGroupKey],
+) -> Vec<Arc<PodInfo>> {
+    let snapshot = sh.cache.update_snapshot();
+    let mut out = Vec::new();
+    for key in groups {
+        let mut nodes = store.bound_nodes(key);
+        nodes.sort();
+        nodes.dedup();
+        for node in nodes.iter().filter_map(|n| snapshot.get(n)) {
+            out.extend(
+                node.pods
+                    .iter()
+                    .filter(|p| PodGroupKey::of_pod(&p.pod).as_ref() == Some(*key))
+                    .cloned(),
+            );
+        }
+    }
+    out
 }
 
 /// The `PodGroupInitiallyScheduled` condition for `status`, unless it would not change or would
@@ -305,8 +382,159 @@ mod tests {
     use k8s_openapi::{
         api::scheduling::v1beta1::PodGroupStatus, apimachinery::pkg::apis::meta::v1::ObjectMeta,
     };
+    use unisched_plugins::testing::PodBuilder;
 
     use super::*;
+
+    /// Upstream's `TestValidatePodGroup` cases: one profile, the root's priority and one
+    /// preemption policy over the queued members and then the placed ones.
+    #[test]
+    fn a_group_is_tried_only_when_its_pods_agree_with_its_root() {
+        const NEVER: &str = "Never";
+        const LOWER: &str = "PreemptLowerPriority";
+        let pod = |name: &str, priority: i32, policy: Option<&str>| {
+            let mut b = PodBuilder::new(name).priority(priority).scheduler_name("sched1");
+            if let Some(p) = policy {
+                b = b.preemption_policy(p);
+            }
+            b.info()
+        };
+        let other_profile = PodBuilder::new("p2").priority(10).scheduler_name("sched2").info();
+        // (name, root priority, root policy, gate, queued, placed, error)
+        type Case = (
+            &'static str,
+            i32,
+            Option<&'static str>,
+            bool,
+            Vec<PodInfo>,
+            Vec<PodInfo>,
+            Option<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "priorities match",
+                10,
+                None,
+                false,
+                vec![pod("p1", 10, None), pod("p2", 10, None)],
+                vec![],
+                None,
+            ),
+            (
+                "different priorities across pods",
+                10,
+                None,
+                false,
+                vec![pod("p1", 9, None), pod("p2", 10, None)],
+                vec![],
+                Some(
+                    "all pods in a single pod group should have the same priority as the pod group's priority, got 9 and 10",
+                ),
+            ),
+            (
+                "a placed pod with another profile",
+                10,
+                None,
+                false,
+                vec![pod("p1", 10, None)],
+                vec![other_profile],
+                Some(
+                    r#"all pods in a single pod group should have the same .spec.schedulerName set, got: "sched2" and "sched1""#,
+                ),
+            ),
+            (
+                "a placed pod with another priority",
+                10,
+                None,
+                false,
+                vec![pod("p1", 10, None)],
+                vec![pod("p2", 9, None)],
+                Some(
+                    "all pods in a single pod group should have the same priority as the pod group's priority, got 9 and 10",
+                ),
+            ),
+            (
+                "policies match the group's (gate on)",
+                0,
+                Some(NEVER),
+                true,
+                vec![pod("p1", 0, Some(NEVER)), pod("p2", 0, Some(NEVER))],
+                vec![],
+                None,
+            ),
+            (
+                "different policies across pods (gate on)",
+                0,
+                Some(NEVER),
+                true,
+                vec![pod("p1", 0, Some(LOWER)), pod("p2", 0, Some(NEVER))],
+                vec![],
+                Some(
+                    "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy, got PreemptLowerPriority and Never",
+                ),
+            ),
+            (
+                "pods agree with each other but not with the group (gate on)",
+                0,
+                Some(NEVER),
+                true,
+                vec![pod("p1", 0, Some(LOWER)), pod("p2", 0, None)],
+                vec![],
+                Some(
+                    "all pods in a single pod group should have the same preemption policy as the pod group's preemption policy, got PreemptLowerPriority and Never",
+                ),
+            ),
+            (
+                "the group's policy is not read with the gate off",
+                0,
+                Some(NEVER),
+                false,
+                vec![pod("p1", 0, Some(LOWER)), pod("p2", 0, Some(LOWER))],
+                vec![],
+                None,
+            ),
+            (
+                "pods disagree with the first pod (gate off)",
+                0,
+                Some(NEVER),
+                false,
+                vec![pod("p1", 0, Some(LOWER)), pod("p2", 0, Some(NEVER))],
+                vec![],
+                Some(
+                    "all pods in a single pod group should have the same preemption policy, got Never and PreemptLowerPriority",
+                ),
+            ),
+            (
+                "an unset policy is PreemptLowerPriority",
+                0,
+                None,
+                true,
+                vec![pod("p1", 0, None), pod("p2", 0, Some(LOWER))],
+                vec![],
+                None,
+            ),
+            (
+                "a placed pod with another policy (gate off)",
+                0,
+                None,
+                false,
+                vec![pod("p1", 0, None)],
+                vec![pod("p2", 0, Some(NEVER))],
+                Some(
+                    "all pods in a single pod group should have the same preemption policy, got Never and PreemptLowerPriority",
+                ),
+            ),
+        ];
+        for (name, priority, policy, gate, queued, placed, want) in cases {
+            let rules = GroupRules {
+                priority,
+                preemption_policy: policy,
+                policy_gate: gate,
+            };
+            let got = validate_members(&rules, "sched1", queued.iter().chain(&placed));
+            assert_eq!(got.err().as_deref(), want, "{name}");
+        }
+    }
 
     fn group_with(condition: Option<(&str, &str, &str)>) -> PodGroup {
         PodGroup {
