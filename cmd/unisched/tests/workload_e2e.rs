@@ -409,6 +409,27 @@ fn a_composite_gang_lands_whole_in_one_rack_and_a_short_one_holds_nothing() {
     assert!(too_big.contains("Insufficient cpu"), "{too_big}");
 }
 
+/// `composite-preemption` (CompositePodGroup): a high-priority tree that fits nowhere preempts
+/// once, as a tree. The low tree, disrupted as a whole at its root, goes whole (though two of
+/// its three nodes would do), and the high tree is then placed whole.
+#[test]
+fn a_tree_preempts_a_tree_disrupted_as_a_whole_and_nothing_is_left_half() {
+    let p = run(
+        "composite-preemption",
+        &["--feature-gates", "CompositePodGroup=true"],
+    );
+    for pod in ["workers-0", "ps-0"] {
+        assert!(node(&p, pod).is_some(), "{pod}: {p:?}");
+    }
+    assert_ne!(node(&p, "workers-0"), node(&p, "ps-0"));
+    for leaf in ["a", "b", "c"] {
+        assert!(
+            !p.contains_key(&format!("batch-{leaf}-0")),
+            "every pod of the low tree was evicted: {p:?}"
+        );
+    }
+}
+
 /// Without the gate the same objects are separate roots: each gang of `train` is placed on its
 /// own (no rack shared), and the gang of `short` that fits is bound.
 #[test]
