@@ -438,7 +438,7 @@ fn validate_typed(source: &Source, registry: &Registry, kind: &str, v: &Value) -
     if strategy::defaults_before_validation(rt) {
         strategy::default_for_validation(rt, probe.get_or_insert_with(|| v.clone()));
     }
-    strategy::validate(rt, probe.as_ref().unwrap_or(v)).map_err(|e| invalid(source, e.to_string()))
+    strategy::validate(rt, probe.as_ref().unwrap_or(v), None).map_err(|e| invalid(source, e.to_string()))
 }
 
 /// Namespaces referenced by objects of a scenario but not created by it (the runner creates them,

@@ -11,6 +11,8 @@
 //! - ResourceClaims: `spec` is immutable. PriorityClasses: `value` is immutable.
 //! - Jobs: batch/v1 defaults, a generated selector on create, spec checks and what an update may
 //!   not change (see `admission::jobs`); the template's pod spec is checked as a pod's.
+//! - Workloads: the template trees and what an update may not change (see
+//!   `admission::workloads`).
 
 use serde_json::{Map, Value, json};
 use unisched_resource::Quantity;
@@ -366,7 +368,9 @@ fn check_path_segment(name: &str) -> Result<(), NameError> {
 }
 
 /// Decodes the object into its k8s-openapi type and runs the generic and kind-specific checks.
-pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError> {
+/// `old` is the stored object when the write is an update: kinds whose rules differ on an update
+/// (what may not change) check against it, as kube-apiserver's update validation does.
+pub(crate) fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<(), StoreError> {
     let name = name_of(obj);
     if let Err((field, message)) = (rt.validate)(obj) {
         let field = if field.is_empty() {
@@ -408,6 +412,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value) -> Result<(), StoreError>
         admission::check_pod_group(obj, &mut causes);
     } else if rt.is("scheduling.k8s.io", "CompositePodGroup") {
         admission::check_composite_pod_group(obj, &mut causes);
+    } else if rt.is("scheduling.k8s.io", "Workload") {
+        admission::check_workload(obj, old, &mut causes);
     } else if rt.is("resource.k8s.io", "DeviceClass") {
         admission::check_device_class(obj, &mut causes);
     } else if rt.is("resource.k8s.io", "ResourceSlice") {

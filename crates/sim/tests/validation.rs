@@ -3,43 +3,8 @@
 
 mod common;
 
+use common::http;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// One HTTP/1.1 exchange: status code, `Warning` header values, JSON body.
-async fn http(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    ct: &str,
-    body: &str,
-) -> (u16, Vec<String>, Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
-    let code: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let warnings = head
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("warning: ")
-                .or_else(|| l.strip_prefix("Warning: "))
-        })
-        .map(str::to_string)
-        .collect();
-    // Bodies may be chunked; the JSON object is between the first '{' and the last '}'.
-    let json = match (rest.find('{'), rest.rfind('}')) {
-        (Some(a), Some(b)) => serde_json::from_str(&rest[a..=b]).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
-    (code, warnings, json)
-}
 
 fn typo_pod(name: &str) -> String {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},

@@ -14,7 +14,8 @@
 //! kube-apiserver 1.37.2's own, taken with kubectl.
 //!
 //! One module per kind: `claims` (claim, template and class specs), `slices`,
-//! `claim_status` (status writes), `pods`, `pod_groups`, `composite_pod_groups`, `jobs` (batch/v1 defaults and checks);
+//! `claim_status` (status writes), `pods`, `pod_groups`, `composite_pod_groups`, `workloads` (the
+//! template trees of a Workload, on create and update), `jobs` (batch/v1 defaults and checks);
 //! the name and list helpers they share are here.
 //!
 //! Known differences: device names are checked for uniqueness within one slice (as the API server
@@ -32,6 +33,7 @@ mod pods;
 mod slices;
 #[cfg(test)]
 mod tests;
+mod workloads;
 
 use std::collections::HashSet;
 
@@ -47,6 +49,7 @@ pub use jobs::{
 pub use pod_groups::check_pod_group;
 pub use pods::check_pod_ports;
 pub use slices::check_resource_slice;
+pub use workloads::{TEMPLATE_DEPTH_MAX, TEMPLATES_MAX, check_workload};
 
 use crate::error::Cause;
 use crate::util::{NameError, check_dns_label, check_dns_subdomain};

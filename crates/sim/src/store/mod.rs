@@ -669,7 +669,7 @@ impl Store {
         };
         drop_empty_metadata_collections(&mut obj);
         strategy::prepare_create(rt, &mut obj, self)?;
-        strategy::validate(rt, &obj)?;
+        strategy::validate(rt, &obj, None)?;
         for _ in 0..MAX_ATTEMPTS {
             let name = util::name_of(&obj).to_string();
             let key = key_of(&namespace, &name);
@@ -835,7 +835,7 @@ impl Store {
         // in `bind_in`) on an object validated when it was written, and decoding the whole pod
         // again was a third of each binding's cost.
         if mode != UpdateMode::Internal {
-            strategy::validate(rt, &next)?;
+            strategy::validate(rt, &next, Some(cur.value()))?;
         }
         meta_mut(&mut next).insert(
             "resourceVersion".into(),
