@@ -239,6 +239,27 @@ mod tests {
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder, snapshot};
 
+    type Described = Vec<(Vec<String>, VictimKind, i32)>;
+
+    /// Victims as (pod names, kind, priority), beside the wanted ones in the same form.
+    fn described(got: Vec<Victim>, want: Vec<(Vec<&str>, VictimKind, i32)>) -> (Described, Described) {
+        let got = got
+            .into_iter()
+            .map(|v| {
+                (
+                    v.pods.iter().map(|p| p.name.clone()).collect(),
+                    v.kind,
+                    v.priority,
+                )
+            })
+            .collect();
+        let want = want
+            .into_iter()
+            .map(|(names, kind, priority)| (names.into_iter().map(String::from).collect(), kind, priority))
+            .collect();
+        (got, want)
+    }
+
     fn group(name: &str, priority: i32, all: Option<bool>) -> Arc<PodGroup> {
         Arc::new(PodGroup {
             metadata: ObjectMeta {
@@ -334,23 +355,7 @@ mod tests {
                 store.set_group(g);
             }
             let view = GroupView::build(Some(&store), &snap);
-            let got: Vec<(Vec<String>, VictimKind, i32)> = view
-                .victims_on(snap.nodes())
-                .into_iter()
-                .map(|v| {
-                    (
-                        v.pods.iter().map(|p| p.name.clone()).collect(),
-                        v.kind,
-                        v.priority,
-                    )
-                })
-                .collect();
-            let want: Vec<(Vec<String>, VictimKind, i32)> = want
-                .into_iter()
-                .map(|(names, kind, priority)| {
-                    (names.into_iter().map(String::from).collect(), kind, priority)
-                })
-                .collect();
+            let (got, want) = described(view.victims_on(snap.nodes()), want);
             assert_eq!(got, want, "{name}");
         }
         // Without pod groups, every pod is a victim of its own, at its own priority.
@@ -558,23 +563,7 @@ mod tests {
             store.set_group(child("pg-b", 1, "train", None));
             store.set_group(group("pg-c", 3, Some(false)));
             let view = GroupView::build(Some(&store), &snap);
-            let got: Vec<(Vec<String>, VictimKind, i32)> = view
-                .victims_on(snap.nodes())
-                .into_iter()
-                .map(|v| {
-                    (
-                        v.pods.iter().map(|p| p.name.clone()).collect(),
-                        v.kind,
-                        v.priority,
-                    )
-                })
-                .collect();
-            let want: Vec<(Vec<String>, VictimKind, i32)> = want
-                .into_iter()
-                .map(|(names, kind, priority)| {
-                    (names.into_iter().map(String::from).collect(), kind, priority)
-                })
-                .collect();
+            let (got, want) = described(view.victims_on(snap.nodes()), want);
             assert_eq!(got, want, "gate {gate}");
         }
     }
