@@ -78,6 +78,8 @@ pub struct PodHandler {
     known: Mutex<HashMap<String, Arc<PodInfo>>>,
     /// Group membership, kept before the queue sees the pod (its PreEnqueue counts members).
     groups: Option<Arc<PodGroupStore>>,
+    /// Told each time a bound pod leaves the cache (preemptions wait for their victims to go).
+    bound_pod_left: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl PodHandler {
@@ -88,7 +90,15 @@ impl PodHandler {
             queue,
             known: Mutex::new(HashMap::new()),
             groups: None,
+            bound_pod_left: None,
         }
+    }
+
+    /// Also calls `left` each time a bound pod leaves the cache.
+    #[must_use]
+    pub fn on_bound_pod_left(mut self, left: Arc<dyn Fn() + Send + Sync>) -> Self {
+        self.bound_pod_left = Some(left);
+        self
     }
 
     /// Also records each pod's PodGroup membership in `groups`.
@@ -115,6 +125,9 @@ impl PodHandler {
     fn release(&self, old: &Arc<PodInfo>) {
         if let Err(e) = self.cache.remove_pod(old) {
             tracing::debug!(pod = %old.key(), error = %e, "removing pod from cache");
+        }
+        if let Some(left) = &self.bound_pod_left {
+            left();
         }
         self.queue.move_all_to_active_or_backoff(
             well_known::ASSIGNED_POD_DELETE,

@@ -28,7 +28,7 @@ use k8s_openapi::{
 };
 use kube::{Api, api::DeleteParams};
 use parking_lot::{Mutex, RwLock};
-use tokio::runtime::Handle;
+use tokio::{runtime::Handle, sync::Notify};
 use unisched_framework::{Code, PodInfo};
 use unisched_plugins::{PdbLister, PreemptionPlan, Preemptor, default_preemption::EVENT_PREEMPTED};
 
@@ -134,6 +134,9 @@ pub struct RuntimePreemptor {
     /// Whether a victim is still in the scheduler's cache (the cache is made after the plugins
     /// too: [`RuntimePreemptor::victims_known_with`]).
     known: Arc<parking_lot::RwLock<Option<KnownFn>>>,
+    /// Woken whenever a bound pod leaves the cache ([`RuntimePreemptor::victim_left`]): the
+    /// writes waiting for their victims to go look again then, rather than on a timer.
+    left: Arc<Notify>,
 }
 
 /// Moves a pod, by `namespace/name`, to the active queue.
@@ -145,8 +148,6 @@ pub type KnownFn = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// How long the victims may stay in the cache once their deletions are written before the
 /// preemptor is let go anyway (a deletion that failed leaves its victim there for good).
 const VICTIMS_GONE_WAIT: Duration = Duration::from_secs(5);
-/// How often the cache is looked at meanwhile.
-const VICTIMS_GONE_POLL: Duration = Duration::from_millis(2);
 
 impl RuntimePreemptor {
     /// A preemptor writing through `writer` on `handle`.
@@ -160,12 +161,19 @@ impl RuntimePreemptor {
             held: Arc::new(Mutex::new(HashSet::new())),
             activate: Arc::default(),
             known: Arc::default(),
+            left: Arc::new(Notify::new()),
         }
     }
 
     /// How the victims are known to have left the scheduler's cache.
     pub fn victims_known_with(&self, known: KnownFn) {
         *self.known.write() = Some(known);
+    }
+
+    /// A bound pod left the scheduler's cache: preemptions waiting for their victims to go look
+    /// again.
+    pub fn victim_left(&self) {
+        self.left.notify_waiters();
     }
 
     /// How a pod held in PreEnqueue is let go once its evictions are written.
@@ -234,20 +242,24 @@ fn preempted_event(plan: &PreemptionPlan, v: &PodInfo) -> PodEvent {
     }
 }
 
-/// Waits until none of the plan's victims is in the cache any more (or [`VICTIMS_GONE_WAIT`]).
-async fn victims_gone(plan: &PreemptionPlan, known: Option<KnownFn>) {
+/// Waits until none of the plan's victims is in the cache any more (or [`VICTIMS_GONE_WAIT`]),
+/// looking again each time a bound pod leaves the cache.
+async fn victims_gone(plan: &PreemptionPlan, known: Option<KnownFn>, left: Arc<Notify>) {
     let Some(known) = known else { return };
-    let deadline = Instant::now() + VICTIMS_GONE_WAIT;
+    let deadline = tokio::time::Instant::now() + VICTIMS_GONE_WAIT;
     // A victim gone from the cache does not come back: each is looked for until it is gone.
     let mut next = 0;
     while let Some(v) = plan.victims.get(next) {
+        // Registered before the look, so a pod that leaves between the look and the wait still
+        // wakes it.
+        let woken = left.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         if !known(&v.uid) {
             next += 1;
-        } else if Instant::now() >= deadline {
+        } else if tokio::time::timeout_at(deadline, woken).await.is_err() {
             tracing::debug!(pod = %v.key(), "preemption victim still in the cache; letting the preemptor go");
             return;
-        } else {
-            tokio::time::sleep(VICTIMS_GONE_POLL).await;
         }
     }
 }
@@ -312,6 +324,7 @@ impl Preemptor for RuntimePreemptor {
         let (held, activate) = (self.held.clone(), self.activate.clone());
         let metrics = self.metrics.workload.clone();
         let known = self.known.read().clone();
+        let left = self.left.clone();
         self.handle.spawn(async move {
             let started = Instant::now();
             // Victims in parallel; the nominations once the victims are on their way out.
@@ -329,7 +342,7 @@ impl Preemptor for RuntimePreemptor {
                 .iter()
                 .map(|p| clear_nomination(writer.clone(), p.namespace.clone(), p.name.clone()));
             futures::future::join_all(clears).await;
-            victims_gone(&plan, known).await;
+            victims_gone(&plan, known, left).await;
             // In this order: a PreEnqueue that checks after the removal lets the pod through; one
             // that checked before marked it held, and it is activated here.
             in_flight.lock().remove(&uid);
@@ -640,6 +653,7 @@ mod tests {
         assert!(p.is_preempting("hi"), "victim still in the cache");
         assert!(activated.lock().is_empty());
         in_cache.store(false, Ordering::SeqCst);
+        p.victim_left();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while activated.lock().is_empty() && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -348,8 +348,16 @@ impl Scheduler {
         preemptor.victims_known_with(Arc::new(move |uid: &str| {
             victims_cache.upgrade().is_some_and(|c| c.get_pod(uid).is_some())
         }));
-        let pods =
-            Arc::new(PodHandler::new(cache.clone(), queue.clone()).with_pod_groups(pod_groups.clone()));
+        let waiting_preemptor = Arc::downgrade(&preemptor);
+        let pods = Arc::new(
+            PodHandler::new(cache.clone(), queue.clone())
+                .with_pod_groups(pod_groups.clone())
+                .on_bound_pod_left(Arc::new(move || {
+                    if let Some(p) = waiting_preemptor.upgrade() {
+                        p.victim_left();
+                    }
+                })),
+        );
         let health = Health::default();
         let router = crate::http::router(metrics.clone(), health.clone(), configz.clone());
         // Profiles and the run-time verbosity only when asked for, and only on this router
