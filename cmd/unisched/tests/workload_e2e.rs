@@ -58,9 +58,16 @@ fn sim_json(dir: &str) -> Value {
 
 /// [`sim_json`] with more flags.
 fn sim_json_with(dir: &str, extra: &[&str]) -> Value {
+    sim_json_within(dir, 60, extra)
+}
+
+/// [`sim_json_with`], giving up waiting for the cluster to settle after `timeout` seconds (the
+/// report is printed either way).
+fn sim_json_within(dir: &str, timeout: u32, extra: &[&str]) -> Value {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let timeout = timeout.to_string();
     let out = Command::new(bin())
-        .args(["sim", "-o", "json", "--timeout", "60"])
+        .args(["sim", "-o", "json", "--timeout", &timeout])
         .args(extra)
         .arg(root.join(dir))
         .output()
@@ -407,6 +414,36 @@ fn a_composite_gang_lands_whole_in_one_rack_and_a_short_one_holds_nothing() {
     );
     let too_big = p["too-big-0"].message.as_deref().unwrap_or("");
     assert!(too_big.contains("Insufficient cpu"), "{too_big}");
+}
+
+/// `mismatched-priority`: a gang whose pods do not share its priority is not tried at all; both
+/// members say why in upstream's words, and a pod of no group is placed as usual.
+///
+/// An error is retried on backoff, as upstream retries it, so the embedded cluster never counts as
+/// settled: the report is read after a short wait.
+#[test]
+fn a_gang_whose_pods_disagree_with_its_priority_is_not_tried() {
+    let v = sim_json_within("e2e/scenarios/workload/mismatched-priority", 8, &[]);
+    let pod = |name: &str| {
+        v["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+    };
+    assert!(pod("alone")["node"].is_string(), "{v}");
+    for name in ["mixed-0", "mixed-1"] {
+        let p = pod(name);
+        assert!(p["node"].is_null(), "{p}");
+        assert_eq!(p["reason"], "SchedulerError", "{p}");
+        assert_eq!(
+            p["message"],
+            "all pods in a single pod group should have the same priority as the pod group's priority, got 1000 and 0",
+            "{p}"
+        );
+    }
 }
 
 /// `composite-preemption` (CompositePodGroup): a high-priority tree that fits nowhere preempts

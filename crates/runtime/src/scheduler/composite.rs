@@ -14,8 +14,8 @@ use unisched_plugins::names::GANG_SCHEDULING;
 use super::{
     Shared, handle_failure,
     workload::{
-        GroupPop, GroupRules, creation_order, dispatch, placed_members, record_attempt, report_condition,
-        validate_members, wait_for_group,
+        GroupPop, GroupRules, creation_order, dispatch, placed_members, record_attempt, refuse_invalid,
+        report_condition, validate_members, wait_for_group,
     },
 };
 
@@ -92,15 +92,7 @@ pub(super) fn schedule_tree(
         .map(|m| m.pod_info.as_ref())
         .chain(placed.iter().map(Arc::as_ref));
     if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
-        let status = Status::error(message);
-        record_attempt(sh, fwk, &status, false, start);
-        for leaf in &leaves {
-            report_condition(sh, leaf, &status);
-        }
-        for m in members.into_values().flatten() {
-            let failure = SchedulingFailure::from_pod_group(m.pod_info.clone(), status.clone());
-            handle_failure(sh, fwk, m, failure, start);
-        }
+        refuse_invalid(sh, fwk, &leaves, members.into_values().flatten(), message, start);
         return;
     }
     let cache = sh.cache.as_ref();

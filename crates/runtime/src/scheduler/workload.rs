@@ -100,15 +100,7 @@ pub(super) fn schedule_group(
         .map(|m| m.pod_info.as_ref())
         .chain(placed.iter().map(Arc::as_ref));
     if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
-        let status = Status::error(message);
-        report_condition(sh, &group, &status);
-        sh.metrics
-            .workload
-            .podgroup_attempt(PODGROUP_ERROR, fwk.profile_name(), start.elapsed());
-        for m in members {
-            let failure = SchedulingFailure::from_pod_group(m.pod_info.clone(), status.clone());
-            handle_failure(sh, fwk, m, failure, start);
-        }
+        refuse_invalid(sh, fwk, &[group], members, message, start);
         return;
     }
     let cache = sh.cache.as_ref();
@@ -283,6 +275,30 @@ pub(super) fn validate_members<'p>(
         }
     }
     Ok(())
+}
+
+/// A group (or tree) whose pods do not agree with its root is not tried: an error on every
+/// PodGroup's condition and on every member, counted as an attempt that ended in error (before
+/// any algorithm ran).
+pub(super) fn refuse_invalid(
+    sh: &Arc<Shared>,
+    fwk: &Arc<Framework>,
+    groups: &[Arc<PodGroupInfo>],
+    members: impl IntoIterator<Item = QueuedPodInfo>,
+    message: String,
+    start: Instant,
+) {
+    let status = Status::error(message);
+    sh.metrics
+        .workload
+        .podgroup_attempt(PODGROUP_ERROR, fwk.profile_name(), start.elapsed());
+    for group in groups {
+        report_condition(sh, group, &status);
+    }
+    for m in members {
+        let failure = SchedulingFailure::from_pod_group(m.pod_info.clone(), status.clone());
+        handle_failure(sh, fwk, m, failure, start);
+    }
 }
 
 /// The members of `groups` already placed (bound or assumed), as the cache has them.
