@@ -1,49 +1,21 @@
 //! The default profile end to end: 1,000 pods through the framework's scheduling and binding cycles
 //! on 100 nodes, with an in-memory cache, checking placement rules and the ledger invariant.
 
+mod support;
+
+use support::MemCache;
+
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use unisched_framework::{
-    Code, CycleOutcome, DurationRecorder, Framework, FrameworkObserver, NoNominations, NodeInfo, PodInfo,
+    Code, CycleOutcome, DurationRecorder, Framework, FrameworkObserver, NoNominations, PodInfo,
     SchedulerCache, SchedulingAlgorithm, Snapshot, run_binding_cycle, run_scheduling_cycle,
 };
 use unisched_plugins::{
     reasons::TAINT_NODE_UNSCHEDULABLE,
     testing::{NodeBuilder, PodBuilder, default_framework},
 };
-
-/// Nodes by name; assumed pods are added to their node at once.
-#[derive(Default)]
-struct MemCache {
-    nodes: RwLock<BTreeMap<String, NodeInfo>>,
-}
-
-impl SchedulerCache for MemCache {
-    fn update_snapshot(&self) -> Arc<Snapshot> {
-        Arc::new(Snapshot::from_node_infos(self.nodes.read().values().cloned()))
-    }
-
-    fn assume_pod(&self, pod: Arc<PodInfo>) -> Result<(), unisched_framework::CacheWriteError> {
-        let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        if ni.pod(&pod.uid).is_some() {
-            return Err(format!("pod {} is already assumed", pod.uid).into());
-        }
-        ni.add_pod(pod);
-        Ok(())
-    }
-
-    fn forget_pod(&self, pod: &PodInfo) -> Result<(), unisched_framework::CacheWriteError> {
-        let node = pod.node_name().ok_or("forgotten pod without a node")?.to_string();
-        let mut nodes = self.nodes.write();
-        let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
-        ni.remove_pod(&pod.uid)
-            .map(|_| ())
-            .ok_or_else(|| format!("pod {} is not assumed", pod.uid).into())
-    }
-}
 
 const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
 

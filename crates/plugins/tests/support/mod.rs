@@ -14,7 +14,8 @@ use parking_lot::RwLock;
 use unisched_framework::{NodeInfo, PodInfo, SchedulerCache, Snapshot};
 use unisched_plugins::testing::NodeBuilder;
 
-/// Nodes by name; assumed pods are added to their node, forgotten ones removed.
+/// Nodes by name; assumed pods are added to their node (a pod assumed twice is refused),
+/// forgotten ones removed.
 #[derive(Default)]
 pub struct MemCache {
     pub nodes: RwLock<BTreeMap<String, NodeInfo>>,
@@ -31,6 +32,9 @@ impl SchedulerCache for MemCache {
         let node = pod.node_name().ok_or("assumed pod without a node")?.to_string();
         let mut nodes = self.nodes.write();
         let ni = nodes.get_mut(&node).ok_or_else(|| format!("no node {node}"))?;
+        if ni.pod(&pod.uid).is_some() {
+            return Err(format!("pod {} is already assumed", pod.uid).into());
+        }
         ni.add_pod(pod);
         Ok(())
     }
