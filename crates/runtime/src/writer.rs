@@ -284,11 +284,24 @@ pub struct ApiWriter {
     limits: Arc<WriterLimits>,
 }
 
+/// At most this many writes on the wire at once, over every connection of the writer.
+///
+/// The client speaks HTTP/1.1 (kube-rs offers no HTTP/2), so each request in flight holds a
+/// connection of its own, and the connection pool opens a new one whenever none is idle. A gang
+/// of 1,000 members reaching its binding cycles together would open 1,000 TLS connections, each
+/// a handshake with a client-certificate signature: profiles of the real-control-plane gang
+/// workloads put the handshakes at about a tenth of the scheduler's CPU. Bounded, the pool keeps
+/// this many warm connections and reuses them; kube-scheduler gets the same effect from one
+/// multiplexed HTTP/2 connection.
+pub const MAX_WRITES_IN_FLIGHT: usize = 128;
+
 /// What an [`ApiWriter`]'s copies share.
 #[derive(Clone)]
 struct WriterLimits {
     /// Shared with copies whose retry policy differs (see [`ApiWriter::with_retry`]).
     limiter: Arc<TokenBucket>,
+    /// Writes on the wire ([`MAX_WRITES_IN_FLIGHT`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
     metrics: Metrics,
     leader: LeaderFlag,
     retry: RetryPolicy,
@@ -310,6 +323,7 @@ impl ApiWriter {
             client,
             limits: Arc::new(WriterLimits {
                 limiter: Arc::new(TokenBucket::new(qps, burst)),
+                in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
                 metrics,
                 leader,
                 retry: RetryPolicy::default(),
@@ -367,7 +381,11 @@ impl ApiWriter {
             if !self.limits.leader.is_leader() {
                 return Err(WriteError::NotLeader);
             }
-            let result = op().await;
+            let result = {
+                // Never closed, so a permit always comes; without one the write goes anyway.
+                let _on_the_wire = self.limits.in_flight.acquire().await.ok();
+                op().await
+            };
             let code = match &result {
                 Ok(_) => "2xx".to_string(),
                 Err(e) => status_code(e).map_or_else(|| "transport".to_string(), |c| c.to_string()),
@@ -568,6 +586,45 @@ mod tests {
         // Without leader election there is no deadline.
         let unfenced = LeaderFlag::new(true);
         assert!(unfenced.is_leader() && unfenced.fenced_until().is_none());
+    }
+
+    /// A burst of writes (a gang's bindings) is sent at most `MAX_WRITES_IN_FLIGHT` at a time,
+    /// and every one of them is sent; copies of the writer (another connection) share the bound.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_in_flight_are_bounded_and_all_go_out() {
+        let w = writer(-1.0, 0, LeaderFlag::new(true));
+        let copy = w.with_client(w.client().clone());
+        let now = Arc::new(AtomicU32::new(0));
+        let most = Arc::new(AtomicU32::new(0));
+        let done = Arc::new(AtomicU32::new(0));
+        let writes = (0..200).map(|i| {
+            let w = if i % 2 == 0 { w.clone() } else { copy.clone() };
+            let (now, most, done) = (now.clone(), most.clone(), done.clone());
+            tokio::spawn(async move {
+                w.write("create", "pods/binding", || {
+                    let (now, most, done) = (now.clone(), most.clone(), done.clone());
+                    async move {
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        done.fetch_add(1, Ordering::SeqCst);
+                        Ok::<(), kube::Error>(())
+                    }
+                })
+                .await
+            })
+        });
+        for r in futures::future::join_all(writes).await {
+            assert!(r.unwrap().is_ok());
+        }
+        assert_eq!(done.load(Ordering::SeqCst), 200);
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most <= MAX_WRITES_IN_FLIGHT as u32,
+            "{most} writes were in flight at once"
+        );
+        assert!(most > 1, "writes still go out concurrently ({most})");
     }
 
     #[tokio::test]
