@@ -278,15 +278,25 @@ impl PodGroupStore {
             .collect()
     }
 
+    /// The uids of the group's members that are bound, in uid order.
+    pub fn bound_members(&self, key: &PodGroupKey) -> Vec<String> {
+        self.members_where(key, true)
+    }
+
     /// The uids of the group's members that are not bound, in uid order.
     pub fn unbound_members(&self, key: &PodGroupKey) -> Vec<String> {
+        self.members_where(key, false)
+    }
+
+    /// The uids of the group's members that are bound (or not), in uid order.
+    fn members_where(&self, key: &PodGroupKey, bound: bool) -> Vec<String> {
         let inner = self.inner.read();
         inner
             .members
             .get(key)
             .map(|m| {
                 m.iter()
-                    .filter(|(_, m)| m.node.is_none())
+                    .filter(|(_, m)| m.node.is_some() == bound)
                     .map(|(uid, _)| uid.clone())
                     .collect()
             })

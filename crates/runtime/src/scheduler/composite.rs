@@ -6,16 +6,16 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use unisched_framework::{
-    CompositeCycleInput, Framework, GroupNodeKey, GroupTree, PodGroupInfo, PodGroupKey, PodGroupStore,
-    QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, Status, run_composite_cycle,
+    CompositeCycleInput, Framework, GroupNodeKey, GroupRef, GroupTree, PodGroupInfo, PodGroupKey,
+    PodGroupStore, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, Status, run_composite_cycle,
 };
 use unisched_plugins::names::GANG_SCHEDULING;
 
 use super::{
     Shared, handle_failure,
     workload::{
-        GroupPop, GroupRules, creation_order, dispatch, placed_members, record_attempt, refuse_invalid,
-        report_condition, validate_members, wait_for_group,
+        GroupPop, check_against_root, creation_order, dispatch, record_attempt, refuse_invalid,
+        report_condition, wait_for_group,
     },
 };
 
@@ -79,19 +79,16 @@ pub(super) fn schedule_tree(
     };
     let leaves = tree.leaves();
     let mut members = take_members(sh, groups, &leaves, qpi);
-    let rules = GroupRules {
-        priority: root.priority,
-        preemption_policy: root.preemption_policy.as_deref(),
-        policy_gate: sh.group_preemption_policy,
-    };
     let leaf_keys: Vec<&PodGroupKey> = leaves.iter().map(|g| &g.key).collect();
-    let placed = placed_members(sh, groups, &leaf_keys);
-    let checked = members
-        .values()
-        .flatten()
-        .map(|m| m.pod_info.as_ref())
-        .chain(placed.iter().map(Arc::as_ref));
-    if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
+    let checked = check_against_root(
+        sh,
+        fwk,
+        groups,
+        GroupRef::Composite(root),
+        &leaf_keys,
+        members.values().flatten(),
+    );
+    if let Err(message) = checked {
         refuse_invalid(sh, fwk, &leaves, members.into_values().flatten(), message, start);
         return;
     }

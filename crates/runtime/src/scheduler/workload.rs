@@ -17,8 +17,8 @@ use k8s_openapi::{
 use kube::api::Patch;
 use serde_json::json;
 use unisched_framework::{
-    Code, Framework, MemberDecision, PodGroupCycleInput, PodGroupInfo, PodGroupKey, PodGroupStore, PodInfo,
-    QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, Status, run_pod_group_cycle,
+    Code, Framework, GroupRef, MemberDecision, PodGroupCycleInput, PodGroupInfo, PodGroupKey, PodGroupStore,
+    PodInfo, QueuedPodInfo, SchedulingAlgorithm, SchedulingFailure, Status, run_pod_group_cycle,
 };
 use unisched_plugins::names::GANG_SCHEDULING;
 
@@ -89,17 +89,8 @@ pub(super) fn schedule_group(
     members.extend(sh.queue.take_group_members(others.iter().map(String::as_str)));
     // Members are tried in the order they were created, as upstream adds them as they arrive.
     members.sort_by_key(|m| creation_order(&m.pod_info));
-    let rules = GroupRules {
-        priority: group.priority,
-        preemption_policy: group.preemption_policy.as_deref(),
-        policy_gate: sh.group_preemption_policy,
-    };
-    let placed = placed_members(sh, groups, &[&key]);
-    let checked = members
-        .iter()
-        .map(|m| m.pod_info.as_ref())
-        .chain(placed.iter().map(Arc::as_ref));
-    if let Err(message) = validate_members(&rules, fwk.profile_name(), checked) {
+    let checked = check_against_root(sh, fwk, groups, GroupRef::Group(&group), &[&key], &members);
+    if let Err(message) = checked {
         refuse_invalid(sh, fwk, &[group], members, message, start);
         return;
     }
@@ -301,28 +292,31 @@ pub(super) fn refuse_invalid(
     }
 }
 
-/// The members of `groups` already placed (bound or assumed), as the cache has them.
-pub(super) fn placed_members(
+/// [`validate_members`] for a group or a tree's `root`: its queued members, then the members of
+/// its PodGroups (`leaves`) already bound, as the cache has them.
+pub(super) fn check_against_root<'q>(
     sh: &Shared,
+    fwk: &Framework,
     store: &PodGroupStore,
-    groups: &[&PodGroupKey],
-) -> Vec<Arc<PodInfo>> {
-    let snapshot = sh.cache.update_snapshot();
-    let mut out = Vec::new();
-    for key in groups {
-        let mut nodes = store.bound_nodes(key);
-        nodes.sort();
-        nodes.dedup();
-        for node in nodes.iter().filter_map(|n| snapshot.get(n)) {
-            out.extend(
-                node.pods
-                    .iter()
-                    .filter(|p| PodGroupKey::of_pod(&p.pod).as_ref() == Some(*key))
-                    .cloned(),
-            );
-        }
-    }
-    out
+    root: GroupRef<'_>,
+    leaves: &[&PodGroupKey],
+    queued: impl IntoIterator<Item = &'q QueuedPodInfo>,
+) -> Result<(), String> {
+    let rules = GroupRules {
+        priority: root.priority(),
+        preemption_policy: root.preemption_policy(),
+        policy_gate: sh.group_preemption_policy,
+    };
+    let placed: Vec<Arc<PodInfo>> = leaves
+        .iter()
+        .flat_map(|key| store.bound_members(key))
+        .filter_map(|uid| sh.cache.get_pod(&uid))
+        .collect();
+    let members = queued
+        .into_iter()
+        .map(|m| m.pod_info.as_ref())
+        .chain(placed.iter().map(Arc::as_ref));
+    validate_members(&rules, fwk.profile_name(), members)
 }
 
 /// The `PodGroupInitiallyScheduled` condition for `status`, unless it would not change or would
