@@ -339,20 +339,15 @@ impl PreEnqueuePlugin for DefaultPreemption {
         if let (Some(groups), Some(key)) = (&self.pod_groups, PodGroupKey::of_pod(&pod.pod)) {
             // A pod whose group (or whose tree's root) is not known is not this plugin's to
             // hold; with composite groups the whole tree waits for its root's preemption.
-            let id = if groups.composites_enabled() {
-                match groups.root(&GroupNodeKey::Group(key)) {
-                    Ok(GroupNodeKey::Composite(root)) => groups
-                        .composite(&root)
-                        .map(|c| pod_group::group_preemptor_id(GroupRef::Composite(&c))),
-                    Ok(GroupNodeKey::Group(root)) => groups
-                        .group(&root)
-                        .map(|g| pod_group::group_preemptor_id(GroupRef::Group(&g))),
-                    Err(_) => None,
-                }
-            } else {
-                groups
-                    .group(&key)
-                    .map(|g| pod_group::group_preemptor_id(GroupRef::Group(&g)))
+            // (Without the CompositePodGroup gate every group is its own root.)
+            let id = match groups.root_of(&GroupNodeKey::Group(key)) {
+                Some(GroupNodeKey::Composite(root)) => groups
+                    .composite(&root)
+                    .map(|c| pod_group::group_preemptor_id(GroupRef::Composite(&c))),
+                Some(GroupNodeKey::Group(root)) => groups
+                    .group(&root)
+                    .map(|g| pod_group::group_preemptor_id(GroupRef::Group(&g))),
+                None => None,
             };
             let Some(id) = id else {
                 return Status::success();
