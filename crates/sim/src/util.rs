@@ -133,17 +133,22 @@ pub fn check_dns_label(s: &str) -> Result<(), NameError> {
     if s.len() > 63 {
         return Err(NameError::TooLong { max: 63 });
     }
-    let bytes = s.as_bytes();
-    let ok_inner = bytes
-        .iter()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
-    let ok_ends = bytes.first().is_some_and(|c| c.is_ascii_alphanumeric())
-        && bytes.last().is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok_inner && ok_ends {
+    if has_dns_label_pattern(s) {
         Ok(())
     } else {
         Err(NameError::NotLabel)
     }
+}
+
+/// Whether `s` has the RFC 1123 label pattern (lowercase alphanumerics and '-', alphanumeric at
+/// both ends), whatever its length.
+pub(crate) fn has_dns_label_pattern(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    bytes
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// Checks an RFC 1123 DNS subdomain (dot-separated labels, at most 253 characters).

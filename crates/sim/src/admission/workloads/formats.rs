@@ -6,7 +6,7 @@
 //! answer: a too-long name gets its own message (in bytes) and is still checked against the
 //! pattern, and a label is told "must not contain dots" when it would be a valid subdomain.
 
-use crate::util::NameError;
+use crate::util::{NameError, has_dns_label_pattern};
 
 /// Longest DNS label.
 const LABEL_MAX_LEN: usize = 63;
@@ -19,19 +19,9 @@ fn max_len(limit: usize) -> String {
     format!("must be no more than {limit} bytes")
 }
 
-/// Whether `s` has the DNS label pattern, whatever its length.
-fn label_pattern(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    bytes
-        .iter()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
 /// Whether `s` has the DNS subdomain pattern, whatever its length.
 fn subdomain_pattern(s: &str) -> bool {
-    s.split('.').all(label_pattern)
+    s.split('.').all(has_dns_label_pattern)
 }
 
 /// A "short name" (DNS label): names of templates and of claims.
@@ -40,7 +30,7 @@ pub(super) fn short_name(s: &str) -> Vec<String> {
     if s.len() > LABEL_MAX_LEN {
         problems.push(max_len(LABEL_MAX_LEN));
     }
-    if !label_pattern(s) {
+    if !has_dns_label_pattern(s) {
         if subdomain_pattern(s) {
             problems.push("must not contain dots".to_string());
         } else {
