@@ -32,7 +32,12 @@ fn run(scenario: &str, extra: &[&str]) -> BTreeMap<String, Placed> {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["pods"]
+    placed(&v)
+}
+
+/// Each pod of a report, by name.
+fn placed(report: &Value) -> BTreeMap<String, Placed> {
+    report["pods"]
         .as_array()
         .unwrap()
         .iter()
@@ -423,25 +428,21 @@ fn a_composite_gang_lands_whole_in_one_rack_and_a_short_one_holds_nothing() {
 /// settled: the report is read after a short wait.
 #[test]
 fn a_gang_whose_pods_disagree_with_its_priority_is_not_tried() {
-    let v = sim_json_within("e2e/scenarios/workload/mismatched-priority", 8, &[]);
-    let pod = |name: &str| {
-        v["pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("{name} in {v}"))
-    };
-    assert!(pod("alone")["node"].is_string(), "{v}");
-    for name in ["mixed-0", "mixed-1"] {
-        let p = pod(name);
-        assert!(p["node"].is_null(), "{p}");
-        assert_eq!(p["reason"], "SchedulerError", "{p}");
+    let p = placed(&sim_json_within(
+        "e2e/scenarios/workload/mismatched-priority",
+        8,
+        &[],
+    ));
+    assert!(node(&p, "alone").is_some(), "{p:?}");
+    for pod in ["mixed-0", "mixed-1"] {
+        assert_eq!(node(&p, pod), None, "{pod}: {p:?}");
+        assert_eq!(p[pod].reason.as_deref(), Some("SchedulerError"), "{pod}: {p:?}");
         assert_eq!(
-            p["message"],
-            "all pods in a single pod group should have the same priority as the pod group's priority, got 1000 and 0",
-            "{p}"
+            p[pod].message.as_deref(),
+            Some(
+                "all pods in a single pod group should have the same priority as the pod group's priority, got 1000 and 0"
+            ),
+            "{pod}: {p:?}"
         );
     }
 }

@@ -264,7 +264,7 @@ pub fn run_composite_cycle(
         record_plugin_metrics,
         removed: None,
     };
-    let root = place_root(&env, algo, tree);
+    let mut root = place_root(&env, algo, tree);
     // Upstream runs the tree's PostFilter only for a plain Unschedulable verdict.
     let preemption = (root.status.code() == Code::Unschedulable && fwk.has_pod_group_post_filter_plugins())
         .then(|| preempt_for_tree(&env, algo, tree));
@@ -275,7 +275,6 @@ pub fn run_composite_cycle(
         composites: Vec::new(),
         waiting_on_preemption: nominations.is_some(),
     };
-    let mut root = root;
     settle(
         &env,
         tree,
