@@ -159,13 +159,8 @@ pub fn check_dns_subdomain(s: &str) -> Result<(), NameError> {
     if s.len() > 253 {
         return Err(NameError::TooLong { max: 253 });
     }
-    let bytes = s.as_bytes();
-    let ok_inner = bytes
-        .iter()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'.');
-    let ok_ends = bytes.first().is_some_and(|c| c.is_ascii_alphanumeric())
-        && bytes.last().is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok_inner && ok_ends {
+    // Every dot-separated part is a label, so `a..b` and `a.-b` are not subdomains.
+    if s.split('.').all(has_dns_label_pattern) {
         Ok(())
     } else {
         Err(NameError::NotSubdomain)
@@ -285,6 +280,11 @@ mod tests {
         assert!(check_dns_label("a.b").is_err());
         assert!(check_dns_subdomain("a.b-c").is_ok());
         assert!(check_dns_subdomain("-a").is_err());
+        assert!(check_dns_subdomain("a..b").is_err(), "an empty label");
+        assert!(check_dns_subdomain("a.-b").is_err(), "a label starting with '-'");
+        assert!(check_dns_subdomain("a-.b").is_err(), "a label ending with '-'");
+        assert!(check_dns_subdomain("a.").is_err());
+        assert!(check_dns_subdomain("example.com").is_ok());
         assert_eq!(generate_name("pod-").len(), 9);
         assert_eq!(generate_name(&"x".repeat(100)).len(), 63);
     }
