@@ -47,7 +47,8 @@ pub enum StoreError {
     /// The object failed validation (422, `Invalid`). The message names the offending field.
     #[error("{kind} \"{name}\" is invalid: {}", join_causes(causes))]
     Invalid {
-        /// Kind, e.g. `Pod`.
+        /// Kind qualified by its group as the API server writes it: `Pod` for the core group,
+        /// `Workload.scheduling.k8s.io` otherwise.
         kind: String,
         /// Object name (may be empty).
         name: String,
@@ -221,15 +222,23 @@ impl StoreError {
                 Some(d)
             }
             Self::Conflict { resource, name, .. } => Some(json!({ "name": name, "kind": resource })),
-            Self::Invalid { kind, name, causes } => Some(json!({
-                "name": name,
-                "kind": kind,
-                "causes": causes.iter().map(|c| json!({
-                    "reason": cause_reason(&c.message),
-                    "message": c.message,
-                    "field": c.field,
-                })).collect::<Vec<_>>(),
-            })),
+            Self::Invalid { kind, name, causes } => {
+                // The details name the kind and its group apart.
+                let (kind, group) = kind.split_once('.').unwrap_or((kind.as_str(), ""));
+                let mut d = json!({
+                    "name": name,
+                    "kind": kind,
+                    "causes": causes.iter().map(|c| json!({
+                        "reason": cause_reason(&c.message),
+                        "message": c.message,
+                        "field": c.field,
+                    })).collect::<Vec<_>>(),
+                });
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                Some(d)
+            }
             Self::DisruptionBudget {
                 code,
                 budget,
@@ -321,6 +330,16 @@ mod tests {
             "Pod \"p\" is invalid: spec.containers: Required value"
         );
         assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueRequired");
+        assert!(s["details"].get("group").is_none(), "{s}");
+        // A kind of a named group is qualified in the message and split in the details.
+        let e = StoreError::invalid("Workload.scheduling.k8s.io", "w", "spec", "Required value");
+        let s = e.to_status();
+        assert_eq!(
+            s["message"],
+            "Workload.scheduling.k8s.io \"w\" is invalid: spec: Required value"
+        );
+        assert_eq!(s["details"]["kind"], "Workload");
+        assert_eq!(s["details"]["group"], "scheduling.k8s.io");
         assert_eq!(StoreError::stale("pods", "p").code(), 409);
     }
 }

@@ -223,6 +223,16 @@ fn diff_keys(given: &Value, known: &Value, path: &mut String, out: &mut Vec<Stri
 }
 
 impl ResourceType {
+    /// The kind as the API server names it in messages: `Pod` for the core group, `Kind.group`
+    /// otherwise (`Workload.scheduling.k8s.io "w" is invalid: …`).
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
     /// A resource described by a k8s-openapi type, without a status subresource.
     pub fn of<K>() -> Self
     where

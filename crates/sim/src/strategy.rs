@@ -279,7 +279,7 @@ pub(crate) fn prepare_update(
             // kube-apiserver 1.37 (ClearingNominatedNodeNameAfterBinding, on by default): a
             // nomination is a hint for pending pods only.
             return Err(StoreError::invalid(
-                rt.kind,
+                &rt.qualified_kind(),
                 &name,
                 "status.nominatedNodeName",
                 "Forbidden: may not be set on pods that are already bound to a node",
@@ -292,7 +292,7 @@ pub(crate) fn prepare_update(
             let causes = admission::check_job_update(old, new);
             if !causes.is_empty() {
                 return Err(StoreError::Invalid {
-                    kind: rt.kind.to_string(),
+                    kind: rt.qualified_kind(),
                     name,
                     causes,
                 });
@@ -303,7 +303,7 @@ pub(crate) fn prepare_update(
             for field in ["storageClassName", "nodeTopology"] {
                 if old.get(field) != new.get(field) {
                     return Err(StoreError::invalid(
-                        rt.kind,
+                        &rt.qualified_kind(),
                         &name,
                         field,
                         "Invalid value: field is immutable",
@@ -315,7 +315,7 @@ pub(crate) fn prepare_update(
             if mode == UpdateMode::Main && old.get("spec") != new.get("spec") =>
         {
             return Err(StoreError::invalid(
-                rt.kind,
+                &rt.qualified_kind(),
                 &name,
                 "spec",
                 "Invalid value: field is immutable",
@@ -325,7 +325,7 @@ pub(crate) fn prepare_update(
             let causes = admission::check_claim_status_update(old, new);
             if !causes.is_empty() {
                 return Err(StoreError::Invalid {
-                    kind: rt.kind.to_string(),
+                    kind: rt.qualified_kind(),
                     name,
                     causes,
                 });
@@ -333,7 +333,7 @@ pub(crate) fn prepare_update(
         }
         ("scheduling.k8s.io", "PriorityClass") if old.get("value") != new.get("value") => {
             return Err(StoreError::invalid(
-                rt.kind,
+                &rt.qualified_kind(),
                 &name,
                 "value",
                 "Forbidden: may not be changed in an update.",
@@ -379,7 +379,7 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> R
             field
         };
         return Err(StoreError::invalid(
-            rt.kind,
+            &rt.qualified_kind(),
             name,
             field,
             format!("Invalid value: {message}"),
@@ -394,7 +394,7 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> R
     };
     if let Err(msg) = name_check {
         return Err(StoreError::invalid(
-            rt.kind,
+            &rt.qualified_kind(),
             name,
             "metadata.name",
             format!("Invalid value: {name:?}: {msg}"),
@@ -439,7 +439,7 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> R
         Ok(())
     } else {
         Err(StoreError::Invalid {
-            kind: rt.kind.to_string(),
+            kind: rt.qualified_kind(),
             name: name.to_string(),
             causes,
         })

@@ -149,7 +149,7 @@ async fn dra_admission_answers_422_with_every_cause() {
         status["message"]
             .as_str()
             .unwrap()
-            .starts_with("ResourceClaim \"c\" is invalid: ["),
+            .starts_with("ResourceClaim.resource.k8s.io \"c\" is invalid: ["),
         "{status}"
     );
     server.shutdown().await;
@@ -275,7 +275,7 @@ async fn jobs_are_defaulted_checked_and_orphan_their_pods_by_default() {
         status["message"]
             .as_str()
             .unwrap()
-            .starts_with("Job \"bad\" is invalid: ["),
+            .starts_with("Job.batch \"bad\" is invalid: ["),
         "{status}"
     );
 

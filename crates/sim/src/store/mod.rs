@@ -612,7 +612,7 @@ impl Store {
             };
             if let Err(msg) = util::check_dns_label(&ns) {
                 return Err(StoreError::invalid(
-                    rt.kind,
+                    &rt.qualified_kind(),
                     util::name_of(&obj),
                     "metadata.namespace",
                     format!("Invalid value: {ns:?}: {msg}"),
@@ -655,7 +655,7 @@ impl Store {
             if name.is_empty() {
                 if base.is_empty() {
                     return Err(StoreError::invalid(
-                        rt.kind,
+                        &rt.qualified_kind(),
                         "",
                         "metadata.name",
                         "Required value: name or generateName is required",
@@ -813,7 +813,7 @@ impl Store {
             let added: Vec<&String> = new_finalizers.iter().filter(|f| !old.contains(f)).collect();
             if !added.is_empty() {
                 return Err(StoreError::invalid(
-                    rt.kind,
+                    &rt.qualified_kind(),
                     &name,
                     "metadata.finalizers",
                     format!(
