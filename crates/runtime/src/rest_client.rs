@@ -128,7 +128,9 @@ pub fn instrumented_client(config: Config) -> Result<Client, kube::Error> {
         let builder = kube::client::ClientBuilder::try_from(config)?;
         return Ok(builder.with_layer(&RestClientMetricsLayer).build());
     }
-    http2_client(config)
+    Ok(http2_client_builder(config)?
+        .with_layer(&RestClientMetricsLayer)
+        .build())
 }
 
 /// HTTP/2 flow-control windows: how much a server may send ahead of our reading. Over HTTP/1.1 a
@@ -143,9 +145,10 @@ const HTTP2_PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 const HTTP2_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// kube's default stack (base URI, retries of 429/503/504, authentication, extra headers, the
-/// connect/read/write timeouts) and the REST client metrics over a connector that negotiates `h2`
-/// or `http/1.1`.
-fn http2_client(config: Config) -> Result<Client, kube::Error> {
+/// connect/read/write timeouts) over a connector that negotiates `h2` or `http/1.1`.
+fn http2_client_builder(
+    config: Config,
+) -> Result<kube::client::ClientBuilder<impl HttpService + use<>>, kube::Error> {
     use kube::client::ConfigExt as _;
     use tower::ServiceBuilder;
 
@@ -185,11 +188,33 @@ fn http2_client(config: Config) -> Result<Client, kube::Error> {
         .layer(config.extra_headers_layer()?)
         .map_err(tower::BoxError::from)
         .service(http_client);
-    Ok(
-        kube::client::ClientBuilder::new(service, config.default_namespace)
-            .with_layer(&RestClientMetricsLayer)
-            .build(),
-    )
+    Ok(kube::client::ClientBuilder::new(
+        service,
+        config.default_namespace,
+    ))
+}
+
+/// The service type a kube client is built on.
+trait HttpService:
+    tower::Service<
+        http::Request<kube::client::Body>,
+        Response = http::Response<hyper::body::Incoming>,
+        Error = tower::BoxError,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<
+            http::Request<kube::client::Body>,
+            Response = http::Response<hyper::body::Incoming>,
+            Error = tower::BoxError,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
 }
 
 fn rustls_server_name(name: &str) -> Result<rustls_pki_types::ServerName<'static>, kube::Error> {
