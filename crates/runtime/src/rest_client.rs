@@ -133,11 +133,6 @@ pub fn instrumented_client(config: Config) -> Result<Client, kube::Error> {
         .build())
 }
 
-/// HTTP/2 flow-control windows: how much a server may send ahead of our reading. Over HTTP/1.1 a
-/// backlog waits in the kernel's socket buffers; over HTTP/2 it waits in ours, up to the window.
-const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
-const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
-
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered before
 /// the connection is dropped (client-go's `ReadIdleTimeout` and `PingTimeout` are 30 s and 15 s):
 /// a dead connection would otherwise stall every watch on it until the read timeout.
@@ -172,8 +167,7 @@ fn http2_client_builder(
     connector.set_write_timeout(config.write_timeout);
     let http_client = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
         .timer(hyper_util::rt::TokioTimer::new())
-        .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW)
-        .http2_initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .http2_adaptive_window(true)
         .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
         .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
         .build(connector);
