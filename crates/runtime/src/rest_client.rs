@@ -116,104 +116,10 @@ where
     }
 }
 
-/// A kube client for `config` whose requests are counted in the REST client metrics, and which
-/// speaks HTTP/2 to an API server that offers it over TLS (ALPN), as client-go does.
-///
-/// kube's own stack offers HTTP/1.1 only, which costs a connection (and a TLS handshake) per
-/// request in flight: every watch holds one, and a burst of writes (bindings, a preemption's
-/// victims) opens up to one per write. Over HTTP/2 they share one connection per client. A plain
-/// `http://` server (the embedded control plane) and a proxy keep kube's HTTP/1.1 stack.
+/// A kube client for `config` whose requests are counted in the REST client metrics.
 pub fn instrumented_client(config: Config) -> Result<Client, kube::Error> {
-    if config.proxy_url.is_some() || config.cluster_url.scheme_str() != Some("https") {
-        let builder = kube::client::ClientBuilder::try_from(config)?;
-        return Ok(builder.with_layer(&RestClientMetricsLayer).build());
-    }
-    Ok(http2_client_builder(config)?
-        .with_layer(&RestClientMetricsLayer)
-        .build())
-}
-
-/// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered before
-/// the connection is dropped (client-go's `ReadIdleTimeout` and `PingTimeout` are 30 s and 15 s):
-/// a dead connection would otherwise stall every watch on it until the read timeout.
-const HTTP2_PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
-const HTTP2_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// kube's default stack (base URI, retries of 429/503/504, authentication, extra headers, the
-/// connect/read/write timeouts) over a connector that negotiates `h2` or `http/1.1`.
-fn http2_client_builder(
-    config: Config,
-) -> Result<kube::client::ClientBuilder<impl HttpService + use<>>, kube::Error> {
-    use kube::client::ConfigExt as _;
-    use tower::ServiceBuilder;
-
-    let tls = config.rustls_client_config()?;
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http();
-    let https = match config.tls_server_name.as_deref() {
-        Some(name) => {
-            let name = rustls_server_name(name)?;
-            https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
-        }
-        None => https,
-    };
-    let mut connector =
-        hyper_timeout::TimeoutConnector::new(https.enable_all_versions().wrap_connector(http));
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
-    let http_client = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
-        .timer(hyper_util::rt::TokioTimer::new())
-        .http2_adaptive_window(true)
-        .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
-        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
-        .build(connector);
-
-    let retry = config
-        .default_retry
-        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(retry)
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(tower::BoxError::from)
-        .service(http_client);
-    Ok(kube::client::ClientBuilder::new(
-        service,
-        config.default_namespace,
-    ))
-}
-
-/// The service type a kube client is built on.
-trait HttpService:
-    tower::Service<
-        http::Request<kube::client::Body>,
-        Response = http::Response<hyper::body::Incoming>,
-        Error = tower::BoxError,
-        Future: Send + 'static,
-    > + Send
-    + 'static
-{
-}
-
-impl<S> HttpService for S where
-    S: tower::Service<
-            http::Request<kube::client::Body>,
-            Response = http::Response<hyper::body::Incoming>,
-            Error = tower::BoxError,
-            Future: Send + 'static,
-        > + Send
-        + 'static
-{
-}
-
-fn rustls_server_name(name: &str) -> Result<rustls_pki_types::ServerName<'static>, kube::Error> {
-    rustls_pki_types::ServerName::try_from(name.to_string())
-        .map_err(|e| kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e)))
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder.with_layer(&RestClientMetricsLayer).build())
 }
 
 #[cfg(test)]
