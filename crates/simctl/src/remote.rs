@@ -673,14 +673,20 @@ impl RemoteCluster {
                 failed.push(crate::error_chain(&e));
             }
         }
-        // A namespace lingers while kube-controller-manager empties it; wait, so that the next run
-        // on this cluster can create it again.
-        for c in rest.iter().filter(|c| c.kind == "Namespace") {
-            let api = self.api(&c.resource, None);
-            let start = Instant::now();
+        // What carries a finalizer lingers after the delete: a namespace while kube-controller-manager
+        // empties it, a PersistentVolumeClaim or PersistentVolume until its protection controller
+        // sees nothing using it. Wait for everything to be gone, as `kubectl delete` does, so that
+        // the next run on this cluster can create the same names again.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for c in pods.iter().chain(rest.iter()) {
+            let api = self.api(&c.resource, c.namespace.as_deref());
             while matches!(api.get_opt(&c.name).await, Ok(Some(_))) {
-                if start.elapsed() > Duration::from_secs(60) {
-                    failed.push(format!("namespace {} still terminating after 60s", c.name));
+                if Instant::now() > deadline {
+                    failed.push(format!(
+                        "{} {} still terminating after 60s",
+                        c.kind.to_lowercase(),
+                        c.name
+                    ));
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
