@@ -314,7 +314,8 @@ fn the_gang_example_places_one_gang_in_one_rack_and_holds_no_gpu_for_the_other()
 /// `group-claims`: a PodGroup's own claim (DRAWorkloadResourceClaims). The control plane makes one
 /// claim for the gang from the group's template; every member uses it, the scheduler allocates it
 /// once and reserves it for the PodGroup, and the whole gang lands where the channel reaches (n1,
-/// the one node of rack a that fits a member, not the larger n3 of rack b). The later gang gets its own claim, which stays unallocated: there is no channel left.
+/// the one node of rack a that fits a member, not the larger n3 of rack b). The later gang gets
+/// its own claim, which stays unallocated: there is no channel left.
 #[test]
 fn a_pod_group_claim_is_allocated_once_for_the_gang_and_reserved_for_the_group() {
     let v = sim_json("e2e/scenarios/workload/group-claims");
