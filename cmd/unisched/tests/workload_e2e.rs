@@ -63,16 +63,9 @@ fn sim_json(dir: &str) -> Value {
 
 /// [`sim_json`] with more flags.
 fn sim_json_with(dir: &str, extra: &[&str]) -> Value {
-    sim_json_within(dir, 60, extra)
-}
-
-/// [`sim_json_with`], giving up waiting for the cluster to settle after `timeout` seconds (the
-/// report is printed either way).
-fn sim_json_within(dir: &str, timeout: u32, extra: &[&str]) -> Value {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let timeout = timeout.to_string();
     let out = Command::new(bin())
-        .args(["sim", "-o", "json", "--timeout", &timeout])
+        .args(["sim", "-o", "json", "--timeout", "60"])
         .args(extra)
         .arg(root.join(dir))
         .output()
@@ -425,15 +418,11 @@ fn a_composite_gang_lands_whole_in_one_rack_and_a_short_one_holds_nothing() {
 /// `mismatched-priority`: a gang whose pods do not share its priority is not tried at all; both
 /// members say why in upstream's words, and a pod of no group is placed as usual.
 ///
-/// An error is retried on backoff, as upstream retries it, so the embedded cluster never counts as
-/// settled: the report is read after a short wait.
+/// The error is retried on backoff, as upstream retries it; once it has repeated, the run counts
+/// as settled and ends (`run` refuses the timeout's exit status) with the error as the reason.
 #[test]
 fn a_gang_whose_pods_disagree_with_its_priority_is_not_tried() {
-    let p = placed(&sim_json_within(
-        "e2e/scenarios/workload/mismatched-priority",
-        8,
-        &[],
-    ));
+    let p = run("mismatched-priority", &[]);
     assert!(node(&p, "alone").is_some(), "{p:?}");
     for pod in ["mixed-0", "mixed-1"] {
         assert_eq!(node(&p, pod), None, "{pod}: {p:?}");

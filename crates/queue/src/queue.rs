@@ -103,7 +103,17 @@ pub struct PendingPods {
     pub gated: usize,
     /// Popped, not done (not a `pending_pods` label; for debugging).
     pub in_flight: usize,
+    /// Of `backoff`, the pods whose last [`REPEATED_ERRORS`] attempts or more each ended in an
+    /// error, not a rejection (not a `pending_pods` label). Such a pod is retried for ever, as
+    /// upstream retries it, and no event will change the outcome of a bad input (a pod group
+    /// whose members' priorities differ, say): the simulator counts it as decided.
+    pub repeated_errors: usize,
 }
+
+/// How many consecutive errors make a pod one of [`PendingPods::repeated_errors`]: two retries
+/// (1 s and 2 s of backoff) are enough for an error of the moment (a lost response, a conflict)
+/// to have passed.
+pub const REPEATED_ERRORS: u32 = 3;
 
 impl PendingPods {
     /// `(queue label, count)` for the metric.
@@ -1322,6 +1332,11 @@ impl SchedulingQueue {
             unschedulable: st.unschedulable.len() - st.gated,
             gated: st.gated,
             in_flight: st.in_flight.values().filter(|f| !f.deleted).count(),
+            repeated_errors: st
+                .error_backoff
+                .iter()
+                .filter(|q| q.consecutive_errors_count >= REPEATED_ERRORS)
+                .count(),
         }
     }
 

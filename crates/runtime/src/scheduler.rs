@@ -465,6 +465,19 @@ impl Scheduler {
         p.active == 0 && p.backoff == 0 && p.in_flight == 0 && self.shared.bindings_in_flight.count() == 0
     }
 
+    /// Like [`Scheduler::is_idle`], except that pods backing off after repeated errors
+    /// ([`unisched_queue::PendingPods::repeated_errors`]) do not count: they are retried for
+    /// ever, and for a bad input (a pod group whose members' priorities differ, say) nothing
+    /// will change the outcome. The simulator settles on this, so such a scenario ends with the
+    /// error as the pod's reason instead of waiting out `--timeout`.
+    pub fn is_settled(&self) -> bool {
+        let p = self.shared.queue.pending_pods();
+        p.active == 0
+            && p.backoff == p.repeated_errors
+            && p.in_flight == 0
+            && self.shared.bindings_in_flight.count() == 0
+    }
+
     /// Placement explanations: debug logs, and with recording on the last placement per pod
     /// (`unisched sim --explain`).
     pub fn explanations(&self) -> &Explanations {

@@ -1,6 +1,7 @@
 //! When a run has settled: every pod decided, nothing written for a while and the in-process
 //! scheduler idle. A pod in backoff will be retried and may still land, so a quiet store alone
-//! is not enough. The embedded control plane is watched through its store; a remote one only
+//! is not enough; but a pod retried after error upon error (bad input) would hold the run for
+//! ever, so it counts as settled once its errors repeat. The embedded control plane is watched through its store; a remote one only
 //! through lists, so an external scheduler and a real API server settle the same way.
 
 use std::{
@@ -59,7 +60,8 @@ fn all_decided(objects: &dyn ObjectSource, profiles: Option<&BTreeSet<String>>) 
 
 /// Waits until nothing has been written for `quiet`, every pod is decided, and (with an in-process
 /// scheduler) no pod is waiting in activeQ/backoffQ or being bound: a pod in backoff will be retried
-/// and may still land, so the cluster has not settled.
+/// and may still land, so the cluster has not settled. A pod that failed with an error on
+/// several attempts in a row does not hold the run ([`Scheduler::is_settled`]).
 pub(crate) async fn settle(
     store: &Store,
     quiet: Duration,
@@ -78,7 +80,7 @@ pub(crate) async fn settle(
         let (decided, total, undecided) = all_decided(store, profiles);
         match scheduler {
             None if quiet_ok => return true,
-            Some(s) if quiet_ok && decided && s.is_idle() => return true,
+            Some(s) if quiet_ok && decided && s.is_settled() => return true,
             _ => {}
         }
         if last_report.elapsed() > Duration::from_secs(2) {
@@ -113,7 +115,7 @@ pub(crate) async fn settle_remote(
             changed = Instant::now();
         }
         let (decided, total, undecided) = all_decided(&listing, profiles);
-        let idle = scheduler.is_none_or(Scheduler::is_idle);
+        let idle = scheduler.is_none_or(Scheduler::is_settled);
         if decided && idle && changed.elapsed() >= quiet {
             return Ok((true, listing));
         }

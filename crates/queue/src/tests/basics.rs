@@ -95,6 +95,34 @@ fn error_backoff_durations_exact() {
     }
 }
 
+/// A pod counts among the repeated errors from its third consecutive error on, and no longer once
+/// an attempt ends in a rejection; a pod backing off after a rejection never counts.
+#[test]
+fn repeated_errors_count_from_the_third_consecutive_error() {
+    let (q, _clock) = queue(vec![fake("A", vec![node_hint(well_known::NODE_ADD)])]);
+    q.add(pod("r", 0));
+    fail(&q, pop_named(&q, "r"), &["A"], &[]);
+    q.add(pod("p", 0));
+    q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n", true));
+    assert_eq!(q.location(&uid("r")), Some(PodLocation::Backoff));
+    for (errors, want) in [(1, 0), (2, 0), (3, 1), (4, 1)] {
+        fail(&q, pop_named(&q, "p"), &[], &[]);
+        let pending = q.pending_pods();
+        assert_eq!(
+            (pending.backoff, pending.repeated_errors),
+            (2, want),
+            "{errors} errors"
+        );
+        q.activate(["default/p"]);
+    }
+    fail(&q, pop_named(&q, "p"), &["A"], &[]);
+    assert_eq!(
+        q.pending_pods().repeated_errors,
+        0,
+        "a rejection ends the run of errors"
+    );
+}
+
 /// A rejection resets the error count; the unschedulable count drives the backoff.
 #[test]
 fn rejection_resets_errors() {

@@ -312,6 +312,7 @@ fn pending_pods_counts() {
         unschedulable: 1,
         gated: 1,
         in_flight: 1,
+        repeated_errors: 0,
     };
     assert_eq!(q.pending_pods(), want);
     assert_eq!(
