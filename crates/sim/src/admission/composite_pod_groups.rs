@@ -60,7 +60,7 @@ mod tests {
         );
         assert_eq!(
             problems(json!({"schedulingPolicy": {}, "workloadRef": workload})),
-            ["spec.schedulingPolicy: Invalid value: \"null\": must specify one of: `basic`, `gang`"]
+            ["spec.schedulingPolicy: Invalid value: \"\": must specify one of: `basic`, `gang`"]
         );
         assert_eq!(
             problems(json!({"schedulingPolicy": {"basic": {}}})),

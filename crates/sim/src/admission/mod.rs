@@ -97,6 +97,25 @@ fn push(causes: &mut Vec<Cause>, field: impl Into<String>, message: impl Into<St
     });
 }
 
+/// A union's (one-of's) message when `chosen` of its `members` are set, in apimachinery's words
+/// (`validate.Union`): none is `Invalid value: "": must specify one of: …`, several name the
+/// chosen ones as the value, `Invalid value: "{a, b}": must specify exactly one of: …`.
+fn one_of_message(chosen: &[&str], members: &[&str]) -> Option<String> {
+    let all = members
+        .iter()
+        .map(|m| format!("`{m}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match chosen.len() {
+        0 => Some(format!("Invalid value: \"\": must specify one of: {all}")),
+        1 => None,
+        _ => Some(format!(
+            "Invalid value: \"{{{}}}\": must specify exactly one of: {all}",
+            chosen.join(", ")
+        )),
+    }
+}
+
 fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key)
         .and_then(Value::as_array)

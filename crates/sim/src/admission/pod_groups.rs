@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{arr, push};
+use super::{arr, one_of_message, push};
 use crate::error::Cause;
 
 /// Appends the PodGroup spec's problems.
@@ -27,16 +27,13 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
         );
     }
     for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
-        let named = claim.get("resourceClaimName").is_some_and(|v| !v.is_null());
-        let templated = claim
-            .get("resourceClaimTemplateName")
-            .is_some_and(|v| !v.is_null());
-        if named == templated {
-            push(
-                causes,
-                format!("spec.resourceClaims[{i}]"),
-                "Invalid value: must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
-            );
+        let members = ["resourceClaimName", "resourceClaimTemplateName"];
+        let chosen: Vec<&str> = members
+            .into_iter()
+            .filter(|m| claim.get(*m).is_some_and(|v| !v.is_null()))
+            .collect();
+        if let Some(message) = one_of_message(&chosen, &members) {
+            push(causes, format!("spec.resourceClaims[{i}]"), message);
         }
     }
 }
@@ -45,21 +42,15 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
 /// or a composite's `minGroupCount`) positive. Shared with CompositePodGroups.
 pub(super) fn check_policy(spec: &Value, quorum: &str, causes: &mut Vec<Cause>) {
     let policy = spec.get("schedulingPolicy").filter(|p| !p.is_null());
-    let basic = policy.and_then(|p| p.get("basic")).is_some_and(|v| !v.is_null());
-    let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());
-    match (basic, gang) {
-        (false, None) => push(
-            causes,
-            "spec.schedulingPolicy",
-            "Invalid value: \"null\": must specify one of: `basic`, `gang`",
-        ),
-        (true, Some(_)) => push(
-            causes,
-            "spec.schedulingPolicy",
-            "Invalid value: {\"basic\",\"gang\"}: must specify exactly one of: `basic`, `gang`",
-        ),
-        _ => {}
+    let members = ["basic", "gang"];
+    let chosen: Vec<&str> = members
+        .into_iter()
+        .filter(|m| policy.and_then(|p| p.get(*m)).is_some_and(|v| !v.is_null()))
+        .collect();
+    if let Some(message) = one_of_message(&chosen, &members) {
+        push(causes, "spec.schedulingPolicy", message);
     }
+    let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());
     if let Some(gang) = gang {
         let min = gang.get(quorum).and_then(Value::as_i64).unwrap_or(0);
         if min < 1 {
@@ -115,7 +106,7 @@ mod tests {
             check(json!({"schedulingPolicy": {}})),
             vec![(
                 "spec.schedulingPolicy".to_string(),
-                "Invalid value: \"null\": must specify one of: `basic`, `gang`".to_string()
+                "Invalid value: \"\": must specify one of: `basic`, `gang`".to_string()
             )]
         );
         assert_eq!(
@@ -129,9 +120,31 @@ mod tests {
             check(json!({"schedulingPolicy": {"basic": {}}, "schedulingConstraints": {"topology": [{"key": "a"}, {"key": "b"}]}}))[0].1,
             "Too many: 2: must have at most 1 item"
         );
+        // One-ofs in apimachinery's `validate.Union` words: none set, or the ones set named.
         assert_eq!(
-            check(json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": [{"name": "x"}]}))[0].0,
-            "spec.resourceClaims[0]"
+            check(json!({"schedulingPolicy": {"basic": {}, "gang": {"minCount": 1}}})),
+            vec![(
+                "spec.schedulingPolicy".to_string(),
+                "Invalid value: \"{basic, gang}\": must specify exactly one of: `basic`, `gang`".to_string()
+            )]
+        );
+        assert_eq!(
+            check(json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": [
+                {"name": "x"},
+                {"name": "y", "resourceClaimName": "c", "resourceClaimTemplateName": "t"},
+            ]})),
+            vec![
+                (
+                    "spec.resourceClaims[0]".to_string(),
+                    "Invalid value: \"\": must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"
+                        .to_string()
+                ),
+                (
+                    "spec.resourceClaims[1]".to_string(),
+                    "Invalid value: \"{resourceClaimName, resourceClaimTemplateName}\": must specify exactly one of: `resourceClaimName`, `resourceClaimTemplateName`"
+                        .to_string()
+                ),
+            ]
         );
         // A child of a CompositePodGroup must name its Workload (kube-apiserver 1.37.2's words).
         assert_eq!(

@@ -20,22 +20,8 @@ pub(super) fn check_attribute(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, f
         .copied()
         .filter(|k| attr.get(*k).is_some_and(|v| !v.is_null()))
         .collect();
-    let all = "`int`, `bool`, `string`, `version`, `ints`, `bools`, `strings`, `versions`";
-    if set.is_empty() {
-        push(
-            later,
-            field,
-            format!("Invalid value: \"\": must specify one of: {all}"),
-        );
-    } else if set.len() > 1 {
-        push(
-            later,
-            field,
-            format!(
-                "Invalid value: \"{{{}}}\": must specify exactly one of: {all}",
-                set.join(", ")
-            ),
-        );
+    if let Some(message) = one_of_message(&set, &kinds) {
+        push(later, field, message);
     }
     for k in ["string", "version"] {
         if let Some(s) = attr.get(k).and_then(Value::as_str)

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use super::formats::{label_key, long_name, path_segment_name, short_name};
 use super::printing::{wire_composite_template, wire_pod_group_template, wire_resource_claim};
 use super::{COMPOSITES, POD_GROUPS, TEMPLATES_MAX, items_of};
+use crate::admission::one_of_message;
 use crate::error::Cause;
 
 /// At most this many topology constraints per template.
@@ -132,21 +133,8 @@ impl Rules<'_> {
         {
             return;
         }
-        let all = members
-            .iter()
-            .map(|m| format!("`{m}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        match chosen.len() {
-            0 => self.cause(path, format!("Invalid value: \"\": must specify one of: {all}")),
-            1 => {}
-            _ => self.cause(
-                path,
-                format!(
-                    "Invalid value: \"{{{}}}\": must specify exactly one of: {all}",
-                    chosen.join(", ")
-                ),
-            ),
+        if let Some(message) = one_of_message(&chosen, members) {
+            self.cause(path, message);
         }
     }
 
