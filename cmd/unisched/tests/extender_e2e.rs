@@ -225,12 +225,14 @@ fn extenders_filter_prioritize_bind_and_fail_as_upstream() {
             "--port",
             &port,
             "--timeout",
-            "8",
+            "30",
         ],
     );
     // The pods the required extenders fail stay in backoff, to be retried as upstream retries
-    // errors: the cluster never settles (exit code 3), the rest is decided long before.
-    assert_eq!(code, 3, "{report}");
+    // errors; after their third error in a row (about 5 s: two backoffs and three 500 ms
+    // timeouts) the run counts them as decided (exit code 0) with the error as their reason.
+    // The timeout is only a bound for a loaded machine.
+    assert_eq!(code, 0, "{report}");
     let pods: BTreeMap<String, &Value> = report["pods"]
         .as_array()
         .unwrap()
