@@ -123,8 +123,12 @@ pub(super) fn schedule_tree(
         status = %result.status,
         "composite pod group scheduling cycle"
     );
-    if !result.status.is_success() {
-        // The members' own reservations, taken back, are no reason to retry them.
+    // The members' own reservations, taken back, are no reason to retry them. But not when the
+    // cycle preempted: its evictions started during the cycle, and the victims' deletions may
+    // already be recorded for the members; forgetting them could leave the members in the
+    // unschedulable pool with no event to wake them (seen under load). Replayed, the reverts
+    // cost at most one early retry, which PreEnqueue holds while the evictions are written.
+    if !result.status.is_success() && !result.waiting_on_preemption {
         sh.queue
             .forget_events_so_far(members.values().flatten().map(|m| m.pod_info.uid.as_str()));
     }
