@@ -97,10 +97,12 @@ fn push(causes: &mut Vec<Cause>, field: impl Into<String>, message: impl Into<St
     });
 }
 
-/// A union's (one-of's) message when `chosen` of its `members` are set, in apimachinery's words
-/// (`validate.Union`): none is `Invalid value: "": must specify one of: …`, several name the
-/// chosen ones as the value, `Invalid value: "{a, b}": must specify exactly one of: …`.
-fn one_of_message(chosen: &[&str], members: &[&str]) -> Option<String> {
+/// A union's (one-of's) message when not exactly one of its `members` is set (`is_set` says
+/// which), in apimachinery's words (`validate.Union`): none is `Invalid value: "": must specify
+/// one of: …`, several name the set ones as the value, `Invalid value: "{a, b}": must specify
+/// exactly one of: …`.
+fn one_of_message(members: &[&str], is_set: impl Fn(&str) -> bool) -> Option<String> {
+    let chosen: Vec<&str> = members.iter().copied().filter(|m| is_set(m)).collect();
     let all = members
         .iter()
         .map(|m| format!("`{m}`"))

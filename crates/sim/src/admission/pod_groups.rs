@@ -28,11 +28,7 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
     }
     for (i, claim) in arr(spec, "resourceClaims").iter().enumerate() {
         let members = ["resourceClaimName", "resourceClaimTemplateName"];
-        let chosen: Vec<&str> = members
-            .into_iter()
-            .filter(|m| claim.get(*m).is_some_and(|v| !v.is_null()))
-            .collect();
-        if let Some(message) = one_of_message(&chosen, &members) {
+        if let Some(message) = one_of_message(&members, |m| claim.get(m).is_some_and(|v| !v.is_null())) {
             push(causes, format!("spec.resourceClaims[{i}]"), message);
         }
     }
@@ -42,12 +38,8 @@ pub fn check_pod_group(obj: &Value, causes: &mut Vec<Cause>) {
 /// or a composite's `minGroupCount`) positive. Shared with CompositePodGroups.
 pub(super) fn check_policy(spec: &Value, quorum: &str, causes: &mut Vec<Cause>) {
     let policy = spec.get("schedulingPolicy").filter(|p| !p.is_null());
-    let members = ["basic", "gang"];
-    let chosen: Vec<&str> = members
-        .into_iter()
-        .filter(|m| policy.and_then(|p| p.get(*m)).is_some_and(|v| !v.is_null()))
-        .collect();
-    if let Some(message) = one_of_message(&chosen, &members) {
+    let set = |m: &str| policy.and_then(|p| p.get(m)).is_some_and(|v| !v.is_null());
+    if let Some(message) = one_of_message(&["basic", "gang"], set) {
         push(causes, "spec.schedulingPolicy", message);
     }
     let gang = policy.and_then(|p| p.get("gang")).filter(|v| !v.is_null());

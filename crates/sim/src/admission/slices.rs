@@ -15,12 +15,7 @@ pub(super) fn check_attribute(causes: &mut Vec<Cause>, later: &mut Vec<Cause>, f
     let kinds = [
         "int", "bool", "string", "version", "ints", "bools", "strings", "versions",
     ];
-    let set: Vec<&str> = kinds
-        .iter()
-        .copied()
-        .filter(|k| attr.get(*k).is_some_and(|v| !v.is_null()))
-        .collect();
-    if let Some(message) = one_of_message(&set, &kinds) {
+    if let Some(message) = one_of_message(&kinds, |k| attr.get(k).is_some_and(|v| !v.is_null())) {
         push(later, field, message);
     }
     for k in ["string", "version"] {

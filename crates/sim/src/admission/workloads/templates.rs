@@ -121,11 +121,6 @@ impl Rules<'_> {
         members: &[&str],
         is_set: fn(Option<&Value>) -> bool,
     ) {
-        let chosen: Vec<&str> = members
-            .iter()
-            .copied()
-            .filter(|m| is_set(field(new, m)))
-            .collect();
         if self.updating
             && members
                 .iter()
@@ -133,7 +128,7 @@ impl Rules<'_> {
         {
             return;
         }
-        if let Some(message) = one_of_message(&chosen, members) {
+        if let Some(message) = one_of_message(members, |m| is_set(field(new, m))) {
             self.cause(path, message);
         }
     }
