@@ -31,7 +31,7 @@ use unisched_framework::{
     run_binding_cycle, run_scheduling_cycle, start_binding_cycle, wait_for_permit, well_known,
 };
 use unisched_plugins::{BindError, BindFuture, Binder, PluginContext, PluginFeatures, Registry};
-use unisched_queue::{QueueConfig, QueueError, SchedulingQueue};
+use unisched_queue::{PendingPods, QueueConfig, QueueError, SchedulingQueue};
 
 use unisched_features::FeatureGates;
 
@@ -461,19 +461,23 @@ impl Scheduler {
     /// attempt or binding is in flight. Pods in the unschedulable pool wait for an event and do not
     /// count. The simulator uses this to know the cluster has settled.
     pub fn is_idle(&self) -> bool {
-        let p = self.shared.queue.pending_pods();
-        p.active == 0 && p.backoff == 0 && p.in_flight == 0 && self.shared.bindings_in_flight.count() == 0
+        self.nothing_pending_but(|_| 0)
     }
 
     /// Like [`Scheduler::is_idle`], except that pods backing off after repeated errors
-    /// ([`unisched_queue::PendingPods::repeated_errors`]) do not count: they are retried for
-    /// ever, and for a bad input (a pod group whose members' priorities differ, say) nothing
-    /// will change the outcome. The simulator settles on this, so such a scenario ends with the
+    /// ([`PendingPods::repeated_errors`]) do not count: they are retried for ever, and for a bad
+    /// input (a pod group whose members' priorities differ, say) nothing will change the outcome. The simulator settles on this, so such a scenario ends with the
     /// error as the pod's reason instead of waiting out `--timeout`.
     pub fn is_settled(&self) -> bool {
+        self.nothing_pending_but(|p| p.repeated_errors)
+    }
+
+    /// Nothing in activeQ, in flight or binding, and no pod in backoffQ but the ones `ignored`
+    /// counts.
+    fn nothing_pending_but(&self, ignored: fn(&PendingPods) -> usize) -> bool {
         let p = self.shared.queue.pending_pods();
         p.active == 0
-            && p.backoff == p.repeated_errors
+            && p.backoff == ignored(&p)
             && p.in_flight == 0
             && self.shared.bindings_in_flight.count() == 0
     }

@@ -14,8 +14,8 @@ use unisched_plugins::names::GANG_SCHEDULING;
 use super::{
     Shared, handle_failure,
     workload::{
-        GroupPop, check_against_root, creation_order, dispatch, record_attempt, refuse_invalid,
-        report_condition, wait_for_group,
+        GroupPop, check_against_root, creation_order, dispatch, forget_own_reverts, record_attempt,
+        refuse_invalid, report_condition, wait_for_group,
     },
 };
 
@@ -123,15 +123,12 @@ pub(super) fn schedule_tree(
         status = %result.status,
         "composite pod group scheduling cycle"
     );
-    // The members' own reservations, taken back, are no reason to retry them. But not when the
-    // cycle preempted: its evictions started during the cycle, and the victims' deletions may
-    // already be recorded for the members; forgetting them could leave the members in the
-    // unschedulable pool with no event to wake them (seen under load). Replayed, the reverts
-    // cost at most one early retry, which PreEnqueue holds while the evictions are written.
-    if !result.status.is_success() && !result.waiting_on_preemption {
-        sh.queue
-            .forget_events_so_far(members.values().flatten().map(|m| m.pod_info.uid.as_str()));
-    }
+    forget_own_reverts(
+        sh,
+        &result.status,
+        result.waiting_on_preemption,
+        members.values().flatten().map(|m| m.pod_info.uid.as_str()),
+    );
     for group_result in result.groups {
         report_condition(sh, &group_result.group, &group_result.result.status);
         let queued = members.remove(&group_result.group.key).unwrap_or_default();

@@ -118,16 +118,30 @@ pub(super) fn schedule_group(
         "pod group scheduling cycle"
     );
     report_condition(sh, &group, &result.status);
-    // The members' own reservations, taken back, are no reason to retry them. But not when the
-    // cycle preempted: its evictions started during the cycle, and the victims' deletions may
-    // already be recorded for the members; forgetting them could leave the members in the
-    // unschedulable pool with no event to wake them (seen under load). Replayed, the reverts
-    // cost at most one early retry, which PreEnqueue holds while the evictions are written.
-    if !result.status.is_success() && !result.waiting_on_preemption {
-        sh.queue
-            .forget_events_so_far(members.iter().map(|m| m.pod_info.uid.as_str()));
-    }
+    forget_own_reverts(
+        sh,
+        &result.status,
+        result.waiting_on_preemption,
+        members.iter().map(|m| m.pod_info.uid.as_str()),
+    );
     dispatch(sh, fwk, members, result.members, start);
+}
+
+/// After a failed group (or tree) cycle, forgets the events recorded so far for its members: the
+/// members' own reservations, taken back, are no reason to retry them. Not after a cycle that
+/// preempted: its evictions started during the cycle, and the victims' deletions may already be
+/// recorded for the members; forgetting them could leave the members in the unschedulable pool
+/// with no event to wake them (seen under load). Replayed, the reverts cost at most one early
+/// retry, which PreEnqueue holds while the evictions are written.
+pub(super) fn forget_own_reverts<'a>(
+    sh: &Shared,
+    status: &Status,
+    waiting_on_preemption: bool,
+    members: impl IntoIterator<Item = &'a str>,
+) {
+    if !status.is_success() && !waiting_on_preemption {
+        sh.queue.forget_events_so_far(members);
+    }
 }
 
 /// The popped member's group (or tree) went away after it passed PreEnqueue: it waits, held by
