@@ -1,8 +1,9 @@
 //! When a run has settled: every pod decided, nothing written for a while and the in-process
 //! scheduler idle. A pod in backoff will be retried and may still land, so a quiet store alone
 //! is not enough; but a pod retried after error upon error (bad input) would hold the run for
-//! ever, so it counts as settled once its errors repeat. The embedded control plane is watched through its store; a remote one only
-//! through lists, so an external scheduler and a real API server settle the same way.
+//! ever, so it counts as settled once its errors repeat. The embedded control plane is watched
+//! through its store; a remote one only through lists, so an external scheduler and a real API
+//! server settle the same way.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
