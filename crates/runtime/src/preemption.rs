@@ -26,7 +26,7 @@ use k8s_openapi::{
     api::{core::v1::Pod, policy::v1::PodDisruptionBudget},
     jiff::Timestamp,
 };
-use kube::{Api, api::DeleteParams};
+use kube::api::DeleteParams;
 use parking_lot::{Mutex, RwLock};
 use tokio::{runtime::Handle, sync::Notify};
 use unisched_framework::{Code, PodInfo};
@@ -36,7 +36,7 @@ use crate::{
     events::{EventRecorder, EventType, PodEvent},
     informers::Handler,
     metrics::{Metrics, TASK_ERROR, TASK_SUCCESS},
-    writer::{ApiWriter, WriteError},
+    writer::{ApiWriter, WriteError, delete_for_metadata},
 };
 
 /// PodDisruptionBudgets by `namespace/name`.
@@ -192,11 +192,15 @@ impl std::fmt::Debug for RuntimePreemptor {
 }
 
 async fn delete_pod(writer: &ApiWriter, ns: &str, name: &str) -> Result<(), WriteError> {
-    let api: Api<Pod> = Api::namespaced(writer.client().clone(), ns);
+    let params = DeleteParams::default();
     match writer
         .write("delete", "pods", || {
-            let api = api.clone();
-            async move { api.delete(name, &DeleteParams::default()).await.map(|_| ()) }
+            let params = &params;
+            async move {
+                delete_for_metadata::<Pod>(writer.client(), Some(ns), name, params)
+                    .await
+                    .map(|_| ())
+            }
         })
         .await
     {

@@ -23,7 +23,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource,
-    api::{Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -78,6 +78,22 @@ pub async fn create_for_metadata<K: Resource<DynamicType = ()> + serde::Serializ
     let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
     let req = kube::core::Request::new(K::url_path(&(), namespace))
         .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    send_for_metadata(client, req).await
+}
+
+/// Deletes an object of kind `K` and returns the server's metadata of what it answered with
+/// (the object being deleted, or the deleted object), without `managedFields`: the delete
+/// counterpart of [`patch_for_metadata`]. A preemption deletes about ten victims per preemptor, and
+/// nothing in the reply is read but success.
+pub async fn delete_for_metadata<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    namespace: Option<&str>,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<ObjectMeta, kube::Error> {
+    let req = kube::core::Request::new(K::url_path(&(), namespace))
+        .delete(name, params)
         .map_err(kube::Error::BuildRequest)?;
     send_for_metadata(client, req).await
 }

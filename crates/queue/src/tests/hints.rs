@@ -553,3 +553,107 @@ fn assigned_pod_events_prefilter_by_affinity_and_spread() {
         "a scale-down is offered to everyone"
     );
 }
+
+/// A PreEnqueue plugin that refuses every pod while `holding`, and counts its calls.
+struct Switch {
+    holding: std::sync::atomic::AtomicBool,
+    calls: std::sync::atomic::AtomicUsize,
+}
+impl unisched_framework::Plugin for Switch {
+    fn name(&self) -> &str {
+        "Switch"
+    }
+    unisched_framework::serves!(as_pre_enqueue, as_enqueue_extensions);
+}
+impl unisched_framework::PreEnqueuePlugin for Switch {
+    fn pre_enqueue(&self, _: &unisched_framework::PodInfo) -> unisched_framework::Status {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.holding.load(std::sync::atomic::Ordering::SeqCst) {
+            unisched_framework::Status::unresolvable("switched off")
+        } else {
+            unisched_framework::Status::success()
+        }
+    }
+}
+impl unisched_framework::EnqueueExtensions for Switch {
+    fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
+        vec![ev(CLAIM_ADD)]
+    }
+}
+
+/// Counts what the queue reports: pods entering the pool, and PreEnqueue refusals.
+#[derive(Debug, Default)]
+struct Counting {
+    into_pool: std::sync::atomic::AtomicUsize,
+    refusals: std::sync::atomic::AtomicUsize,
+}
+impl crate::QueueObserver for Counting {
+    fn incoming(&self, queue: &'static str, _: &str) {
+        if queue == "unschedulable" {
+            self.into_pool.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fn gated(&self, _: &unisched_framework::PodInfo, _: &str, _: &str, _: &str) {
+        self.refusals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn an_event_the_gate_still_refuses_leaves_the_pod_pooled_after_one_check() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for pop_from_backoff in [true, false] {
+        let gate = Arc::new(Switch {
+            holding: true.into(),
+            calls: 0.into(),
+        });
+        let seen = Arc::new(Counting::default());
+        let (q, _clock) = queue_with(
+            vec![gate.clone(), fake("NodeFit", vec![ev(well_known::NODE_ADD)])],
+            |b| b.pop_from_backoff(pop_from_backoff).observer(seen.clone()),
+        );
+        q.add(pod("p", 0));
+        assert_eq!(q.location(&uid("p")), Some(PodLocation::Gated));
+        let (calls, pooled, refusals) = (
+            gate.calls.load(SeqCst),
+            seen.into_pool.load(SeqCst),
+            seen.refusals.load(SeqCst),
+        );
+
+        assert_eq!(q.move_all_to_active_or_backoff(CLAIM_ADD, None, None), 0);
+        assert_eq!(
+            q.location(&uid("p")),
+            Some(PodLocation::Gated),
+            "pop_from_backoff={pop_from_backoff}"
+        );
+        assert_eq!(
+            gate.calls.load(SeqCst),
+            calls + 1,
+            "the gate is asked once per event"
+        );
+        assert_eq!(
+            seen.refusals.load(SeqCst),
+            refusals + 1,
+            "the refusal is reported again"
+        );
+        assert_eq!(
+            seen.into_pool.load(SeqCst),
+            pooled + 1,
+            "counted as entering the pool, as upstream does"
+        );
+        assert_eq!(q.pending_pods().gated, 1);
+        q.check_consistency().expect("consistent");
+
+        q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, None);
+        assert_eq!(
+            gate.calls.load(SeqCst),
+            calls + 1,
+            "an event the gate did not register asks nobody"
+        );
+
+        gate.holding.store(false, SeqCst);
+        assert_eq!(q.move_all_to_active_or_backoff(CLAIM_ADD, None, None), 1);
+        assert_eq!(q.location(&uid("p")), Some(PodLocation::Active));
+        assert_eq!(q.pending_pods().gated, 0);
+        q.check_consistency().expect("consistent");
+    }
+}
