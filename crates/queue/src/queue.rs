@@ -637,16 +637,26 @@ impl SchedulingQueue {
     /// Upstream `requeuePodWithQueueingStrategy`. Returns where the pod ended up.
     fn requeue(&self, st: &mut State, qpi: QueuedPodInfo, strategy: Strategy, event: &str) -> PodLocation {
         let uid = qpi.pod_info.uid.clone();
-        match strategy {
-            Strategy::Skip => self.pool_put(st, qpi, event),
-            Strategy::AfterBackoff if self.backing_off(&qpi, self.now()) => {
-                self.move_to_backoff(st, qpi, event);
-            }
-            _ => {
+        match self.requeue_target(&qpi, strategy) {
+            PodLocation::Active => {
                 self.move_to_active(st, qpi, event, false);
             }
+            PodLocation::Backoff => {
+                self.move_to_backoff(st, qpi, event);
+            }
+            _ => self.pool_put(st, qpi, event),
         }
         st.location(&uid).unwrap_or(PodLocation::Unschedulable)
+    }
+
+    /// Where [`Self::requeue`] sends a pod with `strategy`, before PreEnqueue has its say: the
+    /// pool (Skip), backoffQ (its backoff not over) or activeQ.
+    fn requeue_target(&self, qpi: &QueuedPodInfo, strategy: Strategy) -> PodLocation {
+        match strategy {
+            Strategy::Skip => PodLocation::Unschedulable,
+            Strategy::AfterBackoff if self.backing_off(qpi, self.now()) => PodLocation::Backoff,
+            _ => PodLocation::Active,
+        }
     }
 
     fn woke(&self, loc: PodLocation) -> bool {
@@ -776,10 +786,12 @@ impl SchedulingQueue {
         if q.gating_plugin.is_none() {
             return false;
         }
-        let to_backoff_unchecked = strategy == Strategy::AfterBackoff
-            && !self.config.pop_from_backoff
-            && self.backing_off(q, self.now());
-        if strategy == Strategy::Skip || to_backoff_unchecked || !self.gate_still_holds(q) {
+        let checked_on_the_way = match self.requeue_target(q, strategy) {
+            PodLocation::Active => true,
+            PodLocation::Backoff => self.config.pop_from_backoff,
+            _ => false,
+        };
+        if !checked_on_the_way || !self.gate_still_holds(q) {
             return false;
         }
         self.config.observer.incoming("unschedulable", event);

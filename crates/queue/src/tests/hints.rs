@@ -1,6 +1,9 @@
 //! Queueing hints, pending plugins, gating and in-flight event replay.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst},
+};
 
 use k8s_openapi::api::core::v1::{Container, PodAffinity, PodAffinityTerm, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector};
@@ -556,8 +559,8 @@ fn assigned_pod_events_prefilter_by_affinity_and_spread() {
 
 /// A PreEnqueue plugin that refuses every pod while `holding`, and counts its calls.
 struct Switch {
-    holding: std::sync::atomic::AtomicBool,
-    calls: std::sync::atomic::AtomicUsize,
+    holding: AtomicBool,
+    calls: AtomicUsize,
 }
 impl unisched_framework::Plugin for Switch {
     fn name(&self) -> &str {
@@ -567,8 +570,8 @@ impl unisched_framework::Plugin for Switch {
 }
 impl unisched_framework::PreEnqueuePlugin for Switch {
     fn pre_enqueue(&self, _: &unisched_framework::PodInfo) -> unisched_framework::Status {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if self.holding.load(std::sync::atomic::Ordering::SeqCst) {
+        self.calls.fetch_add(1, SeqCst);
+        if self.holding.load(SeqCst) {
             unisched_framework::Status::unresolvable("switched off")
         } else {
             unisched_framework::Status::success()
@@ -584,23 +587,23 @@ impl unisched_framework::EnqueueExtensions for Switch {
 /// Counts what the queue reports: pods entering the pool, and PreEnqueue refusals.
 #[derive(Debug, Default)]
 struct Counting {
-    into_pool: std::sync::atomic::AtomicUsize,
-    refusals: std::sync::atomic::AtomicUsize,
+    into_pool: AtomicUsize,
+    refusals: AtomicUsize,
 }
 impl crate::QueueObserver for Counting {
     fn incoming(&self, queue: &'static str, _: &str) {
         if queue == "unschedulable" {
-            self.into_pool.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.into_pool.fetch_add(1, SeqCst);
         }
     }
     fn gated(&self, _: &unisched_framework::PodInfo, _: &str, _: &str, _: &str) {
-        self.refusals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.refusals.fetch_add(1, SeqCst);
     }
 }
 
 #[test]
 fn an_event_the_gate_still_refuses_leaves_the_pod_pooled_after_one_check() {
-    use std::sync::atomic::Ordering::SeqCst;
+    use SeqCst;
     for pop_from_backoff in [true, false] {
         let gate = Arc::new(Switch {
             holding: true.into(),
