@@ -23,7 +23,7 @@ use super::{
 use crate::{
     binding_threads::SyncWriter,
     metrics::Metrics,
-    writer::{ApiWriter, WriteError},
+    writer::{ApiWriter, WriteError, delete_for_metadata},
 };
 
 /// The DynamicResources plugin's API writes, made from the binding cycle's thread (see
@@ -222,11 +222,9 @@ impl DraApi for RuntimeDraApi {
             ..DeleteParams::default()
         };
         let result = self.api.run(async |writer| {
-            let api = claims(writer, namespace);
             writer
                 .write("delete", "resourceclaims", || {
-                    let (api, dp) = (api.clone(), dp.clone());
-                    async move { api.delete(name, &dp).await }
+                    delete_for_metadata::<ResourceClaim>(writer.client(), Some(namespace), name, &dp)
                 })
                 .await
         });
