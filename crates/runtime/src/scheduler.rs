@@ -466,8 +466,9 @@ impl Scheduler {
 
     /// Like [`Scheduler::is_idle`], except that pods backing off after repeated errors
     /// ([`PendingPods::repeated_errors`]) do not count: they are retried for ever, and for a bad
-    /// input (a pod group whose members' priorities differ, say) nothing will change the outcome. The simulator settles on this, so such a scenario ends with the
-    /// error as the pod's reason instead of waiting out `--timeout`.
+    /// input (a pod group whose members' priorities differ, say) nothing will change the outcome.
+    /// The simulator settles on this, so such a scenario ends with the error as the pod's reason
+    /// instead of waiting out `--timeout`.
     pub fn is_settled(&self) -> bool {
         self.nothing_pending_but(|p| p.repeated_errors)
     }
