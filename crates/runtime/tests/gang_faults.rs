@@ -1,7 +1,7 @@
 //! Gangs (PodGroups with a `minCount`) under faults: lost write answers while several gangs compete
 //! for too few devices, the scheduler killed while a gang's members are being bound, a PodGroup
-//! deleted while its members are waiting or being bound, and the leader killed between evicting a
-//! preempting gang's victims and binding the gang.
+//! deleted while its members are waiting or being bound, the leader killed between evicting a
+//! preempting gang's victims and binding the gang, and lost answers to the victims' deletions.
 //!
 //! A gang is all or nothing only up to its binding cycles: once one member is bound, nothing takes
 //! it back, so every fault must end with each gang at 0 or at least `minCount` bound members, and no
@@ -784,4 +784,68 @@ async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_ga
         at_kill.keys().collect::<Vec<_>>()
     );
     stop(second, task, server).await;
+}
+
+/// Fault 5: every victim's deletion is committed and its answer lost.
+///
+/// The same gangs as above: a low-priority gang (disrupted as a whole) holds the node's four GPUs,
+/// and an urgent gang of two needs two of them. Each `DELETE` of a victim removes the pod but the
+/// scheduler sees a 500; it retries, finds the pod gone (404), and counts the victim as evicted.
+/// The urgent gang must then be bound whole, each of its GPUs allocated once, none left to a
+/// victim, and the scheduler keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_to_victim_deletions_still_free_the_devices_once() {
+    let server = support::serve().await;
+    let store = server.store().clone();
+    seed_cluster(&store, 1, 4, 0);
+    for (class, value) in [("low", 100), ("urgent", 1000)] {
+        create(
+            &store,
+            "priorityclasses",
+            None,
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": class}, "value": value}),
+        );
+    }
+    let faults = server.faults().clone();
+    let (sched, task) = start_scheduler(&server, "lost-deletions", Duration::from_secs(10)).await;
+    wait_until("node in cache", Duration::from_secs(20), || {
+        sched.cache().node_count() == 1
+    })
+    .await;
+    let gpu = Needs {
+        gpu: true,
+        group_channel: false,
+    };
+    gang_of_class(&store, "low", 4, 4, gpu, "low");
+    wait_until("the low gang holds every GPU", SETTLE, || {
+        bound_count(&store, "low") == 4
+    })
+    .await;
+
+    faults.fail_after_commit("DELETE", "/pods/low-", 500, 1, 1000);
+    gang_of_class(&store, "urgent", 2, 2, gpu, "urgent");
+    wait_until("the urgent gang bound", SETTLE, || {
+        bound_count(&store, "urgent") == 2
+    })
+    .await;
+    let lost = faults.injected();
+    assert_eq!(lost, 4, "every victim's deletion lost its answer once");
+    faults.clear();
+
+    let min_counts = BTreeMap::from([("low", 4), ("urgent", 2)]);
+    let figures = settle(&store, &sched, &min_counts).await;
+    assert_eq!(figures.bound_by_gang.get("urgent"), Some(&2), "{figures:?}");
+    assert_eq!(
+        figures.bound_by_gang.get("low"),
+        None,
+        "every victim is gone: {figures:?}"
+    );
+    assert_eq!(figures.allocated_claims, 2, "{figures:?}");
+    for (claim, _) in allocated_claims(&store) {
+        assert!(claim.starts_with("urgent-"), "{claim} is still allocated");
+    }
+    assert_still_scheduling(&store, &task, "probe").await;
+    eprintln!("gang_faults lost victim deletions: {lost} answers lost, {figures:?}");
+    stop(sched, task, server).await;
 }
