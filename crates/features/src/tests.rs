@@ -208,7 +208,7 @@ fn gaps_name_upstream_defaults_unisched_lacks() {
     assert!(!names.contains(&"StorageCapacityScoring"), "{names:?}");
     assert!(!names.contains(&"VolumeLimitScaling"), "{names:?}");
     assert!(!names.contains(&"PodLevelResources"), "{names:?}");
-    assert!(!names.contains(&"NominatedNodeNameForExpectation"), "{names:?}");
+    assert!(!names.contains(&"VolumeAttributesClass"), "{names:?}");
     assert!(gaps.iter().all(|(_, upstream_runs)| *upstream_runs));
 }
 

@@ -207,10 +207,11 @@ impl NodeInfo {
     ///
     /// Why: a scheduling attempt visits hundreds of nodes whose `NodeInfo`s are scattered over
     /// the heap and out of the nearest caches, so each visit begins with a miss to memory on
-    /// each of these lines, one after the other. A tight loop of these loads over a whole batch
-    /// first lets the processor fetch many nodes' lines at once; the Filter chain then finds
-    /// them in cache. The fields read are about 40 bytes apart from the first to `pods`, so
-    /// every cache line of that span is touched whatever the allocation's alignment.
+    /// each of these lines, one after the other. A tight loop of these loads over a group of
+    /// nodes first (`warm_nodes` in `algorithm.rs`: 64 at a time on one thread, the whole batch
+    /// before the workers start) lets the processor fetch many nodes' lines at once; the Filter
+    /// chain then finds them in cache. The fields read are about 40 bytes apart from the first
+    /// to `pods`, so every cache line of that span is touched whatever the allocation's alignment.
     pub fn touch_hot_fields(&self) -> u64 {
         let words = [
             u64::from(self.node.is_some()) ^ u64::from(self.cordoned) ^ u64::from(self.tainted),

@@ -8,9 +8,10 @@
 //!   unresolvable with the API server's NotFound text. No claims: Skip, so other pods pay nothing.
 //!   The candidate PVs of each class are collected here once, smallest first, and bound PVs with
 //!   hostname affinity narrow the nodes worth filtering (as upstream's `GetEligibleNodes`).
-//! * **Filter** per node: bound PVs' node affinity; for each delayed claim the smallest available
-//!   PV that fits (class, access modes, volume mode, selector, capacity, node affinity; each PV used
-//!   once per pod), else dynamic provisioning when the class has a real provisioner whose
+//! * **Filter** per node: bound PVs' node affinity; for each delayed claim the PV pre-bound to it,
+//!   else the smallest `Available` PV that fits (class, access modes, volume mode, attributes
+//!   class, selector, capacity, node affinity; each PV used once per pod; [`super::matching`]),
+//!   else dynamic provisioning when the class has a real provisioner whose
 //!   `allowedTopologies` admit the node and, for a CSI driver that publishes storage capacity,
 //!   room on the node ([`super::capacity`]). The decision is recorded for Reserve.
 //! * **Score** (`StorageCapacityScoring`): how full the storage the pod's volumes come from would
@@ -41,15 +42,15 @@ use unisched_framework::{
     EventResource, EventSide, FilterPlugin, NodeInfo, Plugin, PodInfo, PreBindPlugin, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, QueueingHint, QueueingHintError, ReservePlugin, ScorePlugin, Status,
 };
-use unisched_resource::Quantity;
 
 use super::binding_args::VolumeBindingArgs;
+use super::matching::{DelayedClaim, matching_volume, pv_capacity};
 use super::{
     VolumeApi,
     capacity::{self, CapacityScorer, CapacityVerdict, ClassUsage},
     claim_class, claim_volume_name, pod_claim_names, pod_namespace, pv_node_affinity_matches, resolve_claims,
 };
-use crate::label_selector::{NO_LABELS, api_selector_matches};
+use crate::label_selector::NO_LABELS;
 
 /// The plugin name.
 pub const NAME: &str = "VolumeBinding";
@@ -91,22 +92,6 @@ enum BindingLostError {
         /// The claim that took it.
         claim: String,
     },
-}
-
-/// A claim that waits for its first consumer: what Filter needs to match it.
-#[derive(Debug)]
-struct DelayedClaim {
-    pvc: Arc<PersistentVolumeClaim>,
-    name: String,
-    /// Requested storage in nano-units (0 when not given).
-    request: i128,
-    /// Whether the claim requests a size at all (the capacity check needs one).
-    has_request: bool,
-    access_modes: Vec<String>,
-    volume_mode: String,
-    class: Option<Arc<StorageClass>>,
-    /// The class' PVs that could serve this claim on some node, smallest first.
-    candidates: Vec<(i128, Arc<PersistentVolume>)>,
 }
 
 /// A claim Filter decided to provision on a node.
@@ -167,68 +152,8 @@ impl std::fmt::Debug for VolumeBinding {
     }
 }
 
-fn storage_nanos(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> i128 {
-    q.and_then(|q| Quantity::from_api(q).ok())
-        .map_or(0, |q| q.nanos())
-}
-
-fn pv_capacity(pv: &PersistentVolume) -> i128 {
-    storage_nanos(
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage")),
-    )
-}
-
 fn is_delay_binding(class: Option<&StorageClass>) -> bool {
     class.is_some_and(|c| c.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER))
-}
-
-fn claim_ref_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> Option<bool> {
-    let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
-    let same = r.name == pvc.metadata.name
-        && r.namespace.as_deref().unwrap_or("default")
-            == pvc.metadata.namespace.as_deref().unwrap_or("default")
-        && (r.uid.is_none() || r.uid == pvc.metadata.uid);
-    Some(same)
-}
-
-/// Whether the PV could serve the claim anywhere: class, claimRef, access modes, volume mode,
-/// selector, capacity. Node affinity is per node.
-fn pv_fits_claim(pv: &PersistentVolume, claim: &DelayedClaim) -> bool {
-    let Some(spec) = pv.spec.as_ref() else {
-        return false;
-    };
-    if pv.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    match claim_ref_matches(pv, &claim.pvc) {
-        Some(false) => return false,
-        Some(true) => {}
-        None => {
-            if matches!(
-                pv.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Released" | "Failed")
-            ) {
-                return false;
-            }
-        }
-    }
-    let modes = spec.access_modes.as_deref().unwrap_or_default();
-    if !claim.access_modes.iter().all(|m| modes.contains(m)) {
-        return false;
-    }
-    if spec.volume_mode.as_deref().unwrap_or("Filesystem") != claim.volume_mode {
-        return false;
-    }
-    if let Some(sel) = claim.pvc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-        let labels = pv.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
-        if !api_selector_matches(Some(sel), labels) {
-            return false;
-        }
-    }
-    pv_capacity(pv) >= claim.request
 }
 
 /// Whether the class' `allowedTopologies` admit the node (none: every node).
@@ -311,32 +236,8 @@ impl VolumeBinding {
                 immediate = true;
                 continue;
             }
-            let spec = pvc.spec.as_ref();
-            let requested = spec
-                .and_then(|s| s.resources.as_ref())
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|r| r.get("storage"));
-            let mut claim = DelayedClaim {
-                request: storage_nanos(requested),
-                has_request: requested.is_some(),
-                access_modes: spec.and_then(|s| s.access_modes.clone()).unwrap_or_default(),
-                volume_mode: spec
-                    .and_then(|s| s.volume_mode.clone())
-                    .unwrap_or_else(|| "Filesystem".into()),
-                class,
-                candidates: Vec::new(),
-                pvc: pvc.clone(),
-                name,
-            };
-            let mut candidates: Vec<(i128, Arc<PersistentVolume>)> = volumes
-                .pvs_of_class(class_name)
-                .into_iter()
-                .filter(|pv| pv_fits_claim(pv, &claim))
-                .map(|pv| (pv_capacity(&pv), pv))
-                .collect();
-            // Pre-bound PVs first, then the smallest that fits.
-            candidates.sort_by_key(|(cap, pv)| (claim_ref_matches(pv, &claim.pvc) != Some(true), *cap));
-            claim.candidates = candidates;
+            let pvs = volumes.pvs_of_class(class_name);
+            let claim = DelayedClaim::new(name, pvc, class, pvs);
             delayed.push(claim);
         }
         if immediate {
@@ -381,11 +282,7 @@ impl VolumeBinding {
         let mut not_enough_space = false;
         let claims = if bind_conflict { &[][..] } else { &data.delayed[..] };
         for (i, claim) in claims.iter().enumerate() {
-            let pv = claim.candidates.iter().find(|(_, pv)| {
-                let name = pv.metadata.name.as_deref().unwrap_or_default();
-                !taken.contains(name) && pv_node_affinity_matches(pv, node)
-            });
-            if let Some((_, pv)) = pv {
+            if let Some(pv) = matching_volume(claim, node, &taken) {
                 taken.insert(pv.metadata.name.as_deref().unwrap_or_default());
                 decision.bindings.push((i, pv.clone()));
                 continue;

@@ -16,6 +16,7 @@ mod binding;
 mod binding_args;
 mod capacity;
 mod limits;
+mod matching;
 mod restrictions;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -228,6 +228,21 @@ impl PvBuilder {
         self
     }
 
+    /// Status phase `phase` (`None`: no status, as a PV no controller has seen yet).
+    pub fn phase(mut self, phase: Option<&str>) -> Self {
+        self.0.status = phase.map(|p| PersistentVolumeStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// `volumeAttributesClassName`.
+    pub fn attributes_class(mut self, class: &str) -> Self {
+        self.spec().volume_attributes_class_name = Some(class.into());
+        self
+    }
+
     /// A CSI volume of `driver` with `handle`.
     pub fn csi(mut self, driver: &str, handle: &str) -> Self {
         self.spec().csi = Some(CSIPersistentVolumeSource {
@@ -298,6 +313,15 @@ impl PvcBuilder {
     pub fn access_modes(mut self, modes: &[&str]) -> Self {
         self.0.spec.get_or_insert_with(Default::default).access_modes =
             Some(modes.iter().map(|m| (*m).to_string()).collect());
+        self
+    }
+
+    /// `volumeAttributesClassName`.
+    pub fn attributes_class(mut self, class: &str) -> Self {
+        self.0
+            .spec
+            .get_or_insert_with(Default::default)
+            .volume_attributes_class_name = Some(class.into());
         self
     }
 
