@@ -686,6 +686,45 @@ async fn pod_groups_deleted_mid_cycle_release_what_they_hold() {
     stop(sched, task, server).await;
 }
 
+/// Each gang member's own GPU, no group channel.
+const GPU: Needs = Needs {
+    gpu: true,
+    group_channel: false,
+};
+
+/// The cluster of the preemption faults: one node with four GPUs, PriorityClasses `low` (100) and
+/// `urgent` (1000), a scheduler (`identity`, `shutdown_grace`) with the node in its cache, and a
+/// gang `low` of four bound on the node, holding every GPU.
+async fn low_gang_holding_every_gpu(
+    server: &RunningServer,
+    identity: &str,
+    shutdown_grace: Duration,
+) -> (Arc<Scheduler>, tokio::task::JoinHandle<()>) {
+    let store = server.store();
+    seed_cluster(store, 1, 4, 0);
+    for (class, value) in [("low", 100), ("urgent", 1000)] {
+        create(
+            store,
+            "priorityclasses",
+            None,
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": class}, "value": value}),
+        );
+    }
+    let (sched, task) = start_scheduler(server, identity, shutdown_grace).await;
+    wait_until("node in cache", Duration::from_secs(20), || {
+        sched.cache().node_count() == 1
+    })
+    .await;
+    gang_of_class(store, "low", 4, 4, GPU, "low");
+    wait_until("the low gang holds every GPU", SETTLE, || {
+        bound_count(store, "low") == 4
+    })
+    .await;
+    assert_eq!(allocated_claims(store).len(), 4);
+    (sched, task)
+}
+
 /// Fault 4: the leader killed between evicting a gang's victims and binding the gang.
 ///
 /// A low-priority gang (disrupted as a whole) holds the node's four GPUs; an urgent gang of two
@@ -699,38 +738,14 @@ async fn pod_groups_deleted_mid_cycle_release_what_they_hold() {
 async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_gang() {
     let server = support::serve().await;
     let store = server.store().clone();
-    seed_cluster(&store, 1, 4, 0);
-    for (class, value) in [("low", 100), ("urgent", 1000)] {
-        create(
-            &store,
-            "priorityclasses",
-            None,
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                   "metadata": {"name": class}, "value": value}),
-        );
-    }
     let faults = server.faults().clone();
-    let (first, first_task) = start_scheduler(&server, "first", Duration::ZERO).await;
-    wait_until("node in cache", Duration::from_secs(20), || {
-        first.cache().node_count() == 1
-    })
-    .await;
-    let gpu = Needs {
-        gpu: true,
-        group_channel: false,
-    };
-    gang_of_class(&store, "low", 4, 4, gpu, "low");
-    wait_until("the low gang holds every GPU", SETTLE, || {
-        bound_count(&store, "low") == 4
-    })
-    .await;
-    assert_eq!(allocated_claims(&store).len(), 4);
+    let (first, first_task) = low_gang_holding_every_gpu(&server, "first", Duration::ZERO).await;
 
     // The urgent gang's bindings are never answered while the first scheduler runs.
     for held in ["urgent-0", "urgent-1"] {
         faults.slow_down("POST", &format!("/pods/{held}/binding"), Duration::from_secs(120));
     }
-    gang_of_class(&store, "urgent", 2, 2, gpu, "urgent");
+    gang_of_class(&store, "urgent", 2, 2, GPU, "urgent");
     let victims_gone = || {
         store
             .list_all("pods", Some(NS))
@@ -797,34 +812,11 @@ async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_ga
 async fn lost_answers_to_victim_deletions_still_free_the_devices_once() {
     let server = support::serve().await;
     let store = server.store().clone();
-    seed_cluster(&store, 1, 4, 0);
-    for (class, value) in [("low", 100), ("urgent", 1000)] {
-        create(
-            &store,
-            "priorityclasses",
-            None,
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                   "metadata": {"name": class}, "value": value}),
-        );
-    }
     let faults = server.faults().clone();
-    let (sched, task) = start_scheduler(&server, "lost-deletions", Duration::from_secs(10)).await;
-    wait_until("node in cache", Duration::from_secs(20), || {
-        sched.cache().node_count() == 1
-    })
-    .await;
-    let gpu = Needs {
-        gpu: true,
-        group_channel: false,
-    };
-    gang_of_class(&store, "low", 4, 4, gpu, "low");
-    wait_until("the low gang holds every GPU", SETTLE, || {
-        bound_count(&store, "low") == 4
-    })
-    .await;
+    let (sched, task) = low_gang_holding_every_gpu(&server, "lost-deletions", Duration::from_secs(10)).await;
 
     faults.fail_after_commit("DELETE", "/pods/low-", 500, 1, 1000);
-    gang_of_class(&store, "urgent", 2, 2, gpu, "urgent");
+    gang_of_class(&store, "urgent", 2, 2, GPU, "urgent");
     wait_until("the urgent gang bound", SETTLE, || {
         bound_count(&store, "urgent") == 2
     })
