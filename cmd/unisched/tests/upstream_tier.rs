@@ -214,6 +214,7 @@ const SAME_ON_BOTH: &[&str] = &[
     "e2e/scenarios/scoring/gpu-packing",
     "e2e/scenarios/spread/anti-affinity",
     "e2e/scenarios/spread/zone-spread",
+    "e2e/scenarios/volumes/attributes-class",
     "e2e/scenarios/volumes/local-pv",
     "e2e/scenarios/volumes/missing-claim",
     "e2e/scenarios/volumes/storage-capacity",

@@ -424,6 +424,8 @@ pub(crate) fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> R
         }
     } else if rt.is("storage.k8s.io", "CSIStorageCapacity") {
         check_storage_capacity(obj, &mut causes);
+    } else if rt.is("", "PersistentVolume") {
+        admission::check_persistent_volume(obj, &mut causes);
     } else if rt.is("batch", "Job") {
         admission::check_job(obj, &mut causes);
         if let Some(template) = get_path(obj, &["spec", "template"]) {

@@ -48,7 +48,8 @@ use super::matching::{DelayedClaim, matching_volume, pv_capacity};
 use super::{
     VolumeApi,
     capacity::{self, CapacityScorer, CapacityVerdict, ClassUsage},
-    claim_class, claim_volume_name, pod_claim_names, pod_namespace, pv_node_affinity_matches, resolve_claims,
+    claim_class, claim_fully_bound, claim_volume_name, pod_claim_names, pod_namespace,
+    pv_node_affinity_matches, resolve_claims,
 };
 use crate::label_selector::NO_LABELS;
 
@@ -73,7 +74,7 @@ pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 const ANNOTATION_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 const STATE_KEY: &str = "PreFilterVolumeBinding";
-const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+pub(super) const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
 
 /// Why the volume binding PreBind waits for can no longer complete as Reserve decided it.
 #[derive(Debug, thiserror::Error)]
@@ -152,10 +153,6 @@ impl std::fmt::Debug for VolumeBinding {
     }
 }
 
-fn is_delay_binding(class: Option<&StorageClass>) -> bool {
-    class.is_some_and(|c| c.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER))
-}
-
 /// Whether the class' `allowedTopologies` admit the node (none: every node).
 fn topology_allows(class: &StorageClass, node: &Node) -> bool {
     let Some(terms) = class.allowed_topologies.as_ref().filter(|t| !t.is_empty()) else {
@@ -215,26 +212,39 @@ impl VolumeBinding {
                     "persistentvolumeclaim {name:?} is being deleted"
                 )));
             }
-            if let Some(pv_name) = claim_volume_name(&pvc) {
+            if let Some(pv_name) = claim_fully_bound(&pvc) {
                 bound.push((name, volumes.pv(pv_name)));
                 continue;
             }
+            // A claim that names its volume but whose binding the PV controller has not
+            // completed waits for the controller, as an Immediate one does.
+            if claim_volume_name(&pvc).is_some() {
+                immediate = true;
+                continue;
+            }
             let class_name = claim_class(&pvc);
+            // No class, or a class that does not exist (yet): the claim is not the scheduler's
+            // to bind, so it is Immediate too.
             let class = if class_name.is_empty() {
                 None
             } else {
-                match volumes.class(class_name) {
-                    Some(c) => Some(c),
-                    None => {
-                        return Err(Status::unresolvable(format!(
-                            "storageclass.storage.k8s.io {class_name:?} not found"
-                        )));
-                    }
-                }
+                volumes.class(class_name)
             };
-            if !is_delay_binding(class.as_deref()) {
+            let Some(class) = class else {
                 immediate = true;
                 continue;
+            };
+            match class.volume_binding_mode.as_deref() {
+                Some(WAIT_FOR_FIRST_CONSUMER) => {}
+                Some(_) => {
+                    immediate = true;
+                    continue;
+                }
+                None => {
+                    return Err(Status::error(format!(
+                        "VolumeBindingMode not set for StorageClass {class_name:?}"
+                    )));
+                }
             }
             let pvs = volumes.pvs_of_class(class_name);
             let claim = DelayedClaim::new(name, pvc, class, pvs);
@@ -684,10 +694,8 @@ fn provision_verdict(
     claim: &DelayedClaim,
     node: &Node,
 ) -> Option<CapacityVerdict> {
-    let class = claim
-        .class
-        .as_deref()
-        .filter(|c| c.provisioner != NO_PROVISIONER && topology_allows(c, node))?;
+    let class =
+        Some(&*claim.class).filter(|c| c.provisioner != NO_PROVISIONER && topology_allows(c, node))?;
     let request = claim.has_request.then(|| capacity::whole_bytes(claim.request));
     Some(match volumes {
         Some(v) => capacity::check(v, class, request, node),
@@ -936,9 +944,48 @@ mod tests {
                 code: Code::Success,
                 reason: "",
             },
+            Case {
+                // upstream's "prebound-pvc": the PV controller has not completed the binding.
+                name: "a claim naming its volume before the controller bound it waits as Immediate",
+                claims: vec!["data"],
+                pvcs: vec![
+                    PvcBuilder::new("data", "local", "1Gi")
+                        .naming_volume("pv1")
+                        .build(),
+                ],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: ERR_REASON_UNBOUND_IMMEDIATE,
+            },
+            Case {
+                name: "a claim whose class does not exist is Immediate",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "gone", "1Gi").build()],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: ERR_REASON_UNBOUND_IMMEDIATE,
+            },
+            Case {
+                name: "a class without a binding mode is an error",
+                claims: vec!["data"],
+                pvcs: vec![PvcBuilder::new("data", "modeless", "1Gi").build()],
+                code: Code::Error,
+                reason: "VolumeBindingMode not set for StorageClass \"modeless\"",
+            },
+            Case {
+                name: "one delayed claim and one still naming its volume",
+                claims: vec!["a", "b"],
+                pvcs: vec![
+                    PvcBuilder::new("a", "local", "1Gi").build(),
+                    PvcBuilder::new("b", "local", "1Gi").naming_volume("pv1").build(),
+                ],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: ERR_REASON_UNBOUND_IMMEDIATE,
+            },
         ];
         for case in cases {
             let c = cache();
+            let mut modeless = (*storage_class("modeless", "csi.example.com", "Immediate", None)).clone();
+            modeless.volume_binding_mode = None;
+            c.apply_class(Arc::new(modeless));
             for p in case.pvcs {
                 c.apply_pvc(Arc::new(p));
             }

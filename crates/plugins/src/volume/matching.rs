@@ -32,7 +32,8 @@ pub(super) struct DelayedClaim {
     pub(super) volume_mode: String,
     /// `volumeAttributesClassName` ("" when unset): a PV must name the same class.
     pub(super) attributes_class: String,
-    pub(super) class: Option<Arc<StorageClass>>,
+    /// Its `WaitForFirstConsumer` class.
+    pub(super) class: Arc<StorageClass>,
     /// The class' PVs that could serve this claim on some node: those pre-bound to the claim
     /// first, then the rest smallest first.
     candidates: Vec<Candidate>,
@@ -53,7 +54,7 @@ impl DelayedClaim {
     pub(super) fn new(
         name: String,
         pvc: Arc<PersistentVolumeClaim>,
-        class: Option<Arc<StorageClass>>,
+        class: Arc<StorageClass>,
         pvs: Vec<Arc<PersistentVolume>>,
     ) -> Self {
         let spec = pvc.spec.as_ref();
@@ -184,7 +185,8 @@ pub(super) fn matching_volume<'a>(
 mod tests {
     use super::*;
     use crate::testing::NodeBuilder;
-    use crate::volume::testing::{PvBuilder, PvcBuilder};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class};
+    use crate::volume::{NO_PROVISIONER, binding::WAIT_FOR_FIRST_CONSUMER};
 
     /// Upstream's volume-matching cases (component-helpers `TestFindMatchVolumeWithNode`), with the
     /// attributes-class gate on (GA and locked in 1.37, so its "disabled" cases cannot happen), and
@@ -361,7 +363,8 @@ mod tests {
                 .map(Arc::new)
                 .collect();
             let pvc = case.claim.arc();
-            let claim = DelayedClaim::new(pvc.metadata.name.clone().unwrap(), pvc, None, pvs);
+            let class = storage_class("local", NO_PROVISIONER, WAIT_FOR_FIRST_CONSUMER, None);
+            let claim = DelayedClaim::new(pvc.metadata.name.clone().unwrap(), pvc, class, pvs);
             let node = NodeBuilder::new("n").label("key1", case.node).info();
             let taken: BTreeSet<&str> = case.taken.iter().copied().collect();
             let got = matching_volume(&claim, node.node().unwrap(), &taken)

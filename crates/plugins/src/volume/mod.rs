@@ -125,6 +125,21 @@ pub(crate) fn claim_class(pvc: &PersistentVolumeClaim) -> &str {
         .map_or("", String::as_str)
 }
 
+/// The annotation the PV controller puts on a claim once it has bound it.
+pub(crate) const ANNOTATION_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+/// The PV a claim is bound to, when the PV controller has completed the binding: `spec.volumeName`
+/// set and the claim annotated [`ANNOTATION_BIND_COMPLETED`]. VolumeBinding counts only these as
+/// bound (as upstream); a claim that merely names its volume still waits for the controller.
+pub(crate) fn claim_fully_bound(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    let completed = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_BIND_COMPLETED));
+    claim_volume_name(pvc).filter(|_| completed)
+}
+
 /// The PV a claim is bound to (`spec.volumeName`), when set.
 pub(crate) fn claim_volume_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
     pvc.spec

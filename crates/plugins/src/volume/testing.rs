@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use unisched_cache::VolumeCache;
 
-use super::{VolumeApi, VolumeApiError, claim_volume_name};
+use super::{ANNOTATION_BIND_COMPLETED, VolumeApi, VolumeApiError, claim_volume_name};
 
 /// One recorded write.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +92,10 @@ fn bind_claim(cache: &VolumeCache, ns: &str, name: &str, pv_name: &str) {
         let mut pvc = (*pvc).clone();
         bump(&mut pvc.metadata);
         pvc.spec.get_or_insert_with(Default::default).volume_name = Some(pv_name.into());
+        pvc.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_BIND_COMPLETED.into(), "yes".into());
         pvc.status = Some(PersistentVolumeClaimStatus {
             phase: Some("Bound".into()),
             ..Default::default()
@@ -299,8 +303,13 @@ impl PvcBuilder {
         })
     }
 
-    /// Bound to `pv`.
+    /// Bound to `pv` by the PV controller (`spec.volumeName` and the bind-completed annotation).
     pub fn bound_to(mut self, pv: &str) -> Self {
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_BIND_COMPLETED.into(), "yes".into());
         self.0.spec.get_or_insert_with(Default::default).volume_name = Some(pv.into());
         self.0.status = Some(PersistentVolumeClaimStatus {
             phase: Some("Bound".into()),
@@ -313,6 +322,13 @@ impl PvcBuilder {
     pub fn access_modes(mut self, modes: &[&str]) -> Self {
         self.0.spec.get_or_insert_with(Default::default).access_modes =
             Some(modes.iter().map(|m| (*m).to_string()).collect());
+        self
+    }
+
+    /// Names `pv` in `spec.volumeName` before the PV controller has bound it (no bind-completed
+    /// annotation).
+    pub fn naming_volume(mut self, pv: &str) -> Self {
+        self.0.spec.get_or_insert_with(Default::default).volume_name = Some(pv.into());
         self
     }
 

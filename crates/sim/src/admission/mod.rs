@@ -1,7 +1,7 @@
-//! Field-level validation of the DRA kinds and of the pod fields kube-apiserver checks beyond the
-//! shape of the object: the rules of `resource.k8s.io/v1` (names, list limits, allocation modes,
-//! selectors that compile, counters, and what a claim status write may contain) and container
-//! ports.
+//! Field-level validation of the DRA kinds, of the pod fields and of a PV's attributes class that
+//! kube-apiserver checks beyond the shape of the object: the rules of `resource.k8s.io/v1` (names,
+//! list limits, allocation modes, selectors that compile, counters, and what a claim status write
+//! may contain), container ports, and `volumeAttributesClassName` on a PV.
 //!
 //! Each check appends [`Cause`]s with upstream's field paths and message wording
 //! (`Required value`, `Duplicate value: "x"`, `Too many: 33: must have at most 32 items`, …), so a
@@ -14,7 +14,7 @@
 //! kube-apiserver 1.37.2's own, taken with kubectl.
 //!
 //! One module per kind: `claims` (claim, template and class specs), `slices`,
-//! `claim_status` (status writes), `pods`, `pod_groups`, `composite_pod_groups`, `workloads` (the
+//! `claim_status` (status writes), `pods`, `volumes` (a PV's attributes class), `pod_groups`, `composite_pod_groups`, `workloads` (the
 //! template trees of a Workload, on create and update), `jobs` (batch/v1 defaults and checks);
 //! the name and list helpers they share are here.
 //!
@@ -33,6 +33,7 @@ mod pods;
 mod slices;
 #[cfg(test)]
 mod tests;
+mod volumes;
 mod workloads;
 
 use std::collections::HashSet;
@@ -49,6 +50,7 @@ pub use jobs::{
 pub use pod_groups::check_pod_group;
 pub use pods::check_pod_ports;
 pub use slices::check_resource_slice;
+pub use volumes::check_persistent_volume;
 pub use workloads::{TEMPLATE_DEPTH_MAX, TEMPLATES_MAX, check_workload};
 
 use crate::error::Cause;

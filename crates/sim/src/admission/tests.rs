@@ -369,3 +369,43 @@ fn pod_ports() {
     assert!(check_port_name("123").is_err());
     assert!(check_port_name("metrics").is_ok());
 }
+
+#[test]
+fn persistent_volume_attributes_class() {
+    let pv = |spec: Value| json!({"spec": spec});
+    let csi = json!({"driver": "csi.example.com", "volumeHandle": "v1"});
+    // kube-apiserver 1.37.2's answer to a local PV with an attributes class.
+    assert_eq!(
+        causes(
+            check_persistent_volume,
+            pv(json!({"volumeAttributesClassName": "gold", "local": {"path": "/mnt"}}))
+        ),
+        ["spec.csi: Required value: has to be specified when using volumeAttributesClassName"]
+    );
+    assert!(
+        causes(
+            check_persistent_volume,
+            pv(json!({"volumeAttributesClassName": "gold", "csi": csi}))
+        )
+        .is_empty()
+    );
+    assert!(causes(check_persistent_volume, pv(json!({"local": {"path": "/mnt"}}))).is_empty());
+    assert_eq!(
+        causes(
+            check_persistent_volume,
+            pv(json!({"volumeAttributesClassName": "", "csi": csi}))
+        ),
+        ["spec.volumeAttributesClassName: Required value: an empty string is disallowed"]
+    );
+    let bad = causes(
+        check_persistent_volume,
+        pv(json!({"volumeAttributesClassName": "Gold_1", "csi": csi})),
+    );
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with(
+            "spec.volumeAttributesClassName: Invalid value: \"Gold_1\": a lowercase RFC 1123 subdomain"
+        ),
+        "{bad:?}"
+    );
+}
