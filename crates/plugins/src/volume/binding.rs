@@ -1,10 +1,12 @@
 //! VolumeBinding: places pods whose PersistentVolumeClaims are bound, or can be bound on the node,
 //! and binds them (upstream `volumebinding`).
 //!
-//! * **PreFilter** sorts the pod's claims into bound ones (their PV's node affinity must admit the
-//!   node), unbound ones of a `WaitForFirstConsumer` class (decided per node) and unbound ones of an
-//!   `Immediate` class, which the PV controller binds on its own schedule: the pod cannot be placed
-//!   before that (`pod has unbound immediate PersistentVolumeClaims`). A missing claim is
+//! * **PreFilter** sorts the pod's claims into bound ones (the PV controller completed the binding;
+//!   their PV's node affinity must admit the node), unbound ones of a `WaitForFirstConsumer` class
+//!   (decided per node) and the rest: claims of an `Immediate` class, of no class or of a class
+//!   that does not exist, and claims that name their volume before the controller has bound them.
+//!   The PV controller binds those on its own schedule, and the pod cannot be placed before that
+//!   (`pod has unbound immediate PersistentVolumeClaims`). A missing claim is
 //!   unresolvable with the API server's NotFound text. No claims: Skip, so other pods pay nothing.
 //!   The candidate PVs of each class are collected here once, smallest first, and bound PVs with
 //!   hostname affinity narrow the nodes worth filtering (as upstream's `GetEligibleNodes`).
@@ -20,7 +22,10 @@
 //!   `selected-node` annotation), so the next pod already sees the PV as taken; **Unreserve**
 //!   restores the API versions.
 //! * **PreBind** writes the decision ([`VolumeApi`] merge patches) and waits, up to
-//!   `bindTimeoutSeconds`, until the watch shows every claim Bound.
+//!   `bindTimeoutSeconds`, until the watch shows the PV controller has bound every claim
+//!   (`volumeName` and the bind-completed annotation). It fails at once when a claim, or a volume
+//!   Reserve chose, is deleted, when the volume goes to another claim, and when the provisioner
+//!   gives up on a claim (it drops the selected-node annotation PreBind set).
 //!
 //! Not implemented: in-tree volume migration.
 
@@ -93,6 +98,10 @@ enum BindingLostError {
         /// The claim that took it.
         claim: String,
     },
+    /// The provisioner gave up on a claim: it removed (or changed) the selected-node annotation,
+    /// which is how it asks for the pod to be scheduled again. Upstream's wording.
+    #[error("provisioning failed for PVC {0:?}")]
+    ProvisioningFailed(String),
 }
 
 /// A claim Filter decided to provision on a node.
@@ -363,10 +372,18 @@ impl VolumeBinding {
 
     /// Where the claims stand in the API: Ok(true) all bound, Ok(false) still waiting, Err when the
     /// binding can no longer complete as decided.
+    ///
+    /// A claim counts as bound once the PV controller has completed the binding (as upstream:
+    /// `volumeName` and the bind-completed annotation). `annotated` collects the claims being
+    /// provisioned whose selected-node annotation the watch has shown set to `node`: until then the
+    /// API version may simply predate PreBind's own patch, so only a claim seen annotated and then
+    /// not is a provisioning failure.
     fn binding_progress(
         volumes: &VolumeCache,
         data: &PodVolumes,
         reserved: &Reserved,
+        node: &str,
+        annotated: &mut BTreeSet<String>,
     ) -> Result<bool, BindingLostError> {
         let mut all = true;
         for name in data
@@ -378,10 +395,18 @@ impl VolumeBinding {
             let Some(pvc) = volumes.api_pvc(&data.namespace, name) else {
                 return Err(BindingLostError::ClaimDeleted(name.clone()));
             };
-            let bound = claim_volume_name(&pvc).is_some()
-                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-            if !bound {
+            if claim_fully_bound(&pvc).is_none() {
                 all = false;
+            }
+        }
+        for (_, name) in &reserved.pvcs {
+            let Some(pvc) = volumes.api_pvc(&data.namespace, name) else {
+                return Err(BindingLostError::ClaimDeleted(name.clone()));
+            };
+            if selected_node(&pvc) == Some(node) {
+                annotated.insert(name.clone());
+            } else if annotated.contains(name) {
+                return Err(BindingLostError::ProvisioningFailed(name.clone()));
             }
         }
         for pv_name in &reserved.pvs {
@@ -616,10 +641,11 @@ impl PreBindPlugin for VolumeBinding {
             }
         }
         let reserved = data.reserved.lock().take().unwrap_or_default();
-        let finished = volumes.wait_until(self.bind_timeout, |v| {
-            !matches!(Self::binding_progress(v, &data, &reserved), Ok(false))
-        });
-        let progress = Self::binding_progress(volumes, &data, &reserved);
+        let annotated = std::cell::RefCell::new(BTreeSet::new());
+        let progress_now =
+            |v: &VolumeCache| Self::binding_progress(v, &data, &reserved, node, &mut annotated.borrow_mut());
+        let finished = volumes.wait_until(self.bind_timeout, |v| !matches!(progress_now(v), Ok(false)));
+        let progress = progress_now(volumes);
         // Put it back so Unreserve can restore the assumed objects if binding fails.
         *data.reserved.lock() = Some(reserved);
         match progress {
@@ -848,6 +874,7 @@ mod tests {
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
+    use crate::volume::ANNOTATION_BIND_COMPLETED;
     use crate::volume::testing::{
         FakeVolumeApi, PvBuilder, PvcBuilder, VolumeWrite, storage_class, with_claims,
     };
@@ -1250,6 +1277,67 @@ mod tests {
                 json!({"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: "n1"}}})
             )]
         );
+    }
+
+    /// upstream's "provisioning-pvc-selected-node-dropped" and "…-wrong-node": a claim whose
+    /// selected-node annotation the provisioner removed or changed fails the wait at once; an API
+    /// version that merely predates PreBind's own patch does not.
+    #[test]
+    fn a_provisioner_giving_up_fails_the_wait_once_the_annotation_was_seen() {
+        let c = cache();
+        c.apply_pvc(PvcBuilder::new("data", "fast", "5Gi").arc());
+        let pl = plugin(&c, Some(FakeVolumeApi::new()));
+        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+        let mut state = CycleState::new();
+        pl.pre_filter(&mut state, &pod, &[]);
+        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
+        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+        let data = VolumeBinding::data(&state).unwrap();
+        let reserved = data.reserved.lock().take().unwrap();
+        assert_eq!(reserved.pvcs, [("default".to_string(), "data".to_string())]);
+        let progress = |annotated: &mut BTreeSet<String>| {
+            VolumeBinding::binding_progress(&c, &data, &reserved, "n1", annotated).map_err(|e| e.to_string())
+        };
+        let api_version = |rv: &str, selected: Option<&str>| {
+            let mut pvc = PvcBuilder::new("data", "fast", "5Gi").build();
+            pvc.metadata.resource_version = Some(rv.into());
+            if let Some(node) = selected {
+                pvc.metadata.annotations =
+                    Some(BTreeMap::from([(ANNOTATION_SELECTED_NODE.into(), node.into())]));
+            }
+            Arc::new(pvc)
+        };
+        let mut annotated = BTreeSet::new();
+        // The watch has not shown PreBind's patch yet: waiting, not failed.
+        assert_eq!(progress(&mut annotated), Ok(false));
+        // A stale annotation of an earlier attempt on another node is not a failure either.
+        c.apply_pvc(api_version("2", Some("n2")));
+        assert_eq!(progress(&mut annotated), Ok(false));
+        c.apply_pvc(api_version("3", Some("n1")));
+        assert_eq!(progress(&mut annotated), Ok(false));
+        // Dropped after it was seen: the provisioner gave up.
+        c.apply_pvc(api_version("4", None));
+        assert_eq!(
+            progress(&mut annotated),
+            Err("provisioning failed for PVC \"data\"".to_string())
+        );
+        // Moved to another node after it was seen: the same.
+        c.apply_pvc(api_version("5", Some("n2")));
+        assert_eq!(
+            progress(&mut annotated),
+            Err("provisioning failed for PVC \"data\"".to_string())
+        );
+        // Bound by the PV controller (volumeName and bind-completed), annotation kept: done.
+        let mut bound = (*api_version("6", Some("n1"))).clone();
+        bound.spec.as_mut().unwrap().volume_name = Some("pvc-data".into());
+        bound
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANNOTATION_BIND_COMPLETED.into(), "yes".into());
+        c.apply_pvc(Arc::new(bound));
+        assert_eq!(progress(&mut annotated), Ok(true));
     }
 
     #[test]
