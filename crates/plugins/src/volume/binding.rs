@@ -259,6 +259,9 @@ impl VolumeBinding {
             let claim = DelayedClaim::new(name, pvc, class, pvs);
             delayed.push(claim);
         }
+        // Smallest requests first, so each claim gets the smallest PV left that fits (as upstream;
+        // equal requests keep the pod's order).
+        delayed.sort_by_key(|c| c.request);
         if immediate {
             return Err(Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE));
         }
@@ -271,20 +274,27 @@ impl VolumeBinding {
         })
     }
 
+    /// Upstream's `FindPodVolumes` on one node. Bound claims: the first whose PV is missing or
+    /// whose node affinity rules the node out decides. Delayed claims: one already handed to the
+    /// provisioner for another node rules the node out at once; the others are matched to PVs
+    /// (smallest claims first, PreFilter sorted them), except those handed to the provisioner for
+    /// this node, which stay with it; the claims left must all be provisionable here, the first
+    /// that is not deciding the reason. The reasons come in upstream's order.
     fn filter_node(
         volumes: Option<&VolumeCache>,
         data: &PodVolumes,
         node: &Node,
     ) -> Result<NodeDecision, Vec<&'static str>> {
-        let mut reasons = Vec::new();
+        let mut node_conflict = false;
+        let mut pv_missing = false;
         for (_, pv) in &data.bound {
             match pv {
                 None => {
-                    reasons.push(ERR_REASON_PV_NOT_EXIST);
+                    pv_missing = true;
                     break;
                 }
                 Some(pv) if !pv_node_affinity_matches(pv, node) => {
-                    reasons.push(ERR_REASON_NODE_CONFLICT);
+                    node_conflict = true;
                     break;
                 }
                 Some(_) => {}
@@ -292,46 +302,54 @@ impl VolumeBinding {
         }
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
         let mut decision = NodeDecision::default();
-        let mut taken: BTreeSet<&str> = BTreeSet::new();
-        // A claim already provisioned for another node rules this one out before anything else.
         let mut bind_conflict = data
             .delayed
             .iter()
             .any(|c| selected_node(&c.pvc).is_some_and(|selected| selected != node_name));
         let mut not_enough_space = false;
-        let claims = if bind_conflict { &[][..] } else { &data.delayed[..] };
-        for (i, claim) in claims.iter().enumerate() {
-            if let Some(pv) = matching_volume(claim, node, &taken) {
-                taken.insert(pv.metadata.name.as_deref().unwrap_or_default());
-                decision.bindings.push((i, pv.clone()));
-                continue;
-            }
-            // As upstream, the first claim that cannot be provisioned decides the reason.
-            match provision_verdict(volumes, claim, node) {
-                Some(CapacityVerdict::NotTracked) => decision.provisions.push(Provision {
-                    claim: i,
-                    capacity: None,
-                }),
-                Some(CapacityVerdict::Enough(capacity)) => decision.provisions.push(Provision {
-                    claim: i,
-                    capacity: Some(capacity),
-                }),
-                Some(CapacityVerdict::NotEnough) => {
-                    not_enough_space = true;
-                    break;
-                }
-                None => {
-                    bind_conflict = true;
-                    break;
+        if !bind_conflict {
+            let mut taken: BTreeSet<&str> = BTreeSet::new();
+            let (mut to_provision, to_match): (Vec<usize>, Vec<usize>) =
+                (0..data.delayed.len()).partition(|&i| selected_node(&data.delayed[i].pvc).is_some());
+            for i in to_match {
+                match matching_volume(&data.delayed[i], node, &taken) {
+                    Some(pv) => {
+                        taken.insert(pv.metadata.name.as_deref().unwrap_or_default());
+                        decision.bindings.push((i, pv.clone()));
+                    }
+                    None => to_provision.push(i),
                 }
             }
+            for i in to_provision {
+                match provision_verdict(volumes, &data.delayed[i], node) {
+                    Some(CapacityVerdict::NotTracked) => decision.provisions.push(Provision {
+                        claim: i,
+                        capacity: None,
+                    }),
+                    Some(CapacityVerdict::Enough(capacity)) => decision.provisions.push(Provision {
+                        claim: i,
+                        capacity: Some(capacity),
+                    }),
+                    Some(CapacityVerdict::NotEnough) => {
+                        not_enough_space = true;
+                        break;
+                    }
+                    None => {
+                        bind_conflict = true;
+                        break;
+                    }
+                }
+            }
         }
-        if bind_conflict {
-            reasons.push(ERR_REASON_BIND_CONFLICT);
-        }
-        if not_enough_space {
-            reasons.push(capacity::ERR_REASON_NOT_ENOUGH_SPACE);
-        }
+        let reasons: Vec<&'static str> = [
+            (bind_conflict, ERR_REASON_BIND_CONFLICT),
+            (node_conflict, ERR_REASON_NODE_CONFLICT),
+            (not_enough_space, capacity::ERR_REASON_NOT_ENOUGH_SPACE),
+            (pv_missing, ERR_REASON_PV_NOT_EXIST),
+        ]
+        .into_iter()
+        .filter_map(|(failed, reason)| failed.then_some(reason))
+        .collect();
         if reasons.is_empty() {
             Ok(decision)
         } else {
@@ -869,617 +887,5 @@ fn class_hint(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use unisched_framework::Code;
-
-    use super::*;
-    use crate::testing::{NodeBuilder, PodBuilder};
-    use crate::volume::ANNOTATION_BIND_COMPLETED;
-    use crate::volume::testing::{
-        FakeVolumeApi, PvBuilder, PvcBuilder, VolumeWrite, storage_class, with_claims,
-    };
-
-    const HOST: &str = "kubernetes.io/hostname";
-
-    fn cache() -> Arc<VolumeCache> {
-        let c = Arc::new(VolumeCache::new());
-        c.apply_class(storage_class(
-            "local",
-            NO_PROVISIONER,
-            WAIT_FOR_FIRST_CONSUMER,
-            None,
-        ));
-        c.apply_class(storage_class(
-            "fast",
-            "csi.example.com",
-            WAIT_FOR_FIRST_CONSUMER,
-            Some(("zone", &["a"])),
-        ));
-        c.apply_class(storage_class("standard", "csi.example.com", "Immediate", None));
-        c
-    }
-
-    fn nodes() -> Vec<NodeInfo> {
-        ["n1", "n2"]
-            .into_iter()
-            .map(|n| {
-                NodeBuilder::new(n)
-                    .label(HOST, n)
-                    .label("zone", if n == "n1" { "a" } else { "b" })
-                    .info()
-            })
-            .collect()
-    }
-
-    fn plugin(c: &Arc<VolumeCache>, api: Option<Arc<FakeVolumeApi>>) -> VolumeBinding {
-        let args = VolumeBindingArgs {
-            bind_timeout_seconds: 2,
-            ..VolumeBindingArgs::default()
-        };
-        VolumeBinding::new(&args, Some(c.clone()), api.map(|a| a as Arc<dyn VolumeApi>))
-    }
-
-    #[test]
-    fn pre_filter_table() {
-        struct Case {
-            name: &'static str,
-            claims: Vec<&'static str>,
-            pvcs: Vec<PersistentVolumeClaim>,
-            code: Code,
-            reason: &'static str,
-        }
-        let cases = [
-            Case {
-                name: "no claims: skip",
-                claims: vec![],
-                pvcs: vec![],
-                code: Code::Skip,
-                reason: "",
-            },
-            Case {
-                name: "missing claim",
-                claims: vec!["data"],
-                pvcs: vec![],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: "persistentvolumeclaim \"data\" not found",
-            },
-            Case {
-                name: "unbound immediate claim",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "standard", "1Gi").build()],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: ERR_REASON_UNBOUND_IMMEDIATE,
-            },
-            Case {
-                name: "unbound claim without class is immediate",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "", "1Gi").build()],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: ERR_REASON_UNBOUND_IMMEDIATE,
-            },
-            Case {
-                name: "bound immediate claim",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "standard", "1Gi").bound_to("pv1").build()],
-                code: Code::Success,
-                reason: "",
-            },
-            Case {
-                name: "delayed claim",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").build()],
-                code: Code::Success,
-                reason: "",
-            },
-            Case {
-                // upstream's "prebound-pvc": the PV controller has not completed the binding.
-                name: "a claim naming its volume before the controller bound it waits as Immediate",
-                claims: vec!["data"],
-                pvcs: vec![
-                    PvcBuilder::new("data", "local", "1Gi")
-                        .naming_volume("pv1")
-                        .build(),
-                ],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: ERR_REASON_UNBOUND_IMMEDIATE,
-            },
-            Case {
-                name: "a claim whose class does not exist is Immediate",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "gone", "1Gi").build()],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: ERR_REASON_UNBOUND_IMMEDIATE,
-            },
-            Case {
-                name: "a class without a binding mode is an error",
-                claims: vec!["data"],
-                pvcs: vec![PvcBuilder::new("data", "modeless", "1Gi").build()],
-                code: Code::Error,
-                reason: "VolumeBindingMode not set for StorageClass \"modeless\"",
-            },
-            Case {
-                name: "one delayed claim and one still naming its volume",
-                claims: vec!["a", "b"],
-                pvcs: vec![
-                    PvcBuilder::new("a", "local", "1Gi").build(),
-                    PvcBuilder::new("b", "local", "1Gi").naming_volume("pv1").build(),
-                ],
-                code: Code::UnschedulableAndUnresolvable,
-                reason: ERR_REASON_UNBOUND_IMMEDIATE,
-            },
-        ];
-        for case in cases {
-            let c = cache();
-            let mut modeless = (*storage_class("modeless", "csi.example.com", "Immediate", None)).clone();
-            modeless.volume_binding_mode = None;
-            c.apply_class(Arc::new(modeless));
-            for p in case.pvcs {
-                c.apply_pvc(Arc::new(p));
-            }
-            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
-            let mut state = CycleState::new();
-            let (_, s) = plugin(&c, None).pre_filter(&mut state, &pod, &[]);
-            assert_eq!(s.code(), case.code, "{}: {s:?}", case.name);
-            if !case.reason.is_empty() {
-                assert_eq!(s.reasons(), [case.reason.to_string()], "{}", case.name);
-            }
-        }
-    }
-
-    #[test]
-    fn filter_table() {
-        struct Case {
-            name: &'static str,
-            pvs: Vec<PersistentVolume>,
-            pvcs: Vec<PersistentVolumeClaim>,
-            claims: Vec<&'static str>,
-            /// Per node n1, n2: expected reasons (empty: fits).
-            want: [Vec<&'static str>; 2],
-        }
-        let cases = [
-            Case {
-                name: "bound PV with node affinity",
-                pvs: vec![
-                    PvBuilder::new("pv1", "local", "1Gi")
-                        .node_affinity(HOST, &["n2"])
-                        .claim("default", "data")
-                        .build(),
-                ],
-                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").bound_to("pv1").build()],
-                claims: vec!["data"],
-                want: [vec![ERR_REASON_NODE_CONFLICT], vec![]],
-            },
-            Case {
-                name: "bound to a missing PV",
-                pvs: vec![],
-                pvcs: vec![PvcBuilder::new("data", "local", "1Gi").bound_to("gone").build()],
-                claims: vec!["data"],
-                want: [vec![ERR_REASON_PV_NOT_EXIST], vec![ERR_REASON_PV_NOT_EXIST]],
-            },
-            Case {
-                name: "local PV on one node",
-                pvs: vec![
-                    PvBuilder::new("pv1", "local", "10Gi")
-                        .node_affinity(HOST, &["n1"])
-                        .build(),
-                ],
-                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
-                claims: vec!["data"],
-                want: [vec![], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-            Case {
-                name: "PV too small",
-                pvs: vec![PvBuilder::new("pv1", "local", "1Gi").build()],
-                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
-                claims: vec!["data"],
-                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-            Case {
-                name: "access mode mismatch",
-                pvs: vec![PvBuilder::new("pv1", "local", "10Gi").build()],
-                pvcs: vec![
-                    PvcBuilder::new("data", "local", "5Gi")
-                        .access_modes(&["ReadWriteMany"])
-                        .build(),
-                ],
-                claims: vec!["data"],
-                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-            Case {
-                name: "PV claimed by another claim",
-                pvs: vec![
-                    PvBuilder::new("pv1", "local", "10Gi")
-                        .claim("default", "other")
-                        .build(),
-                ],
-                pvcs: vec![PvcBuilder::new("data", "local", "5Gi").build()],
-                claims: vec!["data"],
-                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-            Case {
-                name: "two claims, one PV",
-                pvs: vec![PvBuilder::new("pv1", "local", "10Gi").build()],
-                pvcs: vec![
-                    PvcBuilder::new("a", "local", "1Gi").build(),
-                    PvcBuilder::new("b", "local", "1Gi").build(),
-                ],
-                claims: vec!["a", "b"],
-                want: [vec![ERR_REASON_BIND_CONFLICT], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-            Case {
-                name: "provisioning limited by allowed topologies",
-                pvs: vec![],
-                pvcs: vec![PvcBuilder::new("data", "fast", "5Gi").build()],
-                claims: vec!["data"],
-                want: [vec![], vec![ERR_REASON_BIND_CONFLICT]],
-            },
-        ];
-        for case in cases {
-            let c = cache();
-            for p in case.pvs {
-                c.apply_pv(Arc::new(p));
-            }
-            for p in case.pvcs {
-                c.apply_pvc(Arc::new(p));
-            }
-            let pl = plugin(&c, None);
-            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
-            let mut state = CycleState::new();
-            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
-            assert_eq!(s.code(), Code::Success, "{}: {s:?}", case.name);
-            for (node, want) in nodes().iter().zip(case.want.iter()) {
-                let s = pl.filter(&state, &pod, node);
-                if want.is_empty() {
-                    assert_eq!(s.code(), Code::Success, "{} on {}: {s:?}", case.name, node.name());
-                } else {
-                    assert_eq!(
-                        s.code(),
-                        Code::UnschedulableAndUnresolvable,
-                        "{} on {}",
-                        case.name,
-                        node.name()
-                    );
-                    let want: Vec<String> = want.iter().map(|r| r.to_string()).collect();
-                    assert_eq!(s.reasons(), want, "{} on {}", case.name, node.name());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn bound_local_pvs_narrow_the_nodes() {
-        struct Case {
-            name: &'static str,
-            pvs: Vec<PvBuilder>,
-            want: Option<Vec<&'static str>>,
-        }
-        let cases = [
-            Case {
-                name: "hostname affinity",
-                pvs: vec![PvBuilder::new("pv0", "local", "1Gi").node_affinity(HOST, &["n1", "n2"])],
-                want: Some(vec!["n1", "n2"]),
-            },
-            Case {
-                name: "two PVs intersect",
-                pvs: vec![
-                    PvBuilder::new("pv0", "local", "1Gi").node_affinity(HOST, &["n1", "n2"]),
-                    PvBuilder::new("pv1", "local", "1Gi").node_affinity(HOST, &["n2"]),
-                ],
-                want: Some(vec!["n2"]),
-            },
-            Case {
-                name: "zone affinity does not narrow",
-                pvs: vec![PvBuilder::new("pv0", "local", "1Gi").node_affinity("zone", &["a"])],
-                want: None,
-            },
-            Case {
-                name: "no affinity",
-                pvs: vec![PvBuilder::new("pv0", "local", "1Gi")],
-                want: None,
-            },
-        ];
-        for case in cases {
-            let c = cache();
-            let mut claims = Vec::new();
-            for (i, pv) in case.pvs.into_iter().enumerate() {
-                let claim = format!("c{i}");
-                c.apply_pv(pv.claim("default", &claim).arc());
-                c.apply_pvc(
-                    PvcBuilder::new(&claim, "local", "1Gi")
-                        .bound_to(&format!("pv{i}"))
-                        .arc(),
-                );
-                claims.push(claim);
-            }
-            let names: Vec<&str> = claims.iter().map(String::as_str).collect();
-            let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &names));
-            let (result, s) = plugin(&c, None).pre_filter(&mut CycleState::new(), &pod, &[]);
-            assert!(s.is_success(), "{}: {s:?}", case.name);
-            let got = result.and_then(|r| r.node_names);
-            let want = case
-                .want
-                .map(|w| w.into_iter().map(String::from).collect::<BTreeSet<_>>());
-            assert_eq!(got, want, "{}", case.name);
-        }
-    }
-
-    #[test]
-    fn smallest_fitting_pv_is_chosen_and_assumed() {
-        let c = cache();
-        c.apply_pv(PvBuilder::new("big", "local", "100Gi").arc());
-        c.apply_pv(PvBuilder::new("small", "local", "10Gi").arc());
-        c.apply_pv(PvBuilder::new("tiny", "local", "1Gi").arc());
-        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
-        c.apply_pvc(PvcBuilder::new("data2", "local", "5Gi").arc());
-        let api = FakeVolumeApi::completing(c.clone());
-        let pl = plugin(&c, Some(api.clone()));
-        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
-        let node = &nodes()[0];
-        let mut state = CycleState::new();
-        assert_eq!(pl.pre_filter(&mut state, &pod, &[]).1.code(), Code::Success);
-        assert!(pl.filter(&state, &pod, node).is_success());
-        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
-        assert!(c.is_pv_assumed("small"));
-
-        // The next pod sees "small" as taken and gets "big".
-        let pod2 = PodInfo::new(with_claims(PodBuilder::new("p2").build(), &["data2"]));
-        let mut state2 = CycleState::new();
-        pl.pre_filter(&mut state2, &pod2, &[]);
-        assert!(pl.filter(&state2, &pod2, node).is_success());
-        assert!(pl.reserve(&mut state2, &pod2, "n1").is_success());
-        assert!(c.is_pv_assumed("big"));
-        pl.unreserve(&mut state2, &pod2, "n1");
-        pl.unreserve(&mut state2, &pod2, "n1");
-        assert!(!c.is_pv_assumed("big"));
-
-        // PreBind patches the claimRef and waits for the (fake) controller.
-        assert!(pl.pre_bind_pre_flight(&state, &pod, "n1").is_success());
-        let s = pl.pre_bind(&mut state, &pod, "n1");
-        assert!(s.is_success(), "{s:?}");
-        let writes = api.writes();
-        assert_eq!(writes.len(), 1);
-        let VolumeWrite::Pv(name, patch) = &writes[0] else {
-            panic!("{writes:?}")
-        };
-        assert_eq!(name, "small");
-        assert_eq!(patch["spec"]["claimRef"]["name"], "data");
-        assert_eq!(patch["spec"]["claimRef"]["uid"], "uid-data");
-        assert_eq!(
-            c.api_pvc("default", "data")
-                .unwrap()
-                .spec
-                .as_ref()
-                .unwrap()
-                .volume_name
-                .as_deref(),
-            Some("small")
-        );
-    }
-
-    #[test]
-    fn provisioning_annotates_selected_node() {
-        let c = cache();
-        c.apply_pvc(PvcBuilder::new("data", "fast", "5Gi").arc());
-        let api = FakeVolumeApi::completing(c.clone());
-        let pl = plugin(&c, Some(api.clone()));
-        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
-        let mut state = CycleState::new();
-        pl.pre_filter(&mut state, &pod, &[]);
-        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
-        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
-        let assumed = c.pvc("default", "data").unwrap();
-        assert_eq!(selected_node(&assumed), Some("n1"));
-        assert!(pl.pre_bind(&mut state, &pod, "n1").is_success());
-        assert_eq!(
-            api.writes(),
-            vec![VolumeWrite::Pvc(
-                "default/data".into(),
-                json!({"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: "n1"}}})
-            )]
-        );
-    }
-
-    /// upstream's "provisioning-pvc-selected-node-dropped" and "…-wrong-node": a claim whose
-    /// selected-node annotation the provisioner removed or changed fails the wait at once; an API
-    /// version that merely predates PreBind's own patch does not.
-    #[test]
-    fn a_provisioner_giving_up_fails_the_wait_once_the_annotation_was_seen() {
-        let c = cache();
-        c.apply_pvc(PvcBuilder::new("data", "fast", "5Gi").arc());
-        let pl = plugin(&c, Some(FakeVolumeApi::new()));
-        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
-        let mut state = CycleState::new();
-        pl.pre_filter(&mut state, &pod, &[]);
-        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
-        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
-        let data = VolumeBinding::data(&state).unwrap();
-        let reserved = data.reserved.lock().take().unwrap();
-        assert_eq!(reserved.pvcs, [("default".to_string(), "data".to_string())]);
-        let progress = |annotated: &mut BTreeSet<String>| {
-            VolumeBinding::binding_progress(&c, &data, &reserved, "n1", annotated).map_err(|e| e.to_string())
-        };
-        let api_version = |rv: &str, selected: Option<&str>| {
-            let mut pvc = PvcBuilder::new("data", "fast", "5Gi").build();
-            pvc.metadata.resource_version = Some(rv.into());
-            if let Some(node) = selected {
-                pvc.metadata.annotations =
-                    Some(BTreeMap::from([(ANNOTATION_SELECTED_NODE.into(), node.into())]));
-            }
-            Arc::new(pvc)
-        };
-        let mut annotated = BTreeSet::new();
-        // The watch has not shown PreBind's patch yet: waiting, not failed.
-        assert_eq!(progress(&mut annotated), Ok(false));
-        // A stale annotation of an earlier attempt on another node is not a failure either.
-        c.apply_pvc(api_version("2", Some("n2")));
-        assert_eq!(progress(&mut annotated), Ok(false));
-        c.apply_pvc(api_version("3", Some("n1")));
-        assert_eq!(progress(&mut annotated), Ok(false));
-        // Dropped after it was seen: the provisioner gave up.
-        c.apply_pvc(api_version("4", None));
-        assert_eq!(
-            progress(&mut annotated),
-            Err("provisioning failed for PVC \"data\"".to_string())
-        );
-        // Moved to another node after it was seen: the same.
-        c.apply_pvc(api_version("5", Some("n2")));
-        assert_eq!(
-            progress(&mut annotated),
-            Err("provisioning failed for PVC \"data\"".to_string())
-        );
-        // Bound by the PV controller (volumeName and bind-completed), annotation kept: done.
-        let mut bound = (*api_version("6", Some("n1"))).clone();
-        bound.spec.as_mut().unwrap().volume_name = Some("pvc-data".into());
-        bound
-            .metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .insert(ANNOTATION_BIND_COMPLETED.into(), "yes".into());
-        c.apply_pvc(Arc::new(bound));
-        assert_eq!(progress(&mut annotated), Ok(true));
-    }
-
-    #[test]
-    fn pre_bind_times_out_and_fails_on_api_errors() {
-        let c = cache();
-        c.apply_pv(PvBuilder::new("pv1", "local", "10Gi").arc());
-        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
-        let api = FakeVolumeApi::new();
-        let args = VolumeBindingArgs {
-            bind_timeout_seconds: 0,
-            ..VolumeBindingArgs::default()
-        };
-        let pl = VolumeBinding::new(&args, Some(c.clone()), Some(api.clone() as Arc<dyn VolumeApi>));
-        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
-        let mut state = CycleState::new();
-        pl.pre_filter(&mut state, &pod, &[]);
-        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
-        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
-        let s = pl.pre_bind(&mut state, &pod, "n1");
-        assert_eq!(s.code(), Code::Error);
-        assert!(s.to_string().contains("context deadline exceeded"), "{s}");
-        api.fail_with(Some(crate::volume::VolumeApiError::Other("boom".into())));
-        let s = pl.pre_bind(&mut state, &pod, "n1");
-        assert!(s.to_string().contains("boom"), "{s}");
-        pl.unreserve(&mut state, &pod, "n1");
-        assert!(!c.is_pv_assumed("pv1"));
-    }
-
-    #[test]
-    fn pre_bind_fails_fast_when_the_pv_goes_to_another_claim() {
-        let c = cache();
-        c.apply_pv(PvBuilder::new("pv1", "local", "10Gi").arc());
-        c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
-        let pl = plugin(&c, Some(FakeVolumeApi::new()));
-        let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
-        let mut state = CycleState::new();
-        pl.pre_filter(&mut state, &pod, &[]);
-        assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
-        assert!(pl.reserve(&mut state, &pod, "n1").is_success());
-        let mut stolen = PvBuilder::new("pv1", "local", "10Gi")
-            .claim("default", "thief")
-            .build();
-        stolen.metadata.resource_version = Some("2".into());
-        c.apply_pv(Arc::new(stolen));
-        let started = std::time::Instant::now();
-        let s = pl.pre_bind(&mut state, &pod, "n1");
-        assert_eq!(s.code(), Code::Error);
-        assert!(s.to_string().contains("bound to another claim \"thief\""), "{s}");
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "no waiting for the timeout"
-        );
-    }
-
-    #[test]
-    fn class_hints() {
-        let c = cache();
-        c.apply_pvc(PvcBuilder::new("data", "fast", "1Gi").arc());
-        let pod = with_claims(PodBuilder::new("p").build(), &["data"]);
-        let ev = |class: Arc<StorageClass>| EventObject::StorageClass(class);
-        let fast = ev(storage_class(
-            "fast",
-            "csi.example.com",
-            WAIT_FOR_FIRST_CONSUMER,
-            None,
-        ));
-        let fast_zoned = ev(storage_class(
-            "fast",
-            "csi.example.com",
-            WAIT_FOR_FIRST_CONSUMER,
-            Some(("zone", &["b"])),
-        ));
-        let other = ev(storage_class(
-            "other",
-            "csi.example.com",
-            WAIT_FOR_FIRST_CONSUMER,
-            None,
-        ));
-        struct Case {
-            name: &'static str,
-            old: Option<EventObject>,
-            new: EventObject,
-            want: QueueingHint,
-        }
-        let cases = [
-            Case {
-                name: "the pod's class added",
-                old: None,
-                new: fast.clone(),
-                want: QueueingHint::Queue,
-            },
-            Case {
-                name: "another class added",
-                old: None,
-                new: other,
-                want: QueueingHint::Skip,
-            },
-            Case {
-                name: "topologies changed",
-                old: Some(fast.clone()),
-                new: fast_zoned,
-                want: QueueingHint::Queue,
-            },
-            Case {
-                name: "nothing relevant changed",
-                old: Some(fast.clone()),
-                new: fast,
-                want: QueueingHint::Skip,
-            },
-        ];
-        for case in cases {
-            let got = class_hint(Some(&c), &pod, case.old.as_ref(), Some(&case.new)).unwrap();
-            assert_eq!(got, case.want, "{}", case.name);
-        }
-    }
-
-    #[test]
-    fn pv_hints() {
-        let c = cache();
-        c.apply_pvc(PvcBuilder::new("data", "local", "1Gi").arc());
-        c.apply_pvc(PvcBuilder::new("bound", "fast", "1Gi").bound_to("pv-bound").arc());
-        let pod = with_claims(PodBuilder::new("p").build(), &["data", "bound"]);
-        let cases = [
-            (
-                "a PV of the unbound claim's class",
-                PvBuilder::new("x", "local", "1Gi"),
-                QueueingHint::Queue,
-            ),
-            (
-                "the bound claim's PV",
-                PvBuilder::new("pv-bound", "fast", "1Gi"),
-                QueueingHint::Queue,
-            ),
-            (
-                "another class",
-                PvBuilder::new("y", "fast", "1Gi"),
-                QueueingHint::Skip,
-            ),
-        ];
-        for (name, pv, want) in cases {
-            let ev = EventObject::PersistentVolume(pv.arc());
-            assert_eq!(pv_hint(Some(&c), &pod, Some(&ev)).unwrap(), want, "{name}");
-        }
-    }
-}
+#[path = "binding_tests.rs"]
+mod tests;
