@@ -24,8 +24,9 @@
 //! * **PreBind** writes the decision ([`VolumeApi`] merge patches) and waits, up to
 //!   `bindTimeoutSeconds`, until the watch shows the PV controller has bound every claim
 //!   (`volumeName` and the bind-completed annotation). It fails at once when a claim, or a volume
-//!   Reserve chose, is deleted, when the volume goes to another claim, and when the provisioner
-//!   gives up on a claim (it drops the selected-node annotation PreBind set).
+//!   Reserve chose, is deleted, when the volume goes to another claim or loses the `claimRef`
+//!   PreBind gave it, and when the provisioner gives up on a claim (it drops the selected-node
+//!   annotation PreBind set).
 //!
 //! Not implemented: in-tree volume migration.
 
@@ -98,10 +99,24 @@ enum BindingLostError {
         /// The claim that took it.
         claim: String,
     },
+    /// A volume Reserve chose lost the `claimRef` PreBind gave it (the PV controller unbinds a
+    /// volume it cannot bind). Upstream's wording.
+    #[error("ClaimRef got reset for pv {0:?}")]
+    ClaimRefReset(String),
     /// The provisioner gave up on a claim: it removed (or changed) the selected-node annotation,
     /// which is how it asks for the pod to be scheduled again. Upstream's wording.
     #[error("provisioning failed for PVC {0:?}")]
     ProvisioningFailed(String),
+}
+
+/// What PreBind's wait has seen of its own writes. Until the watch shows a write, the API version
+/// may simply predate it; only a write seen and then undone means the binding was lost.
+#[derive(Debug, Default)]
+struct Observed {
+    /// Claims being provisioned seen with the selected-node annotation PreBind set.
+    selected: BTreeSet<String>,
+    /// Volumes seen with the `claimRef` (with a UID) PreBind set.
+    claimed: BTreeSet<String>,
 }
 
 /// A claim Filter decided to provision on a node.
@@ -392,16 +407,15 @@ impl VolumeBinding {
     /// binding can no longer complete as decided.
     ///
     /// A claim counts as bound once the PV controller has completed the binding (as upstream:
-    /// `volumeName` and the bind-completed annotation). `annotated` collects the claims being
-    /// provisioned whose selected-node annotation the watch has shown set to `node`: until then the
-    /// API version may simply predate PreBind's own patch, so only a claim seen annotated and then
-    /// not is a provisioning failure.
+    /// `volumeName` and the bind-completed annotation). A claim being provisioned that was seen
+    /// with the selected-node annotation for `node` and then not is a provisioning failure; a
+    /// volume seen with its `claimRef` and then without one (or without its UID) was unbound.
     fn binding_progress(
         volumes: &VolumeCache,
         data: &PodVolumes,
         reserved: &Reserved,
         node: &str,
-        annotated: &mut BTreeSet<String>,
+        seen: &mut Observed,
     ) -> Result<bool, BindingLostError> {
         let mut all = true;
         for name in data
@@ -422,8 +436,8 @@ impl VolumeBinding {
                 return Err(BindingLostError::ClaimDeleted(name.clone()));
             };
             if selected_node(&pvc) == Some(node) {
-                annotated.insert(name.clone());
-            } else if annotated.contains(name) {
+                seen.selected.insert(name.clone());
+            } else if seen.selected.contains(name) {
                 return Err(BindingLostError::ProvisioningFailed(name.clone()));
             }
         }
@@ -432,17 +446,26 @@ impl VolumeBinding {
                 return Err(BindingLostError::VolumeDeleted(pv_name.clone()));
             };
             let claimed_by = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-            if let Some(r) = claimed_by
-                && !(r.namespace.as_deref().unwrap_or("default") == data.namespace
-                    && data
-                        .delayed
-                        .iter()
-                        .any(|c| r.name.as_deref() == Some(c.name.as_str())))
-            {
-                return Err(BindingLostError::VolumeTaken {
-                    volume: pv_name.clone(),
-                    claim: r.name.clone().unwrap_or_default(),
-                });
+            match claimed_by {
+                Some(r)
+                    if !(r.namespace.as_deref().unwrap_or("default") == data.namespace
+                        && data
+                            .delayed
+                            .iter()
+                            .any(|c| r.name.as_deref() == Some(c.name.as_str()))) =>
+                {
+                    return Err(BindingLostError::VolumeTaken {
+                        volume: pv_name.clone(),
+                        claim: r.name.clone().unwrap_or_default(),
+                    });
+                }
+                Some(r) if r.uid.as_deref().is_some_and(|u| !u.is_empty()) => {
+                    seen.claimed.insert(pv_name.clone());
+                }
+                _ if seen.claimed.contains(pv_name) => {
+                    return Err(BindingLostError::ClaimRefReset(pv_name.clone()));
+                }
+                _ => {}
             }
         }
         Ok(all)
@@ -659,9 +682,9 @@ impl PreBindPlugin for VolumeBinding {
             }
         }
         let reserved = data.reserved.lock().take().unwrap_or_default();
-        let annotated = std::cell::RefCell::new(BTreeSet::new());
+        let seen = std::cell::RefCell::new(Observed::default());
         let progress_now =
-            |v: &VolumeCache| Self::binding_progress(v, &data, &reserved, node, &mut annotated.borrow_mut());
+            |v: &VolumeCache| Self::binding_progress(v, &data, &reserved, node, &mut seen.borrow_mut());
         let finished = volumes.wait_until(self.bind_timeout, |v| !matches!(progress_now(v), Ok(false)));
         let progress = progress_now(volumes);
         // Put it back so Unreserve can restore the assumed objects if binding fails.

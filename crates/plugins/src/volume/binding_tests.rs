@@ -663,8 +663,8 @@ fn a_provisioner_giving_up_fails_the_wait_once_the_annotation_was_seen() {
     let data = VolumeBinding::data(&state).unwrap();
     let reserved = data.reserved.lock().take().unwrap();
     assert_eq!(reserved.pvcs, [("default".to_string(), "data".to_string())]);
-    let progress = |annotated: &mut BTreeSet<String>| {
-        VolumeBinding::binding_progress(&c, &data, &reserved, "n1", annotated).map_err(|e| e.to_string())
+    let progress = |seen: &mut Observed| {
+        VolumeBinding::binding_progress(&c, &data, &reserved, "n1", seen).map_err(|e| e.to_string())
     };
     let api_version = |rv: &str, selected: Option<&str>| {
         let mut pvc = PvcBuilder::new("data", "fast", "5Gi").build();
@@ -674,7 +674,7 @@ fn a_provisioner_giving_up_fails_the_wait_once_the_annotation_was_seen() {
         }
         Arc::new(pvc)
     };
-    let mut annotated = BTreeSet::new();
+    let mut annotated = Observed::default();
     // The watch has not shown PreBind's patch yet: waiting, not failed.
     assert_eq!(progress(&mut annotated), Ok(false));
     // A stale annotation of an earlier attempt on another node is not a failure either.
@@ -705,6 +705,58 @@ fn a_provisioner_giving_up_fails_the_wait_once_the_annotation_was_seen() {
         .insert(ANNOTATION_BIND_COMPLETED.into(), "yes".into());
     c.apply_pvc(Arc::new(bound));
     assert_eq!(progress(&mut annotated), Ok(true));
+}
+
+/// upstream's "binding-claimref-nil" and "binding-claimref-uid-empty": a volume that loses the
+/// `claimRef` PreBind gave it fails the wait at once, but only once the watch has shown that
+/// `claimRef` (an API version from before PreBind's patch has none yet).
+#[test]
+fn a_volume_unbound_after_its_claim_ref_was_seen_fails_the_wait() {
+    let c = cache();
+    c.apply_pv(PvBuilder::new("pv1", "local", "10Gi").arc());
+    c.apply_pvc(PvcBuilder::new("data", "local", "5Gi").arc());
+    let pl = plugin(&c, Some(FakeVolumeApi::new()));
+    let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["data"]));
+    let mut state = CycleState::new();
+    pl.pre_filter(&mut state, &pod, &[]);
+    assert!(pl.filter(&state, &pod, &nodes()[0]).is_success());
+    assert!(pl.reserve(&mut state, &pod, "n1").is_success());
+    let data = VolumeBinding::data(&state).unwrap();
+    let reserved = data.reserved.lock().take().unwrap();
+    assert_eq!(reserved.pvs, ["pv1"]);
+    let api_version = |rv: &str, uid: Option<&str>| {
+        let mut pv = PvBuilder::new("pv1", "local", "10Gi").build();
+        pv.metadata.resource_version = Some(rv.into());
+        if let Some(uid) = uid {
+            let mut claimed = PvBuilder::new("pv1", "local", "10Gi")
+                .claim("default", "data")
+                .build();
+            claimed.spec.as_mut().unwrap().claim_ref.as_mut().unwrap().uid = Some(uid.into());
+            pv.spec = claimed.spec;
+        }
+        Arc::new(pv)
+    };
+    for (round, (undone, uid_after)) in [("dropped", None), ("uid emptied", Some(""))]
+        .into_iter()
+        .enumerate()
+    {
+        let rv = |step: usize| (10 * round + step).to_string();
+        let mut seen = Observed::default();
+        let mut progress = |c: &VolumeCache| {
+            VolumeBinding::binding_progress(c, &data, &reserved, "n1", &mut seen).map_err(|e| e.to_string())
+        };
+        // Before PreBind's patch shows: waiting.
+        c.apply_pv(api_version(&rv(2), None));
+        assert_eq!(progress(&c), Ok(false), "{undone}");
+        c.apply_pv(api_version(&rv(3), Some("uid-data")));
+        assert_eq!(progress(&c), Ok(false), "{undone}");
+        c.apply_pv(api_version(&rv(4), uid_after));
+        assert_eq!(
+            progress(&c),
+            Err("ClaimRef got reset for pv \"pv1\"".to_string()),
+            "{undone}"
+        );
+    }
 }
 
 #[test]
