@@ -66,6 +66,39 @@ pub(crate) fn pod_claim_names(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
+/// The claims the pod's `persistentVolumeClaim` volumes name, without its generic ephemeral
+/// volumes' claims: what upstream's VolumeZone and VolumeRestrictions read (an ephemeral volume's
+/// claim is the pod's own, and VolumeBinding checks it). Duplicates removed, in volume order.
+pub(crate) fn persistent_claim_names(pod: &Pod) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(c) = &v.persistent_volume_claim
+            && !names.contains(&c.claim_name.as_str())
+        {
+            names.push(&c.claim_name);
+        }
+    }
+    names
+}
+
+/// [`persistent_claim_names`] resolved through the cache; the first missing claim fails with the
+/// API server's NotFound text.
+pub(crate) fn resolve_persistent_claims(
+    volumes: &VolumeCache,
+    pod: &Pod,
+) -> Result<Vec<(String, std::sync::Arc<PersistentVolumeClaim>)>, ClaimLookupError> {
+    let ns = pod_namespace(pod);
+    persistent_claim_names(pod)
+        .into_iter()
+        .map(|name| {
+            volumes
+                .pvc(ns, name)
+                .map(|pvc| (name.to_string(), pvc))
+                .ok_or_else(|| ClaimLookupError::NotFound { name: name.into() })
+        })
+        .collect()
+}
+
 /// Whether any of the pod's volumes refers to a claim (no allocation: every pod asks this).
 pub(crate) fn pod_has_claims(pod: &Pod) -> bool {
     pod.spec

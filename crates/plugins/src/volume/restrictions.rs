@@ -19,7 +19,7 @@ use unisched_framework::{
     FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
 };
 
-use super::{pod_claim_names, pod_namespace, resolve_claims};
+use super::{persistent_claim_names, pod_namespace, resolve_persistent_claims};
 use crate::helper::event_pod_objects;
 
 /// The plugin name.
@@ -48,8 +48,8 @@ impl PreFilterState {
         if pod_namespace(other) != self.namespace {
             return 0;
         }
-        pod_claim_names(other)
-            .iter()
+        persistent_claim_names(other)
+            .into_iter()
             .filter(|n| self.rwop_claims.contains(*n))
             .count()
     }
@@ -117,8 +117,8 @@ fn frees_something_for(pod: &Pod, deleted: &Pod) -> bool {
     if pod_namespace(pod) != pod_namespace(deleted) {
         return false;
     }
-    let theirs = pod_claim_names(deleted);
-    pod_claim_names(pod).iter().any(|c| theirs.contains(c))
+    let theirs = persistent_claim_names(deleted);
+    persistent_claim_names(pod).iter().any(|c| theirs.contains(c))
 }
 
 impl Plugin for VolumeRestrictions {
@@ -140,10 +140,12 @@ impl PreFilterPlugin for VolumeRestrictions {
             namespace: pod_namespace(&pod.pod).to_string(),
             ..PreFilterState::default()
         };
+        // ReadWriteOncePod: the claims of the pod's `persistentVolumeClaim` volumes only, as
+        // upstream (a generic ephemeral volume's claim is the pod's own).
         if let Some(cache) = &self.volumes
             && super::pod_has_claims(&pod.pod)
         {
-            let claims = match resolve_claims(cache, &pod.pod) {
+            let claims = match resolve_persistent_claims(cache, &pod.pod) {
                 Ok(c) => c,
                 Err(e) => return (None, Status::unresolvable(e.to_string())),
             };
@@ -265,7 +267,8 @@ impl EnqueueExtensions for VolumeRestrictions {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        AWSElasticBlockStoreVolumeSource, GCEPersistentDiskVolumeSource, ISCSIVolumeSource, RBDVolumeSource,
+        AWSElasticBlockStoreVolumeSource, EphemeralVolumeSource, GCEPersistentDiskVolumeSource,
+        ISCSIVolumeSource, RBDVolumeSource,
     };
     use unisched_framework::Code;
 
@@ -500,5 +503,22 @@ mod tests {
                 assert_eq!(pl.filter(&state, &pod, &empty).code(), Code::Unschedulable);
             }
         }
+        // A generic ephemeral volume's claim is not read here, as upstream (VolumeBinding waits for
+        // it): no claim yet is no refusal from this plugin.
+        let pod = PodInfo::new(with_volume(
+            PodBuilder::new("p").uid("p").build(),
+            Volume {
+                name: "scratch".into(),
+                ephemeral: Some(EphemeralVolumeSource::default()),
+                ..Default::default()
+            },
+        ));
+        let mut state = CycleState::new();
+        let (_, s) = pl.pre_filter(&mut state, &pod, &nodes);
+        assert_eq!(
+            s.code(),
+            Code::Skip,
+            "an ephemeral volume without its claim: {s:?}"
+        );
     }
 }

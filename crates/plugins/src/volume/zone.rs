@@ -6,6 +6,7 @@
 //! a value `a__b` meaning "a or b"; and, beyond upstream, the zone/region requirements of a PV whose
 //! required node affinity is a single term (several terms are ORed and VolumeBinding checks them in
 //! full). Unbound `WaitForFirstConsumer` claims are skipped: VolumeBinding picks their PV per node.
+//! So are generic ephemeral volumes, as upstream: their claims and PVs are VolumeBinding's to check.
 //! Filter rejects a node whose label for such a key is missing or not allowed, unless the node has
 //! no topology labels at all (upstream: then nothing can be said).
 
@@ -24,7 +25,7 @@ use unisched_framework::{
     FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, Status,
 };
 
-use super::{claim_class, claim_volume_name, resolve_claims};
+use super::{claim_class, claim_volume_name, resolve_persistent_claims};
 
 /// The plugin name.
 pub const NAME: &str = "VolumeZone";
@@ -120,11 +121,12 @@ impl PreFilterPlugin for VolumeZone {
                 Status::unresolvable("volume state is not available to the scheduler"),
             );
         };
-        let claims = match resolve_claims(cache, &pod.pod) {
+        let mut topologies = Vec::new();
+        // Only the pod's `persistentVolumeClaim` volumes, as upstream.
+        let claims = match resolve_persistent_claims(cache, &pod.pod) {
             Ok(c) => c,
             Err(e) => return (None, Status::unresolvable(e.to_string())),
         };
-        let mut topologies = Vec::new();
         for (_, pvc) in claims {
             let Some(pv_name) = claim_volume_name(&pvc) else {
                 let class_name = claim_class(&pvc);
@@ -140,10 +142,18 @@ impl PreFilterPlugin for VolumeZone {
                         Status::unresolvable(format!("storageclass.storage.k8s.io {class_name:?} not found")),
                     );
                 };
-                if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
-                    continue;
+                match class.volume_binding_mode.as_deref() {
+                    Some("WaitForFirstConsumer") => continue,
+                    Some(_) => return (None, Status::unresolvable("PersistentVolume had no name")),
+                    None => {
+                        return (
+                            None,
+                            Status::unresolvable(format!(
+                                "VolumeBindingMode not set for StorageClass {class_name:?}"
+                            )),
+                        );
+                    }
                 }
-                return (None, Status::unresolvable("PersistentVolume had no name"));
             };
             let Some(pv) = cache.pv(pv_name) else {
                 return (
@@ -221,9 +231,11 @@ impl EnqueueExtensions for VolumeZone {
 mod tests {
     use unisched_framework::Code;
 
+    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Volume};
+
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
-    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class, with_claims};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class, with_claims, with_volume};
 
     #[test]
     fn filter_table() {
@@ -348,6 +360,12 @@ mod tests {
                 code: Code::Skip,
                 reason: "",
             },
+            Case {
+                name: "unbound claim of a class without a binding mode",
+                claims: vec!["modeless"],
+                code: Code::UnschedulableAndUnresolvable,
+                reason: "VolumeBindingMode not set for StorageClass \"modeless\"",
+            },
         ];
         let cache = Arc::new(VolumeCache::new());
         cache.apply_class(storage_class("wffc", "x", "WaitForFirstConsumer", None));
@@ -356,7 +374,32 @@ mod tests {
         cache.apply_pvc(PvcBuilder::new("immediate", "imm", "1Gi").arc());
         cache.apply_pvc(PvcBuilder::new("plain", "imm", "1Gi").bound_to("pv0").arc());
         cache.apply_pv(PvBuilder::new("pv0", "imm", "1Gi").arc());
+        let mut modeless = (*storage_class("modeless", "x", "Immediate", None)).clone();
+        modeless.volume_binding_mode = None;
+        cache.apply_class(Arc::new(modeless));
+        cache.apply_pvc(PvcBuilder::new("modeless", "modeless", "1Gi").arc());
+        // A generic ephemeral volume's claim, bound to a PV confined to zone a.
+        cache.apply_pvc(PvcBuilder::new("p-scratch", "imm", "1Gi").bound_to("zonal").arc());
+        cache.apply_pv(
+            PvBuilder::new("zonal", "imm", "1Gi")
+                .label(LABEL_TOPOLOGY_ZONE, "a")
+                .arc(),
+        );
         let pl = VolumeZone::new(Some(cache));
+        {
+            // Upstream's VolumeZone reads only `persistentVolumeClaim` volumes.
+            let pod = PodInfo::new(with_volume(
+                PodBuilder::new("p").build(),
+                Volume {
+                    name: "scratch".into(),
+                    ephemeral: Some(EphemeralVolumeSource::default()),
+                    ..Default::default()
+                },
+            ));
+            let mut state = CycleState::new();
+            let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
+            assert_eq!(s.code(), Code::Skip, "an ephemeral volume's PV: {s:?}");
+        }
         for case in cases {
             let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &case.claims));
             let mut state = CycleState::new();
