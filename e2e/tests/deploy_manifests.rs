@@ -1077,6 +1077,20 @@ const CALLS: &[Call] = &[
         "storage capacity",
         Use::Now,
     ),
+    call(
+        "storage.k8s.io",
+        "volumeattachments",
+        "list",
+        "CSI attach limits",
+        Use::Now,
+    ),
+    call(
+        "storage.k8s.io",
+        "volumeattachments",
+        "watch",
+        "CSI attach limits",
+        Use::Now,
+    ),
 ];
 
 /// A request as the RBAC authorizer sees it.

@@ -218,6 +218,7 @@ const SAME_ON_BOTH: &[&str] = &[
     "e2e/scenarios/volumes/local-pv",
     "e2e/scenarios/volumes/missing-claim",
     "e2e/scenarios/volumes/storage-capacity",
+    "e2e/scenarios/volumes/volume-attachments",
     "e2e/scenarios/workload/basic-policy",
     "e2e/scenarios/workload/gang-preemption",
     "e2e/scenarios/workload/topology",

@@ -1,5 +1,6 @@
-//! [`VolumeCache`]: PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers
-//! and CSIStorageCapacities as the volume plugins see them, with an assume layer for PVs and PVCs.
+//! [`VolumeCache`]: PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes, CSIDrivers,
+//! CSIStorageCapacities and VolumeAttachments as the volume plugins see them, with an assume layer
+//! for PVs and PVCs.
 //!
 //! Why an assume layer: VolumeBinding decides in Reserve that a claim gets a particular PV (or is to
 //! be provisioned on a node), but the API server learns about it only in the binding cycle, and the
@@ -25,7 +26,7 @@ use std::{
 
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
-    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment},
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -106,6 +107,8 @@ struct Inner {
     csi_drivers: HashMap<String, Arc<CSIDriver>>,
     /// By `namespace/name`, so that the capacity check finds them in a stable order.
     capacities: BTreeMap<String, Arc<CSIStorageCapacity>>,
+    /// By node, then by name: NodeVolumeLimits counts a node's attachments.
+    attachments: HashMap<String, BTreeMap<String, Arc<VolumeAttachment>>>,
 }
 
 /// The volume state. See the module documentation.
@@ -124,6 +127,19 @@ fn pvc_key(pvc: &PersistentVolumeClaim) -> Option<String> {
 
 fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
     meta.name.clone().filter(|s| !s.is_empty())
+}
+
+fn remove_attachment(
+    by_node: &mut HashMap<String, BTreeMap<String, Arc<VolumeAttachment>>>,
+    name: &str,
+) -> Option<Arc<VolumeAttachment>> {
+    let node = by_node.iter().find(|(_, a)| a.contains_key(name))?.0.clone();
+    let on_node = by_node.get_mut(&node)?;
+    let old = on_node.remove(name);
+    if on_node.is_empty() {
+        by_node.remove(&node);
+    }
+    old
 }
 
 impl VolumeCache {
@@ -237,7 +253,41 @@ impl VolumeCache {
         old
     }
 
+    /// A VolumeAttachment was added or updated. Returns the previous version.
+    pub fn apply_attachment(&self, attachment: Arc<VolumeAttachment>) -> Option<Arc<VolumeAttachment>> {
+        let name = name_of(&attachment.metadata)?;
+        let node = attachment.spec.node_name.clone();
+        let mut inner = self.inner.write();
+        // The node is immutable in the API; a change of it (a recreated object) moves the entry.
+        let old = remove_attachment(&mut inner.attachments, &name);
+        inner
+            .attachments
+            .entry(node)
+            .or_default()
+            .insert(name, attachment);
+        drop(inner);
+        self.bump();
+        old
+    }
+
+    /// A VolumeAttachment was deleted.
+    pub fn remove_attachment(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
+        let old = remove_attachment(&mut self.inner.write().attachments, name);
+        self.bump();
+        old
+    }
+
     // ----- reads (assumed view) -----
+
+    /// The VolumeAttachments of a node, by name.
+    pub fn attachments_on(&self, node: &str) -> Vec<Arc<VolumeAttachment>> {
+        self.inner
+            .read()
+            .attachments
+            .get(node)
+            .map(|a| a.values().cloned().collect())
+            .unwrap_or_default()
+    }
 
     /// A PV by name, assumed copy first.
     pub fn pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
@@ -483,6 +533,50 @@ mod tests {
 
     fn claim_of(pv: &PersistentVolume) -> Option<String> {
         pv.spec.as_ref()?.claim_ref.as_ref()?.name.clone()
+    }
+
+    #[test]
+    fn attachments_by_node_in_name_order() {
+        use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+
+        let c = VolumeCache::new();
+        let attachment = |name: &str, node: &str| {
+            Arc::new(VolumeAttachment {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                spec: VolumeAttachmentSpec {
+                    attacher: "csi.example.com".into(),
+                    node_name: node.into(),
+                    source: VolumeAttachmentSource {
+                        persistent_volume_name: Some(format!("pv-{name}")),
+                        ..Default::default()
+                    },
+                },
+                status: None,
+            })
+        };
+        let names = |node: &str| -> Vec<String> {
+            c.attachments_on(node)
+                .iter()
+                .map(|a| a.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        assert!(c.apply_attachment(attachment("b", "n1")).is_none());
+        assert!(c.apply_attachment(attachment("a", "n1")).is_none());
+        assert!(c.apply_attachment(attachment("c", "n2")).is_none());
+        assert_eq!(names("n1"), ["a", "b"]);
+        assert_eq!(names("n2"), ["c"]);
+        assert!(names("n3").is_empty());
+        // An update replaces the entry; a recreated object on another node moves it.
+        assert!(c.apply_attachment(attachment("a", "n1")).is_some());
+        assert!(c.apply_attachment(attachment("b", "n2")).is_some());
+        assert_eq!(names("n1"), ["a"]);
+        assert_eq!(names("n2"), ["b", "c"]);
+        assert!(c.remove_attachment("a").is_some());
+        assert!(names("n1").is_empty());
+        assert!(c.remove_attachment("a").is_none());
     }
 
     #[test]

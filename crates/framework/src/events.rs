@@ -11,7 +11,7 @@ use k8s_openapi::api::{
     core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod},
     resource::v1::{DeviceClass, ResourceClaim, ResourceSlice},
     scheduling::v1beta1::PodGroup,
-    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment},
 };
 
 use crate::PodInfo;
@@ -45,6 +45,8 @@ pub enum EventResource {
     CsiDriver,
     /// storage.k8s.io CSIStorageCapacity.
     CsiStorageCapacity,
+    /// storage.k8s.io VolumeAttachment.
+    VolumeAttachment,
     /// scheduling.k8s.io PodGroup.
     PodGroup,
     /// scheduling.k8s.io CompositePodGroup (the CompositePodGroup gate).
@@ -70,6 +72,7 @@ impl EventResource {
             EventResource::CsiNode => "storage.k8s.io/CSINode",
             EventResource::CsiDriver => "storage.k8s.io/CSIDriver",
             EventResource::CsiStorageCapacity => "storage.k8s.io/CSIStorageCapacity",
+            EventResource::VolumeAttachment => "storage.k8s.io/VolumeAttachment",
             EventResource::PodGroup => "scheduling.k8s.io/PodGroup",
             EventResource::CompositePodGroup => "scheduling.k8s.io/CompositePodGroup",
             EventResource::Wildcard => "*",
@@ -218,6 +221,8 @@ pub enum EventObject {
     CsiDriver(Arc<CSIDriver>),
     /// A CSIStorageCapacity.
     CsiStorageCapacity(Arc<CSIStorageCapacity>),
+    /// A VolumeAttachment.
+    VolumeAttachment(Arc<VolumeAttachment>),
     /// A PodGroup.
     PodGroup(Arc<PodGroup>),
     /// A CompositePodGroup.

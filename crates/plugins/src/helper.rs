@@ -334,6 +334,7 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
         EventObject::CsiNode(_) => "CSINode",
         EventObject::CsiDriver(_) => "CSIDriver",
         EventObject::CsiStorageCapacity(_) => "CSIStorageCapacity",
+        EventObject::VolumeAttachment(_) => "VolumeAttachment",
         EventObject::PodGroup(_) => "PodGroup",
         EventObject::CompositePodGroup(_) => "CompositePodGroup",
         EventObject::Other => "another object",

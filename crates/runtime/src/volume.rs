@@ -1,5 +1,5 @@
 //! Storage in the runtime: watches for PersistentVolumes, PersistentVolumeClaims, StorageClasses,
-//! CSINodes, CSIDrivers and CSIStorageCapacities feeding the [`VolumeCache`], and
+//! CSINodes, CSIDrivers, CSIStorageCapacities and VolumeAttachments feeding the [`VolumeCache`], and
 //! [`RuntimeVolumeApi`], the blocking writes of VolumeBinding's PreBind.
 //!
 //! Every watch event is also a cluster event for the queue, so a pod waiting for a claim, a PV, a
@@ -10,7 +10,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
-    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment},
 };
 use kube::{
     Api,
@@ -175,6 +175,27 @@ impl VolumeKind for CSIStorageCapacity {
             old.metadata.namespace.as_deref().unwrap_or_default(),
             &name(&old.metadata),
         );
+    }
+}
+
+impl VolumeKind for VolumeAttachment {
+    fn event_object(obj: Arc<Self>) -> EventObject {
+        EventObject::VolumeAttachment(obj)
+    }
+    const RESOURCE: EventResource = EventResource::VolumeAttachment;
+    const LABELS: [&'static str; 3] = [
+        "VolumeAttachmentAdd",
+        "VolumeAttachmentUpdate",
+        "VolumeAttachmentDelete",
+    ];
+    fn key(&self) -> String {
+        name(&self.metadata)
+    }
+    fn apply(obj: Arc<Self>, volumes: &VolumeCache) {
+        volumes.apply_attachment(obj);
+    }
+    fn remove(old: &Self, volumes: &VolumeCache) {
+        volumes.remove_attachment(&old.key());
     }
 }
 

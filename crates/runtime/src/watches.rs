@@ -14,7 +14,7 @@ use std::sync::{
 use k8s_openapi::api::{
     core::v1::{PersistentVolume, PersistentVolumeClaim},
     resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice},
-    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass},
+    storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment},
 };
 use kube::{Client, runtime::watcher};
 use tokio::task::JoinHandle;
@@ -65,6 +65,9 @@ pub(crate) enum WatchedKind {
     CsiDrivers,
     /// CSIStorageCapacities, for VolumeBinding's capacity check and scoring.
     CsiStorageCapacities,
+    /// VolumeAttachments, for NodeVolumeLimits: volumes attached to a node count against its
+    /// limits whether or not a pod there still uses them.
+    VolumeAttachments,
     /// scheduling.k8s.io PodGroups, when pod groups are scheduled together.
     PodGroups,
     /// scheduling.k8s.io CompositePodGroups, when the store keeps the forest (the
@@ -93,7 +96,7 @@ impl Watch {
 
 /// Every watch the scheduler runs, in the order they start. Each gates readiness: a pod scheduled
 /// before any of these lists is complete could be placed on a partial view of the cluster.
-pub(crate) const WATCHES: [Watch; 14] = [
+pub(crate) const WATCHES: [Watch; 15] = [
     Watch::gating(WatchedKind::Namespaces),
     Watch::gating(WatchedKind::Nodes),
     Watch::gating(WatchedKind::Pods),
@@ -108,6 +111,7 @@ pub(crate) const WATCHES: [Watch; 14] = [
     Watch::gating(WatchedKind::CsiNodes),
     Watch::gating(WatchedKind::CsiDrivers),
     Watch::gating(WatchedKind::CsiStorageCapacities),
+    Watch::gating(WatchedKind::VolumeAttachments),
 ];
 
 /// What the watches feed: the state the handlers are built over.
@@ -254,6 +258,10 @@ pub(crate) fn spawn_watch(
         WatchedKind::CsiNodes => run.spawn(VolumeHandler::<CSINode>::new(volumes.clone(), queue.clone())),
         WatchedKind::CsiDrivers => run.spawn(VolumeHandler::<CSIDriver>::new(volumes.clone(), queue.clone())),
         WatchedKind::CsiStorageCapacities => run.spawn(VolumeHandler::<CSIStorageCapacity>::new(
+            volumes.clone(),
+            queue.clone(),
+        )),
+        WatchedKind::VolumeAttachments => run.spawn(VolumeHandler::<VolumeAttachment>::new(
             volumes.clone(),
             queue.clone(),
         )),

@@ -30,7 +30,7 @@ use k8s_openapi::api::scheduling::{
     v1alpha3::CompositePodGroup,
     v1beta1::{PodGroup, Workload},
 };
-use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -373,6 +373,7 @@ impl Default for Registry {
             ResourceType::of::<CSINode>(),
             ResourceType::of::<CSIDriver>(),
             ResourceType::of::<CSIStorageCapacity>(),
+            ResourceType::of::<VolumeAttachment>().status(ClearOnCreate),
             ResourceType::of::<ResourceSlice>().generation(Spec),
             ResourceType::of::<ResourceClaim>().status(ClearOnCreate),
             ResourceType::of::<ResourceClaimTemplate>(),

@@ -36,6 +36,7 @@ pub const APPLY_ORDER: &[(&str, &str)] = &[
     ("storage.k8s.io/v1", "CSIDriver"),
     ("storage.k8s.io/v1", "CSIStorageCapacity"),
     ("v1", "PersistentVolume"),
+    ("storage.k8s.io/v1", "VolumeAttachment"),
     ("v1", "PersistentVolumeClaim"),
     ("policy/v1", "PodDisruptionBudget"),
     ("scheduling.k8s.io/v1beta1", "Workload"),

@@ -3,8 +3,11 @@
 //!
 //! The limit is the node's `CSINode.spec.drivers[].allocatable.count`; a node without a CSINode,
 //! or a driver without a count, has no limit. Filter counts the distinct volumes of each driver the
-//! node's pods already use plus the ones this pod adds (a volume already attached counts once), and
-//! rejects with `node(s) exceed max volume count` (Unschedulable: preemption can free slots).
+//! node's pods already use, plus the node's VolumeAttachments of volumes no pod there uses (a
+//! volume stays attached until it is detached, after its pod is gone), plus the ones this pod adds
+//! (a volume a pod on the node already uses counts once), and rejects with `node(s) exceed max
+//! volume count` (Unschedulable: preemption can free slots). As upstream, a volume of the new pod
+//! that is attached without a pod using it counts both as attached and as new.
 //!
 //! A volume is identified by its PV's CSI driver and `volumeHandle`; an unbound claim counts against
 //! its class' provisioner, identified by the claim itself (it will become one new volume). Volumes
@@ -22,14 +25,14 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::{core::v1::Pod, storage::v1::VolumeAttachment};
 use unisched_cache::VolumeCache;
 use unisched_framework::{
     ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
     FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
 };
 
-use super::{claim_class, claim_volume_name, pod_claim_names, pod_namespace};
+use super::{claim_class, claim_volume_name, persistent_claim_names, pod_claim_names, pod_namespace};
 use crate::helper::event_pod_objects;
 
 /// The plugin name.
@@ -91,6 +94,26 @@ fn missing_driver<'a>(cache: &VolumeCache, drivers: &'a VolumesByDriver, node: &
                 .as_ref()
                 .is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == *driver))
     })
+}
+
+/// The CSI volume a VolumeAttachment attaches, as `(driver, volumeHandle)`: its attacher and its
+/// PV's handle. None for an attachment without an attacher or a PV name, or whose PV is gone or not
+/// a CSI volume (upstream does not count those either).
+fn attached_volume(cache: &VolumeCache, attachment: &VolumeAttachment) -> Option<(String, String)> {
+    let driver = &attachment.spec.attacher;
+    let pv_name = attachment.spec.source.persistent_volume_name.as_deref()?;
+    if driver.is_empty() {
+        return None;
+    }
+    let handle = cache
+        .pv(pv_name)?
+        .spec
+        .as_ref()?
+        .csi
+        .as_ref()?
+        .volume_handle
+        .clone();
+    Some((driver.clone(), handle))
 }
 
 /// The CSI volumes of a pod's claims, by driver.
@@ -175,6 +198,15 @@ impl FilterPlugin for NodeVolumeLimits {
         for p in &node.pods {
             csi_volumes(cache, &p.pod, &mut attached);
         }
+        // Volumes still attached to the node that no pod there uses.
+        let mut only_attached = VolumesByDriver::new();
+        for attachment in cache.attachments_on(node.name()) {
+            if let Some((driver, handle)) = attached_volume(cache, &attachment)
+                && !attached.get(&driver).is_some_and(|a| a.contains(&handle))
+            {
+                only_attached.entry(driver).or_default().insert(handle);
+            }
+        }
         for (driver, volumes) in mine {
             let Some(&limit) = limits.get(driver.as_str()) else {
                 continue;
@@ -184,7 +216,7 @@ impl FilterPlugin for NodeVolumeLimits {
                 .iter()
                 .filter(|v| !on_node.is_some_and(|a| a.contains(*v)))
                 .count();
-            let used = on_node.map_or(0, BTreeSet::len);
+            let used = on_node.map_or(0, BTreeSet::len) + only_attached.get(driver).map_or(0, BTreeSet::len);
             if i64::try_from(used + new).unwrap_or(i64::MAX) > limit {
                 return Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED);
             }
@@ -224,6 +256,22 @@ impl EnqueueExtensions for NodeVolumeLimits {
                 ),
                 super::claim_event_hint,
             ),
+            // A detached volume frees a slot; as upstream, it can help any pod with a
+            // `persistentVolumeClaim` volume.
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::VolumeAttachment,
+                    ActionType::DELETE,
+                    "VolumeAttachmentDelete",
+                ),
+                |pod, _old, _new| {
+                    Ok(if persistent_claim_names(pod).is_empty() {
+                        QueueingHint::Skip
+                    } else {
+                        QueueingHint::Queue
+                    })
+                },
+            ),
         ]
     }
 }
@@ -231,6 +279,8 @@ impl EnqueueExtensions for NodeVolumeLimits {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use unisched_framework::Code;
 
     use super::*;
@@ -261,6 +311,8 @@ mod tests {
             name: &'static str,
             limit: Option<i32>,
             existing: Vec<&'static str>,
+            /// VolumeAttachments on the node: (attacher, PV).
+            attachments: Vec<(&'static str, &'static str)>,
             claims: Vec<&'static str>,
             code: Code,
         }
@@ -269,13 +321,58 @@ mod tests {
                 name: "under the limit",
                 limit: Some(2),
                 existing: vec!["c0"],
+                attachments: vec![],
                 claims: vec!["c1"],
                 code: Code::Success,
+            },
+            // upstream's "should count VolumeAttachments towards volume limit when no pods exist"
+            Case {
+                name: "attachments without pods fill the node",
+                limit: Some(2),
+                existing: vec![],
+                attachments: vec![(DRIVER, "pv0"), (DRIVER, "pv1")],
+                claims: vec!["c2"],
+                code: Code::Unschedulable,
+            },
+            // upstream's "should schedule pod when VolumeAttachments count does not exceed limit"
+            Case {
+                name: "an attachment under the limit",
+                limit: Some(2),
+                existing: vec![],
+                attachments: vec![(DRIVER, "pv0")],
+                claims: vec!["c2"],
+                code: Code::Success,
+            },
+            Case {
+                name: "an attachment of a pod's volume counts once",
+                limit: Some(2),
+                existing: vec!["c0"],
+                attachments: vec![(DRIVER, "pv0")],
+                claims: vec!["c2"],
+                code: Code::Success,
+            },
+            Case {
+                name: "attachments of another driver, of a missing PV or without an attacher do not count",
+                limit: Some(1),
+                existing: vec![],
+                attachments: vec![("other.csi.example.com", "pv0"), (DRIVER, "gone"), ("", "pv1")],
+                claims: vec!["c2"],
+                code: Code::Success,
+            },
+            Case {
+                // As upstream: only volumes pods on the node use are taken off the new ones.
+                name: "the new pod's own volume attached without a pod counts twice",
+                limit: Some(1),
+                existing: vec![],
+                attachments: vec![(DRIVER, "pv2")],
+                claims: vec!["c2"],
+                code: Code::Unschedulable,
             },
             Case {
                 name: "over the limit",
                 limit: Some(2),
                 existing: vec!["c0", "c1"],
+                attachments: vec![],
                 claims: vec!["c2"],
                 code: Code::Unschedulable,
             },
@@ -283,6 +380,7 @@ mod tests {
                 name: "already attached volume counts once",
                 limit: Some(2),
                 existing: vec!["c0", "c1"],
+                attachments: vec![],
                 claims: vec!["c1"],
                 code: Code::Success,
             },
@@ -290,6 +388,7 @@ mod tests {
                 name: "unbound claim counts against the provisioner",
                 limit: Some(1),
                 existing: vec!["c0"],
+                attachments: vec![],
                 claims: vec!["new"],
                 code: Code::Unschedulable,
             },
@@ -297,6 +396,7 @@ mod tests {
                 name: "no count: no limit",
                 limit: None,
                 existing: vec!["c0", "c1", "c2"],
+                attachments: vec![],
                 claims: vec!["c3"],
                 code: Code::Success,
             },
@@ -304,6 +404,23 @@ mod tests {
         for case in cases {
             let c = cache();
             c.apply_csi_node(csi_node("n1", DRIVER, case.limit));
+            for (i, (attacher, pv)) in case.attachments.iter().enumerate() {
+                c.apply_attachment(Arc::new(VolumeAttachment {
+                    metadata: ObjectMeta {
+                        name: Some(format!("va-{i}")),
+                        ..Default::default()
+                    },
+                    spec: VolumeAttachmentSpec {
+                        attacher: (*attacher).into(),
+                        node_name: "n1".into(),
+                        source: VolumeAttachmentSource {
+                            persistent_volume_name: Some((*pv).into()),
+                            ..Default::default()
+                        },
+                    },
+                    status: None,
+                }));
+            }
             let pl = NodeVolumeLimits::new(Some(c));
             let existing = PodInfo::new(with_claims(
                 PodBuilder::new("q").uid("q").node_name("n1").build(),
@@ -324,6 +441,23 @@ mod tests {
 
     /// Upstream `TestVolumeLimitScalingGate`: (name, gate, limit on the CSINode (None: the
     /// CSINode lists no driver), CSIDriver present, preventPodSchedulingIfMissing, fits).
+    /// upstream's "a pod has PVC when VolumeAttachment is deleting" and "a pod has no PVC when
+    /// VolumeAttachment is deleting".
+    #[test]
+    fn a_detached_volume_retries_pods_with_claims_only() {
+        let pl = NodeVolumeLimits::new(Some(cache()));
+        let events = pl.events_to_register();
+        let detach = events
+            .iter()
+            .find(|e| e.event.resource == EventResource::VolumeAttachment)
+            .expect("VolumeAttachment deletions are registered");
+        assert_eq!(detach.event.action, ActionType::DELETE);
+        let hint = |pod: &Pod| (detach.hint.as_ref().unwrap())(pod, None, None).unwrap();
+        let with_claim = with_claims(PodBuilder::new("p").build(), &["c0"]);
+        assert_eq!(hint(&with_claim), QueueingHint::Queue);
+        assert_eq!(hint(&PodBuilder::new("q").build()), QueueingHint::Skip);
+    }
+
     #[test]
     fn installed_driver_table() {
         let cases = [
