@@ -23,17 +23,17 @@ pub(crate) const COMPOSITE_POD_GROUP_API: &str = "scheduling.k8s.io/v1alpha3";
 const COMPOSITE_ADD: ClusterEvent = ClusterEvent::new(
     EventResource::CompositePodGroup,
     ActionType::ADD,
-    "CompositePodGroupAdd",
+    "scheduling.k8s.io/CompositePodGroupAdd",
 );
 const COMPOSITE_UPDATE: ClusterEvent = ClusterEvent::new(
     EventResource::CompositePodGroup,
     ActionType::UPDATE_OTHER,
-    "CompositePodGroupUpdate",
+    "scheduling.k8s.io/CompositePodGroupUpdate",
 );
 const COMPOSITE_DELETE: ClusterEvent = ClusterEvent::new(
     EventResource::CompositePodGroup,
     ActionType::DELETE,
-    "CompositePodGroupDelete",
+    "scheduling.k8s.io/CompositePodGroupDelete",
 );
 
 /// True when the API server serves `compositepodgroups` in `scheduling.k8s.io/v1alpha3`. Any

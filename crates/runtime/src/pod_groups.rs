@@ -18,15 +18,21 @@ use crate::informers::Handler;
 pub(crate) const POD_GROUP_API: &str = "scheduling.k8s.io/v1beta1";
 
 /// The events a PodGroup change is offered to waiting pods as.
-const POD_GROUP_ADD: ClusterEvent =
-    ClusterEvent::new(EventResource::PodGroup, ActionType::ADD, "PodGroupAdd");
+const POD_GROUP_ADD: ClusterEvent = ClusterEvent::new(
+    EventResource::PodGroup,
+    ActionType::ADD,
+    "scheduling.k8s.io/PodGroupAdd",
+);
 const POD_GROUP_UPDATE: ClusterEvent = ClusterEvent::new(
     EventResource::PodGroup,
     ActionType::UPDATE_OTHER,
-    "PodGroupUpdate",
+    "scheduling.k8s.io/PodGroupUpdate",
 );
-const POD_GROUP_DELETE: ClusterEvent =
-    ClusterEvent::new(EventResource::PodGroup, ActionType::DELETE, "PodGroupDelete");
+const POD_GROUP_DELETE: ClusterEvent = ClusterEvent::new(
+    EventResource::PodGroup,
+    ActionType::DELETE,
+    "scheduling.k8s.io/PodGroupDelete",
+);
 
 /// True when the API server serves `podgroups` in `scheduling.k8s.io/v1beta1`. Any failure to
 /// tell counts as not served: the feature is then off, which is safe (pods are scheduled one by

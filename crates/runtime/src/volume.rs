@@ -34,7 +34,8 @@ use crate::{
 pub trait VolumeKind: Clone + Send + Sync + 'static {
     /// The queue's resource for this kind.
     const RESOURCE: EventResource;
-    /// Event labels: add, update, delete.
+    /// Event labels: add, update, delete, as upstream names them (the resource with its API group,
+    /// then the action): the `event` label of the queue metrics.
     const LABELS: [&'static str; 3];
     /// Identity: name, or `namespace/name` for claims.
     fn key(&self) -> String;
@@ -104,7 +105,11 @@ impl VolumeKind for StorageClass {
         EventObject::StorageClass(obj)
     }
     const RESOURCE: EventResource = EventResource::StorageClass;
-    const LABELS: [&'static str; 3] = ["StorageClassAdd", "StorageClassUpdate", "StorageClassDelete"];
+    const LABELS: [&'static str; 3] = [
+        "storage.k8s.io/StorageClassAdd",
+        "storage.k8s.io/StorageClassUpdate",
+        "storage.k8s.io/StorageClassDelete",
+    ];
     fn key(&self) -> String {
         name(&self.metadata)
     }
@@ -121,7 +126,11 @@ impl VolumeKind for CSINode {
         EventObject::CsiNode(obj)
     }
     const RESOURCE: EventResource = EventResource::CsiNode;
-    const LABELS: [&'static str; 3] = ["CSINodeAdd", "CSINodeUpdate", "CSINodeDelete"];
+    const LABELS: [&'static str; 3] = [
+        "storage.k8s.io/CSINodeAdd",
+        "storage.k8s.io/CSINodeUpdate",
+        "storage.k8s.io/CSINodeDelete",
+    ];
     fn key(&self) -> String {
         name(&self.metadata)
     }
@@ -138,7 +147,11 @@ impl VolumeKind for CSIDriver {
         EventObject::CsiDriver(obj)
     }
     const RESOURCE: EventResource = EventResource::CsiDriver;
-    const LABELS: [&'static str; 3] = ["CSIDriverAdd", "CSIDriverUpdate", "CSIDriverDelete"];
+    const LABELS: [&'static str; 3] = [
+        "storage.k8s.io/CSIDriverAdd",
+        "storage.k8s.io/CSIDriverUpdate",
+        "storage.k8s.io/CSIDriverDelete",
+    ];
     fn key(&self) -> String {
         name(&self.metadata)
     }
@@ -156,9 +169,9 @@ impl VolumeKind for CSIStorageCapacity {
     }
     const RESOURCE: EventResource = EventResource::CsiStorageCapacity;
     const LABELS: [&'static str; 3] = [
-        "CSIStorageCapacityAdd",
-        "CSIStorageCapacityUpdate",
-        "CSIStorageCapacityDelete",
+        "storage.k8s.io/CSIStorageCapacityAdd",
+        "storage.k8s.io/CSIStorageCapacityUpdate",
+        "storage.k8s.io/CSIStorageCapacityDelete",
     ];
     fn key(&self) -> String {
         format!(
@@ -184,9 +197,9 @@ impl VolumeKind for VolumeAttachment {
     }
     const RESOURCE: EventResource = EventResource::VolumeAttachment;
     const LABELS: [&'static str; 3] = [
-        "VolumeAttachmentAdd",
-        "VolumeAttachmentUpdate",
-        "VolumeAttachmentDelete",
+        "storage.k8s.io/VolumeAttachmentAdd",
+        "storage.k8s.io/VolumeAttachmentUpdate",
+        "storage.k8s.io/VolumeAttachmentDelete",
     ];
     fn key(&self) -> String {
         name(&self.metadata)

@@ -145,7 +145,7 @@ async fn run_case(case: &Case) {
     // second moved it.
     let moved = incoming_by_event(&sched);
     assert_eq!(
-        moved.get("ResourceSliceUpdate"),
+        moved.get("resource.k8s.io/ResourceSliceUpdate"),
         Some(&1),
         "{}: {moved:?}",
         case.name

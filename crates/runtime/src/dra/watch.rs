@@ -68,8 +68,8 @@ impl DraKind for ResourceSlice {
         let ev = add_or_update(
             old.is_some(),
             EventResource::ResourceSlice,
-            "ResourceSliceAdd",
-            "ResourceSliceUpdate",
+            "resource.k8s.io/ResourceSliceAdd",
+            "resource.k8s.io/ResourceSliceUpdate",
         );
         let (new, old) = match (old, old_maps) {
             (Some(o), Some(om)) if o.spec == obj.spec && *om != *maps => (
@@ -90,7 +90,7 @@ impl DraKind for ResourceSlice {
         let ev = ClusterEvent::new(
             EventResource::ResourceSlice,
             ActionType::DELETE,
-            "ResourceSliceDelete",
+            "resource.k8s.io/ResourceSliceDelete",
         );
         Some((ev, Some(EventObject::ResourceSlice(old))))
     }
@@ -109,8 +109,8 @@ impl DraKind for DeviceClass {
         let ev = add_or_update(
             old.is_some(),
             EventResource::DeviceClass,
-            "DeviceClassAdd",
-            "DeviceClassUpdate",
+            "resource.k8s.io/DeviceClassAdd",
+            "resource.k8s.io/DeviceClassUpdate",
         );
         let event = (
             ev,
@@ -124,7 +124,7 @@ impl DraKind for DeviceClass {
         let ev = ClusterEvent::new(
             EventResource::DeviceClass,
             ActionType::DELETE,
-            "DeviceClassDelete",
+            "resource.k8s.io/DeviceClassDelete",
         );
         Some((ev, Some(EventObject::DeviceClass(old))))
     }
@@ -164,18 +164,20 @@ fn claim_event(change: &ClaimChange) -> Option<(ClusterEvent, Option<EventObject
         return None;
     }
     let ev = match (&change.old, &change.new) {
-        (None, Some(_)) => {
-            ClusterEvent::new(EventResource::ResourceClaim, ActionType::ADD, "ResourceClaimAdd")
-        }
+        (None, Some(_)) => ClusterEvent::new(
+            EventResource::ResourceClaim,
+            ActionType::ADD,
+            "resource.k8s.io/ResourceClaimAdd",
+        ),
         (Some(_), None) => ClusterEvent::new(
             EventResource::ResourceClaim,
             ActionType::DELETE,
-            "ResourceClaimDelete",
+            "resource.k8s.io/ResourceClaimDelete",
         ),
         _ => ClusterEvent::new(
             EventResource::ResourceClaim,
             ActionType::UPDATE_OTHER,
-            "ResourceClaimUpdate",
+            "resource.k8s.io/ResourceClaimUpdate",
         ),
     };
     Some((
