@@ -123,10 +123,14 @@ fn csi_volumes(cache: &VolumeCache, pod: &Pod, into: &mut VolumesByDriver) {
         let Some(pvc) = cache.pvc(ns, &name) else {
             continue;
         };
-        match claim_volume_name(&pvc) {
-            Some(pv_name) => {
-                if let Some(csi) = cache.pv(pv_name).and_then(|pv| pv.spec.as_ref()?.csi.clone()) {
-                    into.entry(csi.driver).or_default().insert(csi.volume_handle);
+        // A claim without its PV (unbound, or bound to a PV not seen or gone) counts as one new
+        // volume of its class' provisioner, as upstream.
+        match claim_volume_name(&pvc).and_then(|pv_name| cache.pv(pv_name)) {
+            Some(pv) => {
+                if let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+                    into.entry(csi.driver.clone())
+                        .or_default()
+                        .insert(csi.volume_handle.clone());
                 }
             }
             None => {
@@ -302,6 +306,11 @@ mod tests {
             c.apply_pvc(PvcBuilder::new(&pvc, "csi", "1Gi").bound_to(&pv).arc());
         }
         c.apply_pvc(PvcBuilder::new("new", "csi", "1Gi").arc());
+        c.apply_pvc(
+            PvcBuilder::new("bound-to-missing", "csi", "1Gi")
+                .bound_to("no-such-pv")
+                .arc(),
+        );
         c
     }
 
@@ -383,6 +392,15 @@ mod tests {
                 attachments: vec![],
                 claims: vec!["c1"],
                 code: Code::Success,
+            },
+            Case {
+                // upstream falls back to the class when the PV cannot be found.
+                name: "a claim bound to a missing PV counts against the provisioner",
+                limit: Some(1),
+                existing: vec!["c0"],
+                attachments: vec![],
+                claims: vec!["bound-to-missing"],
+                code: Code::Unschedulable,
             },
             Case {
                 name: "unbound claim counts against the provisioner",
