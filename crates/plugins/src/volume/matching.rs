@@ -74,16 +74,18 @@ impl DelayedClaim {
                 .unwrap_or_default(),
             class,
             candidates: Vec::new(),
-            pvc: pvc.clone(),
+            pvc,
             name,
         };
         let mut candidates: Vec<Candidate> = pvs
             .into_iter()
-            .filter(|pv| pv_fits_claim(pv, &claim))
-            .map(|pv| Candidate {
-                prebound: claim_ref_matches(&pv, &pvc) == Some(true),
-                capacity: pv_capacity(&pv),
-                pv,
+            .filter_map(|pv| {
+                let prebound = pv_fits_claim(&pv, &claim)?;
+                Some(Candidate {
+                    prebound,
+                    capacity: pv_capacity(&pv),
+                    pv,
+                })
             })
             .collect();
         candidates.sort_by_key(|c| (!c.prebound, c.capacity));
@@ -120,15 +122,14 @@ fn claim_ref_matches(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> Opti
 }
 
 /// Whether the PV could serve the claim on some node (node affinity is per node), as upstream's
-/// volume matching decides it: a PV whose `claimRef` names another claim never can; one
-/// pre-bound to this claim needs only the size, volume mode and attributes class; any other must
-/// also be `Available`, match the claim's selector and offer every access mode it asks for.
-fn pv_fits_claim(pv: &PersistentVolume, claim: &DelayedClaim) -> bool {
-    let Some(spec) = pv.spec.as_ref() else {
-        return false;
-    };
+/// volume matching decides it: `Some(pre-bound)` when it could, `None` when it cannot. A PV whose
+/// `claimRef` names another claim never can; one pre-bound to this claim needs only the size,
+/// volume mode and attributes class; any other must also be `Available`, match the claim's
+/// selector and offer every access mode it asks for.
+fn pv_fits_claim(pv: &PersistentVolume, claim: &DelayedClaim) -> Option<bool> {
+    let spec = pv.spec.as_ref()?;
     let prebound = match claim_ref_matches(pv, &claim.pvc) {
-        Some(false) => return false,
+        Some(false) => return None,
         Some(true) => true,
         None => false,
     };
@@ -137,24 +138,28 @@ fn pv_fits_claim(pv: &PersistentVolume, claim: &DelayedClaim) -> bool {
         || spec.volume_attributes_class_name.as_deref().unwrap_or_default() != claim.attributes_class
         || pv.metadata.deletion_timestamp.is_some()
     {
-        return false;
+        return None;
     }
     if prebound {
-        return true;
+        return Some(true);
     }
     // Anything else (Pending, Bound, Released, Failed) is on its way somewhere, and binding it
     // now would most likely conflict.
     if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Available") {
-        return false;
+        return None;
     }
     if let Some(sel) = claim.pvc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
         let labels = pv.metadata.labels.as_ref().unwrap_or(&NO_LABELS);
         if !api_selector_matches(Some(sel), labels) {
-            return false;
+            return None;
         }
     }
     let modes = spec.access_modes.as_deref().unwrap_or_default();
-    claim.access_modes.iter().all(|m| modes.contains(m))
+    claim
+        .access_modes
+        .iter()
+        .all(|m| modes.contains(m))
+        .then_some(false)
 }
 
 /// The PV that serves `claim` on `node`, none of `taken`: the first volume pre-bound to the claim
