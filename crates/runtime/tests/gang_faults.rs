@@ -238,6 +238,22 @@ fn bound_count(store: &Store, gang: &str) -> usize {
     bound_by_gang(store).get(gang).copied().unwrap_or(0)
 }
 
+/// Each pod's node, nomination, deletion and conditions, for a failure message.
+fn pod_states(store: &Store) -> String {
+    let mut out = String::new();
+    for p in store.list_all("pods", Some(NS)).unwrap() {
+        out.push_str(&format!(
+            "\n  {} node={} nominated={} deleting={} conditions={}",
+            p.name(),
+            p["spec"]["nodeName"],
+            p["status"]["nominatedNodeName"],
+            !p["metadata"]["deletionTimestamp"].is_null(),
+            p["status"]["conditions"]
+        ));
+    }
+    out
+}
+
 /// Allocated claims: name → (`driver/pool/device` of each result, `reservedFor`).
 fn allocated_claims(store: &Store) -> BTreeMap<String, (Vec<String>, Vec<Value>)> {
     let mut out = BTreeMap::new();
@@ -753,12 +769,19 @@ async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_ga
             .iter()
             .all(|p| !p.name().starts_with("low-"))
     };
-    wait_until(
-        "the victims evicted and a binding of the urgent gang held",
-        SETTLE,
-        || victims_gone() && faults.peak_held() >= 1,
-    )
-    .await;
+    let start = std::time::Instant::now();
+    while !(victims_gone() && faults.peak_held() >= 1) {
+        if start.elapsed() > SETTLE {
+            panic!(
+                "timed out waiting for the victims evicted and a binding of the urgent gang held \
+                 (held {}): {}\n  allocated claims: {:?}",
+                faults.peak_held(),
+                pod_states(&store),
+                allocated_claims(&store)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let held = faults.peak_held();
     let at_kill = allocated_claims(&store);
     first.stop();
