@@ -112,7 +112,7 @@ impl EngineGroups {
         if !result.status.is_success() {
             // The members' own reservations, taken back, are no reason to retry them.
             self.queue
-                .forget_events_so_far(members.iter().map(|m| m.pod_info.uid.as_str()));
+                .forget_own_events_so_far(members.iter().map(|m| m.pod_info.uid.as_str()));
         }
         members
             .into_iter()

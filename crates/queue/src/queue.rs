@@ -185,6 +185,9 @@ struct InFlight {
     seq: u64,
     pod: Arc<PodInfo>,
     deleted: bool,
+    /// The scheduler's own changes recorded before this sequence number are not replayed for
+    /// the pod ([`SchedulingQueue::forget_own_events_so_far`]); cluster events are.
+    own_events_before: u64,
 }
 
 #[derive(Debug)]
@@ -193,6 +196,9 @@ struct Recorded {
     event: ClusterEvent,
     old: Option<EventObject>,
     new: Option<EventObject>,
+    /// Made by the scheduler's own in-memory change (see
+    /// [`SchedulingQueue::move_all_for_own_change`]), not seen on a watch.
+    own: bool,
 }
 
 #[derive(Debug, Default)]
@@ -207,6 +213,9 @@ struct State {
     in_flight: BTreeMap<String, InFlight>,
     events: VecDeque<Recorded>,
     next_seq: u64,
+    /// Set while [`SchedulingQueue::move_all_for_own_change`] handles an event, so that it is
+    /// recorded as the scheduler's own.
+    handling_own_change: bool,
     done: BTreeMap<String, Arc<PodInfo>>,
     /// `namespace/name` → uid for every pod the queue tracks (for `activate`).
     keys: HashMap<String, String>,
@@ -285,7 +294,14 @@ impl State {
     fn record(&mut self, event: ClusterEvent, old: Option<EventObject>, new: Option<EventObject>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.events.push_back(Recorded { seq, event, old, new });
+        let own = self.handling_own_change;
+        self.events.push_back(Recorded {
+            seq,
+            event,
+            old,
+            new,
+            own,
+        });
     }
 
     /// Ends the pod's in-flight period and drops the events nobody in flight can need any more.
@@ -1016,6 +1032,29 @@ impl SchedulingQueue {
         moved
     }
 
+    /// [`Self::move_all_to_active_or_backoff`] for an event the scheduler made itself, by an
+    /// in-memory change no watch shows (a claim allocation assumed, forgotten, or released
+    /// unwritten). It moves pods as any event does; for pods in flight it is recorded as the
+    /// scheduler's own, which [`Self::forget_own_events_so_far`] can leave out of their replay.
+    pub fn move_all_for_own_change(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+    ) -> usize {
+        let start = Instant::now();
+        let mut st = self.state.lock();
+        if !self.interested(&event) {
+            return 0;
+        }
+        st.handling_own_change = true;
+        let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref());
+        st.handling_own_change = false;
+        drop(st);
+        self.config.observer.event_handled(event.label, start.elapsed());
+        moved
+    }
+
     /// Moves pods (by `namespace/name`) from the pool or backoffQ straight to activeQ. A pod in
     /// flight gets a `ForceActivate` event recorded so that it is retried when it comes back.
     /// Unknown keys are ignored.
@@ -1091,25 +1130,26 @@ impl SchedulingQueue {
                 seq,
                 pod: qpi.pod_info.clone(),
                 deleted: false,
+                own_events_before: 0,
             },
         );
     }
 
-    /// Forgets the events recorded so far for these in-flight pods: a pod-group cycle that took
-    /// its members' tentative reservations back caused those events itself (devices and CPU
-    /// released), and replaying them would requeue the group at once, forever. Events that
-    /// arrive from now until the requeue still count.
-    pub fn forget_events_so_far<'a>(&self, uids: impl IntoIterator<Item = &'a str>) {
+    /// Leaves the scheduler's own changes recorded so far out of these in-flight pods' replay: a
+    /// pod-group cycle that took its members' tentative reservations back caused those events
+    /// itself (devices released), and replaying them would requeue the group at once, forever.
+    /// Cluster events recorded meanwhile still count (a victim's claim deallocated while the group
+    /// was tried must wake it: forgetting every event left such a gang waiting for the
+    /// unschedulable-pods flush), and so does everything recorded from now until the requeue.
+    pub fn forget_own_events_so_far<'a>(&self, uids: impl IntoIterator<Item = &'a str>) {
         let mut guard = self.state.lock();
         let st = &mut *guard;
+        let seq = st.next_seq;
         for uid in uids {
-            let seq = st.next_seq;
             if let Some(f) = st.in_flight.get_mut(uid) {
-                f.seq = seq;
-                st.next_seq += 1;
+                f.own_events_before = seq;
             }
         }
-        st.drop_events_nobody_needs();
     }
 
     /// Takes the other members of a popped pod's group out of the queue, wherever they wait
@@ -1221,7 +1261,7 @@ impl SchedulingQueue {
             });
         }
         let (latest, deleted, since) = match (st.in_flight.get(&uid), st.done.remove(&uid)) {
-            (Some(f), _) => (f.pod.clone(), f.deleted, Some(f.seq)),
+            (Some(f), _) => (f.pod.clone(), f.deleted, Some((f.seq, f.own_events_before))),
             (None, Some(p)) => (p, false, None),
             (None, None) => return Ok(Requeued::Dropped(DropReason::NotTracked)),
         };
@@ -1249,9 +1289,13 @@ impl SchedulingQueue {
         self.count_rejectors(&qpi, 1);
 
         let strategy = match since {
-            Some(seq) if rejected => {
+            Some((seq, own_events_before)) if rejected => {
                 let mut strategy = Strategy::Skip;
-                for e in st.events.iter().filter(|e| e.seq > seq) {
+                let replayed = st
+                    .events
+                    .iter()
+                    .filter(|e| e.seq > seq && !(e.own && e.seq < own_events_before));
+                for e in replayed {
                     match self.worth(&qpi, &e.event, e.old.as_ref(), e.new.as_ref()) {
                         Strategy::Skip => {}
                         Strategy::Immediately => {

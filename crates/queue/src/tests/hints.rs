@@ -350,6 +350,56 @@ fn in_flight_events_are_replayed() {
     }
 }
 
+/// A failed pod-group cycle leaves the scheduler's own changes recorded so far out of its
+/// members' replay (`forget_own_events_so_far`), never a cluster event: a victim's device freed
+/// while the group was tried must still wake it.
+#[test]
+fn forgetting_own_events_keeps_cluster_events() {
+    let plugins = vec![fake("NodeFit", vec![node_hint(well_known::NODE_ADD)])];
+    // (case, useful events recorded before the forget: (own?), one after it?, where it goes)
+    let cases: [(&str, &[bool], bool, PodLocation); 5] = [
+        ("own change only", &[true], false, PodLocation::Unschedulable),
+        ("cluster event only", &[false], false, PodLocation::Backoff),
+        (
+            "own change, then a cluster event",
+            &[true, false],
+            false,
+            PodLocation::Backoff,
+        ),
+        (
+            "cluster event, then an own change",
+            &[false, true],
+            false,
+            PodLocation::Backoff,
+        ),
+        (
+            "own change, and one after the forget",
+            &[true],
+            true,
+            PodLocation::Backoff,
+        ),
+    ];
+    for (name, before, after, want) in cases {
+        let (q, _clock) = queue(plugins.clone());
+        q.add(pod("p", 0));
+        let qpi = pop_named(&q, "p");
+        for own in before {
+            if *own {
+                q.move_all_for_own_change(well_known::NODE_ADD, None, node("n", true));
+            } else {
+                q.move_all_to_active_or_backoff(well_known::NODE_ADD, None, node("n", true));
+            }
+        }
+        q.forget_own_events_so_far([qpi.pod_info.uid.as_str()]);
+        if after {
+            q.move_all_for_own_change(well_known::NODE_ADD, None, node("n", true));
+        }
+        assert_eq!(fail(&q, qpi, &["NodeFit"], &[]), Requeued::To(want), "{name}");
+        assert_eq!(q.in_flight_events(), 0, "{name}: garbage-collected");
+        q.check_consistency().expect("consistent");
+    }
+}
+
 #[test]
 fn in_flight_events_only_after_the_pod_was_popped() {
     let (q, _clock) = queue(vec![fake("NodeFit", vec![node_hint(well_known::NODE_ADD)])]);

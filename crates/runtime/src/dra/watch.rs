@@ -229,7 +229,7 @@ pub(crate) fn observe_own_claim_changes(dra: &DraCache, queue: &Arc<SchedulingQu
             return;
         };
         if let Some((ev, old, new)) = claim_event(change) {
-            queue.move_all_to_active_or_backoff(ev, old, new);
+            queue.move_all_for_own_change(ev, old, new);
         }
     }));
 }

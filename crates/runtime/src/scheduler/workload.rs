@@ -127,12 +127,13 @@ pub(super) fn schedule_group(
     dispatch(sh, fwk, members, result.members, start);
 }
 
-/// After a failed group (or tree) cycle, forgets the events recorded so far for its members: the
-/// members' own reservations, taken back, are no reason to retry them. Not after a cycle that
-/// preempted: its evictions started during the cycle, and the victims' deletions may already be
-/// recorded for the members; forgetting them could leave the members in the unschedulable pool
-/// with no event to wake them (seen under load). Replayed, the reverts cost at most one early
-/// retry, which PreEnqueue holds while the evictions are written.
+/// After a failed group (or tree) cycle, leaves the scheduler's own changes recorded so far out
+/// of its members' replay: the members' own reservations, taken back, are no reason to retry
+/// them. Cluster events recorded during the cycle still count: a victim's claim deallocated while
+/// the group was tried is what frees its devices (when every event was forgotten, such a gang
+/// waited for the unschedulable-pods flush; seen under load in `gang_faults`). Not after a cycle
+/// that preempted: replayed, its reverts cost at most one early retry, which PreEnqueue holds
+/// while the evictions are written.
 pub(super) fn forget_own_reverts<'a>(
     sh: &Shared,
     status: &Status,
@@ -140,7 +141,7 @@ pub(super) fn forget_own_reverts<'a>(
     members: impl IntoIterator<Item = &'a str>,
 ) {
     if !status.is_success() && !waiting_on_preemption {
-        sh.queue.forget_events_so_far(members);
+        sh.queue.forget_own_events_so_far(members);
     }
 }
 
