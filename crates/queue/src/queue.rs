@@ -1021,15 +1021,7 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) -> usize {
-        let start = Instant::now();
-        let mut st = self.state.lock();
-        if !self.interested(&event) {
-            return 0;
-        }
-        let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref());
-        drop(st);
-        self.config.observer.event_handled(event.label, start.elapsed());
-        moved
+        self.move_all(event, old, new, false)
     }
 
     /// [`Self::move_all_to_active_or_backoff`] for an event the scheduler made itself, by an
@@ -1042,12 +1034,24 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) -> usize {
+        self.move_all(event, old, new, true)
+    }
+
+    /// Offers `event` to the whole pool, recording it for pods in flight as the scheduler's own
+    /// change when `own` is set; both public moves above are this.
+    fn move_all(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        own: bool,
+    ) -> usize {
         let start = Instant::now();
         let mut st = self.state.lock();
         if !self.interested(&event) {
             return 0;
         }
-        st.handling_own_change = true;
+        st.handling_own_change = own;
         let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref());
         st.handling_own_change = false;
         drop(st);
