@@ -16,7 +16,7 @@
 
 mod support;
 
-use support::wait_until;
+use support::{wait_until, wait_until_explained};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -769,19 +769,20 @@ async fn the_leader_killed_between_evicting_victims_and_binding_the_preemptor_ga
             .iter()
             .all(|p| !p.name().starts_with("low-"))
     };
-    let start = std::time::Instant::now();
-    while !(victims_gone() && faults.peak_held() >= 1) {
-        if start.elapsed() > SETTLE {
-            panic!(
-                "timed out waiting for the victims evicted and a binding of the urgent gang held \
-                 (held {}): {}\n  allocated claims: {:?}",
+    wait_until_explained(
+        "the victims evicted and a binding of the urgent gang held",
+        SETTLE,
+        || victims_gone() && faults.peak_held() >= 1,
+        || {
+            format!(
+                " (held {}): {}\n  allocated claims: {:?}",
                 faults.peak_held(),
                 pod_states(&store),
                 allocated_claims(&store)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            )
+        },
+    )
+    .await;
     let held = faults.peak_held();
     let at_kill = allocated_claims(&store);
     first.stop();

@@ -25,10 +25,24 @@ pub fn client(server: &RunningServer) -> kube::Client {
 }
 
 /// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
-pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub async fn wait_until(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
+    wait_until_explained(what, timeout, f, String::new).await;
+}
+
+/// [`wait_until`], whose failure message ends with what `explain` says about the state then.
+pub async fn wait_until_explained(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> bool,
+    explain: impl Fn() -> String,
+) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out waiting for {what}{}",
+            explain()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
