@@ -555,7 +555,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use unisched_framework::{
-        Framework, FrameworkError,
+        ActionType, EventResource, Framework, FrameworkError,
         config::{KubeSchedulerConfiguration, KubeSchedulerProfile},
     };
 
@@ -686,6 +686,39 @@ mod tests {
                 "VolumeZone"
             ]
         );
+        // Which default plugins a node update can requeue for, as upstream 1.37.2 registers them
+        // (its Test_UnionedGVKs): only three of them look at taints.
+        let node_actions = |plugin: &str| {
+            fwk.events_to_register()
+                .iter()
+                .filter(|(n, _)| n == plugin)
+                .flat_map(|(_, events)| events.iter())
+                .filter(|e| e.event.resource == EventResource::Node)
+                .fold(ActionType(0), |acc, e| acc.or(e.event.action))
+        };
+        let taint = ActionType::UPDATE_NODE_TAINT;
+        let label = ActionType::UPDATE_NODE_LABEL;
+        let allocatable = ActionType::UPDATE_NODE_ALLOCATABLE;
+        let node_cases = [
+            ("TaintToleration", ActionType::ADD.or(taint)),
+            ("NodeUnschedulable", ActionType::ADD.or(taint)),
+            (
+                "PodTopologySpread",
+                ActionType::ADD.or(ActionType::DELETE).or(label).or(taint),
+            ),
+            ("InterPodAffinity", ActionType::ADD.or(label)),
+            ("NodeAffinity", ActionType::ADD.or(label)),
+            ("VolumeBinding", ActionType::ADD.or(label)),
+            ("VolumeZone", ActionType::ADD.or(label)),
+            ("DynamicResources", ActionType::ADD.or(label).or(allocatable)),
+            ("NodeResourcesFit", ActionType::ADD.or(allocatable)),
+            ("NodePorts", ActionType::ADD),
+            ("NodeName", ActionType::ADD),
+            ("VolumeRestrictions", ActionType::ADD),
+        ];
+        for (plugin, want) in node_cases {
+            assert_eq!(node_actions(plugin), want, "{plugin}'s node events");
+        }
     }
 
     #[test]

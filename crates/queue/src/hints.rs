@@ -56,11 +56,6 @@ impl std::fmt::Debug for ProfileHints {
 }
 
 const EVERYTHING: ClusterEvent = ClusterEvent::new(EventResource::Wildcard, ActionType::ALL, "*");
-const NODE_TAINT: ClusterEvent = ClusterEvent::new(
-    EventResource::Node,
-    ActionType::UPDATE_NODE_TAINT,
-    "NodeUpdateNodeTaint",
-);
 
 impl ProfileHints {
     pub(crate) fn from_framework(fwk: &Framework) -> Self {
@@ -73,18 +68,11 @@ impl ProfileHints {
         let with_extensions: BTreeSet<&str> = registered.iter().map(|(n, _)| n.as_str()).collect();
         // A plugin that registered an empty list is interested in nothing: pods it rejected wait for
         // the unschedulable timeout (or their own updates, through other plugins' hints).
+        // A plugin gets exactly the events it registered: Node/Add does not imply Node/UpdateNodeTaint
+        // (older upstream releases added it; 1.37 does not).
         for (plugin, events) in registered {
-            let mut node_add = false;
-            let mut node_taint = false;
             for e in events {
-                if e.event.resource == EventResource::Node {
-                    node_add |= e.event.action.intersects(ActionType::ADD);
-                    node_taint |= e.event.action.intersects(ActionType::UPDATE_NODE_TAINT);
-                }
                 hints.register(plugin, e.event, e.hint.clone(), e.narrowing.clone());
-            }
-            if node_add && !node_taint {
-                hints.register(plugin, NODE_TAINT, None, None);
             }
         }
         let names = fwk.plugin_names();

@@ -240,9 +240,8 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
             EventResource::Node,
             ActionType::ADD
                 .or(ActionType::UPDATE_NODE_LABEL)
-                .or(ActionType::UPDATE_NODE_ALLOCATABLE)
-                .or(ActionType::UPDATE_NODE_TAINT),
-            "Node",
+                .or(ActionType::UPDATE_NODE_ALLOCATABLE),
+            "NodeAdd|UpdateNodeLabel|UpdateNodeAllocatable",
         )),
         ClusterEventWithHint::with_hint(
             ClusterEvent::new(

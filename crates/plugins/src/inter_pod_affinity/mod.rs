@@ -300,16 +300,13 @@ impl EnqueueExtensions for InterPodAffinity {
                 ),
                 move |pod, old, new| for_pods.hint_pod_change(pod, old, new),
             ),
-            // Node taint updates are registered as upstream does (a node becoming ready often only
-            // shows as a taint change); their labels are unchanged, so the hint skips them unless a
-            // label changed too.
+            // Only labels decide topology domains: a taint-only update cannot help (upstream
+            // 1.37.2 registers Node Add|UpdateNodeLabel too).
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
                     EventResource::Node,
-                    ActionType::ADD
-                        .or(ActionType::UPDATE_NODE_LABEL)
-                        .or(ActionType::UPDATE_NODE_TAINT),
-                    "NodeAdd|UpdateNodeLabel|UpdateNodeTaint",
+                    ActionType::ADD.or(ActionType::UPDATE_NODE_LABEL),
+                    "NodeAdd|UpdateNodeLabel",
                 ),
                 move |pod, old, new| for_nodes.hint_node_change(pod, old, new),
             ),

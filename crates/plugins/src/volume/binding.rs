@@ -54,8 +54,8 @@ use super::matching::{DelayedClaim, matching_volume, pv_capacity};
 use super::{
     VolumeApi,
     capacity::{self, CapacityScorer, CapacityVerdict, ClassUsage},
-    claim_class, claim_fully_bound, claim_volume_name, pod_claim_names, pod_namespace,
-    pv_node_affinity_matches, resolve_claims,
+    claim_class, claim_fully_bound, claim_volume_name, pod_namespace, pv_node_affinity_matches,
+    resolve_claims,
 };
 use crate::label_selector::NO_LABELS;
 
@@ -699,9 +699,11 @@ impl PreBindPlugin for VolumeBinding {
 }
 
 impl EnqueueExtensions for VolumeBinding {
+    /// The events are upstream 1.37.2's, with its hints: any PV change, a new StorageClass or one
+    /// whose allowed topologies changed, a CSINode whose migrated plugins changed, a new node or
+    /// changed node labels (not taints: a taint does not change which volumes fit a node).
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
         let add_update = ActionType::ADD.or(ActionType::UPDATE);
-        let volumes = self.volumes.clone();
         vec![
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
@@ -711,26 +713,21 @@ impl EnqueueExtensions for VolumeBinding {
                 ),
                 super::claim_event_hint,
             ),
-            ClusterEventWithHint::with_hint(
-                ClusterEvent::new(
-                    EventResource::PersistentVolume,
-                    add_update,
-                    "PersistentVolumeAdd|Update",
-                ),
-                {
-                    let volumes = self.volumes.clone();
-                    move |pod, _old, new| pv_hint(volumes.as_deref(), pod, new)
-                },
-            ),
+            // Any PV event queues, as upstream: a PV's class, claimRef, phase or node affinity
+            // can each change which claim it serves.
+            ClusterEventWithHint::new(ClusterEvent::new(
+                EventResource::PersistentVolume,
+                add_update,
+                "PersistentVolumeAdd|Update",
+            )),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::StorageClass, add_update, "StorageClassAdd|Update"),
-                move |pod, old, new| class_hint(volumes.as_deref(), pod, old, new),
+                |_pod, old, new| class_hint(old, new),
             ),
-            ClusterEventWithHint::new(ClusterEvent::new(
-                EventResource::CsiNode,
-                add_update,
-                "CSINodeAdd|Update",
-            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::CsiNode, add_update, "CSINodeAdd|Update"),
+                |_pod, old, new| csi_node_hint(old, new),
+            ),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(EventResource::CsiDriver, ActionType::UPDATE, "CSIDriverUpdate"),
                 capacity::driver_hint,
@@ -745,10 +742,8 @@ impl EnqueueExtensions for VolumeBinding {
             ),
             ClusterEventWithHint::new(ClusterEvent::new(
                 EventResource::Node,
-                ActionType::ADD
-                    .or(ActionType::UPDATE_NODE_LABEL)
-                    .or(ActionType::UPDATE_NODE_TAINT),
-                "NodeAdd|UpdateNodeLabel|UpdateNodeTaint",
+                ActionType::ADD.or(ActionType::UPDATE_NODE_LABEL),
+                "NodeAdd|UpdateNodeLabel",
             )),
         ]
     }
@@ -835,47 +830,12 @@ fn eligible_nodes(data: &PodVolumes) -> Option<BTreeSet<String>> {
     eligible
 }
 
-/// A PV event helps a pod with an unbound claim of the PV's class, or a claim bound to that PV.
-fn pv_hint(
-    volumes: Option<&VolumeCache>,
-    pod: &Pod,
-    new: Option<&EventObject>,
-) -> Result<QueueingHint, QueueingHintError> {
-    let Some(EventObject::PersistentVolume(pv)) = new else {
-        return Err(QueueingHintError::NotObject {
-            expected: "PersistentVolume",
-            side: EventSide::New,
-        });
-    };
-    let Some(volumes) = volumes else {
-        return Ok(QueueingHint::Queue);
-    };
-    let pv_name = pv.metadata.name.as_deref().unwrap_or_default();
-    let pv_class = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .unwrap_or_default();
-    let ns = pod_namespace(pod);
-    let helps = pod_claim_names(pod)
-        .iter()
-        .filter_map(|c| volumes.pvc(ns, c))
-        .any(|pvc| match claim_volume_name(&pvc) {
-            Some(bound) => bound == pv_name,
-            None => claim_class(&pvc) == pv_class,
-        });
-    Ok(if helps {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
-    })
-}
+/// The CSINode annotation that lists the in-tree plugins migrated to CSI on the node.
+const MIGRATED_PLUGINS_ANNOTATION: &str = "storage.alpha.kubernetes.io/migrated-plugins";
 
-/// A class event helps when it can change a decision (new class, or changed provisioner, binding
-/// mode or allowed topologies) for a class one of the pod's claims uses.
+/// A StorageClass event helps when the class is new (nothing more can be told of a creation), or
+/// when its allowed topologies changed; its provisioner and binding mode are immutable.
 fn class_hint(
-    volumes: Option<&VolumeCache>,
-    pod: &Pod,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Result<QueueingHint, QueueingHintError> {
@@ -885,27 +845,47 @@ fn class_hint(
             side: EventSide::New,
         });
     };
-    if let Some(EventObject::StorageClass(o)) = old
-        && o.provisioner == class.provisioner
-        && o.volume_binding_mode == class.volume_binding_mode
-        && o.allowed_topologies == class.allowed_topologies
-    {
-        return Ok(QueueingHint::Skip);
+    match old {
+        None => Ok(QueueingHint::Queue),
+        Some(EventObject::StorageClass(o)) if o.allowed_topologies != class.allowed_topologies => {
+            Ok(QueueingHint::Queue)
+        }
+        Some(EventObject::StorageClass(_)) => Ok(QueueingHint::Skip),
+        Some(_) => Err(QueueingHintError::NotObject {
+            expected: "StorageClass",
+            side: EventSide::Old,
+        }),
     }
-    let Some(volumes) = volumes else {
-        return Ok(QueueingHint::Queue);
+}
+
+/// A CSINode event helps when the node is new, or when the in-tree plugins migrated to CSI on it
+/// changed (that decides how an in-tree PV is translated).
+fn csi_node_hint(
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let Some(EventObject::CsiNode(node)) = new else {
+        return Err(QueueingHintError::NotObject {
+            expected: "CSINode",
+            side: EventSide::New,
+        });
     };
-    let name = class.metadata.name.as_deref().unwrap_or_default();
-    let ns = pod_namespace(pod);
-    let uses = pod_claim_names(pod)
-        .iter()
-        .filter_map(|c| volumes.pvc(ns, c))
-        .any(|pvc| claim_class(&pvc) == name);
-    Ok(if uses {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
-    })
+    let migrated = |n: &k8s_openapi::api::storage::v1::CSINode| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIGRATED_PLUGINS_ANNOTATION))
+            .cloned()
+    };
+    match old {
+        None => Ok(QueueingHint::Queue),
+        Some(EventObject::CsiNode(o)) if migrated(o) != migrated(node) => Ok(QueueingHint::Queue),
+        Some(EventObject::CsiNode(_)) => Ok(QueueingHint::Skip),
+        Some(_) => Err(QueueingHintError::NotObject {
+            expected: "CSINode",
+            side: EventSide::Old,
+        }),
+    }
 }
 
 #[cfg(test)]

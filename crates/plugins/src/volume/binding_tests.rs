@@ -811,93 +811,163 @@ fn pre_bind_fails_fast_when_the_pv_goes_to_another_claim() {
     );
 }
 
+/// Upstream's `TestIsSchedulableAfterStorageClassChange`: a pod without claims is queued by any
+/// new class (a creation tells nothing more), and by a change of allowed topologies only.
 #[test]
 fn class_hints() {
-    let c = cache();
-    c.apply_pvc(PvcBuilder::new("data", "fast", "1Gi").arc());
-    let pod = with_claims(PodBuilder::new("p").build(), &["data"]);
     let ev = |class: Arc<StorageClass>| EventObject::StorageClass(class);
-    let fast = ev(storage_class(
-        "fast",
+    let plain = ev(storage_class(
+        "sc-a",
         "csi.example.com",
         WAIT_FOR_FIRST_CONSUMER,
         None,
     ));
-    let fast_zoned = ev(storage_class(
-        "fast",
+    let zoned = ev(storage_class(
+        "sc-a",
         "csi.example.com",
         WAIT_FOR_FIRST_CONSUMER,
-        Some(("zone", &["b"])),
+        Some(("kubernetes.io/hostname", &["node-a"])),
     ));
-    let other = ev(storage_class(
-        "other",
-        "csi.example.com",
-        WAIT_FOR_FIRST_CONSUMER,
-        None,
-    ));
+    let other_provisioner = ev(storage_class("sc-a", "other.example.com", "Immediate", None));
+    let node = EventObject::Node(Arc::new(NodeBuilder::new("n").build()));
     struct Case {
         name: &'static str,
         old: Option<EventObject>,
         new: EventObject,
-        want: QueueingHint,
+        want: Result<QueueingHint, ()>,
     }
     let cases = [
         Case {
-            name: "the pod's class added",
+            name: "a new class queues, also one no claim of the pod uses",
             old: None,
-            new: fast.clone(),
-            want: QueueingHint::Queue,
+            new: plain.clone(),
+            want: Ok(QueueingHint::Queue),
         },
         Case {
-            name: "another class added",
+            name: "allowed topologies changed",
+            old: Some(plain.clone()),
+            new: zoned.clone(),
+            want: Ok(QueueingHint::Queue),
+        },
+        Case {
+            name: "allowed topologies removed",
+            old: Some(zoned),
+            new: plain.clone(),
+            want: Ok(QueueingHint::Queue),
+        },
+        Case {
+            name: "no change",
+            old: Some(plain.clone()),
+            new: plain.clone(),
+            want: Ok(QueueingHint::Skip),
+        },
+        Case {
+            // Both are immutable in the API; an update can only carry them unchanged.
+            name: "provisioner and binding mode are not looked at",
+            old: Some(plain.clone()),
+            new: other_provisioner,
+            want: Ok(QueueingHint::Skip),
+        },
+        Case {
+            name: "not a StorageClass",
             old: None,
-            new: other,
-            want: QueueingHint::Skip,
+            new: node.clone(),
+            want: Err(()),
         },
         Case {
-            name: "topologies changed",
-            old: Some(fast.clone()),
-            new: fast_zoned,
-            want: QueueingHint::Queue,
-        },
-        Case {
-            name: "nothing relevant changed",
-            old: Some(fast.clone()),
-            new: fast,
-            want: QueueingHint::Skip,
+            name: "old side not a StorageClass",
+            old: Some(node),
+            new: plain,
+            want: Err(()),
         },
     ];
     for case in cases {
-        let got = class_hint(Some(&c), &pod, case.old.as_ref(), Some(&case.new)).unwrap();
+        let got = class_hint(case.old.as_ref(), Some(&case.new)).map_err(|_| ());
         assert_eq!(got, case.want, "{}", case.name);
     }
 }
 
+/// Upstream's `TestIsSchedulableAfterCSINodeChange`.
 #[test]
-fn pv_hints() {
-    let c = cache();
-    c.apply_pvc(PvcBuilder::new("data", "local", "1Gi").arc());
-    c.apply_pvc(PvcBuilder::new("bound", "fast", "1Gi").bound_to("pv-bound").arc());
-    let pod = with_claims(PodBuilder::new("p").build(), &["data", "bound"]);
+fn csi_node_hints() {
+    let csi_node = |migrated: Option<&str>| {
+        let mut n = k8s_openapi::api::storage::v1::CSINode {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("csinode-a".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        if let Some(m) = migrated {
+            n.metadata.annotations = Some(
+                [(MIGRATED_PLUGINS_ANNOTATION.to_string(), m.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        EventObject::CsiNode(Arc::new(n))
+    };
+    let class = EventObject::StorageClass(storage_class("sc", "p", "Immediate", None));
     let cases = [
+        ("unexpected objects are passed", None, class, Err(())),
         (
-            "a PV of the unbound claim's class",
-            PvBuilder::new("x", "local", "1Gi"),
-            QueueingHint::Queue,
+            "CSINode is newly created",
+            None,
+            csi_node(None),
+            Ok(QueueingHint::Queue),
         ),
         (
-            "the bound claim's PV",
-            PvBuilder::new("pv-bound", "fast", "1Gi"),
-            QueueingHint::Queue,
+            "CSINode's migrated-plugins annotation is added",
+            Some(csi_node(None)),
+            csi_node(Some("test1")),
+            Ok(QueueingHint::Queue),
         ),
         (
-            "another class",
-            PvBuilder::new("y", "fast", "1Gi"),
-            QueueingHint::Skip,
+            "CSINode's migrated-plugins annotation is updated",
+            Some(csi_node(Some("test1"))),
+            csi_node(Some("test1, test2")),
+            Ok(QueueingHint::Queue),
+        ),
+        (
+            "CSINode's migrated-plugins annotation is replaced",
+            Some(csi_node(Some("test1"))),
+            csi_node(Some("test2")),
+            Ok(QueueingHint::Queue),
+        ),
+        (
+            "CSINode is updated but migrated-plugins annotation gets unchanged",
+            Some(csi_node(Some("test1"))),
+            csi_node(Some("test1")),
+            Ok(QueueingHint::Skip),
         ),
     ];
-    for (name, pv, want) in cases {
-        let ev = EventObject::PersistentVolume(pv.arc());
-        assert_eq!(pv_hint(Some(&c), &pod, Some(&ev)).unwrap(), want, "{name}");
+    for (name, old, new, want) in cases {
+        let got = csi_node_hint(old.as_ref(), Some(&new)).map_err(|_| ());
+        assert_eq!(got, want, "{name}");
     }
+}
+
+/// The events are upstream 1.37.2's: any PV change queues (no hint), node taints are not
+/// registered.
+#[test]
+fn registered_events_are_upstreams() {
+    let plugin = VolumeBinding::new(&VolumeBindingArgs::default(), None, None);
+    let events = plugin.events_to_register();
+    let find = |r: EventResource| {
+        events
+            .iter()
+            .find(|e| e.event.resource == r)
+            .unwrap_or_else(|| panic!("{r:?} registered"))
+    };
+    let node = find(EventResource::Node);
+    assert_eq!(
+        node.event.action,
+        ActionType::ADD.or(ActionType::UPDATE_NODE_LABEL)
+    );
+    assert!(!node.event.action.intersects(ActionType::UPDATE_NODE_TAINT));
+    let pv = find(EventResource::PersistentVolume);
+    assert!(pv.hint.is_none(), "every PV add and update queues");
+    assert_eq!(pv.event.action, ActionType::ADD.or(ActionType::UPDATE));
+    assert!(find(EventResource::CsiNode).hint.is_some());
+    assert!(find(EventResource::StorageClass).hint.is_some());
 }

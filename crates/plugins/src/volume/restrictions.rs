@@ -251,11 +251,15 @@ impl EnqueueExtensions for VolumeRestrictions {
                     })
                 },
             ),
+            // Any new node may be free of the conflict (no hint, as upstream).
+            ClusterEventWithHint::new(ClusterEvent::new(EventResource::Node, ActionType::ADD, "NodeAdd")),
+            // The claim the pod names was created (its access modes are immutable, so an update
+            // cannot help).
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
                     EventResource::PersistentVolumeClaim,
-                    ActionType::ADD.or(ActionType::UPDATE),
-                    "PersistentVolumeClaimAdd|Update",
+                    ActionType::ADD,
+                    "PersistentVolumeClaimAdd",
                 ),
                 super::claim_event_hint,
             ),
@@ -519,6 +523,25 @@ mod tests {
             s.code(),
             Code::Skip,
             "an ephemeral volume without its claim: {s:?}"
+        );
+    }
+
+    /// The events are upstream 1.37.2's: a pod holding a disk or claim deleted (hinted), any new
+    /// node (no hint), the claim created.
+    #[test]
+    fn registered_events_are_upstreams() {
+        let events = VolumeRestrictions::new(None).events_to_register();
+        let got: Vec<(EventResource, u32, bool)> = events
+            .iter()
+            .map(|e| (e.event.resource, e.event.action.0, e.hint.is_some()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (EventResource::AssignedPod, ActionType::DELETE.0, true),
+                (EventResource::Node, ActionType::ADD.0, false),
+                (EventResource::PersistentVolumeClaim, ActionType::ADD.0, true),
+            ]
         );
     }
 }

@@ -136,11 +136,11 @@ fn hints_decide_skip_or_queue() {
             want: PodLocation::Backoff,
         },
         Case {
-            name: "NodeAdd implies taint update",
+            name: "NodeAdd does not imply a taint update",
             rejector: "NodeFit",
             event: ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_TAINT, "NodeTaint"),
-            new: None,
-            want: PodLocation::Backoff,
+            new: node("n", true),
+            want: PodLocation::Unschedulable,
         },
         Case {
             name: "label update not registered",
