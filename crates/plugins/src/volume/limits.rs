@@ -25,11 +25,15 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::{core::v1::Pod, storage::v1::VolumeAttachment};
+use k8s_openapi::api::{
+    core::v1::Pod,
+    storage::v1::{CSINode, VolumeAttachment},
+};
 use unisched_cache::VolumeCache;
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
-    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
+    EventResource, EventSide, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
+    QueueingHint, QueueingHintError, Status,
 };
 
 use super::{claim_class, claim_volume_name, persistent_claim_names, pod_claim_names, pod_namespace};
@@ -232,11 +236,17 @@ impl FilterPlugin for NodeVolumeLimits {
 impl EnqueueExtensions for NodeVolumeLimits {
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
         vec![
+            // A new CSINode may list drivers the pod needs; an updated one helps only when a
+            // driver's attachable count rose (upstream 1.37.2's events and hint).
             ClusterEventWithHint::new(ClusterEvent::new(
                 EventResource::CsiNode,
-                ActionType::ADD.or(ActionType::UPDATE),
-                "CSINodeAdd|Update",
+                ActionType::ADD,
+                "CSINodeAdd",
             )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::CsiNode, ActionType::UPDATE, "CSINodeUpdate"),
+                |_pod, old, new| csi_node_updated_hint(old, new),
+            ),
             // Only a pod with claims held attachments.
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
@@ -278,6 +288,41 @@ impl EnqueueExtensions for NodeVolumeLimits {
             ),
         ]
     }
+}
+
+/// A driver's attachable count, absent counted as 0 (as upstream's hint counts it).
+fn driver_counts(node: &CSINode) -> BTreeMap<&str, i32> {
+    node.spec
+        .drivers
+        .iter()
+        .map(|d| {
+            let count = d.allocatable.as_ref().and_then(|a| a.count).unwrap_or(0);
+            (d.name.as_str(), count)
+        })
+        .collect()
+}
+
+/// An updated CSINode helps when some driver's count rose above its old one (0 when it was not
+/// listed).
+fn csi_node_updated_hint(
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let (Some(EventObject::CsiNode(old)), Some(EventObject::CsiNode(new))) = (old, new) else {
+        return Err(QueueingHintError::NotObject {
+            expected: "CSINode",
+            side: EventSide::New,
+        });
+    };
+    let before = driver_counts(old);
+    let rose = driver_counts(new)
+        .into_iter()
+        .any(|(name, count)| count > before.get(name).copied().unwrap_or(0));
+    Ok(if rose {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
 }
 
 #[cfg(test)]
@@ -562,5 +607,85 @@ mod tests {
         let pod = PodInfo::new(with_claims(PodBuilder::new("p").build(), &["c0"]));
         pl.pre_filter(&mut state, &pod, &[]);
         assert!(pl.filter(&state, &pod, &node).is_success());
+    }
+
+    /// Upstream's `TestCSILimitsAfterCSINodeUpdatedQHint`, with a driver newly listed and one whose
+    /// count was unset.
+    #[test]
+    fn csi_node_update_hints() {
+        use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec, VolumeNodeResources};
+        let node = |drivers: &[(&str, Option<i32>)]| {
+            EventObject::CsiNode(Arc::new(CSINode {
+                metadata: ObjectMeta {
+                    name: Some("test-node".into()),
+                    ..Default::default()
+                },
+                spec: CSINodeSpec {
+                    drivers: drivers
+                        .iter()
+                        .map(|(name, count)| CSINodeDriver {
+                            name: (*name).into(),
+                            node_id: "test-node".into(),
+                            allocatable: Some(VolumeNodeResources { count: *count }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                },
+                ..Default::default()
+            }))
+        };
+        let ebs = "ebs.csi.aws.com";
+        let cases = [
+            (
+                "limit raised, queue",
+                node(&[(ebs, Some(1))]),
+                node(&[(ebs, Some(2))]),
+                QueueingHint::Queue,
+            ),
+            (
+                "limit decreased, skip",
+                node(&[(ebs, Some(2))]),
+                node(&[(ebs, Some(1))]),
+                QueueingHint::Skip,
+            ),
+            (
+                "limit unchanged, skip",
+                node(&[(ebs, Some(1))]),
+                node(&[(ebs, Some(1))]),
+                QueueingHint::Skip,
+            ),
+            (
+                "a driver newly listed with a count",
+                node(&[(ebs, Some(1))]),
+                node(&[(ebs, Some(1)), ("other.csi", Some(3))]),
+                QueueingHint::Queue,
+            ),
+            (
+                "a count set where none was",
+                node(&[(ebs, None)]),
+                node(&[(ebs, Some(1))]),
+                QueueingHint::Queue,
+            ),
+            (
+                "a count unset counts as 0",
+                node(&[(ebs, Some(1))]),
+                node(&[(ebs, None)]),
+                QueueingHint::Skip,
+            ),
+        ];
+        for (name, old, new, want) in cases {
+            assert_eq!(
+                csi_node_updated_hint(Some(&old), Some(&new)).unwrap(),
+                want,
+                "{name}"
+            );
+        }
+        let class = EventObject::StorageClass(crate::volume::testing::storage_class(
+            "sc",
+            "p",
+            "Immediate",
+            None,
+        ));
+        assert!(csi_node_updated_hint(Some(&class), Some(&node(&[]))).is_err());
     }
 }

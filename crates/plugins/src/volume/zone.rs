@@ -21,10 +21,12 @@ use unisched_cache::{
     LABEL_TOPOLOGY_ZONE, VolumeCache,
 };
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
-    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
+    EventResource, EventSide, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
+    QueueingHint, QueueingHintError, Status,
 };
 
+use super::binding::WAIT_FOR_FIRST_CONSUMER;
 use super::{claim_class, claim_volume_name, resolve_persistent_claims};
 
 /// The plugin name.
@@ -55,8 +57,9 @@ fn ga_label(key: &str) -> &str {
 #[derive(Clone, Debug, Default)]
 struct PreFilterState(Vec<(String, BTreeSet<String>)>);
 
-fn pv_topologies(pv: &PersistentVolume) -> Vec<(String, BTreeSet<String>)> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// The zones and regions a PV's topology labels allow (a value may list several, joined by `__`).
+fn pv_label_topologies(pv: &PersistentVolume) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out = BTreeMap::new();
     for key in TOPOLOGY_LABELS {
         if let Some(v) = pv.metadata.labels.as_ref().and_then(|l| l.get(key)) {
             out.insert(
@@ -65,6 +68,11 @@ fn pv_topologies(pv: &PersistentVolume) -> Vec<(String, BTreeSet<String>)> {
             );
         }
     }
+    out
+}
+
+fn pv_topologies(pv: &PersistentVolume) -> Vec<(String, BTreeSet<String>)> {
+    let mut out = pv_label_topologies(pv);
     let terms = pv
         .spec
         .as_ref()
@@ -196,14 +204,17 @@ impl FilterPlugin for VolumeZone {
 }
 
 impl EnqueueExtensions for VolumeZone {
+    /// Upstream 1.37.2's events and hints: a new WaitForFirstConsumer class (a class's binding
+    /// mode is immutable, so its updates are not registered), a new node or changed node labels,
+    /// the pod's claim created or changed, a new PV or one whose topology labels changed (its node
+    /// affinity is immutable).
     fn events_to_register(&self) -> Vec<ClusterEventWithHint> {
         let add_update = ActionType::ADD.or(ActionType::UPDATE);
         vec![
-            ClusterEventWithHint::new(ClusterEvent::new(
-                EventResource::StorageClass,
-                ActionType::ADD,
-                "StorageClassAdd",
-            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(EventResource::StorageClass, ActionType::ADD, "StorageClassAdd"),
+                |_pod, _old, new| class_added_hint(new),
+            ),
             ClusterEventWithHint::new(ClusterEvent::new(
                 EventResource::Node,
                 ActionType::ADD.or(ActionType::UPDATE_NODE_LABEL),
@@ -217,12 +228,56 @@ impl EnqueueExtensions for VolumeZone {
                 ),
                 super::claim_event_hint,
             ),
-            ClusterEventWithHint::new(ClusterEvent::new(
-                EventResource::PersistentVolume,
-                add_update,
-                "PersistentVolumeAdd|Update",
-            )),
+            ClusterEventWithHint::with_hint(
+                ClusterEvent::new(
+                    EventResource::PersistentVolume,
+                    add_update,
+                    "PersistentVolumeAdd|Update",
+                ),
+                |_pod, old, new| pv_change_hint(old, new),
+            ),
         ]
+    }
+}
+
+/// Only a new class that waits for the first consumer can change a zone decision.
+fn class_added_hint(new: Option<&EventObject>) -> Result<QueueingHint, QueueingHintError> {
+    let Some(EventObject::StorageClass(class)) = new else {
+        return Err(QueueingHintError::NotObject {
+            expected: "StorageClass",
+            side: EventSide::New,
+        });
+    };
+    Ok(
+        if class.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER) {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        },
+    )
+}
+
+/// A new PV may fit; an updated one only when its topology labels changed.
+fn pv_change_hint(
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let Some(EventObject::PersistentVolume(pv)) = new else {
+        return Err(QueueingHintError::NotObject {
+            expected: "PersistentVolume",
+            side: EventSide::New,
+        });
+    };
+    match old {
+        None => Ok(QueueingHint::Queue),
+        Some(EventObject::PersistentVolume(o)) if pv_label_topologies(o) != pv_label_topologies(pv) => {
+            Ok(QueueingHint::Queue)
+        }
+        Some(EventObject::PersistentVolume(_)) => Ok(QueueingHint::Skip),
+        Some(_) => Err(QueueingHintError::NotObject {
+            expected: "PersistentVolume",
+            side: EventSide::Old,
+        }),
     }
 }
 
@@ -408,6 +463,78 @@ mod tests {
             if !case.reason.is_empty() {
                 assert_eq!(s.reasons(), [case.reason.to_string()], "{}", case.name);
             }
+        }
+    }
+
+    /// Upstream's `TestIsSchedulableAfterStorageClassAdded`.
+    #[test]
+    fn class_added_hints() {
+        let pv = EventObject::PersistentVolume(PvBuilder::new("v", "", "1Gi").arc());
+        let class = |mode: &str| EventObject::StorageClass(storage_class("SC_1", "p", mode, None));
+        assert!(class_added_hint(Some(&pv)).is_err(), "not a StorageClass");
+        assert_eq!(
+            class_added_hint(Some(&class("Immediate"))).unwrap(),
+            QueueingHint::Skip
+        );
+        assert_eq!(
+            class_added_hint(Some(&class(WAIT_FOR_FIRST_CONSUMER))).unwrap(),
+            QueueingHint::Queue
+        );
+    }
+
+    /// Upstream's `TestIsSchedulableAfterPersistentVolumeChange`, and a reordered multi-zone value
+    /// (the same zones) that changes nothing.
+    #[test]
+    fn pv_change_hints() {
+        let pv = |labels: &[(&str, &str)]| {
+            let mut b = PvBuilder::new("Vol_1", "", "1Gi");
+            for (k, v) in labels {
+                b = b.label(k, v);
+            }
+            EventObject::PersistentVolume(b.arc())
+        };
+        let class = EventObject::StorageClass(storage_class("sc", "p", "Immediate", None));
+        let beta = LABEL_FAILURE_DOMAIN_BETA_ZONE;
+        let cases: Vec<(&str, Option<EventObject>, EventObject, Result<QueueingHint, ()>)> = vec![
+            ("not a PV", None, class.clone(), Err(())),
+            ("old side not a PV", Some(class), pv(&[]), Err(())),
+            (
+                "a new PV",
+                None,
+                pv(&[(beta, "us-west1-b")]),
+                Ok(QueueingHint::Queue),
+            ),
+            (
+                "zone label changed",
+                Some(pv(&[(beta, "us-west1-a")])),
+                pv(&[(beta, "us-west1-b")]),
+                Ok(QueueingHint::Queue),
+            ),
+            (
+                "topology label added",
+                Some(pv(&[(beta, "us-west1-a")])),
+                pv(&[(beta, "us-west1-a"), (LABEL_TOPOLOGY_ZONE, "zone")]),
+                Ok(QueueingHint::Queue),
+            ),
+            (
+                "topology unchanged",
+                Some(pv(&[(beta, "us-west1-a"), (LABEL_TOPOLOGY_ZONE, "zone")])),
+                pv(&[(beta, "us-west1-a"), (LABEL_TOPOLOGY_ZONE, "zone")]),
+                Ok(QueueingHint::Skip),
+            ),
+            (
+                "the same zones in another order",
+                Some(pv(&[(LABEL_TOPOLOGY_ZONE, "a__b")])),
+                pv(&[(LABEL_TOPOLOGY_ZONE, "b__a"), ("other", "x")]),
+                Ok(QueueingHint::Skip),
+            ),
+        ];
+        for (name, old, new, want) in cases {
+            assert_eq!(
+                pv_change_hint(old.as_ref(), Some(&new)).map_err(|_| ()),
+                want,
+                "{name}"
+            );
         }
     }
 }
