@@ -243,7 +243,10 @@ pub fn node_scheduling_properties_change(old: &Node, new: &Node) -> Vec<ClusterE
     let spec = |n: &Node| n.spec.clone().unwrap_or_default();
     let status = |n: &Node| n.status.clone().unwrap_or_default();
     let (os, ns) = (spec(old), spec(new));
-    if os.unschedulable.unwrap_or(false) != ns.unschedulable.unwrap_or(false) || os.taints != ns.taints {
+    // A node made schedulable again counts as a taint change (it can only help); cordoning it
+    // does not, as upstream (the unschedulable taint that follows is a change of its own).
+    let uncordoned = os.unschedulable.unwrap_or(false) && !ns.unschedulable.unwrap_or(false);
+    if uncordoned || os.taints != ns.taints {
         out.push(ClusterEvent::new(
             EventResource::Node,
             ActionType::UPDATE_NODE_TAINT,
@@ -527,5 +530,44 @@ mod tests {
         );
         let event = &node_scheduling_properties_change(&bare, &one)[0];
         assert_eq!(event.action, ActionType::UPDATE_NODE_DECLARED_FEATURE);
+    }
+
+    /// Upstream's `TestNodeSchedulingPropertiesChange` for taints and `spec.unschedulable`: only
+    /// a node made schedulable again is a taint update; a cordon alone is none.
+    #[test]
+    fn unschedulable_and_taint_changes() {
+        let actions = |old: &Node, new: &Node| {
+            node_scheduling_properties_change(old, new)
+                .iter()
+                .map(|e| e.action)
+                .collect::<Vec<_>>()
+        };
+        let open = NodeBuilder::new("n").unschedulable(false).build();
+        let cordoned = NodeBuilder::new("n").unschedulable(true).build();
+        let tainted = |value: &str| {
+            NodeBuilder::new("n")
+                .taint("node.kubernetes.io/unschedulable", value, "NoSchedule")
+                .build()
+        };
+        let relabelled_and_tainted = NodeBuilder::new("n")
+            .label("k", "v")
+            .taint("node.kubernetes.io/unschedulable", "foo", "NoSchedule")
+            .build();
+        assert!(actions(&open, &open).is_empty(), "nothing changed");
+        assert_eq!(
+            actions(&cordoned, &open),
+            [ActionType::UPDATE_NODE_TAINT],
+            "uncordoned"
+        );
+        assert!(actions(&open, &cordoned).is_empty(), "cordoned: no event");
+        assert_eq!(
+            actions(&tainted(""), &tainted("foo")),
+            [ActionType::UPDATE_NODE_TAINT]
+        );
+        let both = actions(&tainted(""), &relabelled_and_tainted);
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(
+            both.contains(&ActionType::UPDATE_NODE_TAINT) && both.contains(&ActionType::UPDATE_NODE_LABEL)
+        );
     }
 }
