@@ -1300,6 +1300,453 @@ mod tests {
         }
     }
 
+    /// Compares a hint's answer with `want`; `None` means the hint must fail.
+    fn check_hint(got: Result<QueueingHint, QueueingHintError>, want: Option<QueueingHint>, name: &str) {
+        match (got, want) {
+            (Ok(got), Some(want)) => assert_eq!(got, want, "{name}"),
+            (Err(_), None) => {}
+            (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    /// A pod-level (`spec.resources`) request map on `pod`.
+    fn pod_level(mut pod: Pod, requests: &[(&str, &str)]) -> Pod {
+        let spec = pod.spec.as_mut().unwrap();
+        spec.resources = Some(ResourceRequirements {
+            requests: Some(
+                requests
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect(),
+            ),
+            ..ResourceRequirements::default()
+        });
+        pod
+    }
+
+    /// A pod asking for `resource` only at pod level (no container requests).
+    fn pod_level_req(name: &str, node: Option<&str>, resource: &str, quantity: &str) -> Pod {
+        let b = PodBuilder::new(name);
+        let b = match node {
+            Some(n) => b.node_name(n),
+            None => b,
+        };
+        pod_level(b.build(), &[(resource, quantity)])
+    }
+
+    /// A pod on `node` whose in-place resize the kubelet deferred.
+    fn resize_deferred(name: &str, node: &str) -> Pod {
+        let mut p = PodBuilder::new(name).node_name(node).req("cpu", "1").build();
+        p.status.get_or_insert_with(PodStatus::default).conditions =
+            Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodResizePending".into(),
+                status: "True".into(),
+                reason: Some("Deferred".into()),
+                ..k8s_openapi::api::core::v1::PodCondition::default()
+            }]);
+        p
+    }
+
+    /// Upstream's `Test_isSchedulableAfterAssignedPodDelete`, on our pod hint (deletions arrive
+    /// with no new object).
+    ///
+    /// The two "when-deferred" cases run upstream with InPlacePodVerticalScalingSchedulerPreemption
+    /// on; unisched implements that alpha gate off only, and with it off upstream queues on any
+    /// assigned pod's deletion, deferred resize or not. Those are the answers asserted here.
+    #[test]
+    fn assigned_pod_delete_hints() {
+        struct Case {
+            name: &'static str,
+            pod: Pod,
+            old: EventObject,
+            want: Option<QueueingHint>,
+        }
+        let pod1 = || PodBuilder::new("pod1").req("cpu", "1").build();
+        let cases = vec![
+            Case {
+                name: "backoff-wrong-old-object",
+                pod: Pod::default(),
+                old: EventObject::Other,
+                want: None,
+            },
+            Case {
+                name: "queue-on-other-pod-deleted",
+                pod: pod1(),
+                old: EventObject::pod(PodBuilder::new("pod2").req("cpu", "1").node_name("fake").build()),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "skip-queue-on-unscheduled-pod-deleted",
+                pod: Pod::default(),
+                old: EventObject::pod(Pod::default()),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-nominated-pod-deleted",
+                pod: pod1(),
+                old: EventObject::pod(
+                    PodBuilder::new("pod2")
+                        .req("cpu", "2")
+                        .nominated_node("fake")
+                        .build(),
+                ),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "other-pod-deleted-different-node-when-deferred (gate off)",
+                pod: resize_deferred("pod1", "node1"),
+                old: EventObject::pod(PodBuilder::new("pod2").req("cpu", "1").node_name("node2").build()),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "queue-on-other-pod-deleted-same-node-when-deferred",
+                pod: resize_deferred("pod1", "node1"),
+                old: EventObject::pod(PodBuilder::new("pod2").req("cpu", "1").node_name("node1").build()),
+                want: Some(QueueingHint::Queue),
+            },
+        ];
+        let hint = fit(NodeResourcesFitArgs::default()).events_to_register()[0]
+            .hint
+            .clone()
+            .unwrap();
+        for c in cases {
+            check_hint(hint(&c.pod, Some(&c.old), None), c.want, c.name);
+        }
+    }
+
+    /// Upstream's `Test_isSchedulableAfterTargetPodScaleDown`: the waiting pod's own scale-down
+    /// always requeues it. Upstream hands that hint no objects; ours sees the pod's own update.
+    #[test]
+    fn target_pod_scale_down_hints() {
+        let cases = [
+            (
+                "queue-on-target-pod-some-resource-scale-down",
+                PodBuilder::new("pod1").req("cpu", "2").build(),
+                PodBuilder::new("pod1").req("cpu", "1").build(),
+            ),
+            (
+                "queue-on-target-pod-some-pod-level-resource-scale-down",
+                pod_level_req("pod1", None, "cpu", "2"),
+                pod_level_req("pod1", None, "cpu", "1"),
+            ),
+        ];
+        let hint = fit(NodeResourcesFitArgs::default()).events_to_register()[0]
+            .hint
+            .clone()
+            .unwrap();
+        for (name, old, new) in cases {
+            let got = hint(
+                &new,
+                Some(&EventObject::pod(old)),
+                Some(&EventObject::pod(new.clone())),
+            );
+            check_hint(got, Some(QueueingHint::Queue), name);
+        }
+    }
+
+    /// Upstream's `Test_isSchedulableAfterAssignedPodScaleDown`. The two "when-deferred" cases are
+    /// asserted with InPlacePodVerticalScalingSchedulerPreemption off (see
+    /// [`assigned_pod_delete_hints`]): a cpu scale-down on any node then requeues.
+    #[test]
+    fn assigned_pod_scale_down_hints() {
+        struct Case {
+            name: &'static str,
+            pod: Pod,
+            old: Option<EventObject>,
+            new: Option<EventObject>,
+            want: Option<QueueingHint>,
+        }
+        let pod1 = || PodBuilder::new("pod1").req("cpu", "1").build();
+        let other = |node: Option<&str>, resource: &str, quantity: &str| {
+            let b = PodBuilder::new("pod2").req(resource, quantity);
+            EventObject::pod(match node {
+                Some(n) => b.node_name(n).build(),
+                None => b.build(),
+            })
+        };
+        let cases = vec![
+            Case {
+                name: "backoff-wrong-old-object",
+                pod: Pod::default(),
+                old: Some(EventObject::Other),
+                new: None,
+                want: None,
+            },
+            Case {
+                name: "backoff-wrong-new-object",
+                pod: Pod::default(),
+                old: None,
+                new: Some(EventObject::Other),
+                want: None,
+            },
+            Case {
+                name: "skip-queue-on-other-unscheduled-pod",
+                pod: pod1(),
+                old: Some(other(None, "cpu", "2")),
+                new: Some(other(None, "cpu", "1")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-queue-on-other-pod-unrelated-resource-scaled-down",
+                pod: pod1(),
+                old: Some(other(Some("fake"), "memory", "2")),
+                new: Some(other(Some("fake"), "memory", "1")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-queue-on-other-pod-unrelated-pod-level-resource-scaled-down",
+                pod: pod_level_req("pod1", None, "cpu", "1"),
+                old: Some(EventObject::pod(pod_level_req(
+                    "pod2",
+                    Some("fake"),
+                    "memory",
+                    "2",
+                ))),
+                new: Some(EventObject::pod(pod_level_req(
+                    "pod2",
+                    Some("fake"),
+                    "memory",
+                    "1",
+                ))),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-other-pod-some-resource-scale-down",
+                pod: pod1(),
+                old: Some(other(Some("fake"), "cpu", "2")),
+                new: Some(other(Some("fake"), "cpu", "1")),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "queue-on-other-pod-some-pod-level-resource-scale-down",
+                pod: pod_level_req("pod1", None, "cpu", "1"),
+                old: Some(EventObject::pod(pod_level_req("pod2", Some("fake"), "cpu", "2"))),
+                new: Some(EventObject::pod(pod_level_req("pod2", Some("fake"), "cpu", "1"))),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "other-pod-scaled-down-different-node-when-deferred (gate off)",
+                pod: resize_deferred("pod1", "node1"),
+                old: Some(other(Some("node2"), "cpu", "2")),
+                new: Some(other(Some("node2"), "cpu", "1")),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "queue-on-other-pod-scaled-down-same-node-when-deferred",
+                pod: resize_deferred("pod1", "node1"),
+                old: Some(other(Some("node1"), "cpu", "2")),
+                new: Some(other(Some("node1"), "cpu", "1")),
+                want: Some(QueueingHint::Queue),
+            },
+        ];
+        let hint = fit(NodeResourcesFitArgs::default()).events_to_register()[0]
+            .hint
+            .clone()
+            .unwrap();
+        for c in cases {
+            check_hint(hint(&c.pod, c.old.as_ref(), c.new.as_ref()), c.want, c.name);
+        }
+    }
+
+    /// Upstream's `Test_isSchedulableAfterNodeChange` (upstream's `Capacity` sets allocatable too).
+    #[test]
+    fn node_change_hints() {
+        struct Case {
+            name: &'static str,
+            pod: Pod,
+            old: Option<EventObject>,
+            new: Option<EventObject>,
+            want: Option<QueueingHint>,
+        }
+        let node = |allocs: &[(&str, &str)]| Some(EventObject::Node(Arc::new(node_obj(allocs))));
+        let mem_and_a = || {
+            PodBuilder::new("p")
+                .req("memory", "2")
+                .req("example.com/aaa", "1")
+                .build()
+        };
+        let cases = vec![
+            Case {
+                name: "backoff-wrong-new-object",
+                pod: Pod::default(),
+                old: None,
+                new: Some(EventObject::Other),
+                want: None,
+            },
+            Case {
+                name: "backoff-wrong-old-object",
+                pod: Pod::default(),
+                old: Some(EventObject::Other),
+                new: Some(EventObject::Node(Arc::new(Node::default()))),
+                want: None,
+            },
+            Case {
+                name: "skip-queue-on-node-add-without-sufficient-resources",
+                pod: PodBuilder::new("p").req("memory", "2").build(),
+                old: None,
+                new: node(&[("memory", "1")]),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-queue-on-node-add-without-required-resource-type",
+                pod: PodBuilder::new("p").req("example.com/aaa", "1").build(),
+                old: None,
+                new: node(&[("example.com/bbb", "1")]),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-node-add-with-sufficient-resources",
+                pod: mem_and_a(),
+                old: None,
+                new: node(&[("memory", "4"), ("example.com/aaa", "2")]),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "skip-queue-on-node-unrelated-changes",
+                pod: mem_and_a(),
+                old: node(&[("memory", "2"), ("example.com/aaa", "2")]),
+                new: node(&[
+                    ("memory", "2"),
+                    ("example.com/aaa", "1"),
+                    ("example.com/bbb", "2"),
+                ]),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-pod-requested-resources-increase",
+                pod: mem_and_a(),
+                old: node(&[("memory", "2"), ("example.com/aaa", "1")]),
+                new: node(&[("memory", "2"), ("example.com/aaa", "2")]),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "skip-queue-on-node-changes-from-suitable-to-unsuitable",
+                pod: mem_and_a(),
+                old: node(&[("memory", "4"), ("example.com/aaa", "2")]),
+                new: node(&[("memory", "1"), ("example.com/aaa", "2")]),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-node-changes-from-unsuitable-to-suitable",
+                pod: mem_and_a(),
+                old: node(&[("memory", "1"), ("example.com/aaa", "2")]),
+                new: node(&[("memory", "4"), ("example.com/aaa", "2")]),
+                want: Some(QueueingHint::Queue),
+            },
+        ];
+        let hint = fit(NodeResourcesFitArgs::default()).events_to_register()[1]
+            .hint
+            .clone()
+            .unwrap();
+        for c in cases {
+            check_hint(hint(&c.pod, c.old.as_ref(), c.new.as_ref()), c.want, c.name);
+        }
+    }
+
+    /// Upstream's `Test_isSchedulableAfterDeviceClassChange`.
+    #[test]
+    fn device_class_change_hints() {
+        fn class(name: &str, ext: Option<&str>) -> Option<EventObject> {
+            Some(EventObject::DeviceClass(Arc::new(DeviceClass {
+                metadata: ObjectMeta {
+                    name: Some(name.into()).filter(|n: &String| !n.is_empty()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(DeviceClassSpec {
+                    extended_resource_name: ext.map(String::from),
+                    ..DeviceClassSpec::default()
+                }),
+            })))
+        }
+        struct Case {
+            name: &'static str,
+            pod: Pod,
+            old: Option<EventObject>,
+            new: Option<EventObject>,
+            want: Option<QueueingHint>,
+        }
+        let mem = || PodBuilder::new("p").req("memory", "2").build();
+        let wants = |resource: &str| PodBuilder::new("p").req(resource, "1").build();
+        let implicit = "deviceclass.resource.kubernetes.io/gpuclass";
+        let cases = vec![
+            Case {
+                name: "backoff-wrong-new-object",
+                pod: Pod::default(),
+                old: None,
+                new: Some(EventObject::Other),
+                want: None,
+            },
+            Case {
+                name: "backoff-wrong-old-object",
+                pod: Pod::default(),
+                old: Some(EventObject::Other),
+                new: class("", None),
+                want: None,
+            },
+            Case {
+                name: "skip-queue-on-class-nil-extended-resource-name-pointer",
+                pod: mem(),
+                old: class("", None),
+                new: class("", None),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-queue-on-class-same-extended-resource-name",
+                pod: mem(),
+                old: class("", Some("example.com/gpu")),
+                new: class("", Some("example.com/gpu")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-class-add-with-implicit-extended-resource-name",
+                pod: wants(implicit),
+                old: None,
+                new: class("gpuclass", Some("example.com/gpu")),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "skip-on-class-add-with-implicit-extended-resource-name-not-matching",
+                pod: wants(implicit),
+                old: None,
+                new: class("myclass", Some("example.com/gpu")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-on-class-add-with-explicit-extended-resource-name-not-matching",
+                pod: wants("example.com/othergpu"),
+                old: None,
+                new: class("myclass", Some("example.com/gpu")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "skip-on-class-update-with-implicit-extended-resource-name",
+                pod: wants(implicit),
+                old: class("gpuclass", None),
+                new: class("gpuclass", Some("example.com/gpu")),
+                want: Some(QueueingHint::Skip),
+            },
+            Case {
+                name: "queue-on-class-add-with-extended-resource-name",
+                pod: wants("example.com/gpu"),
+                old: None,
+                new: class("", Some("example.com/gpu")),
+                want: Some(QueueingHint::Queue),
+            },
+            Case {
+                name: "queue-on-class-update-with-extended-resource-name",
+                pod: wants("example.com/gpu"),
+                old: class("", Some("example.com/gpu1")),
+                new: class("", Some("example.com/gpu")),
+                want: Some(QueueingHint::Queue),
+            },
+        ];
+        let pl = NodeResourcesFit::new(&NodeResourcesFitArgs::default(), gpu_resolver()).unwrap();
+        let hint = pl.events_to_register()[2].hint.clone().unwrap();
+        for c in cases {
+            check_hint(hint(&c.pod, c.old.as_ref(), c.new.as_ref()), c.want, c.name);
+        }
+    }
+
     mod props {
         use proptest::prelude::*;
 
