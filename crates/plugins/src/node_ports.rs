@@ -292,4 +292,43 @@ mod tests {
             );
         }
     }
+
+    /// Upstream's `Test_isSchedulableAfterAssignedPodDeleted`, with its inputs.
+    #[test]
+    fn assigned_pod_deleted_upstream_cases() {
+        let target = PodBuilder::new("p").host_port(8080).build();
+        let cases = [
+            (
+                "skip-queue-on-unscheduled",
+                PodBuilder::new("d"),
+                QueueingHint::Skip,
+            ),
+            (
+                "skip-queue-on-non-hostport",
+                PodBuilder::new("d").node_name("fake-node"),
+                QueueingHint::Skip,
+            ),
+            (
+                "skip-queue-on-unrelated-hostport",
+                PodBuilder::new("d").node_name("fake-node").host_port(8081),
+                QueueingHint::Skip,
+            ),
+            (
+                "queue-on-released-hostport",
+                PodBuilder::new("d").node_name("fake-node").host_port(8080),
+                QueueingHint::Queue,
+            ),
+        ];
+        for (name, deleted, want) in cases {
+            let old = EventObject::pod(deleted.build());
+            assert_eq!(
+                assigned_pod_deleted(&target, Some(&old), None).unwrap(),
+                want,
+                "{name}"
+            );
+        }
+        // backoff-wrong-old-object: anything but a pod is an error (the queue then requeues).
+        let wrong = EventObject::Node(Arc::new(NodeBuilder::new("n").build()));
+        assert!(assigned_pod_deleted(&target, Some(&wrong), None).is_err());
+    }
 }
