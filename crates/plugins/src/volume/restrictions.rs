@@ -15,12 +15,13 @@ use std::{collections::BTreeSet, sync::Arc};
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use unisched_cache::VolumeCache;
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
-    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
+    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint,
+    QueueingHintError, Status,
 };
 
 use super::{persistent_claim_names, pod_namespace, resolve_persistent_claims};
-use crate::helper::event_pod_objects;
+use crate::helper::{event_pod_objects, object_kind};
 
 /// The plugin name.
 pub const NAME: &str = "VolumeRestrictions";
@@ -105,8 +106,12 @@ fn volumes(pod: &Pod) -> &[Volume] {
 }
 
 /// Whether deleting `deleted` can help `pod`: it mounted a disk the pod conflicts with, or used one
-/// of the pod's claims.
+/// of the pod's claims. As upstream, only a pod of the same namespace counts, for disks too: a
+/// conflict with a pod of another namespace waits for another event or the unschedulable timeout.
 fn frees_something_for(pod: &Pod, deleted: &Pod) -> bool {
+    if pod_namespace(pod) != pod_namespace(deleted) {
+        return false;
+    }
     let mine = volumes(pod);
     if volumes(deleted)
         .iter()
@@ -114,11 +119,36 @@ fn frees_something_for(pod: &Pod, deleted: &Pod) -> bool {
     {
         return true;
     }
-    if pod_namespace(pod) != pod_namespace(deleted) {
-        return false;
-    }
     let theirs = persistent_claim_names(deleted);
     persistent_claim_names(pod).iter().any(|c| theirs.contains(c))
+}
+
+/// A claim was created: only one a `persistentVolumeClaim` volume of the pod names can help, as
+/// PreFilter looks up no other (a generic ephemeral volume's claim is VolumeBinding's to wait for,
+/// so its creation is no reason to retry this plugin's rejection).
+fn claim_added(
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let claim = match new.or(old) {
+        Some(EventObject::PersistentVolumeClaim(c)) => c,
+        Some(other) => {
+            return Err(QueueingHintError::UnexpectedKind {
+                expected: "PersistentVolumeClaim",
+                got: object_kind(other),
+            });
+        }
+        None => return Err(QueueingHintError::EmptyEvent { kind: "claim" }),
+    };
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    let claim_namespace = claim.metadata.namespace.as_deref().filter(|n| !n.is_empty());
+    let same_namespace = claim_namespace.unwrap_or("default") == pod_namespace(pod);
+    Ok(if same_namespace && persistent_claim_names(pod).contains(&name) {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
 }
 
 impl Plugin for VolumeRestrictions {
@@ -261,7 +291,7 @@ impl EnqueueExtensions for VolumeRestrictions {
                     ActionType::ADD,
                     "PersistentVolumeClaimAdd",
                 ),
-                super::claim_event_hint,
+                claim_added,
             ),
         ]
     }
@@ -542,6 +572,170 @@ mod tests {
                 (EventResource::Node, ActionType::ADD.0, false),
                 (EventResource::PersistentVolumeClaim, ActionType::ADD.0, true),
             ]
+        );
+    }
+
+    /// Upstream's `Test_isSchedulableAfterAssignedPodDeleted`, through the registered hint, plus
+    /// the namespace rule upstream applies first (no upstream case covers it).
+    #[test]
+    fn assigned_pod_deleted_upstream_cases() {
+        fn rbd_pool(monitors: &[&str]) -> Volume {
+            let mut v = rbd(monitors, "bar");
+            if let Some(r) = v.rbd.as_mut() {
+                r.pool = Some("foo".into());
+                r.fs_type = Some("ext4".into());
+            }
+            v
+        }
+        let on = |v: Volume| with_volume(PodBuilder::new("q").build(), v);
+        let claims = |name: &str, c: &str| with_claims(PodBuilder::new(name).build(), &[c]);
+        let cases = [
+            (
+                "queue-new-object-gcedisk-conflict",
+                on(gce("foo", false)),
+                on(gce("foo", false)),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-new-object-gcedisk-no-conflict",
+                on(gce("foo", false)),
+                on(gce("bar", false)),
+                QueueingHint::Skip,
+            ),
+            (
+                "queue-new-object-awsdisk-conflict",
+                on(ebs("foo")),
+                on(ebs("foo")),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-new-object-awsdisk-no-conflict",
+                on(ebs("foo")),
+                on(ebs("bar")),
+                QueueingHint::Skip,
+            ),
+            (
+                "queue-new-object-rbddisk-conflict",
+                on(rbd_pool(&["a", "b"])),
+                on(rbd_pool(&["a", "b"])),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-new-object-rbddisk-no-conflict",
+                on(rbd_pool(&["a", "b"])),
+                on(rbd_pool(&["c", "d"])),
+                QueueingHint::Skip,
+            ),
+            (
+                "queue-new-object-iscsidisk-conflict",
+                on(iscsi("iqn.2016-12.server:storage.target01", false)),
+                on(iscsi("iqn.2016-12.server:storage.target01", false)),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-new-object-iscsidisk-no-conflict",
+                on(iscsi("iqn.2016-12.server:storage.target01", false)),
+                on(iscsi("iqn.2017-12.server:storage.target01", false)),
+                QueueingHint::Skip,
+            ),
+            (
+                "queue-has-same-claim",
+                claims("pod1", "claim-rwop"),
+                claims("pod2", "claim-rwop"),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-no-same-claim",
+                claims("pod1", "claim-1-rwop"),
+                claims("pod2", "claim-2-rwop"),
+                QueueingHint::Skip,
+            ),
+            (
+                "skip on a conflicting disk in another namespace",
+                on(gce("foo", false)),
+                with_volume(PodBuilder::new("q").namespace("other").build(), gce("foo", false)),
+                QueueingHint::Skip,
+            ),
+        ];
+        let hint = VolumeRestrictions::new(None).events_to_register()[0]
+            .hint
+            .clone()
+            .unwrap();
+        for (name, pod, deleted, want) in cases {
+            let old = EventObject::pod(deleted);
+            assert_eq!(hint(&pod, Some(&old), None).unwrap(), want, "{name}");
+        }
+    }
+
+    /// Upstream's `Test_isSchedulableAfterPersistentVolumeClaimChange`, through the registered
+    /// hint, plus a generic ephemeral volume's claim (upstream does not look at those).
+    #[test]
+    fn claim_change_upstream_cases() {
+        let rwx = |name: &str| {
+            EventObject::PersistentVolumeClaim(Arc::new(
+                PvcBuilder::new(name, "", "1Gi")
+                    .access_modes(&["ReadWriteMany"])
+                    .build(),
+            ))
+        };
+        let one = with_claims(
+            PodBuilder::new("pod-with-one-pvc").node_name("node-1").build(),
+            &["claim-with-rwx-1"],
+        );
+        let two = with_claims(
+            PodBuilder::new("pod-with-two-pvcs").node_name("node-1").build(),
+            &["claim-with-rwx-1", "claim-with-rwx-2"],
+        );
+        let other_ns = with_claims(
+            PodBuilder::new("pod-with-one-pvc")
+                .namespace("kube-system")
+                .build(),
+            &["claim-with-rwx-1"],
+        );
+        let ephemeral = with_volume(
+            PodBuilder::new("p").build(),
+            Volume {
+                name: "scratch".into(),
+                ephemeral: Some(EphemeralVolumeSource::default()),
+                ..Default::default()
+            },
+        );
+        let cases = [
+            (
+                "queue-new-object-pvc-belong-pod",
+                &two,
+                rwx("claim-with-rwx-1"),
+                QueueingHint::Queue,
+            ),
+            (
+                "skip-new-object-unused",
+                &one,
+                rwx("claim-with-rwx-2"),
+                QueueingHint::Skip,
+            ),
+            (
+                "skip-new-object-namespace-not-equal-pod",
+                &other_ns,
+                rwx("claim-with-rwx-1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "skip on the claim of a generic ephemeral volume",
+                &ephemeral,
+                rwx("p-scratch"),
+                QueueingHint::Skip,
+            ),
+        ];
+        let hint = VolumeRestrictions::new(None).events_to_register()[2]
+            .hint
+            .clone()
+            .unwrap();
+        for (name, pod, claim, want) in cases {
+            assert_eq!(hint(pod, None, Some(&claim)).unwrap(), want, "{name}");
+        }
+        assert!(
+            hint(&one, None, Some(&EventObject::Other)).is_err(),
+            "a non-claim object is an error"
         );
     }
 }
