@@ -26,7 +26,7 @@ use std::{
 };
 
 use k8s_openapi::api::{
-    core::v1::Pod,
+    core::v1::{Pod, Volume},
     storage::v1::{CSINode, VolumeAttachment},
 };
 use unisched_cache::VolumeCache;
@@ -36,8 +36,8 @@ use unisched_framework::{
     QueueingHint, QueueingHintError, Status,
 };
 
-use super::{claim_class, claim_volume_name, persistent_claim_names, pod_claim_names, pod_namespace};
-use crate::helper::event_pod_objects;
+use super::{claim_class, claim_volume_name, pod_claim_names, pod_namespace};
+use crate::helper::{event_pod_objects, object_kind};
 
 /// The plugin name.
 pub const NAME: &str = "NodeVolumeLimits";
@@ -247,7 +247,7 @@ impl EnqueueExtensions for NodeVolumeLimits {
                 ClusterEvent::new(EventResource::CsiNode, ActionType::UPDATE, "CSINodeUpdate"),
                 |_pod, old, new| csi_node_updated_hint(old, new),
             ),
-            // Only a pod with claims held attachments.
+            // Only a placed pod with attachable volumes held attachments.
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
                     EventResource::AssignedPod,
@@ -257,7 +257,7 @@ impl EnqueueExtensions for NodeVolumeLimits {
                 |_pod, old, new| {
                     let (deleted, _) = event_pod_objects(old, new)?;
                     Ok(match deleted {
-                        Some(d) if pod_claim_names(d).is_empty() => QueueingHint::Skip,
+                        Some(d) if !held_attachments(d) => QueueingHint::Skip,
                         _ => QueueingHint::Queue,
                     })
                 },
@@ -271,23 +271,125 @@ impl EnqueueExtensions for NodeVolumeLimits {
                 super::claim_event_hint,
             ),
             // A detached volume frees a slot; as upstream, it can help any pod with a
-            // `persistentVolumeClaim` volume.
+            // `persistentVolumeClaim` volume, and a pod with an in-tree volume of the detached
+            // volume's driver.
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
                     EventResource::VolumeAttachment,
                     ActionType::DELETE,
                     "VolumeAttachmentDelete",
                 ),
-                |pod, _old, _new| {
-                    Ok(if persistent_claim_names(pod).is_empty() {
-                        QueueingHint::Skip
-                    } else {
-                        QueueingHint::Queue
-                    })
-                },
+                attachment_deleted_hint,
             ),
         ]
     }
+}
+
+/// Whether `pod`, deleted, may have held attachments: it was bound or nominated and has a claim
+/// (persistent or generic ephemeral) or an in-tree volume CSI migration covers (upstream counts
+/// those as their CSI driver's).
+fn held_attachments(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let placed = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+        || pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+    placed
+        && spec
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .any(|v| {
+                v.persistent_volume_claim.is_some() || v.ephemeral.is_some() || migrated_driver(v).is_some()
+            })
+}
+
+/// The CSI driver that replaces an in-tree inline volume under CSI migration: `Ok(None)` for a
+/// volume no migration covers, `Err` for one the translation rejects (as upstream's translator: an
+/// EBS id in URL form that names no `vol-…`, an Azure disk of another kind than `Managed`).
+fn migrated_driver(v: &Volume) -> Option<Result<&'static str, String>> {
+    if let Some(ebs) = &v.aws_elastic_block_store {
+        let id = &ebs.volume_id;
+        let ok = id.strip_prefix("aws://").is_none_or(|rest| {
+            // `aws://<zone>/<id>`: the id is the path, which must be a volume id.
+            let path = rest.split_once('/').map_or("", |(_, p)| p).trim_matches('/');
+            path.starts_with("vol-") && !path.contains('/')
+        });
+        return Some(if ok {
+            Ok("ebs.csi.aws.com")
+        } else {
+            Err(format!("volume {}: invalid AWS EBS volume id {id}", v.name))
+        });
+    }
+    if let Some(disk) = &v.azure_disk {
+        return Some(match disk.kind.as_deref() {
+            Some(kind) if !kind.eq_ignore_ascii_case("Managed") => Err(format!(
+                "volume {}: Azure disk kind {kind} is not supported in CSI migration",
+                v.name
+            )),
+            _ => Ok("disk.csi.azure.com"),
+        });
+    }
+    let driver = if v.gce_persistent_disk.is_some() {
+        "pd.csi.storage.gke.io"
+    } else if v.cinder.is_some() {
+        "cinder.csi.openstack.org"
+    } else if v.azure_file.is_some() {
+        "file.csi.azure.com"
+    } else if v.vsphere_volume.is_some() {
+        "csi.vsphere.vmware.com"
+    } else if v.portworx_volume.is_some() {
+        "pxd.portworx.com"
+    } else {
+        return None;
+    };
+    Some(Ok(driver))
+}
+
+/// A VolumeAttachment was deleted: a pod with a `persistentVolumeClaim` volume may fit now, and so
+/// may one with an in-tree volume that migrates to the detached volume's driver. Volumes are read
+/// in order, and the first one that decides answers (an in-tree volume that does not translate is
+/// an error, which requeues).
+fn attachment_deleted_hint(
+    pod: &Pod,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let attachment = match old.or(new) {
+        Some(EventObject::VolumeAttachment(a)) => a,
+        Some(other) => {
+            return Err(QueueingHintError::UnexpectedKind {
+                expected: "VolumeAttachment",
+                got: object_kind(other),
+            });
+        }
+        None => {
+            return Err(QueueingHintError::EmptyEvent {
+                kind: "VolumeAttachment",
+            });
+        }
+    };
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default();
+    for v in volumes {
+        if v.persistent_volume_claim.is_some() {
+            return Ok(QueueingHint::Queue);
+        }
+        match migrated_driver(v) {
+            None => {}
+            Some(Err(err)) => return Err(err.into()),
+            Some(Ok(driver)) if driver == attachment.spec.attacher => return Ok(QueueingHint::Queue),
+            Some(Ok(_)) => {}
+        }
+    }
+    Ok(QueueingHint::Skip)
 }
 
 /// A driver's attachable count, absent counted as 0 (as upstream's hint counts it).
@@ -515,7 +617,8 @@ mod tests {
             .find(|e| e.event.resource == EventResource::VolumeAttachment)
             .expect("VolumeAttachment deletions are registered");
         assert_eq!(detach.event.action, ActionType::DELETE);
-        let hint = |pod: &Pod| (detach.hint.as_ref().unwrap())(pod, None, None).unwrap();
+        let detached = attachment("any.csi.example.com", None);
+        let hint = |pod: &Pod| (detach.hint.as_ref().unwrap())(pod, Some(&detached), None).unwrap();
         let with_claim = with_claims(PodBuilder::new("p").build(), &["c0"]);
         assert_eq!(hint(&with_claim), QueueingHint::Queue);
         assert_eq!(hint(&PodBuilder::new("q").build()), QueueingHint::Skip);
@@ -687,5 +790,232 @@ mod tests {
             None,
         ));
         assert!(csi_node_updated_hint(Some(&class), Some(&node(&[]))).is_err());
+    }
+
+    /// A deleted VolumeAttachment of `attacher`, for an inline volume of `inline_driver` when given
+    /// (else for PV `pv1`).
+    fn attachment(attacher: &str, inline_driver: Option<&str>) -> EventObject {
+        use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolumeSpec};
+        EventObject::VolumeAttachment(Arc::new(VolumeAttachment {
+            metadata: ObjectMeta {
+                name: Some("volumeattachment1".into()),
+                ..Default::default()
+            },
+            spec: VolumeAttachmentSpec {
+                attacher: attacher.into(),
+                node_name: "fake-node".into(),
+                source: match inline_driver {
+                    Some(driver) => VolumeAttachmentSource {
+                        inline_volume_spec: Some(PersistentVolumeSpec {
+                            csi: Some(CSIPersistentVolumeSource {
+                                driver: driver.into(),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    None => VolumeAttachmentSource {
+                        persistent_volume_name: Some("pv1".into()),
+                        ..Default::default()
+                    },
+                },
+            },
+            status: None,
+        }))
+    }
+
+    fn inline_ebs(id: &str) -> Volume {
+        Volume {
+            name: "ebs".into(),
+            aws_elastic_block_store: Some(k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource {
+                volume_id: id.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn inline_gce(pd: &str) -> Volume {
+        Volume {
+            name: "gce".into(),
+            gce_persistent_disk: Some(k8s_openapi::api::core::v1::GCEPersistentDiskVolumeSource {
+                pd_name: pd.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ephemeral(name: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            ephemeral: Some(k8s_openapi::api::core::v1::EphemeralVolumeSource::default()),
+            ..Default::default()
+        }
+    }
+
+    fn hint_for(resource: EventResource) -> unisched_framework::QueueingHintFn {
+        NodeVolumeLimits::new(None)
+            .events_to_register()
+            .into_iter()
+            .find(|e| e.event.resource == resource)
+            .and_then(|e| e.hint)
+            .unwrap()
+    }
+
+    /// Upstream's `TestCSILimitsQHint` (an assigned pod was deleted), plus a deleted pod's generic
+    /// ephemeral volume and a deletion that is not a pod.
+    #[test]
+    fn deleted_pod_hints() {
+        use crate::volume::testing::with_volume;
+        let target = with_claims(PodBuilder::new("p").build(), &["csi-ebs.csi.aws.com-2"]);
+        let on_node = || PodBuilder::new("d").node_name("csi-node");
+        let cases = [
+            (
+                "return a Queue when a deleted pod has a PVC",
+                with_claims(on_node().build(), &["placeholder"]),
+                QueueingHint::Queue,
+            ),
+            (
+                "return a Queue when a deleted pod has a inline migratable volume",
+                with_volume(on_node().build(), inline_ebs("")),
+                QueueingHint::Queue,
+            ),
+            (
+                "return a QueueSkip when a deleted pod doesn't have any volume",
+                on_node().build(),
+                QueueingHint::Skip,
+            ),
+            (
+                "return a QueueSkip when a deleted pod is not scheduled.",
+                with_claims(PodBuilder::new("d").build(), &["csi-ebs.csi.aws.com-0"]),
+                QueueingHint::Skip,
+            ),
+            (
+                "a nominated pod's claim",
+                with_claims(PodBuilder::new("d").nominated_node("csi-node").build(), &["c"]),
+                QueueingHint::Queue,
+            ),
+            (
+                "a generic ephemeral volume",
+                with_volume(on_node().build(), ephemeral("scratch")),
+                QueueingHint::Queue,
+            ),
+        ];
+        let hint = hint_for(EventResource::AssignedPod);
+        for (name, deleted, want) in cases {
+            let old = EventObject::pod(deleted);
+            assert_eq!(hint(&target, Some(&old), None).unwrap(), want, "{name}");
+        }
+        assert!(hint(&target, Some(&EventObject::Other), None).is_err());
+    }
+
+    /// Upstream's `TestCSILimitsAddedPVCQHint`.
+    #[test]
+    fn added_claim_hints() {
+        use crate::volume::testing::with_volume;
+        let claim = |name: &str, ns: &str| {
+            let mut c = PvcBuilder::new(name, "", "1Gi").build();
+            c.metadata.namespace = Some(ns.into());
+            EventObject::PersistentVolumeClaim(Arc::new(c))
+        };
+        let in_ns1 = |name: &str| PodBuilder::new(name).namespace("ns1").build();
+        let cases = [
+            (
+                "a pod isn't in the same namespace as an added PVC",
+                in_ns1("p"),
+                claim("", "ns2"),
+                QueueingHint::Skip,
+            ),
+            (
+                "a pod is in the same namespace as an added PVC",
+                with_claims(in_ns1("p"), &["pvc1"]),
+                claim("pvc1", "ns1"),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod has an ephemeral volume related to an added PVC",
+                with_volume(in_ns1("pod1"), ephemeral("ephemeral")),
+                claim("pod1-ephemeral", "ns1"),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod doesn't have the same PVC as an added PVC",
+                with_claims(in_ns1("p"), &["pvc1"]),
+                claim("pvc2", "ns1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "a pod doesn't have any PVC attached",
+                in_ns1("p"),
+                claim("pvc2", "ns1"),
+                QueueingHint::Skip,
+            ),
+        ];
+        let hint = hint_for(EventResource::PersistentVolumeClaim);
+        for (name, pod, added, want) in cases {
+            assert_eq!(hint(&pod, None, Some(&added)).unwrap(), want, "{name}");
+        }
+    }
+
+    /// Upstream's `TestCSILimitsDeletedVolumeAttachmentQHint`, plus the errors: an in-tree volume
+    /// the translation rejects, and a deletion that is not a VolumeAttachment.
+    #[test]
+    fn deleted_attachment_hints() {
+        use crate::volume::testing::with_volume;
+        let ns1 = || PodBuilder::new("p").namespace("ns1").build();
+        let ebs_and_claim = || with_claims(with_volume(ns1(), inline_ebs("test")), &["pvc1"]);
+        let cases = [
+            (
+                "a pod has PVC when VolumeAttachment is deleting",
+                with_claims(ns1(), &["pvc1"]),
+                attachment("test.storage.gke.io", None),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod has an Inline Migratable volume (AWSEBSDriver) when VolumeAttachment (AWSEBSDriver) is deleting (match)",
+                with_volume(ns1(), inline_ebs("test")),
+                attachment("ebs.csi.aws.com", Some("ebs.csi.aws.com")),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod has an Inline Migratable volume (GCEPDDriver) when VolumeAttachment (AWSEBSDriver) is deleting (no match)",
+                with_volume(ns1(), inline_gce("test")),
+                attachment("ebs.csi.aws.com", Some("ebs.csi.aws.com")),
+                QueueingHint::Skip,
+            ),
+            (
+                "a pod has an Inline Migratable volume (AWSEBSDriver) and PVC when VolumeAttachment (AWSEBSDriver) is deleting",
+                ebs_and_claim(),
+                attachment("ebs.csi.aws.com", Some("ebs.csi.aws.com")),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod has an Inline Migratable volume (AWSEBSDriver) and PVC when VolumeAttachment (AWSEBSDriver)  is deleting",
+                ebs_and_claim(),
+                attachment("test.storage.gke.io", None),
+                QueueingHint::Queue,
+            ),
+            (
+                "a pod has no PVC when VolumeAttachment is deleting",
+                ns1(),
+                attachment("test.storage.gke.io", None),
+                QueueingHint::Skip,
+            ),
+            (
+                "an EBS id in URL form",
+                with_volume(ns1(), inline_ebs("aws://us-east-1a/vol-123")),
+                attachment("ebs.csi.aws.com", Some("ebs.csi.aws.com")),
+                QueueingHint::Queue,
+            ),
+        ];
+        let hint = hint_for(EventResource::VolumeAttachment);
+        for (name, pod, deleted, want) in cases {
+            assert_eq!(hint(&pod, Some(&deleted), None).unwrap(), want, "{name}");
+        }
+        let bad = with_volume(ns1(), inline_ebs("aws://us-east-1a/not-a-volume"));
+        assert!(hint(&bad, Some(&attachment("ebs.csi.aws.com", None)), None).is_err());
+        assert!(hint(&ns1(), Some(&EventObject::Other), None).is_err());
     }
 }
