@@ -3,16 +3,18 @@
 //! A pod waiting for a GPU should not be retried for every claim, slice or node change in the
 //! cluster. The hints follow upstream where it has them and add the obvious ones where it has none:
 //!
-//! * **ResourceClaim add/update/delete** — a deallocated claim frees devices for everybody (Queue);
-//!   otherwise only the pod's own claims matter (by name, or its extended-resource claim); while
-//!   some of its claims are still missing nothing helps; a new claim or a changed status helps, a
-//!   metadata-only change (a driver adding a finalizer) does not.
+//! * **ResourceClaim add/update/delete** — a deleted claim helps only if it was still allocated;
+//!   while some of the pod's claims are missing, being deleted or not its own nothing helps;
+//!   otherwise a deallocated claim frees devices for everybody (Queue), and else only the pod's own
+//!   claims matter (by name, or its extended-resource claim): a new claim or a changed status
+//!   helps, a metadata-only change (a driver adding a finalizer) does not.
 //! * **ResourceSlice add/update** — new devices may help; an update that leaves the spec unchanged
 //!   does not.
 //! * **DeviceClass add/update** — only a class the pod's requests (or extended resources) name.
 //! * **Node add / label / allocatable / taint changes** — always (node selection of slices, device
 //!   plugins vs DRA for extended resources, KEP-5517 allocatable).
-//! * **Pod generated-claim update** of the pod itself — when all its claims now resolve.
+//! * **Pod generated-claim update** of the pod itself — when all its claims now resolve, exist and
+//!   are usable.
 //! * **Assigned pod delete** — frees node allocatable a KEP-5517 footprint may need.
 
 use std::sync::Arc;
@@ -21,10 +23,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use unisched_cache::{DraCache, IMPLICIT_EXTENDED_RESOURCE_PREFIX};
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, QueueingHint,
+    ActionType, ClusterEvent, ClusterEventWithHint, EventObject, EventResource, EventSide, QueueingHint,
+    QueueingHintError,
 };
 
 use super::claims;
+use crate::helper::unexpected_object;
 
 fn claim_of(o: Option<&EventObject>) -> Option<&Arc<ResourceClaim>> {
     match o {
@@ -50,6 +54,11 @@ pub(crate) fn claim_hint(
 
 /// [`claim_hint`]; `skip_unrelated: false` turns off the shortcut for claims the pod neither owns
 /// nor names (the tests check that both give the same answer).
+///
+/// The order is upstream's: a deletion is judged on the claim's last state alone; otherwise, while
+/// some claim of the pod is missing, being deleted or not the pod's own, nothing helps (not even a
+/// deallocation: the pod's own claim events or its generated-claim update will wake it); then a
+/// deallocation helps everybody; then only the pod's claims matter, created or with a new status.
 fn claim_hint_with(
     dra: Option<&DraCache>,
     pod: &Pod,
@@ -58,24 +67,35 @@ fn claim_hint_with(
     skip_unrelated: bool,
 ) -> QueueingHint {
     let (old, new) = (claim_of(old), claim_of(new));
-    let was_allocated = old.is_some_and(|c| claims::is_allocated(c));
-    let is_allocated = new.is_some_and(|c| claims::is_allocated(c));
-    if was_allocated && !is_allocated {
-        return QueueingHint::Queue;
-    }
-    let Some(claim) = new.or(old) else {
-        return QueueingHint::Skip;
+    let Some(claim) = new else {
+        // Deleted. The event carries the cache's last state of the claim (never an unknown final
+        // state), so only a claim that still held devices frees any.
+        return if old.is_some_and(|c| claims::is_allocated(c)) {
+            QueueingHint::Queue
+        } else {
+            QueueingHint::Skip
+        };
     };
-    if !same_namespace(pod, claim) {
-        return QueueingHint::Skip;
-    }
+    let deallocated = old.is_some_and(|c| claims::is_allocated(c)) && !claims::is_allocated(claim);
+    let same_ns = same_namespace(pod, claim);
     let name = claim.metadata.name.as_deref().unwrap_or_default();
     // The pool is offered every claim event, and almost every claim is someone else's: answer
     // those without resolving the pod's claims (which allocates). A claim the pod does not own and
     // names nowhere (neither in spec nor in its generated-claim statuses) cannot be among the
-    // resolved references, and without ownership it is not its extended-resource claim either.
-    let for_pod = claims::is_for_pod(pod, claim, true);
-    if skip_unrelated && !for_pod && !claims::names_claim(pod, name) {
+    // resolved references, and without ownership it is not its extended-resource claim either, so
+    // unless it was deallocated the answer below is Skip.
+    let for_pod = same_ns && claims::is_for_pod(pod, claim, true);
+    let related = for_pod || (same_ns && claims::names_claim(pod, name));
+    if skip_unrelated && !deallocated && !related {
+        return QueueingHint::Skip;
+    }
+    if !claims_ready(dra, pod, Some(claim)) {
+        return QueueingHint::Skip;
+    }
+    if deallocated {
+        return QueueingHint::Queue;
+    }
+    if !same_ns {
         return QueueingHint::Skip;
     }
     let own_extended = for_pod
@@ -85,39 +105,45 @@ fn claim_hint_with(
             .as_ref()
             .and_then(|a| a.get(unisched_cache::EXTENDED_RESOURCE_CLAIM_ANNOTATION))
             .is_some_and(|v| v == "true");
-    let refs = match claims::resolve(pod) {
-        Ok(r) => r,
-        // A template claim not generated yet: only a claim for this pod can help.
-        Err(_) => {
-            return if for_pod {
-                QueueingHint::Queue
-            } else {
-                QueueingHint::Skip
-            };
-        }
-    };
-    let used = own_extended || refs.iter().any(|r| r.claim_name == name);
+    let used =
+        own_extended || claims::resolve(pod).is_ok_and(|refs| refs.iter().any(|r| r.claim_name == name));
     if !used {
         return QueueingHint::Skip;
     }
-    if let Some(dra) = dra {
-        let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
-        let missing = refs
-            .iter()
-            .any(|r| r.claim_name != name && dra.claim(ns, &r.claim_name).is_none());
-        if missing {
-            return QueueingHint::Skip;
-        }
+    match old {
+        None => QueueingHint::Queue,
+        Some(o) if o.status == claim.status => QueueingHint::Skip,
+        Some(_) => QueueingHint::Queue,
     }
-    match (old, new) {
-        (None, _) | (_, None) => QueueingHint::Queue,
-        (Some(o), Some(n))
-            if o.status == n.status && o.metadata.deletion_timestamp == n.metadata.deletion_timestamp =>
-        {
-            QueueingHint::Skip
-        }
-        _ => QueueingHint::Queue,
-    }
+}
+
+/// Whether every claim the pod's `spec.resourceClaims` refer to can be used: each resolves to a
+/// name (a template's claim is generated), exists, is not being deleted, and a generated one is
+/// the pod's own. `current` is the event's claim, which stands in for the cached one of its name;
+/// without a DRA cache the other claims are taken to exist.
+pub(crate) fn claims_ready(dra: Option<&DraCache>, pod: &Pod, current: Option<&ResourceClaim>) -> bool {
+    let Ok(refs) = claims::resolve(pod) else {
+        return false;
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    refs.iter().all(|r| {
+        let current = current
+            .filter(|c| same_namespace(pod, c) && c.metadata.name.as_deref() == Some(r.claim_name.as_str()));
+        let cached;
+        let claim: &ResourceClaim = match (current, dra) {
+            (Some(c), _) => c,
+            (None, None) => return true,
+            (None, Some(d)) => match d.claim(ns, &r.claim_name) {
+                Some(c) => {
+                    cached = c;
+                    cached.as_ref()
+                }
+                None => return false,
+            },
+        };
+        claim.metadata.deletion_timestamp.is_none()
+            && (!r.must_check_owner || claims::is_for_pod(pod, claim, true))
+    })
 }
 
 /// [`EventNarrowing`](unisched_framework::EventNarrowing) keys of a claim event: the claim's
@@ -231,6 +257,50 @@ pub(crate) fn class_hint(dra: Option<&DraCache>, pod: &Pod, new: Option<&EventOb
 }
 
 /// The events DynamicResources registers.
+/// A claim event must carry claims, at least one: anything else is an error (the queue then
+/// retries the pod), as upstream's hint fails on an object of another kind.
+fn check_claim_objects(
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Result<(), QueueingHintError> {
+    for (o, side) in [(old, EventSide::Old), (new, EventSide::New)] {
+        if let Some(other) = o.filter(|o| !matches!(o, EventObject::ResourceClaim(_))) {
+            return Err(unexpected_object("ResourceClaim", side, other));
+        }
+    }
+    if old.is_none() && new.is_none() {
+        return Err(QueueingHintError::EmptyEvent { kind: "claim" });
+    }
+    Ok(())
+}
+
+/// The pod itself got its generated claims recorded: it may go on once every claim it refers to
+/// is there and usable ([`claims_ready`]).
+fn target_pod_update_hint(
+    dra: Option<&DraCache>,
+    pod: &Pod,
+    new: Option<&EventObject>,
+) -> Result<QueueingHint, QueueingHintError> {
+    let updated = match new {
+        Some(EventObject::Pod(p)) => &*p.pod,
+        Some(other) => return Err(unexpected_object("Pod", EventSide::New, other)),
+        None => {
+            return Err(QueueingHintError::MissingObject {
+                expected: "Pod",
+                side: EventSide::New,
+            });
+        }
+    };
+    if updated.metadata.uid != pod.metadata.uid {
+        return Ok(QueueingHint::Skip);
+    }
+    Ok(if claims_ready(dra, updated, None) {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    })
+}
+
 pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
     let d1 = dra.clone();
     let d2 = dra.clone();
@@ -249,7 +319,10 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
                 ActionType::ADD.or(ActionType::UPDATE).or(ActionType::DELETE),
                 "resource.k8s.io/ResourceClaim",
             ),
-            move |pod, old, new| Ok(claim_hint(d1.as_deref(), pod, old, new)),
+            move |pod, old, new| {
+                check_claim_objects(old, new)?;
+                Ok(claim_hint(d1.as_deref(), pod, old, new))
+            },
         )
         .narrowed_by(claim_event_keys, claim_pod_keys),
         ClusterEventWithHint::with_hint(
@@ -283,27 +356,7 @@ pub(crate) fn events(dra: Option<Arc<DraCache>>) -> Vec<ClusterEventWithHint> {
                 ActionType::UPDATE_POD_GENERATED_RESOURCE_CLAIM,
                 "UnscheduledPodUpdate",
             ),
-            move |pod, _old, new| {
-                let Some(EventObject::Pod(updated)) = new else {
-                    return Ok(QueueingHint::Skip);
-                };
-                let updated = &*updated.pod;
-                if updated.metadata.uid != pod.metadata.uid {
-                    return Ok(QueueingHint::Skip);
-                }
-                let Ok(refs) = claims::resolve(updated) else {
-                    return Ok(QueueingHint::Skip);
-                };
-                let ns = updated.metadata.namespace.as_deref().unwrap_or("default");
-                let all = d3
-                    .as_deref()
-                    .is_none_or(|d| refs.iter().all(|r| d.claim(ns, &r.claim_name).is_some()));
-                Ok(if all {
-                    QueueingHint::Queue
-                } else {
-                    QueueingHint::Skip
-                })
-            },
+            move |pod, _old, new| target_pod_update_hint(d3.as_deref(), pod, new),
         ),
         ClusterEventWithHint::with_hint(
             ClusterEvent::new(

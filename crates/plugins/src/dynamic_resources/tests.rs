@@ -1996,6 +1996,285 @@ fn claim_queueing_hints() {
     );
 }
 
+/// The registered hint of the first event on `resource`.
+fn registered_hint(
+    e: &Env,
+    resource: unisched_framework::EventResource,
+) -> unisched_framework::QueueingHintFn {
+    hints::events(Some(e.dra.clone()))
+        .into_iter()
+        .find(|h| h.event.resource == resource)
+        .and_then(|h| h.hint)
+        .unwrap()
+}
+
+/// Upstream's fixtures for its claim hint tables: pod `my-pod` (uid `1234`) with one claim
+/// `my-resource`, named directly or from a template, and that claim `my-pod-my-resource`, owned
+/// by the pod.
+mod upstream_fixtures {
+    use super::*;
+
+    pub(super) const CLAIM: &str = "my-pod-my-resource";
+
+    pub(super) fn pod_with_claim_name() -> Pod {
+        let mut p = PodBuilder::new("my-pod").uid("1234").build();
+        add_claim_ref(&mut p, "my-resource", Some(CLAIM), false);
+        p
+    }
+
+    pub(super) fn pod_with_claim_templates(resources: &[&str]) -> Pod {
+        let mut p = PodBuilder::new("my-pod").uid("1234").build();
+        for r in resources {
+            add_claim_ref(&mut p, r, None, false);
+        }
+        p
+    }
+
+    /// `pod` with `generated` (pod claim name, claim name) recorded in its status.
+    pub(super) fn with_generated(mut pod: Pod, generated: &[(&str, &str)]) -> Pod {
+        pod.status
+            .get_or_insert_with(Default::default)
+            .resource_claim_statuses = Some(
+            generated
+                .iter()
+                .map(|(name, claim)| PodResourceClaimStatus {
+                    name: (*name).into(),
+                    resource_claim_name: Some((*claim).into()),
+                })
+                .collect(),
+        );
+        pod
+    }
+
+    pub(super) fn pending_claim() -> ResourceClaim {
+        owned_by(gpu_claim(CLAIM, 1), &pod_with_claim_name())
+    }
+
+    pub(super) fn allocated(c: ResourceClaim) -> ResourceClaim {
+        with_allocation(c, allocation(vec![result("gpu", GPU, "n1", "gpu-0")]), &[])
+    }
+}
+
+/// Upstream's `TestIsSchedulableAfterClaimChange`, through the registered hint, each case with its
+/// own cache of existing claims. Upstream's three "final-state-unknown" cases have no equivalent
+/// object here: a deletion always carries the cache's last state of the claim. The nearest event,
+/// one with no claim at all, is an error, which the queue treats as Queue (upstream's answer).
+#[test]
+fn claim_change_upstream_cases() {
+    use upstream_fixtures::*;
+    let claim_obj = |c: ResourceClaim| Some(EventObject::ResourceClaim(Arc::new(c)));
+    struct Case {
+        name: &'static str,
+        pod: Pod,
+        existing: Vec<ResourceClaim>,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        want: Option<QueueingHint>,
+    }
+    let template_pod = || pod_with_claim_templates(&["my-resource"]);
+    let cases = vec![
+        Case {
+            name: "skip-deletes",
+            pod: template_pod(),
+            existing: vec![],
+            old: claim_obj(pending_claim()),
+            new: None,
+            want: Some(QueueingHint::Skip),
+        },
+        Case {
+            name: "queue-on-delete-with-allocation",
+            pod: template_pod(),
+            existing: vec![],
+            old: claim_obj(allocated(pending_claim())),
+            new: None,
+            want: Some(QueueingHint::Queue),
+        },
+        Case {
+            name: "no claim in the event (nearest to queue-on-delete-final-state-unknown-without-object)",
+            pod: template_pod(),
+            existing: vec![],
+            old: None,
+            new: None,
+            want: None,
+        },
+        Case {
+            name: "backoff-wrong-new-object",
+            pod: template_pod(),
+            existing: vec![],
+            old: None,
+            new: Some(EventObject::Other),
+            want: None,
+        },
+        Case {
+            name: "skip-wrong-claim",
+            pod: template_pod(),
+            existing: vec![],
+            old: None,
+            new: claim_obj({
+                let mut c = allocated(pending_claim());
+                c.metadata.owner_references.as_mut().unwrap()[0].uid += "123";
+                c
+            }),
+            want: Some(QueueingHint::Skip),
+        },
+        Case {
+            name: "skip-unrelated-claim",
+            pod: template_pod(),
+            existing: vec![allocated(pending_claim())],
+            old: None,
+            new: claim_obj({
+                let mut c = allocated(pending_claim());
+                c.metadata.name = Some(format!("{CLAIM}-foo"));
+                c
+            }),
+            want: Some(QueueingHint::Skip),
+        },
+        Case {
+            name: "queue-on-add",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim()],
+            old: None,
+            new: claim_obj(pending_claim()),
+            want: Some(QueueingHint::Queue),
+        },
+        Case {
+            name: "backoff-wrong-old-object",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim()],
+            old: Some(EventObject::Other),
+            new: claim_obj(pending_claim()),
+            want: None,
+        },
+        Case {
+            name: "skip-adding-finalizer",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim()],
+            old: claim_obj(pending_claim()),
+            new: claim_obj({
+                let mut c = pending_claim();
+                c.metadata
+                    .finalizers
+                    .get_or_insert_with(Vec::new)
+                    .push("foo".into());
+                c
+            }),
+            want: Some(QueueingHint::Skip),
+        },
+        Case {
+            name: "queue-on-status-change",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim()],
+            old: claim_obj(pending_claim()),
+            new: claim_obj({
+                let mut c = pending_claim();
+                c.status.get_or_insert_with(Default::default).allocation = Some(AllocationResult::default());
+                c
+            }),
+            want: Some(QueueingHint::Queue),
+        },
+        Case {
+            name: "claim-deallocate",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim(), allocated(gpu_claim("not-my-claim", 1))],
+            old: claim_obj(allocated(gpu_claim("not-my-claim", 1))),
+            new: claim_obj(gpu_claim("not-my-claim", 1)),
+            want: Some(QueueingHint::Queue),
+        },
+        // Beyond upstream's table, from the same rule: while a claim of the pod is missing or
+        // being deleted, even another claim's deallocation is no reason to retry.
+        Case {
+            name: "deallocation while the pod's claim is missing",
+            pod: pod_with_claim_name(),
+            existing: vec![allocated(gpu_claim("not-my-claim", 1))],
+            old: claim_obj(allocated(gpu_claim("not-my-claim", 1))),
+            new: claim_obj(gpu_claim("not-my-claim", 1)),
+            want: Some(QueueingHint::Skip),
+        },
+        Case {
+            name: "the pod's claim marked for deletion",
+            pod: pod_with_claim_name(),
+            existing: vec![pending_claim()],
+            old: claim_obj(pending_claim()),
+            new: claim_obj({
+                let mut c = pending_claim();
+                c.metadata.deletion_timestamp = Some(Time(Default::default()));
+                c
+            }),
+            want: Some(QueueingHint::Skip),
+        },
+    ];
+    for c in cases {
+        let e = env();
+        for claim in c.existing {
+            e.claim(claim);
+        }
+        let hint = registered_hint(&e, unisched_framework::EventResource::ResourceClaim);
+        match (hint(&c.pod, c.old.as_ref(), c.new.as_ref()), c.want) {
+            (Ok(got), Some(want)) => assert_eq!(got, want, "{}", c.name),
+            (Err(_), None) => {}
+            (got, want) => panic!("{}: got {got:?}, want {want:?}", c.name),
+        }
+    }
+}
+
+/// Upstream's `TestIsSchedulableAfterTargetPodUpdate`, through the registered hint.
+#[test]
+fn target_pod_update_upstream_cases() {
+    use upstream_fixtures::*;
+    let pod_obj = |p: Pod| Some(EventObject::pod(p));
+    let cases = [
+        (
+            "complete",
+            vec![pending_claim()],
+            pod_with_claim_templates(&["my-resource"]),
+            pod_obj(with_generated(
+                pod_with_claim_templates(&["my-resource"]),
+                &[("my-resource", CLAIM)],
+            )),
+            Some(QueueingHint::Queue),
+        ),
+        (
+            "missing-claim",
+            vec![],
+            pod_with_claim_templates(&["my-resource"]),
+            pod_obj(with_generated(
+                pod_with_claim_templates(&["my-resource"]),
+                &[("my-resource", CLAIM)],
+            )),
+            Some(QueueingHint::Skip),
+        ),
+        (
+            "incomplete",
+            vec![pending_claim()],
+            pod_with_claim_templates(&["my-resource", "my-resource-2"]),
+            pod_obj(with_generated(
+                pod_with_claim_templates(&["my-resource", "my-resource-2"]),
+                &[("my-resource", CLAIM)],
+            )),
+            Some(QueueingHint::Skip),
+        ),
+        (
+            "backoff-wrong-new-object",
+            vec![],
+            pod_with_claim_templates(&["my-resource"]),
+            Some(EventObject::Other),
+            None,
+        ),
+    ];
+    for (name, existing, pod, new, want) in cases {
+        let e = env();
+        for claim in existing {
+            e.claim(claim);
+        }
+        let hint = registered_hint(&e, unisched_framework::EventResource::UnscheduledPod);
+        match (hint(&pod, None, new.as_ref()), want) {
+            (Ok(got), Some(want)) => assert_eq!(got, want, "{name}"),
+            (Err(_), None) => {}
+            (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
 #[test]
 fn class_and_slice_hints() {
     let e = env();
