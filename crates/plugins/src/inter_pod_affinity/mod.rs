@@ -23,13 +23,15 @@
 //!   selector `{}` still means every namespace).
 //! - A pod whose own selectors do not parse is rejected in PreFilter with
 //!   `parsing pod: requiredAffinityTerms: …` (UnschedulableAndUnresolvable), as upstream.
-//! - Queueing hints: bound pods being added that meet all required affinity terms; bound pods
-//!   changing labels so that they start meeting the affinity terms or stop matching an anti-affinity
-//!   term; bound pods being deleted that an anti-affinity term selects, whose own required
-//!   anti-affinity selects the pod, or (self-affinity) that were the group's only members; nodes
-//!   added or relabelled in a way that changes the domains of the pod's terms, and relabelled nodes
-//!   leaving a domain (existing pods' anti-affinity). The last three go beyond upstream 1.35 (fixes
-//!   of kubernetes#134393 and #141354): they only requeue more.
+//! - Queueing hints, as upstream 1.37.2: bound (or nominated) pods being added that meet all
+//!   required affinity terms; such pods changing labels so that they start meeting the affinity
+//!   terms or stop matching an anti-affinity term; such pods being deleted that an anti-affinity
+//!   term selects or whose own required anti-affinity selects the pod; the waiting pod's own label
+//!   change (upstream's `TargetPod` event: an existing pod's anti-affinity may have selected the old
+//!   labels); nodes added or relabelled so that a term's topology domain appears or moves, and
+//!   (anti-affinity) any new node or a node losing the anti-affinity key. Like upstream, a relabel
+//!   that only takes a node out of some other domain does not requeue, nor does deleting the last
+//!   member of a group the pod could start on its own.
 
 mod filtering;
 mod scoring;
@@ -47,7 +49,7 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, PluginArgsError, aggregate, event_nodes, event_pod_objects, invalid},
+    helper::{PluginArgs, PluginArgsError, aggregate, event_nodes, event_pod_objects, invalid, pod_key},
     label_selector::labels_of,
     names::INTER_POD_AFFINITY,
 };
@@ -174,11 +176,19 @@ impl Plugin for InterPodAffinity {
     );
 }
 
-fn is_assigned(pod: &Pod) -> bool {
-    pod.spec
+/// Bound, or nominated to a node: a pod the filter counts on a node.
+fn is_placed(pod: &Pod) -> bool {
+    let bound = pod
+        .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
+        .is_some_and(|n| !n.is_empty());
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    bound || nominated
 }
 
 fn namespace_of(pod: &Pod) -> &str {
@@ -199,7 +209,15 @@ impl InterPodAffinity {
         new: Option<&EventObject>,
     ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_pod_objects(old, new)?;
-        if new.is_some_and(|p| !is_assigned(p)) || old.is_some_and(|p| !is_assigned(p)) {
+        // The waiting pod's own relabel (upstream registers it as `TargetPod/UpdatePodLabel`; our
+        // queue hands it over as an unscheduled-pod label update): an existing pod's anti-affinity
+        // may have selected only the old labels.
+        if let (Some(_), Some(m)) = (old, new)
+            && pod_key(m) == pod_key(pod)
+        {
+            return Ok(QueueingHint::Queue);
+        }
+        if new.is_some_and(|p| !is_placed(p)) || old.is_some_and(|p| !is_placed(p)) {
             return Ok(QueueingHint::Skip);
         }
         let (affinity, anti) = Self::required_terms(pod).map_err(QueueingHintError::plugin)?;
@@ -219,10 +237,8 @@ impl InterPodAffinity {
             }
             (None, Some(m)) => all(&affinity, m, r),
             (Some(o), None) => {
-                // The deleted pod was hated by the pod, or hated it, or was a member of the group
-                // the pod can now start on its own.
+                // The deleted pod was hated by the pod, or its own anti-affinity hated the pod.
                 let hated = any(&anti, o, r);
-                let self_affinity = all(&affinity, o, r) && all(&affinity, pod, r);
                 let namespace_labels = self
                     .namespaces
                     .as_deref()
@@ -234,7 +250,7 @@ impl InterPodAffinity {
                 let hating = required_anti_terms(o)
                     .iter()
                     .any(|t| existing_term_matches(o, t, labels_of(&pod.metadata), target));
-                hated || self_affinity || hating
+                hated || hating
             }
             (None, None) => false,
         };
@@ -255,10 +271,10 @@ impl InterPodAffinity {
         let (affinity, anti) = Self::required_terms(pod).map_err(QueueingHintError::plugin)?;
         let new_labels = labels_of(&new.metadata);
         let Some(old) = old else {
-            // A new node: it helps affinity only with a term's topology key; it has no pods, so it
-            // never violates anti-affinity.
+            // A new node: affinity needs a term's topology key on it; for anti-affinity any new
+            // node may do (without the key it is always allowed; with it, its domain may be free).
             let helps_affinity = affinity.iter().any(|t| new_labels.contains_key(&t.topology_key));
-            return Ok(if helps_affinity || affinity.is_empty() {
+            return Ok(if helps_affinity || !anti.is_empty() {
                 QueueingHint::Queue
             } else {
                 QueueingHint::Skip
@@ -275,9 +291,7 @@ impl InterPodAffinity {
             key_moved(&t.topology_key)
                 || (old_labels.contains_key(&t.topology_key) && !new_labels.contains_key(&t.topology_key))
         });
-        // Leaving any domain can free the node from an existing pod's anti-affinity.
-        let left_domain = old_labels.iter().any(|(k, v)| new_labels.get(k) != Some(v));
-        Ok(if affinity_changed || anti_changed || left_domain {
+        Ok(if affinity_changed || anti_changed {
             QueueingHint::Queue
         } else {
             QueueingHint::Skip

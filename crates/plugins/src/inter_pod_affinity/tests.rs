@@ -931,11 +931,27 @@ fn pod_event_hints() {
             want: Skip,
         },
         Case {
-            name: "last group member deleted: the pod may start the group",
+            // Upstream does not requeue here either: the pod waits for another event (or the
+            // unschedulable timeout) before it starts the group on its own.
+            name: "last group member deleted: not a reason to retry, as upstream",
             waiting: self_group.clone(),
             old: pod_obj(bound("d", "n1", &[("app", "db")])),
             new: None,
+            want: Skip,
+        },
+        Case {
+            name: "the waiting pod's own relabel",
+            waiting: plain.clone(),
+            old: pod_obj(PodBuilder::new("w").label("app", "web")),
+            new: pod_obj(PodBuilder::new("w").label("app", "api")),
             want: Queue,
+        },
+        Case {
+            name: "another unscheduled pod's relabel",
+            waiting: hates_web.clone(),
+            old: pod_obj(PodBuilder::new("v").label("app", "web")),
+            new: pod_obj(PodBuilder::new("v").label("app", "api")),
+            want: Skip,
         },
         Case {
             name: "group member deleted, the pod cannot start the group",
@@ -993,11 +1009,11 @@ fn node_event_hints() {
             want: Queue,
         },
         Case {
-            name: "added, no terms",
+            name: "added, no terms (existing pods' anti-affinity): not a reason, as upstream",
             waiting: plain.clone(),
             old: None,
             new: node_obj(NodeBuilder::new("n")),
-            want: Queue,
+            want: Skip,
         },
         Case {
             name: "gained the affinity key",
@@ -1035,11 +1051,11 @@ fn node_event_hints() {
             want: Skip,
         },
         Case {
-            name: "left a domain (existing pods' anti-affinity)",
+            name: "left a domain of no term of the pod: not a reason, as upstream",
             waiting: plain.clone(),
             old: node_obj(z("a").label("rack", "1")),
             new: node_obj(z("a")),
-            want: Queue,
+            want: Skip,
         },
         Case {
             name: "taints only",
@@ -1056,5 +1072,383 @@ fn node_event_hints() {
             "{}",
             c.name
         );
+    }
+}
+
+/// A waiting pod `p` with required affinity or anti-affinity terms, and other pods, as upstream's
+/// queueing-hint tables build them.
+mod upstream_tables {
+    use super::*;
+
+    const REGION: &str = "region";
+
+    fn affine_in(key: &str, values: &[&str]) -> PodBuilder {
+        PodBuilder::new("p").pod_affinity(affinity_term(selector_in(key, values), REGION))
+    }
+
+    fn hating_in(pod: PodBuilder, key: &str, values: &[&str]) -> PodBuilder {
+        pod.pod_anti_affinity(affinity_term(selector_in(key, values), REGION))
+    }
+
+    fn other_on(node: &str, labels: &[(&str, &str)]) -> PodBuilder {
+        bound("other", node, labels)
+    }
+
+    fn other_pending(labels: &[(&str, &str)]) -> PodBuilder {
+        labels
+            .iter()
+            .fold(PodBuilder::new("other"), |p, (k, v)| p.label(k, v))
+    }
+
+    /// Upstream `Test_isSchedulableAfterAssignedPodChange`.
+    #[test]
+    fn is_schedulable_after_assigned_pod_change() {
+        use QueueingHint::{Queue, Skip};
+        let pl = InterPodAffinity::default();
+        let scan = &["securityscan", "value2"][..];
+        let wants_scan = affine_in("service", scan);
+        let hates_scan = hating_in(PodBuilder::new("p"), "service", scan);
+        let wants_aaa_and_bbb = PodBuilder::new("p")
+            .pod_affinity(affinity_term(selector_exists("aaa"), "hostname"))
+            .pod_affinity(affinity_term(selector_exists("bbb"), "hostname"));
+        let hates_scan_or_web = hating_in(
+            hating_in(PodBuilder::new("p"), "service", &["securityscan"]),
+            "app",
+            &["web"],
+        );
+        let cases: Vec<(
+            &str,
+            PodBuilder,
+            Option<PodBuilder>,
+            Option<PodBuilder>,
+            QueueingHint,
+        )> = vec![
+            (
+                "add a pod which matches the pod affinity",
+                wants_scan.clone(),
+                None,
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Queue,
+            ),
+            (
+                "add an un-scheduled pod",
+                wants_scan.clone(),
+                None,
+                Some(other_pending(&[("service", "securityscan")])),
+                Skip,
+            ),
+            (
+                "add a pod which doesn't match the pod affinity",
+                wants_scan.clone(),
+                None,
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                Skip,
+            ),
+            (
+                "update a pod from non-match to match pod affinity",
+                wants_scan.clone(),
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Queue,
+            ),
+            (
+                "the updating pod matches target pod's affinity both before and after label changes",
+                wants_scan.clone(),
+                Some(other_on("fake-node", &[("service", "value2")])),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Skip,
+            ),
+            (
+                "update an un-scheduled pod",
+                wants_scan.clone(),
+                Some(other_pending(&[("aaa", "a")])),
+                Some(other_pending(&[("service", "securityscan")])),
+                Skip,
+            ),
+            (
+                "update a pod from match to non-match the pod affinity",
+                wants_scan.clone(),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                Skip,
+            ),
+            (
+                "update a pod from match to non-match pod's affinity - multiple terms case",
+                wants_aaa_and_bbb.clone(),
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Skip,
+            ),
+            (
+                "update a pod from non-match to match pod's affinity - multiple terms case",
+                wants_aaa_and_bbb.clone(),
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                Some(other_on("fake-node", &[("aaa", ""), ("bbb", "")])),
+                Queue,
+            ),
+            (
+                "modify pod label to change it from satisfying pod anti-affinity to not satisfying anti-affinity",
+                hates_scan.clone(),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Some(other_on("fake-node", &[("service", "aaaa")])),
+                Queue,
+            ),
+            (
+                "modify pod label to change it from not satisfying pod anti-affinity to satisfying anti-affinity",
+                hates_scan.clone(),
+                Some(other_on("fake-node", &[("service", "bbb")])),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                Skip,
+            ),
+            (
+                "delete a pod which doesn't match pod's anti-affinity",
+                hates_scan.clone(),
+                Some(other_on("fake-node", &[("aaa", "a")])),
+                None,
+                Skip,
+            ),
+            (
+                "delete a pod which matches pod's anti-affinity",
+                hates_scan.clone(),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                None,
+                Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that matches pending pod",
+                PodBuilder::new("p").label("service", "securityscan"),
+                Some(hating_in(other_on("fake-node", &[]), "service", scan)),
+                None,
+                Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that doesn't match pending pod",
+                PodBuilder::new("p").label("service", "foo"),
+                Some(hating_in(other_on("fake-node", &[]), "service", scan)),
+                None,
+                Skip,
+            ),
+            (
+                "delete a pod which doesn't match pending pod's anti-affinity and has anti-affinity that doesn't match pending pod",
+                hating_in(PodBuilder::new("p"), "service", scan).label("service", "foo"),
+                Some(hating_in(
+                    other_on("fake-node", &[("service", "foo")]),
+                    "service",
+                    scan,
+                )),
+                None,
+                Skip,
+            ),
+            (
+                "delete a nominated pod which doesn't match pod's anti-affinity",
+                hates_scan.clone(),
+                Some(other_pending(&[("aaa", "a")]).nominated_node("fake-node")),
+                None,
+                Skip,
+            ),
+            (
+                "delete a nominated pod which matches pod's anti-affinity",
+                hates_scan.clone(),
+                Some(other_pending(&[("service", "securityscan")]).nominated_node("fake-node")),
+                None,
+                Queue,
+            ),
+            (
+                "modify pod label to change it from matching only one of target pod's anti-affinity terms to matching none",
+                hates_scan_or_web.clone(),
+                Some(other_on(
+                    "fake-node",
+                    &[("service", "securityscan"), ("app", "bar")],
+                )),
+                Some(other_on("fake-node", &[("service", "foo"), ("app", "bar")])),
+                Queue,
+            ),
+            (
+                "modify pod label but it still matches one of target pod's anti-affinity terms",
+                hates_scan_or_web.clone(),
+                Some(other_on(
+                    "fake-node",
+                    &[("service", "securityscan"), ("app", "bar")],
+                )),
+                Some(other_on("fake-node", &[("service", "foo"), ("app", "web")])),
+                Skip,
+            ),
+            (
+                "delete a pod which matches only one of target pod's anti-affinity terms",
+                hates_scan_or_web.clone(),
+                Some(other_on("fake-node", &[("service", "securityscan")])),
+                None,
+                Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that matches pending pod on only one term",
+                PodBuilder::new("p").label("service", "securityscan"),
+                Some(hating_in(
+                    hating_in(other_on("fake-node", &[]), "service", &["securityscan"]),
+                    "app",
+                    &["web"],
+                )),
+                None,
+                Queue,
+            ),
+        ];
+        for (name, waiting, old, new, want) in cases {
+            assert_eq!(
+                hint(
+                    &pl,
+                    EventResource::Pod,
+                    &waiting,
+                    old.and_then(pod_obj),
+                    new.and_then(pod_obj)
+                ),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `Test_isSchedulableAfterTargetPodUpdateLabel`: the waiting pod's own label update
+    /// always requeues it (upstream's `TargetPod` event; ours reaches the same hint as an
+    /// unscheduled-pod label update).
+    #[test]
+    fn is_schedulable_after_target_pod_update_label() {
+        let pl = InterPodAffinity::default();
+        let pod = PodBuilder::new("p").label("foo", "baz");
+        let registered = pl.events_to_register();
+        let own_relabel = ClusterEvent::new(
+            EventResource::UnscheduledPod,
+            ActionType::UPDATE_POD_LABEL,
+            "UnscheduledPodUpdatePodLabel",
+        );
+        assert!(
+            registered.iter().any(|e| e.event.matches(&own_relabel)),
+            "the plugin must hear the waiting pod's own relabel"
+        );
+        assert_eq!(
+            hint(
+                &pl,
+                EventResource::Pod,
+                &pod,
+                pod_obj(pod.clone()),
+                pod_obj(pod.clone())
+            ),
+            QueueingHint::Queue
+        );
+    }
+
+    /// Upstream `Test_isSchedulableAfterNodeChange`.
+    #[test]
+    fn is_schedulable_after_node_change() {
+        use QueueingHint::{Queue, Skip};
+        let pl = InterPodAffinity::default();
+        let scan = &["securityscan", "value2"][..];
+        let wants_zone = PodBuilder::new("p").pod_affinity(affinity_term(selector_in("service", scan), ZONE));
+        let wants_region = affine_in("service", scan);
+        let hates_zone = PodBuilder::new("p")
+            .pod_anti_affinity(affinity_term(label_selector(&[("another", "label")], &[]), ZONE));
+        let node = |labels: &[(&str, &str)]| {
+            labels
+                .iter()
+                .fold(NodeBuilder::new("node-a"), |n, (k, v)| n.label(k, v))
+        };
+        let cases: Vec<(&str, PodBuilder, Option<NodeBuilder>, NodeBuilder, QueueingHint)> = vec![
+            (
+                "add a new node with matched pod affinity topologyKey",
+                wants_zone.clone(),
+                None,
+                node(&[(ZONE, "zone1")]),
+                Queue,
+            ),
+            (
+                "add a new node without matched topologyKey",
+                wants_region.clone(),
+                None,
+                node(&[(ZONE, "zone1")]),
+                Skip,
+            ),
+            (
+                "update node label but not topologyKey",
+                wants_zone.clone(),
+                Some(node(&[("aaa", "a")])),
+                node(&[("aaa", "b")]),
+                Skip,
+            ),
+            (
+                "update node label that isn't related to the pod affinity",
+                wants_zone.clone(),
+                Some(node(&[(ZONE, "zone1")])),
+                node(&[(ZONE, "zone1"), ("unrelated-label", "unrelated")]),
+                Skip,
+            ),
+            (
+                "update node with different affinity topologyKey value",
+                wants_zone.clone(),
+                Some(node(&[(ZONE, "zone1")])),
+                node(&[(ZONE, "zone2")]),
+                Queue,
+            ),
+            (
+                "update node to have the affinity topology label",
+                wants_zone.clone(),
+                Some(node(&[("aaa", "a")])),
+                node(&[(ZONE, "zone1")]),
+                Queue,
+            ),
+            (
+                "add a new node with matched pod anti-affinity topologyKey",
+                hates_zone.clone(),
+                None,
+                node(&[(ZONE, "zone1")]),
+                Queue,
+            ),
+            (
+                "add a new node without matched pod anti-affinity topologyKey",
+                hates_zone.clone(),
+                None,
+                node(&[]),
+                Queue,
+            ),
+            (
+                "update node label that isn't related to the pod anti-affinity",
+                hates_zone.clone(),
+                Some(node(&[(ZONE, "zone1")])),
+                node(&[(ZONE, "zone1"), ("unrelated-label", "unrelated")]),
+                Skip,
+            ),
+            (
+                "update node with different anti-affinity topologyKey value",
+                hates_zone.clone(),
+                Some(node(&[(ZONE, "zone1")])),
+                node(&[(ZONE, "zone2")]),
+                Queue,
+            ),
+            (
+                "update node to have the anti-affinity topology label",
+                hates_zone.clone(),
+                Some(node(&[("aaa", "a")])),
+                node(&[(ZONE, "zone1")]),
+                Skip,
+            ),
+            (
+                "update node label not to have anti-affinity topology label",
+                hates_zone.clone(),
+                Some(node(&[(ZONE, "zone1")])),
+                node(&[("aaa", "a")]),
+                Queue,
+            ),
+        ];
+        for (name, waiting, old, new, want) in cases {
+            assert_eq!(
+                hint(
+                    &pl,
+                    EventResource::Node,
+                    &waiting,
+                    old.and_then(node_obj),
+                    node_obj(new)
+                ),
+                want,
+                "{name}"
+            );
+        }
     }
 }
