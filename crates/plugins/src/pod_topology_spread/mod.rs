@@ -289,11 +289,19 @@ fn namespace_of(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-fn is_assigned(pod: &Pod) -> bool {
-    pod.spec
+/// Bound, or nominated to a node (upstream counts a nominated pod's deletion or relabel too).
+fn is_placed(pod: &Pod) -> bool {
+    let bound = pod
+        .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
+        .is_some_and(|n| !n.is_empty());
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    bound || nominated
 }
 
 impl PodTopologySpread {
@@ -306,9 +314,10 @@ impl PodTopologySpread {
     ) -> Result<QueueingHint, QueueingHintError> {
         let (old, new) = event_pod_objects(old, new)?;
         let target = pod_key(pod);
-        // Only the rejected pod itself, or assigned pods in its namespace, change its counts.
+        // Only the rejected pod itself, or bound or nominated pods in its namespace, change its
+        // counts.
         let involved =
-            |p: &Pod| pod_key(p) == target || (is_assigned(p) && namespace_of(p) == namespace_of(pod));
+            |p: &Pod| pod_key(p) == target || (is_placed(p) && namespace_of(p) == namespace_of(pod));
         if new.is_some_and(|p| !involved(p)) || old.is_some_and(|p| !involved(p)) {
             return Ok(QueueingHint::Skip);
         }

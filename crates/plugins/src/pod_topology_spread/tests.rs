@@ -903,6 +903,13 @@ fn pod_event_hints() {
             want: Queue,
         },
         Case {
+            name: "matching nominated pod deleted",
+            waiting: waiting.clone(),
+            old: pod_obj(PodBuilder::new("n").label("foo", "").nominated_node("n1")),
+            new: None,
+            want: Queue,
+        },
+        Case {
             name: "other pod deleted",
             waiting: waiting.clone(),
             old: pod_obj(assigned(&[("bar", "")])),
@@ -1068,4 +1075,362 @@ fn score_counts_all_nodes_but_ranks_feasible_ones() {
         list.iter().map(|s| s.score).collect::<Vec<_>>(),
         vec![66, 66, 100]
     );
+}
+
+/// Upstream's queueing-hint tables (`podtopologyspread/plugin_test.go`), case by case.
+mod upstream_tables {
+    use super::*;
+
+    /// Waiting pod `p` (label `foo`) with hard constraints over `keys`, each selecting `foo`.
+    fn spreading_foo(keys: &[&str]) -> PodBuilder {
+        keys.iter().fold(PodBuilder::new("p").label("foo", ""), |p, k| {
+            p.spread_constraint(1, k, HARD, selector_exists("foo"))
+        })
+    }
+
+    /// Waiting pod `p` spreading `foo` over zone and `bar` over node.
+    fn spreading_foo_and_bar(zone_taints_policy: Option<&str>) -> PodBuilder {
+        PodBuilder::new("p")
+            .label("foo", "")
+            .spread(k8s_openapi::api::core::v1::TopologySpreadConstraint {
+                node_taints_policy: zone_taints_policy.map(str::to_string),
+                ..spread_constraint(1, "zone", HARD, Some(selector_exists("foo")))
+            })
+            .spread_constraint(1, "node", HARD, selector_exists("bar"))
+    }
+
+    fn with_labels(p: PodBuilder, labels: &[(&str, &str)]) -> PodBuilder {
+        labels.iter().fold(p, |p, (k, v)| p.label(k, v))
+    }
+
+    fn bound(labels: &[(&str, &str)]) -> PodBuilder {
+        with_labels(PodBuilder::new("p2").node_name("fake-node"), labels)
+    }
+
+    fn pending(labels: &[(&str, &str)]) -> PodBuilder {
+        with_labels(PodBuilder::new("p2"), labels)
+    }
+
+    fn node(labels: &[(&str, &str)]) -> NodeBuilder {
+        labels
+            .iter()
+            .fold(NodeBuilder::new("node-a"), |n, (k, v)| n.label(k, v))
+    }
+
+    /// Upstream `Test_isSchedulableAfterNodeChange`.
+    #[test]
+    fn is_schedulable_after_node_change() {
+        use QueueingHint::{Queue, Skip};
+        let pl = PodTopologySpread::default();
+        let zone = spreading_foo(&["zone"]).build();
+        let zone_node = spreading_foo(&["zone", "node"]).build();
+        let cases: Vec<(&str, &Pod, Option<NodeBuilder>, Option<NodeBuilder>, QueueingHint)> = vec![
+            (
+                "node updates label which matches topologyKey",
+                &zone,
+                Some(node(&[("zone", "zone1")])),
+                Some(node(&[("zone", "zone2")])),
+                Queue,
+            ),
+            (
+                "node that doesn't match topologySpreadConstraints updates non-related label",
+                &zone,
+                Some(node(&[("foo", "bar1")])),
+                Some(node(&[("foo", "bar2")])),
+                Skip,
+            ),
+            (
+                "node that match topologySpreadConstraints adds non-related label",
+                &zone_node,
+                Some(node(&[("zone", "zone1"), ("node", "node1"), ("foo", "bar")])),
+                Some(node(&[("zone", "zone1"), ("node", "node1")])),
+                Skip,
+            ),
+            (
+                "create node with non-related labels",
+                &zone,
+                None,
+                Some(node(&[("foo", "bar")])),
+                Skip,
+            ),
+            (
+                "create node with related labels",
+                &zone,
+                None,
+                Some(node(&[("zone", "zone1")])),
+                Queue,
+            ),
+            (
+                "delete node with non-related labels",
+                &zone,
+                Some(node(&[("foo", "bar")])),
+                None,
+                Skip,
+            ),
+            (
+                "delete node with related labels",
+                &zone,
+                Some(node(&[("zone", "zone1")])),
+                None,
+                Queue,
+            ),
+            (
+                "add node with related labels that only match one of topologySpreadConstraints",
+                &zone_node,
+                None,
+                Some(node(&[("zone", "zone1")])),
+                Skip,
+            ),
+            (
+                "add node with related labels that match all topologySpreadConstraints",
+                &zone_node,
+                None,
+                Some(node(&[("zone", "zone1"), ("node", "node1")])),
+                Queue,
+            ),
+            (
+                "update node with related labels that only match one of topologySpreadConstraints",
+                &zone_node,
+                Some(node(&[("zone", "zone1")])),
+                Some(node(&[("zone", "zone1")])),
+                Skip,
+            ),
+            (
+                "update node with related labels that match all topologySpreadConstraints",
+                &zone_node,
+                Some(node(&[("zone", "zone1"), ("node", "node1")])),
+                Some(node(&[("zone", "zone1"), ("node", "node2")])),
+                Queue,
+            ),
+            (
+                "update node with different taints that match all topologySpreadConstraints",
+                &zone_node,
+                Some(node(&[("zone", "zone1"), ("node", "node1")]).taint("aaa", "bbb", "NoSchedule")),
+                Some(node(&[("zone", "zone1"), ("node", "node1")]).taint("ccc", "bbb", "NoSchedule")),
+                Queue,
+            ),
+            (
+                "update node with different taints that only match one of topologySpreadConstraints",
+                &zone_node,
+                Some(node(&[("node", "node1")]).taint("aaa", "bbb", "NoSchedule")),
+                Some(node(&[("node", "node1")]).taint("ccc", "bbb", "NoSchedule")),
+                Skip,
+            ),
+        ];
+        for (name, pod, old, new, want) in cases {
+            assert_eq!(
+                hint_for(
+                    &pl,
+                    EventResource::Node,
+                    pod,
+                    old.and_then(node_obj),
+                    new.and_then(node_obj)
+                ),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `Test_isSchedulableAfterAssignedPodChange`.
+    #[test]
+    fn is_schedulable_after_assigned_pod_change() {
+        use QueueingHint::{Queue, Skip};
+        let pl = PodTopologySpread::default();
+        let foo = spreading_foo(&["zone"]).build();
+        let foo_bar = spreading_foo(&["zone"])
+            .spread_constraint(1, "node", HARD, selector_exists("bar"))
+            .build();
+        let cases: Vec<(&str, &Pod, Option<PodBuilder>, Option<PodBuilder>, QueueingHint)> = vec![
+            (
+                "add pod with labels match topologySpreadConstraints selector",
+                &foo,
+                None,
+                Some(bound(&[("foo", "")])),
+                Queue,
+            ),
+            (
+                "add un-scheduled pod",
+                &foo,
+                None,
+                Some(pending(&[("foo", "")])),
+                Skip,
+            ),
+            (
+                "update un-scheduled pod",
+                &foo,
+                Some(pending(&[("bar", "")])),
+                Some(pending(&[("foo", "")])),
+                Skip,
+            ),
+            (
+                "delete un-scheduled pod",
+                &foo,
+                Some(pending(&[("foo", "")])),
+                None,
+                Skip,
+            ),
+            (
+                "add pod with different namespace",
+                &foo,
+                None,
+                Some(bound(&[("foo", "")]).namespace("fake-namespace")),
+                Skip,
+            ),
+            (
+                "add pod with labels don't match topologySpreadConstraints selector",
+                &foo,
+                None,
+                Some(bound(&[("bar", "")])),
+                Skip,
+            ),
+            (
+                "delete pod with labels that match topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[("foo", "")])),
+                None,
+                Queue,
+            ),
+            (
+                "delete nominated pod with labels that don't match topologySpreadConstraints selector",
+                &foo,
+                Some(pending(&[("bar", "")]).nominated_node("fake-node")),
+                None,
+                Skip,
+            ),
+            (
+                "delete nominated pod with labels that match topologySpreadConstraints selector",
+                &foo,
+                Some(pending(&[("foo", "")]).nominated_node("fake-node")),
+                None,
+                Queue,
+            ),
+            (
+                "delete pod with labels that don't match topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[("bar", "")])),
+                None,
+                Skip,
+            ),
+            (
+                "update pod's non-related label",
+                &foo,
+                Some(bound(&[("foo", ""), ("bar", "bar1")])),
+                Some(bound(&[("foo", ""), ("bar", "bar2")])),
+                Skip,
+            ),
+            (
+                "add pod's label that matches topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[])),
+                Some(bound(&[("foo", "")])),
+                Queue,
+            ),
+            (
+                "delete pod label that matches topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[("foo", "")])),
+                Some(bound(&[])),
+                Queue,
+            ),
+            (
+                "change pod's label that matches topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[("foo", "foo1")])),
+                Some(bound(&[("foo", "foo2")])),
+                Skip,
+            ),
+            (
+                "change pod's label that doesn't match topologySpreadConstraints selector",
+                &foo,
+                Some(bound(&[("foo", ""), ("bar", "bar1")])),
+                Some(bound(&[("foo", ""), ("bar", "bar2")])),
+                Skip,
+            ),
+            (
+                "add pod's label that matches topologySpreadConstraints selector with multi topologySpreadConstraints",
+                &foo_bar,
+                Some(bound(&[("foo", "")])),
+                Some(bound(&[("foo", ""), ("bar", "bar2")])),
+                Queue,
+            ),
+            (
+                "change pod's label that doesn't match topologySpreadConstraints selector with multi topologySpreadConstraints",
+                &foo_bar,
+                Some(bound(&[("foo", "")])),
+                Some(bound(&[("foo", ""), ("baz", "")])),
+                Skip,
+            ),
+            (
+                "change pod's label that match topologySpreadConstraints selector with multi topologySpreadConstraints",
+                &foo_bar,
+                Some(bound(&[("foo", ""), ("bar", "")])),
+                Some(bound(&[("foo", ""), ("bar", "bar2")])),
+                Skip,
+            ),
+        ];
+        for (name, pod, old, new, want) in cases {
+            assert_eq!(
+                hint_for(
+                    &pl,
+                    EventResource::Pod,
+                    pod,
+                    old.and_then(pod_obj),
+                    new.and_then(pod_obj)
+                ),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `Test_isSchedulableAfterTargetPodChange`: the waiting pod's own update, which our
+    /// queue hands to the same pod hint as an unscheduled-pod update.
+    #[test]
+    fn is_schedulable_after_target_pod_change() {
+        use QueueingHint::{Queue, Skip};
+        let pl = PodTopologySpread::default();
+        let honor = spreading_foo_and_bar(Some("Honor")).build();
+        let ignore = spreading_foo_and_bar(Some("Ignore")).build();
+        let plain = || PodBuilder::new("p");
+        let tolerating =
+            |p: PodBuilder| p.toleration("node.kubernetes.io/unschedulable", "Exists", "", "NoSchedule");
+        let cases: Vec<(&str, &Pod, PodBuilder, PodBuilder, QueueingHint)> = vec![
+            (
+                "the unschedulable Pod has topologySpreadConstraint with NodeTaintsPolicy:Honor and has got a new toleration",
+                &honor,
+                plain().label("foo", ""),
+                tolerating(plain().label("foo", "")),
+                Queue,
+            ),
+            (
+                "the unschedulable Pod has topologySpreadConstraint without NodeTaintsPolicy:Honor and has got a new toleration",
+                &ignore,
+                plain().label("foo", ""),
+                tolerating(plain().label("foo", "")),
+                Skip,
+            ),
+            (
+                "the unschedulable Pod has topologySpreadConstraint and has got a new label matching the selector of the constraint",
+                &ignore,
+                plain(),
+                plain().label("foo", ""),
+                Queue,
+            ),
+            (
+                "the unschedulable Pod has topologySpreadConstraint and has got a new unrelated label",
+                &ignore,
+                plain(),
+                plain().label("unrelated", ""),
+                Skip,
+            ),
+        ];
+        for (name, pod, old, new, want) in cases {
+            assert_eq!(
+                hint_for(&pl, EventResource::Pod, pod, pod_obj(old), pod_obj(new)),
+                want,
+                "{name}"
+            );
+        }
+    }
 }
