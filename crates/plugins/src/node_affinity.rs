@@ -664,4 +664,125 @@ mod tests {
             );
         }
     }
+
+    /// Upstream `Test_isSchedulableAfterNodeChange`, case by case (a pod requiring `foo In [bar]`).
+    #[test]
+    fn is_schedulable_after_node_change() {
+        let enforced = || added(Some(vec![term_in("foo", &["bar"])]));
+        let node = |labels: &[(&str, &str)]| {
+            EventObject::Node(Arc::new(
+                labels
+                    .iter()
+                    .fold(NodeBuilder::new("n"), |n, (k, v)| n.label(k, v))
+                    .build(),
+            ))
+        };
+        let with_capacity = |labels: &[(&str, &str)]| {
+            EventObject::Node(Arc::new(
+                labels
+                    .iter()
+                    .fold(NodeBuilder::new("n").alloc("cpu", "1"), |n, (k, v)| n.label(k, v))
+                    .build(),
+            ))
+        };
+        let not_a_node = || EventObject::pod(PodBuilder::new("x").build());
+        let pod = PodBuilder::new("p")
+            .required_term(term_in("foo", &["bar"]))
+            .build();
+        // `None` as the expected hint: the hint must fail.
+        let cases: Vec<(
+            &str,
+            NodeAffinity,
+            Option<EventObject>,
+            Option<EventObject>,
+            Option<QueueingHint>,
+        )> = vec![
+            (
+                "backoff-wrong-new-object",
+                NodeAffinity::default(),
+                None,
+                Some(not_a_node()),
+                None,
+            ),
+            (
+                "backoff-wrong-old-object",
+                NodeAffinity::default(),
+                Some(not_a_node()),
+                Some(node(&[])),
+                None,
+            ),
+            (
+                "skip-queue-on-add",
+                NodeAffinity::default(),
+                None,
+                Some(node(&[])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-add",
+                NodeAffinity::default(),
+                None,
+                Some(node(&[("foo", "bar")])),
+                Some(QueueingHint::Queue),
+            ),
+            (
+                "skip-unrelated-changes",
+                NodeAffinity::default(),
+                Some(node(&[])),
+                Some(with_capacity(&[])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "skip-unrelated-changes-on-labels",
+                NodeAffinity::default(),
+                Some(node(&[])),
+                Some(node(&[("k", "v")])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "skip-labels-changes-on-node-from-suitable-to-unsuitable",
+                NodeAffinity::default(),
+                Some(node(&[("foo", "bar")])),
+                Some(node(&[("k", "v")])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-labels-change-makes-pod-schedulable",
+                NodeAffinity::default(),
+                Some(node(&[])),
+                Some(node(&[("foo", "bar")])),
+                Some(QueueingHint::Queue),
+            ),
+            (
+                "skip-unrelated-change-that-keeps-pod-schedulable",
+                NodeAffinity::default(),
+                Some(node(&[("foo", "bar")])),
+                Some(with_capacity(&[("foo", "bar")])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "skip-queue-on-add-scheduler-enforced-node-affinity",
+                enforced(),
+                None,
+                Some(node(&[])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-add-scheduler-enforced-node-affinity",
+                enforced(),
+                None,
+                Some(node(&[("foo", "bar")])),
+                Some(QueueingHint::Queue),
+            ),
+        ];
+        for (name, plugin, old, new, want) in cases {
+            let events = plugin.events_to_register();
+            let hint = events[0].hint.clone().unwrap();
+            let got = hint(&pod, old.as_ref(), new.as_ref());
+            match want {
+                Some(want) => assert_eq!(got.unwrap(), want, "{name}"),
+                None => assert!(got.is_err(), "{name}: want an error, got {got:?}"),
+            }
+        }
+    }
 }

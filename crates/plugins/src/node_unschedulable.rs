@@ -293,4 +293,126 @@ mod tests {
             );
         }
     }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange`, case by case.
+    #[test]
+    fn is_schedulable_after_node_change() {
+        let node = |cordoned: bool, not_ready: bool| {
+            let n = NodeBuilder::new("n").unschedulable(cordoned);
+            let n = if not_ready {
+                n.taint("node.kubernetes.io/not-ready", "", "NoExecute")
+            } else {
+                n
+            };
+            EventObject::Node(Arc::new(n.build()))
+        };
+        let not_a_node = || EventObject::pod(PodBuilder::new("x").build());
+        // `None` as the expected hint: the hint must fail.
+        let cases: Vec<(
+            &str,
+            Option<EventObject>,
+            Option<EventObject>,
+            Option<QueueingHint>,
+        )> = vec![
+            ("error-wrong-new-object", None, Some(not_a_node()), None),
+            (
+                "error-wrong-old-object",
+                Some(not_a_node()),
+                Some(node(true, false)),
+                None,
+            ),
+            (
+                "skip-queue-on-unschedulable-node-added",
+                None,
+                Some(node(true, false)),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-schedulable-node-added",
+                None,
+                Some(node(false, false)),
+                Some(QueueingHint::Queue),
+            ),
+            (
+                "skip-unrelated-change-unschedulable-true",
+                Some(node(true, false)),
+                Some(node(true, true)),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "skip-unrelated-change-unschedulable-false",
+                Some(node(false, false)),
+                Some(node(false, true)),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-unschedulable-field-change",
+                Some(node(true, false)),
+                Some(node(false, false)),
+                Some(QueueingHint::Queue),
+            ),
+        ];
+        let events = NodeUnschedulable::default().events_to_register();
+        let hint = events[0].hint.clone().unwrap();
+        let pod = PodBuilder::new("p").build();
+        for (name, old, new, want) in cases {
+            let got = hint(&pod, old.as_ref(), new.as_ref());
+            match want {
+                Some(want) => assert_eq!(got.unwrap(), want, "{name}"),
+                None => assert!(got.is_err(), "{name}: want an error, got {got:?}"),
+            }
+        }
+    }
+
+    /// Upstream `TestIsSchedulableAfterPodTolerationChange`, case by case.
+    #[test]
+    fn is_schedulable_after_pod_toleration_change() {
+        let target = || PodBuilder::new("uid");
+        let not_a_pod = || EventObject::Node(Arc::new(NodeBuilder::new("n").build()));
+        // `None` as the expected hint: the hint must fail.
+        let cases: Vec<(
+            &str,
+            Option<EventObject>,
+            Option<EventObject>,
+            Option<QueueingHint>,
+        )> = vec![
+            ("error-wrong-new-object", None, Some(not_a_pod()), None),
+            (
+                "error-wrong-old-object",
+                Some(not_a_pod()),
+                Some(EventObject::pod(target().build())),
+                None,
+            ),
+            (
+                "queue-when-the-unsched-pod-gets-toleration",
+                Some(EventObject::pod(target().build())),
+                Some(EventObject::pod(
+                    target()
+                        .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
+                        .build(),
+                )),
+                Some(QueueingHint::Queue),
+            ),
+            (
+                "skip-when-the-unsched-pod-gets-unrelated-toleration",
+                Some(EventObject::pod(target().build())),
+                Some(EventObject::pod(
+                    target()
+                        .toleration("unrelated-key", "Exists", "", "NoSchedule")
+                        .build(),
+                )),
+                Some(QueueingHint::Skip),
+            ),
+        ];
+        let events = NodeUnschedulable::default().events_to_register();
+        let hint = events[1].hint.clone().unwrap();
+        let pod = target().build();
+        for (name, old, new, want) in cases {
+            let got = hint(&pod, old.as_ref(), new.as_ref());
+            match want {
+                Some(want) => assert_eq!(got.unwrap(), want, "{name}"),
+                None => assert!(got.is_err(), "{name}: want an error, got {got:?}"),
+            }
+        }
+    }
 }

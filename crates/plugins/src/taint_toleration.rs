@@ -383,4 +383,96 @@ mod tests {
             QueueingHint::Skip
         );
     }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange`, case by case.
+    #[test]
+    fn is_schedulable_after_node_change() {
+        let node = |taints: &[(&str, &str)]| {
+            EventObject::Node(Arc::new(
+                taints
+                    .iter()
+                    .fold(NodeBuilder::new("nodeA"), |n, (k, v)| n.taint(k, v, "NoSchedule"))
+                    .build(),
+            ))
+        };
+        let not_a_node = || EventObject::pod(PodBuilder::new("x").build());
+        let pod = PodBuilder::new("pod1")
+            .toleration("dedicated", "Equal", "user2", "NoSchedule")
+            .build();
+        // `None` as the expected hint: the hint must fail.
+        let cases: Vec<(
+            &str,
+            Option<EventObject>,
+            Option<EventObject>,
+            Option<QueueingHint>,
+        )> = vec![
+            ("backoff-wrong-new-object", None, Some(not_a_node()), None),
+            (
+                "backoff-wrong-old-object",
+                Some(not_a_node()),
+                Some(node(&[("dedicated", "user1")])),
+                None,
+            ),
+            (
+                "skip-queue-on-untoleratedtaint-node-added",
+                None,
+                Some(node(&[("dedicated", "user1")])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-toleratedtaint-node-added",
+                None,
+                Some(node(&[("dedicated", "user2")])),
+                Some(QueueingHint::Queue),
+            ),
+            (
+                "skip-unrelated-change",
+                Some(node(&[("dedicated", "user1")])),
+                Some(node(&[("dedicated", "user1"), ("dedicated", "user3")])),
+                Some(QueueingHint::Skip),
+            ),
+            (
+                "queue-on-taint-change",
+                Some(node(&[("dedicated", "user1")])),
+                Some(node(&[("dedicated", "user2")])),
+                Some(QueueingHint::Queue),
+            ),
+        ];
+        let events = TaintToleration::default().events_to_register();
+        let hint = events[0].hint.clone().unwrap();
+        for (name, old, new, want) in cases {
+            let got = hint(&pod, old.as_ref(), new.as_ref());
+            match want {
+                Some(want) => assert_eq!(got.unwrap(), want, "{name}"),
+                None => assert!(got.is_err(), "{name}: want an error, got {got:?}"),
+            }
+        }
+    }
+
+    /// Upstream `Test_isSchedulableAfterTargetPodTolerationChange`: the waiting pod's own new
+    /// toleration requeues it.
+    #[test]
+    fn is_schedulable_after_target_pod_toleration_change() {
+        let events = TaintToleration::default().events_to_register();
+        let registered = events
+            .iter()
+            .find(|e| e.event.resource == EventResource::UnscheduledPod)
+            .unwrap();
+        assert_eq!(registered.event.action, ActionType::UPDATE_POD_TOLERATION);
+        let hint = registered.hint.clone().unwrap();
+        let pod = PodBuilder::new("pod-1").namespace("ns-1").uid("").build();
+        let old = EventObject::pod(pod.clone());
+        let new = EventObject::pod(
+            PodBuilder::new("pod-1")
+                .namespace("ns-1")
+                .uid("")
+                .toleration("foo", "", "", "NoSchedule")
+                .build(),
+        );
+        assert_eq!(
+            hint(&pod, Some(&old), Some(&new)).unwrap(),
+            QueueingHint::Queue,
+            "queue-on-toleration-added"
+        );
+    }
 }
