@@ -30,8 +30,10 @@
 //!   change (upstream's `TargetPod` event: an existing pod's anti-affinity may have selected the old
 //!   labels); nodes added or relabelled so that a term's topology domain appears or moves, and
 //!   (anti-affinity) any new node or a node losing the anti-affinity key. Like upstream, a relabel
-//!   that only takes a node out of some other domain does not requeue, nor does deleting the last
-//!   member of a group the pod could start on its own.
+//!   that only takes a node out of some other domain does not requeue. Beyond upstream (where its
+//!   tables are silent, and only ever requeueing more): a new node for a pod without terms (existing
+//!   pods' anti-affinity rejected it), and the deletion of the last member of a group the pod can
+//!   then start on its own (upstream waits for the unschedulable timeout in both).
 
 mod filtering;
 mod scoring;
@@ -237,8 +239,10 @@ impl InterPodAffinity {
             }
             (None, Some(m)) => all(&affinity, m, r),
             (Some(o), None) => {
-                // The deleted pod was hated by the pod, or its own anti-affinity hated the pod.
+                // The deleted pod was hated by the pod, or its own anti-affinity hated the pod, or
+                // (beyond upstream) it was a member of the group the pod can now start on its own.
                 let hated = any(&anti, o, r);
+                let self_affinity = all(&affinity, o, r) && all(&affinity, pod, r);
                 let namespace_labels = self
                     .namespaces
                     .as_deref()
@@ -250,7 +254,7 @@ impl InterPodAffinity {
                 let hating = required_anti_terms(o)
                     .iter()
                     .any(|t| existing_term_matches(o, t, labels_of(&pod.metadata), target));
-                hated || hating
+                hated || hating || self_affinity
             }
             (None, None) => false,
         };
@@ -274,7 +278,10 @@ impl InterPodAffinity {
             // A new node: affinity needs a term's topology key on it; for anti-affinity any new
             // node may do (without the key it is always allowed; with it, its domain may be free).
             let helps_affinity = affinity.iter().any(|t| new_labels.contains_key(&t.topology_key));
-            return Ok(if helps_affinity || !anti.is_empty() {
+            // Beyond upstream: a pod with no terms at all was rejected by existing pods'
+            // anti-affinity, and a new node holds no pods.
+            let no_terms = affinity.is_empty() && anti.is_empty();
+            return Ok(if helps_affinity || !anti.is_empty() || no_terms {
                 QueueingHint::Queue
             } else {
                 QueueingHint::Skip

@@ -931,13 +931,13 @@ fn pod_event_hints() {
             want: Skip,
         },
         Case {
-            // Upstream does not requeue here either: the pod waits for another event (or the
-            // unschedulable timeout) before it starts the group on its own.
-            name: "last group member deleted: not a reason to retry, as upstream",
+            // Beyond upstream (its table has no such case): with the group's last member gone,
+            // the pod may start the group on its own; upstream waits for the timeout.
+            name: "last group member deleted: the pod may start the group",
             waiting: self_group.clone(),
             old: pod_obj(bound("d", "n1", &[("app", "db")])),
             new: None,
-            want: Skip,
+            want: Queue,
         },
         Case {
             name: "the waiting pod's own relabel",
@@ -1009,11 +1009,13 @@ fn node_event_hints() {
             want: Queue,
         },
         Case {
-            name: "added, no terms (existing pods' anti-affinity): not a reason, as upstream",
+            // Beyond upstream (its table has no such case): a pod without terms was rejected by
+            // existing pods' anti-affinity, and a new node holds none of them.
+            name: "added, no terms (existing pods' anti-affinity)",
             waiting: plain.clone(),
             old: None,
             new: node_obj(NodeBuilder::new("n")),
-            want: Skip,
+            want: Queue,
         },
         Case {
             name: "gained the affinity key",
