@@ -707,22 +707,47 @@ impl SchedulingQueue {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> usize {
+        self.move_pool_where(st, event, old, new, &|_| true)
+    }
+
+    /// [`Self::move_pool`] over the pooled pods `offered` accepts (upstream's `PreEnqueueCheck`).
+    fn move_pool_where(
+        &self,
+        st: &mut State,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+        offered: &dyn Fn(&QueuedPodInfo) -> bool,
+    ) -> usize {
         if !self.interested(event) {
             return 0;
         }
         let moves = match self.pool_candidates(st, event, old, new) {
             Some(uids) => {
-                let pooled = uids.iter().filter_map(|uid| st.unschedulable.get_key_value(*uid));
+                let pooled = uids
+                    .iter()
+                    .filter_map(|uid| st.unschedulable.get_key_value(*uid))
+                    .filter(|(_, q)| offered(q));
                 let moves = self.decide_moves(pooled, event, old, new);
                 #[cfg(test)]
                 assert_eq!(
                     moves,
-                    self.decide_moves(st.unschedulable.iter(), event, old, new),
+                    self.decide_moves(
+                        st.unschedulable.iter().filter(|(_, q)| offered(q)),
+                        event,
+                        old,
+                        new
+                    ),
                     "the pool index left out a pod {event} moves"
                 );
                 moves
             }
-            None => self.decide_moves(st.unschedulable.iter(), event, old, new),
+            None => self.decide_moves(
+                st.unschedulable.iter().filter(|(_, q)| offered(q)),
+                event,
+                old,
+                new,
+            ),
         };
         self.apply_moves(st, moves, event, old, new)
     }
@@ -971,6 +996,29 @@ impl SchedulingQueue {
             f.deleted = true;
         }
         st.forget_key(pod);
+    }
+
+    /// A pending pod that had a nominated node was deleted (upstream's
+    /// `deletePodFromSchedulingQueue`). It leaves the queue like any deleted pod; and since pods of
+    /// lower or equal priority counted it on its node as if it were bound there, the
+    /// `AssignedPodDelete` event is offered to them, and only to them. Returns how many pods left
+    /// the pool.
+    pub fn nominated_pod_deleted(&self, pod: &Arc<PodInfo>) -> usize {
+        self.delete(pod);
+        let start = Instant::now();
+        let event = well_known::ASSIGNED_POD_DELETE;
+        let mut st = self.state.lock();
+        if !self.interested(&event) {
+            return 0;
+        }
+        let deleted = EventObject::Pod(pod.clone());
+        let priority = pod.priority;
+        let moved = self.move_pool_where(&mut st, &event, Some(&deleted), None, &|q| {
+            q.pod_info.priority <= priority
+        });
+        drop(st);
+        self.config.observer.event_handled(event.label, start.elapsed());
+        moved
     }
 
     /// A pod was bound to a node (seen by the watch). Its nomination ends, a pod of ours waiting in

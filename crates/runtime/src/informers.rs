@@ -194,6 +194,9 @@ impl Handler for PodHandler {
                         && old.pod.metadata.deletion_timestamp == new.pod.metadata.deletion_timestamp => {}
                 Some(old) => self.queue.update(Some(old), new),
             },
+            (false, true) if nominated_node(&new.pod).is_some() => {
+                self.queue.nominated_pod_deleted(&new);
+            }
             (false, true) => self.queue.delete(&new),
         }
     }
@@ -209,6 +212,9 @@ impl Handler for PodHandler {
             if !is_terminal(&old.pod) {
                 self.release(&old);
             }
+        } else if nominated_node(&old.pod).is_some() {
+            // Pods of lower or equal priority counted it on its nominated node.
+            self.queue.nominated_pod_deleted(&old);
         } else {
             self.queue.delete(&old);
         }
@@ -217,6 +223,14 @@ impl Handler for PodHandler {
     fn known_keys(&self) -> Vec<String> {
         self.known.lock().keys().cloned().collect()
     }
+}
+
+/// The node a pending pod's status nominates it to, if any.
+fn nominated_node(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 /// Nodes feed the cache; their changes can make waiting pods schedulable.

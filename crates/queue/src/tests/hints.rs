@@ -710,3 +710,40 @@ fn an_event_the_gate_still_refuses_leaves_the_pod_pooled_after_one_check() {
         q.check_consistency().expect("consistent");
     }
 }
+
+/// Upstream's `deletePodFromSchedulingQueue`: a pending pod with a nominated node is deleted, and
+/// the pods of lower or equal priority that counted it on that node are offered
+/// `AssignedPodDelete`; higher-priority pods (which ignored it) are not, and a pending pod
+/// without a nomination moves nobody.
+#[test]
+fn a_nominated_pods_deletion_is_offered_to_lower_or_equal_priority_pods() {
+    let plugins = vec![fake("Fit", vec![ev(well_known::ASSIGNED_POD_DELETE)])];
+    let (q, _clock) = queue(plugins);
+    for (name, priority) in [("low", 5), ("equal", 10), ("high", 20)] {
+        q.add(pod(name, priority));
+        let qpi = pop_named(&q, name);
+        assert_eq!(
+            fail(&q, qpi, &["Fit"], &[]),
+            Requeued::To(PodLocation::Unschedulable)
+        );
+    }
+    let plain = pod("plain", 10);
+    q.add(plain.clone());
+    let _ = pop_named(&q, "plain");
+    q.delete(&plain);
+    assert_eq!(
+        q.location(&uid("low")),
+        Some(PodLocation::Unschedulable),
+        "no nomination: no event"
+    );
+
+    let nominated = nominated_in_status(&pod("nominated", 10), "n1");
+    q.add(nominated.clone());
+    let _ = pop_named(&q, "nominated");
+    assert_eq!(q.nominated_pod_deleted(&nominated), 2);
+    assert_eq!(q.location(&uid("nominated")), None, "it left the queue");
+    assert_eq!(q.location(&uid("low")), Some(PodLocation::Backoff));
+    assert_eq!(q.location(&uid("equal")), Some(PodLocation::Backoff));
+    assert_eq!(q.location(&uid("high")), Some(PodLocation::Unschedulable));
+    q.check_consistency().expect("consistent");
+}
