@@ -341,6 +341,23 @@ pub(crate) fn object_kind(o: &EventObject) -> &'static str {
     }
 }
 
+/// Bound to a node, or nominated to one: a pod the filters count on a node (pods of lower or
+/// equal priority count a nominated pod as if it were bound), so its deletion or change can help
+/// others, as upstream's hints treat it.
+pub(crate) fn bound_or_nominated(pod: &Pod) -> bool {
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    bound || nominated
+}
+
 /// The UID of a pod, or `namespace/name` when it has none (as `PodInfo` keys pods).
 pub(crate) fn pod_key(pod: &Pod) -> String {
     match pod.metadata.uid.as_deref() {

@@ -51,7 +51,10 @@ use unisched_framework::{
 };
 
 use crate::{
-    helper::{PluginArgs, PluginArgsError, aggregate, event_nodes, event_pod_objects, invalid, pod_key},
+    helper::{
+        PluginArgs, PluginArgsError, aggregate, bound_or_nominated, event_nodes, event_pod_objects, invalid,
+        pod_key,
+    },
     label_selector::labels_of,
     names::INTER_POD_AFFINITY,
 };
@@ -178,21 +181,6 @@ impl Plugin for InterPodAffinity {
     );
 }
 
-/// Bound, or nominated to a node: a pod the filter counts on a node.
-fn is_placed(pod: &Pod) -> bool {
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let nominated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    bound || nominated
-}
-
 fn namespace_of(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
@@ -219,7 +207,7 @@ impl InterPodAffinity {
         {
             return Ok(QueueingHint::Queue);
         }
-        if new.is_some_and(|p| !is_placed(p)) || old.is_some_and(|p| !is_placed(p)) {
+        if new.is_some_and(|p| !bound_or_nominated(p)) || old.is_some_and(|p| !bound_or_nominated(p)) {
             return Ok(QueueingHint::Skip);
         }
         let (affinity, anti) = Self::required_terms(pod).map_err(QueueingHintError::plugin)?;

@@ -36,7 +36,7 @@ use super::{
 };
 use crate::resource_scoring::Strategy;
 use crate::{
-    helper::{PluginArgsError, event_nodes, event_pods, object_kind, pod_key},
+    helper::{PluginArgsError, bound_or_nominated, event_nodes, event_pods, object_kind, pod_key},
     names::NODE_RESOURCES_FIT,
 };
 
@@ -332,20 +332,6 @@ fn empty_node_info(node: &Node) -> NodeInfo {
     ni
 }
 
-fn assigned_or_nominated(pod: &Pod) -> bool {
-    let assigned = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let nominated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    assigned || nominated
-}
-
 impl NodeResourcesFit {
     /// A pod was deleted or scaled down.
     fn pod_event(
@@ -358,7 +344,7 @@ impl NodeResourcesFit {
         let Some(modified) = modified else {
             // Deleted: only a pod that held (or was about to hold) resources frees any.
             return Ok(match original {
-                Some(o) if assigned_or_nominated(&o.pod) => QueueingHint::Queue,
+                Some(o) if bound_or_nominated(&o.pod) => QueueingHint::Queue,
                 _ => QueueingHint::Skip,
             });
         };

@@ -44,8 +44,8 @@ use unisched_framework::{
 
 use crate::{
     helper::{
-        PluginArgs, PluginArgsError, aggregate, event_pod_objects, invalid, pod_key, qualified_name_errors,
-        quote, unexpected_object,
+        PluginArgs, PluginArgsError, aggregate, bound_or_nominated, event_pod_objects, invalid, pod_key,
+        qualified_name_errors, quote, unexpected_object,
     },
     label_selector::{LabelSelectorError, labels_of},
     names::POD_TOPOLOGY_SPREAD,
@@ -289,21 +289,6 @@ fn namespace_of(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-/// Bound, or nominated to a node (upstream counts a nominated pod's deletion or relabel too).
-fn is_placed(pod: &Pod) -> bool {
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let nominated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    bound || nominated
-}
-
 impl PodTopologySpread {
     /// Upstream `isSchedulableAfterPodChange`.
     fn hint_pod_change(
@@ -317,7 +302,7 @@ impl PodTopologySpread {
         // Only the rejected pod itself, or bound or nominated pods in its namespace, change its
         // counts.
         let involved =
-            |p: &Pod| pod_key(p) == target || (is_placed(p) && namespace_of(p) == namespace_of(pod));
+            |p: &Pod| pod_key(p) == target || (bound_or_nominated(p) && namespace_of(p) == namespace_of(pod));
         if new.is_some_and(|p| !involved(p)) || old.is_some_and(|p| !involved(p)) {
             return Ok(QueueingHint::Skip);
         }

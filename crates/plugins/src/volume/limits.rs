@@ -290,15 +290,7 @@ impl EnqueueExtensions for NodeVolumeLimits {
 /// those as their CSI driver's).
 fn held_attachments(pod: &Pod) -> bool {
     let spec = pod.spec.as_ref();
-    let placed = spec
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-        || pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
-    placed
+    crate::helper::bound_or_nominated(pod)
         && spec
             .and_then(|s| s.volumes.as_deref())
             .unwrap_or_default()
