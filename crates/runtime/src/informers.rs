@@ -517,6 +517,53 @@ mod tests {
         assert_eq!(requested_cpu(&cache), 0);
     }
 
+    /// A pending pod with a nominated node that is deleted wakes a lower-priority pod that
+    /// NodeResourcesFit rejected (it had counted the nominated pod's requests on the node); the
+    /// deletion of a pending pod without a nomination wakes nobody.
+    #[test]
+    fn a_nominated_pods_deletion_wakes_lower_priority_pods() {
+        use unisched_queue::PodLocation;
+        let (h, _cache) = handler();
+        let pending = |name: &str, priority: i32, nominated: Option<&str>| {
+            let b = PodBuilder::new(name)
+                .uid(&format!("uid-{name}"))
+                .scheduler_name("unisched")
+                .priority(priority)
+                .req("cpu", "3");
+            match nominated {
+                Some(n) => b.nominated_node(n).build(),
+                None => b.build(),
+            }
+        };
+        h.apply(pending("low", 1, None));
+        let mut low = h.queue.try_pop().expect("the low pod is queued");
+        low.unschedulable_plugins = ["NodeResourcesFit".to_string()].into();
+        h.queue
+            .add_unschedulable_if_not_present(low, h.queue.scheduling_cycle())
+            .expect("requeued");
+        assert_eq!(h.queue.location("uid-low"), Some(PodLocation::Unschedulable));
+
+        h.apply(pending("plain", 5, None));
+        h.delete("uid-plain");
+        assert_eq!(
+            h.queue.location("uid-low"),
+            Some(PodLocation::Unschedulable),
+            "no nomination"
+        );
+
+        h.apply(pending("high", 5, Some("n1")));
+        h.delete("uid-high");
+        assert_eq!(h.queue.location("uid-high"), None);
+        assert!(
+            matches!(
+                h.queue.location("uid-low"),
+                Some(PodLocation::Backoff | PodLocation::Active)
+            ),
+            "{:?}",
+            h.queue.location("uid-low")
+        );
+    }
+
     /// A change of `status.declaredFeatures` is its own node event (NodeDeclaredFeatures listens
     /// to it); an absent list and an empty one are the same.
     #[test]
