@@ -1005,6 +1005,14 @@ impl SchedulingQueue {
     /// the pool.
     pub fn nominated_pod_deleted(&self, pod: &Arc<PodInfo>) -> usize {
         self.delete(pod);
+        self.nomination_left(pod)
+    }
+
+    /// A pending pod left the node it was nominated to (`pod` is the pod as it was there): its
+    /// nomination changed or was cleared, or it was deleted. As upstream's
+    /// `updatePodInSchedulingQueue`, that is an `AssignedPodDelete` on that node for the pods of
+    /// lower or equal priority, which counted it there. Returns how many pods left the pool.
+    pub fn nomination_left(&self, pod: &Arc<PodInfo>) -> usize {
         let start = Instant::now();
         let event = well_known::ASSIGNED_POD_DELETE;
         let mut st = self.state.lock();

@@ -192,7 +192,15 @@ impl Handler for PodHandler {
                 Some(old)
                     if self.cache.is_assumed(&new.uid)
                         && old.pod.metadata.deletion_timestamp == new.pod.metadata.deletion_timestamp => {}
-                Some(old) => self.queue.update(Some(old), new),
+                Some(old) => {
+                    let left_nomination =
+                        nominated_node(&old.pod).is_some_and(|n| nominated_node(&new.pod) != Some(n));
+                    self.queue.update(Some(old), new);
+                    if left_nomination {
+                        // Pods of lower or equal priority counted it on its old node.
+                        self.queue.nomination_left(old);
+                    }
+                }
             },
             (false, true) if nominated_node(&new.pod).is_some() => {
                 self.queue.nominated_pod_deleted(&new);
@@ -517,11 +525,11 @@ mod tests {
         assert_eq!(requested_cpu(&cache), 0);
     }
 
-    /// A pending pod with a nominated node that is deleted wakes a lower-priority pod that
-    /// NodeResourcesFit rejected (it had counted the nominated pod's requests on the node); the
-    /// deletion of a pending pod without a nomination wakes nobody.
+    /// A pending pod with a nominated node that is deleted, or nominated elsewhere, wakes a
+    /// lower-priority pod that NodeResourcesFit rejected (it had counted the nominated pod's
+    /// requests on the node); the deletion of a pending pod without a nomination wakes nobody.
     #[test]
-    fn a_nominated_pods_deletion_wakes_lower_priority_pods() {
+    fn a_nominated_pods_deletion_or_move_wakes_lower_priority_pods() {
         use unisched_queue::PodLocation;
         let (h, _cache) = handler();
         let pending = |name: &str, priority: i32, nominated: Option<&str>| {
@@ -550,6 +558,25 @@ mod tests {
             Some(PodLocation::Unschedulable),
             "no nomination"
         );
+
+        // A nomination that moves elsewhere frees the old node as a deletion does.
+        h.apply(pending("mover", 5, Some("n1")));
+        h.apply(pending("mover", 5, Some("n2")));
+        assert!(
+            matches!(
+                h.queue.location("uid-low"),
+                Some(PodLocation::Backoff | PodLocation::Active)
+            ),
+            "{:?}",
+            h.queue.location("uid-low")
+        );
+        h.delete("uid-mover");
+        let mut low = h.queue.try_pop().expect("the low pod is back");
+        assert_eq!(low.pod_info.uid, "uid-low");
+        low.unschedulable_plugins = ["NodeResourcesFit".to_string()].into();
+        h.queue
+            .add_unschedulable_if_not_present(low, h.queue.scheduling_cycle())
+            .expect("requeued");
 
         h.apply(pending("high", 5, Some("n1")));
         h.delete("uid-high");
