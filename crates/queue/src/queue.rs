@@ -696,22 +696,12 @@ impl SchedulingQueue {
         self.apply_moves(st, moves, event, old, new)
     }
 
-    /// [`Self::move_pods`] over the whole unschedulable pool. Most events help few of the pooled
+    /// [`Self::move_pods`] over the unschedulable pool (the pods `offered` accepts: upstream's
+    /// `PreEnqueueCheck`, every pod for a plain event). Most events help few of the pooled
     /// pods, so the pool is walked by reference and only the uids of the pods that move are copied
     /// (copying every key per event was a tenth of the runtime's CPU with a few thousand pods
     /// waiting for their claims).
     fn move_pool(
-        &self,
-        st: &mut State,
-        event: &ClusterEvent,
-        old: Option<&EventObject>,
-        new: Option<&EventObject>,
-    ) -> usize {
-        self.move_pool_where(st, event, old, new, &|_| true)
-    }
-
-    /// [`Self::move_pool`] over the pooled pods `offered` accepts (upstream's `PreEnqueueCheck`).
-    fn move_pool_where(
         &self,
         st: &mut State,
         event: &ClusterEvent,
@@ -1013,20 +1003,14 @@ impl SchedulingQueue {
     /// `updatePodInSchedulingQueue`, that is an `AssignedPodDelete` on that node for the pods of
     /// lower or equal priority, which counted it there. Returns how many pods left the pool.
     pub fn nomination_left(&self, pod: &Arc<PodInfo>) -> usize {
-        let start = Instant::now();
-        let event = well_known::ASSIGNED_POD_DELETE;
-        let mut st = self.state.lock();
-        if !self.interested(&event) {
-            return 0;
-        }
-        let deleted = EventObject::Pod(pod.clone());
         let priority = pod.priority;
-        let moved = self.move_pool_where(&mut st, &event, Some(&deleted), None, &|q| {
-            q.pod_info.priority <= priority
-        });
-        drop(st);
-        self.config.observer.event_handled(event.label, start.elapsed());
-        moved
+        self.move_all(
+            well_known::ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(pod.clone())),
+            None,
+            false,
+            &|q| q.pod_info.priority <= priority,
+        )
     }
 
     /// A pod was bound to a node (seen by the watch). Its nomination ends, a pod of ours waiting in
@@ -1059,7 +1043,7 @@ impl SchedulingQueue {
         let mut st = self.state.lock();
         for e in events {
             if e.action.intersects(ActionType::UPDATE_POD_SCALE_DOWN) {
-                self.move_pool(&mut st, &e, Some(&old_obj), Some(&new_obj));
+                self.move_pool(&mut st, &e, Some(&old_obj), Some(&new_obj), &|_| true);
             } else {
                 let candidates = cross_topology_candidates(&st, &new.pod);
                 self.move_pods(&mut st, candidates, &e, Some(&old_obj), Some(&new_obj));
@@ -1077,7 +1061,7 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) -> usize {
-        self.move_all(event, old, new, false)
+        self.move_all(event, old, new, false, &|_| true)
     }
 
     /// [`Self::move_all_to_active_or_backoff`] for an event the scheduler made itself, by an
@@ -1090,17 +1074,19 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) -> usize {
-        self.move_all(event, old, new, true)
+        self.move_all(event, old, new, true, &|_| true)
     }
 
-    /// Offers `event` to the whole pool, recording it for pods in flight as the scheduler's own
-    /// change when `own` is set; both public moves above are this.
+    /// Offers `event` to the pooled pods `offered` accepts (upstream's `PreEnqueueCheck`; every pod
+    /// for a plain cluster event), recording it for pods in flight as the scheduler's own change
+    /// when `own` is set; the public moves above and [`Self::nomination_left`] are this.
     fn move_all(
         &self,
         event: ClusterEvent,
         old: Option<EventObject>,
         new: Option<EventObject>,
         own: bool,
+        offered: &dyn Fn(&QueuedPodInfo) -> bool,
     ) -> usize {
         let start = Instant::now();
         let mut st = self.state.lock();
@@ -1108,7 +1094,7 @@ impl SchedulingQueue {
             return 0;
         }
         st.handling_own_change = own;
-        let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref());
+        let moved = self.move_pool(&mut st, &event, old.as_ref(), new.as_ref(), offered);
         st.handling_own_change = false;
         drop(st);
         self.config.observer.event_handled(event.label, start.elapsed());
