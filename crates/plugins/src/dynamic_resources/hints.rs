@@ -121,7 +121,7 @@ fn claim_hint_with(
 /// name (a template's claim is generated), exists, is not being deleted, and a generated one is
 /// the pod's own. `current` is the event's claim, which stands in for the cached one of its name;
 /// without a DRA cache the other claims are taken to exist.
-pub(crate) fn claims_ready(dra: Option<&DraCache>, pod: &Pod, current: Option<&ResourceClaim>) -> bool {
+pub(crate) fn claims_ready(dra: Option<&DraCache>, pod: &Pod, current: Option<&Arc<ResourceClaim>>) -> bool {
     let Ok(refs) = claims::resolve(pod) else {
         return false;
     };
@@ -129,20 +129,13 @@ pub(crate) fn claims_ready(dra: Option<&DraCache>, pod: &Pod, current: Option<&R
     refs.iter().all(|r| {
         let current = current
             .filter(|c| same_namespace(pod, c) && c.metadata.name.as_deref() == Some(r.claim_name.as_str()));
-        let cached;
-        let claim: &ResourceClaim = match (current, dra) {
-            (Some(c), _) => c,
+        let claim = match (current, dra) {
+            (Some(c), _) => Some(c.clone()),
             (None, None) => return true,
-            (None, Some(d)) => match d.claim(ns, &r.claim_name) {
-                Some(c) => {
-                    cached = c;
-                    cached.as_ref()
-                }
-                None => return false,
-            },
+            (None, Some(d)) => d.claim(ns, &r.claim_name),
         };
-        claim.metadata.deletion_timestamp.is_none()
-            && (!r.must_check_owner || claims::is_for_pod(pod, claim, true))
+        // The same checks PreFilter makes (exists, not being deleted, the pod's or its group's).
+        claims::check(pod, r, claim, true).is_ok()
     })
 }
 
