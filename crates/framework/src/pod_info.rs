@@ -222,6 +222,15 @@ impl PodInfo {
             .filter(|n| !n.is_empty())
     }
 
+    /// `status.nominatedNodeName`, when set.
+    pub fn nominated_node_name(&self) -> Option<&str> {
+        self.pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
     /// `spec.schedulerName` (`default-scheduler` when unset, as the API server defaults it).
     pub fn scheduler_name(&self) -> &str {
         self.pod

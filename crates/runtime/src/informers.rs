@@ -193,8 +193,9 @@ impl Handler for PodHandler {
                     if self.cache.is_assumed(&new.uid)
                         && old.pod.metadata.deletion_timestamp == new.pod.metadata.deletion_timestamp => {}
                 Some(old) => {
-                    let left_nomination =
-                        nominated_node(&old.pod).is_some_and(|n| nominated_node(&new.pod) != Some(n));
+                    let left_nomination = old
+                        .nominated_node_name()
+                        .is_some_and(|n| new.nominated_node_name() != Some(n));
                     self.queue.update(Some(old), new);
                     if left_nomination {
                         // Pods of lower or equal priority counted it on its old node.
@@ -202,7 +203,7 @@ impl Handler for PodHandler {
                     }
                 }
             },
-            (false, true) if nominated_node(&new.pod).is_some() => {
+            (false, true) if new.nominated_node_name().is_some() => {
                 self.queue.nominated_pod_deleted(&new);
             }
             (false, true) => self.queue.delete(&new),
@@ -220,7 +221,7 @@ impl Handler for PodHandler {
             if !is_terminal(&old.pod) {
                 self.release(&old);
             }
-        } else if nominated_node(&old.pod).is_some() {
+        } else if old.nominated_node_name().is_some() {
             // Pods of lower or equal priority counted it on its nominated node.
             self.queue.nominated_pod_deleted(&old);
         } else {
@@ -231,14 +232,6 @@ impl Handler for PodHandler {
     fn known_keys(&self) -> Vec<String> {
         self.known.lock().keys().cloned().collect()
     }
-}
-
-/// The node a pending pod's status nominates it to, if any.
-fn nominated_node(pod: &Pod) -> Option<&str> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
 }
 
 /// Nodes feed the cache; their changes can make waiting pods schedulable.
@@ -543,13 +536,24 @@ mod tests {
                 None => b.build(),
             }
         };
+        // The low pod is popped and NodeResourcesFit rejects it: it waits in the pool.
+        let reject_low = || {
+            let mut low = h.queue.try_pop().expect("the low pod is next");
+            assert_eq!(low.pod_info.uid, "uid-low");
+            low.unschedulable_plugins = ["NodeResourcesFit".to_string()].into();
+            h.queue
+                .add_unschedulable_if_not_present(low, h.queue.scheduling_cycle())
+                .expect("requeued");
+            assert_eq!(h.queue.location("uid-low"), Some(PodLocation::Unschedulable));
+        };
+        let low_woke = || {
+            matches!(
+                h.queue.location("uid-low"),
+                Some(PodLocation::Backoff | PodLocation::Active)
+            )
+        };
         h.apply(pending("low", 1, None));
-        let mut low = h.queue.try_pop().expect("the low pod is queued");
-        low.unschedulable_plugins = ["NodeResourcesFit".to_string()].into();
-        h.queue
-            .add_unschedulable_if_not_present(low, h.queue.scheduling_cycle())
-            .expect("requeued");
-        assert_eq!(h.queue.location("uid-low"), Some(PodLocation::Unschedulable));
+        reject_low();
 
         h.apply(pending("plain", 5, None));
         h.delete("uid-plain");
@@ -562,33 +566,14 @@ mod tests {
         // A nomination that moves elsewhere frees the old node as a deletion does.
         h.apply(pending("mover", 5, Some("n1")));
         h.apply(pending("mover", 5, Some("n2")));
-        assert!(
-            matches!(
-                h.queue.location("uid-low"),
-                Some(PodLocation::Backoff | PodLocation::Active)
-            ),
-            "{:?}",
-            h.queue.location("uid-low")
-        );
+        assert!(low_woke(), "{:?}", h.queue.location("uid-low"));
         h.delete("uid-mover");
-        let mut low = h.queue.try_pop().expect("the low pod is back");
-        assert_eq!(low.pod_info.uid, "uid-low");
-        low.unschedulable_plugins = ["NodeResourcesFit".to_string()].into();
-        h.queue
-            .add_unschedulable_if_not_present(low, h.queue.scheduling_cycle())
-            .expect("requeued");
+        reject_low();
 
         h.apply(pending("high", 5, Some("n1")));
         h.delete("uid-high");
         assert_eq!(h.queue.location("uid-high"), None);
-        assert!(
-            matches!(
-                h.queue.location("uid-low"),
-                Some(PodLocation::Backoff | PodLocation::Active)
-            ),
-            "{:?}",
-            h.queue.location("uid-low")
-        );
+        assert!(low_woke(), "{:?}", h.queue.location("uid-low"));
     }
 
     /// A change of `status.declaredFeatures` is its own node event (NodeDeclaredFeatures listens

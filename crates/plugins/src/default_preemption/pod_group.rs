@@ -93,7 +93,12 @@ impl DefaultPreemption {
             let nominations = input
                 .members
                 .iter()
-                .map(|m| (m.uid.clone(), nominated_node(m).unwrap_or_default().to_string()))
+                .map(|m| {
+                    (
+                        m.uid.clone(),
+                        m.nominated_node_name().unwrap_or_default().to_string(),
+                    )
+                })
                 .collect();
             return (
                 Some(PodGroupPostFilterResult { nominations }),
@@ -229,14 +234,6 @@ impl DefaultPreemption {
     }
 }
 
-fn nominated_node(pod: &PodInfo) -> Option<&str> {
-    pod.pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
-
 /// A member is nominated to a node where a lower-priority victim of a preemption still
 /// terminates.
 fn ongoing_preemption(
@@ -247,7 +244,7 @@ fn ongoing_preemption(
 ) -> bool {
     members
         .iter()
-        .filter_map(|m| nominated_node(m))
+        .filter_map(|m| m.nominated_node_name())
         .filter_map(|n| snapshot.get(n))
         .any(|node| {
             node.pods
