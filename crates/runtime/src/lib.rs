@@ -39,6 +39,7 @@ pub use explain::Explanations;
 pub use gated::GATED_REPORT_GRACE;
 pub use http::{Health, router};
 pub use informers::Handler;
+pub use lean::Lean;
 pub use metrics::Metrics;
 pub use namespaces::NamespaceStore;
 pub use rest_client::instrumented_client;
