@@ -711,7 +711,7 @@ impl EnqueueExtensions for VolumeBinding {
                     add_update,
                     "PersistentVolumeClaimAdd|Update",
                 ),
-                super::claim_event_hint,
+                |pod, old, new| super::claim_event_hint(super::ClaimVolumes::All, pod, old, new),
             ),
             // Any PV event queues, as upstream: a PV's class, claimRef, phase or node affinity
             // can each change which claim it serves.

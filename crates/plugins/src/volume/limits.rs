@@ -268,7 +268,7 @@ impl EnqueueExtensions for NodeVolumeLimits {
                     ActionType::ADD,
                     "PersistentVolumeClaimAdd",
                 ),
-                super::claim_event_hint,
+                |pod, old, new| super::claim_event_hint(super::ClaimVolumes::All, pod, old, new),
             ),
             // A detached volume frees a slot; as upstream, it can help any pod with a
             // `persistentVolumeClaim` volume, and a pod with an in-tree volume of the detached

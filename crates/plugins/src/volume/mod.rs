@@ -249,8 +249,23 @@ fn owned_by(pvc: &PersistentVolumeClaim, pod: &Pod) -> bool {
         .any(|o| o.controller == Some(true) && o.kind == "Pod" && Some(&o.uid) == pod.metadata.uid.as_ref())
 }
 
-/// Queueing hint for a PVC event: only a claim the pod uses can help it.
+/// Which of a pod's volumes a plugin's claim hint looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClaimVolumes {
+    /// `persistentVolumeClaim` volumes and generic ephemeral volumes (their generated
+    /// `<pod>-<volume>` claims): VolumeBinding and NodeVolumeLimits read both.
+    All,
+    /// `persistentVolumeClaim` volumes only: VolumeZone and VolumeRestrictions look up no other
+    /// claim (an ephemeral volume's claim is VolumeBinding's to wait for), so another claim's
+    /// creation is no reason to retry their rejection.
+    PersistentOnly,
+}
+
+/// Queueing hint for a PVC event: only a claim in the pod's namespace that one of the pod's
+/// `volumes` names can help it. Upstream's four volume plugins each have this hint; they differ
+/// only in which volumes they read.
 pub(crate) fn claim_event_hint(
+    volumes: ClaimVolumes,
     pod: &Pod,
     old: Option<&unisched_framework::EventObject>,
     new: Option<&unisched_framework::EventObject>,
@@ -266,13 +281,18 @@ pub(crate) fn claim_event_hint(
         }
         None => return Err(QueueingHintError::EmptyEvent { kind: "claim" }),
     };
-    let same_ns = pvc.metadata.namespace.as_deref().unwrap_or("default") == pod_namespace(pod);
+    let claim_namespace = pvc.metadata.namespace.as_deref().filter(|n| !n.is_empty());
+    let same_ns = claim_namespace.unwrap_or("default") == pod_namespace(pod);
     let name = pvc.metadata.name.as_deref().unwrap_or_default();
-    if same_ns && pod_claim_names(pod).iter().any(|c| c == name) {
-        Ok(QueueingHint::Queue)
+    let named = match volumes {
+        ClaimVolumes::All => pod_claim_names(pod).iter().any(|c| c == name),
+        ClaimVolumes::PersistentOnly => persistent_claim_names(pod).contains(&name),
+    };
+    Ok(if same_ns && named {
+        QueueingHint::Queue
     } else {
-        Ok(QueueingHint::Skip)
-    }
+        QueueingHint::Skip
+    })
 }
 
 #[cfg(test)]
@@ -296,9 +316,13 @@ mod hint_tests {
         for (name, claim, want) in cases {
             let obj =
                 EventObject::PersistentVolumeClaim(Arc::new(PvcBuilder::new(claim, "x", "1Gi").build()));
-            assert_eq!(claim_event_hint(&pod, None, Some(&obj)).unwrap(), want, "{name}");
+            assert_eq!(
+                claim_event_hint(ClaimVolumes::All, &pod, None, Some(&obj)).unwrap(),
+                want,
+                "{name}"
+            );
         }
-        assert!(claim_event_hint(&pod, None, Some(&EventObject::Other)).is_err());
+        assert!(claim_event_hint(ClaimVolumes::All, &pod, None, Some(&EventObject::Other)).is_err());
     }
 
     #[test]

@@ -15,13 +15,14 @@ use std::{collections::BTreeSet, sync::Arc};
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use unisched_cache::VolumeCache;
 use unisched_framework::{
-    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventObject,
-    EventResource, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint,
-    QueueingHintError, Status,
+    ActionType, ClusterEvent, ClusterEventWithHint, CycleState, EnqueueExtensions, EventResource,
+    FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
 };
 
-use super::{persistent_claim_names, pod_namespace, resolve_persistent_claims};
-use crate::helper::{event_pod_objects, object_kind};
+use super::{
+    ClaimVolumes, claim_event_hint, persistent_claim_names, pod_namespace, resolve_persistent_claims,
+};
+use crate::helper::event_pod_objects;
 
 /// The plugin name.
 pub const NAME: &str = "VolumeRestrictions";
@@ -121,34 +122,6 @@ fn frees_something_for(pod: &Pod, deleted: &Pod) -> bool {
     }
     let theirs = persistent_claim_names(deleted);
     persistent_claim_names(pod).iter().any(|c| theirs.contains(c))
-}
-
-/// A claim was created: only one a `persistentVolumeClaim` volume of the pod names can help, as
-/// PreFilter looks up no other (a generic ephemeral volume's claim is VolumeBinding's to wait for,
-/// so its creation is no reason to retry this plugin's rejection).
-fn claim_added(
-    pod: &Pod,
-    old: Option<&EventObject>,
-    new: Option<&EventObject>,
-) -> Result<QueueingHint, QueueingHintError> {
-    let claim = match new.or(old) {
-        Some(EventObject::PersistentVolumeClaim(c)) => c,
-        Some(other) => {
-            return Err(QueueingHintError::UnexpectedKind {
-                expected: "PersistentVolumeClaim",
-                got: object_kind(other),
-            });
-        }
-        None => return Err(QueueingHintError::EmptyEvent { kind: "claim" }),
-    };
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    let claim_namespace = claim.metadata.namespace.as_deref().filter(|n| !n.is_empty());
-    let same_namespace = claim_namespace.unwrap_or("default") == pod_namespace(pod);
-    Ok(if same_namespace && persistent_claim_names(pod).contains(&name) {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
-    })
 }
 
 impl Plugin for VolumeRestrictions {
@@ -283,15 +256,15 @@ impl EnqueueExtensions for VolumeRestrictions {
             ),
             // Any new node may be free of the conflict (no hint, as upstream).
             ClusterEventWithHint::new(ClusterEvent::new(EventResource::Node, ActionType::ADD, "NodeAdd")),
-            // The claim the pod names was created (its access modes are immutable, so an update
-            // cannot help).
+            // The claim a `persistentVolumeClaim` volume of the pod names was created (its access
+            // modes are immutable, so an update cannot help).
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
                     EventResource::PersistentVolumeClaim,
                     ActionType::ADD,
                     "PersistentVolumeClaimAdd",
                 ),
-                claim_added,
+                |pod, old, new| claim_event_hint(ClaimVolumes::PersistentOnly, pod, old, new),
             ),
         ]
     }
@@ -304,7 +277,7 @@ mod tests {
         AWSElasticBlockStoreVolumeSource, EphemeralVolumeSource, GCEPersistentDiskVolumeSource,
         ISCSIVolumeSource, RBDVolumeSource,
     };
-    use unisched_framework::Code;
+    use unisched_framework::{Code, EventObject};
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};

@@ -226,7 +226,8 @@ impl EnqueueExtensions for VolumeZone {
                     add_update,
                     "PersistentVolumeClaimAdd|Update",
                 ),
-                super::claim_event_hint,
+                // Only `persistentVolumeClaim` volumes: Filter reads no ephemeral volume's claim.
+                |pod, old, new| super::claim_event_hint(super::ClaimVolumes::PersistentOnly, pod, old, new),
             ),
             ClusterEventWithHint::with_hint(
                 ClusterEvent::new(
@@ -286,7 +287,7 @@ fn pv_change_hint(
 mod tests {
     use unisched_framework::Code;
 
-    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Volume};
+    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Pod, Volume};
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
@@ -479,6 +480,95 @@ mod tests {
         assert_eq!(
             class_added_hint(Some(&class(WAIT_FOR_FIRST_CONSUMER))).unwrap(),
             QueueingHint::Queue
+        );
+    }
+
+    /// Upstream's `TestIsSchedulableAfterPersistentVolumeClaimAdded`, through the registered hint,
+    /// and the claim of a generic ephemeral volume, which VolumeZone does not read.
+    #[test]
+    fn claim_change_hints() {
+        let claim = |name: &str, namespace: &str, volume: &str| {
+            let mut pvc = PvcBuilder::new(name, "", "1Gi").build();
+            pvc.metadata.namespace = Some(namespace.into());
+            if let Some(spec) = pvc.spec.as_mut() {
+                spec.volume_name = (!volume.is_empty()).then(|| volume.to_string());
+            }
+            EventObject::PersistentVolumeClaim(Arc::new(pvc))
+        };
+        let uses = |claim: &str| with_claims(PodBuilder::new("pod_1").build(), &[claim]);
+        let no_claims = PodBuilder::new("pod_1").build();
+        let ephemeral = with_volume(
+            PodBuilder::new("pod_1").build(),
+            Volume {
+                name: "scratch".into(),
+                ephemeral: Some(EphemeralVolumeSource::default()),
+                ..Default::default()
+            },
+        );
+        let cases: Vec<(&str, Pod, Option<EventObject>, EventObject, QueueingHint)> = vec![
+            (
+                "pvc-was-added-but-pod-refers-no-pvc",
+                no_claims.clone(),
+                None,
+                claim("PVC_1", "default", "Vol_1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "pvc-was-added-and-pod-was-bound-to-different-pvc",
+                uses("PVC_2"),
+                None,
+                claim("PVC_1", "default", "Vol_1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "pvc-was-added-and-pod-was-bound-to-pvc-but-different-ns",
+                uses("PVC_1"),
+                None,
+                claim("PVC_1", "ns1", "Vol_1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "pvc-was-added-and-pod-was-bound-to-the-pvc",
+                uses("PVC_1"),
+                None,
+                claim("PVC_1", "default", "Vol_1"),
+                QueueingHint::Queue,
+            ),
+            (
+                "pvc-was-updated-and-pod-was-bound-to-the-pvc",
+                uses("PVC_1"),
+                Some(claim("PVC_1", "default", "")),
+                claim("PVC_1", "default", "Vol_1"),
+                QueueingHint::Queue,
+            ),
+            (
+                "pvc-was-updated-but-pod-refers-no-pvc",
+                no_claims,
+                Some(claim("PVC_1", "default", "")),
+                claim("PVC_1", "default", "Vol_1"),
+                QueueingHint::Skip,
+            ),
+            (
+                "the claim of the pod's generic ephemeral volume",
+                ephemeral,
+                None,
+                claim("pod_1-scratch", "default", "Vol_1"),
+                QueueingHint::Skip,
+            ),
+        ];
+        let events = VolumeZone::new(None).events_to_register();
+        let claim_event = events
+            .iter()
+            .find(|e| e.event.resource == EventResource::PersistentVolumeClaim)
+            .expect("VolumeZone registers claim events");
+        let hint = claim_event.hint.clone().expect("with a hint");
+        for (name, pod, old, new, want) in cases {
+            assert_eq!(hint(&pod, old.as_ref(), Some(&new)).unwrap(), want, "{name}");
+        }
+        let pv = EventObject::PersistentVolume(PvBuilder::new("v", "", "1Gi").arc());
+        assert!(
+            hint(&uses("PVC_1"), None, Some(&pv)).is_err(),
+            "error-wrong-new-object"
         );
     }
 
