@@ -327,17 +327,10 @@ mod hint_tests {
 
     #[test]
     fn ephemeral_volumes_need_their_generated_claim() {
-        use k8s_openapi::{
-            api::core::v1::{EphemeralVolumeSource, Volume},
-            apimachinery::pkg::apis::meta::v1::OwnerReference,
-        };
-        let pod = crate::volume::testing::with_volume(
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let pod = crate::volume::testing::with_ephemeral_volume(
             PodBuilder::new("p").uid("uid-p").build(),
-            Volume {
-                name: "scratch".into(),
-                ephemeral: Some(EphemeralVolumeSource::default()),
-                ..Default::default()
-            },
+            "scratch",
         );
         let cache = VolumeCache::new();
         assert_eq!(

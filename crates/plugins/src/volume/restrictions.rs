@@ -274,14 +274,13 @@ impl EnqueueExtensions for VolumeRestrictions {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use k8s_openapi::api::core::v1::{
-        AWSElasticBlockStoreVolumeSource, EphemeralVolumeSource, GCEPersistentDiskVolumeSource,
-        ISCSIVolumeSource, RBDVolumeSource,
+        AWSElasticBlockStoreVolumeSource, GCEPersistentDiskVolumeSource, ISCSIVolumeSource, RBDVolumeSource,
     };
     use unisched_framework::{Code, EventObject};
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
-    use crate::volume::testing::{PvcBuilder, with_claims, with_volume};
+    use crate::volume::testing::{PvcBuilder, with_claims, with_ephemeral_volume, with_volume};
 
     fn gce(pd: &str, ro: bool) -> Volume {
         Volume {
@@ -512,13 +511,9 @@ mod tests {
         }
         // A generic ephemeral volume's claim is not read here, as upstream (VolumeBinding waits for
         // it): no claim yet is no refusal from this plugin.
-        let pod = PodInfo::new(with_volume(
+        let pod = PodInfo::new(with_ephemeral_volume(
             PodBuilder::new("p").uid("p").build(),
-            Volume {
-                name: "scratch".into(),
-                ephemeral: Some(EphemeralVolumeSource::default()),
-                ..Default::default()
-            },
+            "scratch",
         ));
         let mut state = CycleState::new();
         let (_, s) = pl.pre_filter(&mut state, &pod, &nodes);
@@ -665,14 +660,7 @@ mod tests {
                 .build(),
             &["claim-with-rwx-1"],
         );
-        let ephemeral = with_volume(
-            PodBuilder::new("p").build(),
-            Volume {
-                name: "scratch".into(),
-                ephemeral: Some(EphemeralVolumeSource::default()),
-                ..Default::default()
-            },
-        );
+        let ephemeral = with_ephemeral_volume(PodBuilder::new("p").build(), "scratch");
         let cases = [
             (
                 "queue-new-object-pvc-belong-pod",

@@ -466,3 +466,15 @@ pub fn with_volume(mut pod: Pod, volume: Volume) -> Pod {
         .push(volume);
     pod
 }
+
+/// Adds a generic ephemeral volume named `name` to a pod (its claim is `<pod>-<name>`).
+pub fn with_ephemeral_volume(pod: Pod, name: &str) -> Pod {
+    with_volume(
+        pod,
+        Volume {
+            name: name.into(),
+            ephemeral: Some(k8s_openapi::api::core::v1::EphemeralVolumeSource::default()),
+            ..Default::default()
+        },
+    )
+}

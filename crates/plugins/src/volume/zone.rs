@@ -287,11 +287,11 @@ fn pv_change_hint(
 mod tests {
     use unisched_framework::Code;
 
-    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Pod, Volume};
+    use k8s_openapi::api::core::v1::Pod;
 
     use super::*;
     use crate::testing::{NodeBuilder, PodBuilder};
-    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class, with_claims, with_volume};
+    use crate::volume::testing::{PvBuilder, PvcBuilder, storage_class, with_claims, with_ephemeral_volume};
 
     #[test]
     fn filter_table() {
@@ -444,14 +444,7 @@ mod tests {
         let pl = VolumeZone::new(Some(cache));
         {
             // Upstream's VolumeZone reads only `persistentVolumeClaim` volumes.
-            let pod = PodInfo::new(with_volume(
-                PodBuilder::new("p").build(),
-                Volume {
-                    name: "scratch".into(),
-                    ephemeral: Some(EphemeralVolumeSource::default()),
-                    ..Default::default()
-                },
-            ));
+            let pod = PodInfo::new(with_ephemeral_volume(PodBuilder::new("p").build(), "scratch"));
             let mut state = CycleState::new();
             let (_, s) = pl.pre_filter(&mut state, &pod, &[]);
             assert_eq!(s.code(), Code::Skip, "an ephemeral volume's PV: {s:?}");
@@ -497,14 +490,7 @@ mod tests {
         };
         let uses = |claim: &str| with_claims(PodBuilder::new("pod_1").build(), &[claim]);
         let no_claims = PodBuilder::new("pod_1").build();
-        let ephemeral = with_volume(
-            PodBuilder::new("pod_1").build(),
-            Volume {
-                name: "scratch".into(),
-                ephemeral: Some(EphemeralVolumeSource::default()),
-                ..Default::default()
-            },
-        );
+        let ephemeral = with_ephemeral_volume(PodBuilder::new("pod_1").build(), "scratch");
         let cases: Vec<(&str, Pod, Option<EventObject>, EventObject, QueueingHint)> = vec![
             (
                 "pvc-was-added-but-pod-refers-no-pvc",
