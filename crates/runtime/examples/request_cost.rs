@@ -42,10 +42,7 @@ use kube::api::{Api, DeleteParams, Patch, PostParams, WatchEvent, WatchParams};
 use kube::client::ConfigExt as _;
 use serde_json::json;
 use tower::{BoxError, ServiceExt as _, util::BoxCloneSyncService};
-use unisched_runtime::{Lean, instrumented_client};
-
-/// The reply `unisched run` asks its writes for.
-const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+use unisched_runtime::{Lean, METADATA_ONLY, instrumented_client};
 
 const NAMESPACE: &str = "default";
 const NODE: &str = "request-cost-node";
@@ -309,7 +306,8 @@ enum Sender {
     ),
 }
 
-/// The part of a metadata-only reply that is decoded, as `unisched run` decodes it.
+/// The part of a metadata-only reply that is kept; decoded through [`Lean`] (without
+/// `managedFields`), as `unisched run` decodes it.
 #[derive(serde::Deserialize)]
 struct Reply {
     #[serde(default)]
@@ -357,7 +355,7 @@ impl Sender {
     }
 
     async fn send(&self, request: http::Request<Vec<u8>>) -> Result<()> {
-        let reply: Reply = match self {
+        let reply: Lean<Reply> = match self {
             Sender::Kube(client) => client.request(request).await?,
             Sender::Hyper(service, base) => {
                 let (mut parts, body) = request.into_parts();
@@ -372,7 +370,7 @@ impl Sender {
                 serde_json::from_slice(&body)?
             }
         };
-        drop(reply.metadata);
+        drop(reply.0.metadata);
         Ok(())
     }
 }

@@ -44,4 +44,4 @@ pub use metrics::Metrics;
 pub use namespaces::NamespaceStore;
 pub use rest_client::instrumented_client;
 pub use scheduler::{RuntimeError, Scheduler, SchedulerOptions};
-pub use writer::{ApiWriter, LeaderFlag, patch_for_metadata};
+pub use writer::{ApiWriter, LeaderFlag, METADATA_ONLY, patch_for_metadata};

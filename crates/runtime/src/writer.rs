@@ -33,7 +33,7 @@ use crate::{lean::Lean, metrics::Metrics};
 
 /// The media type asking the API server to answer with the object's metadata only
 /// (`meta.k8s.io/v1` `PartialObjectMetadata`), as client-go's metadata client does.
-const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+pub const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
 /// The part of a metadata-only reply that is kept.
 #[derive(Deserialize)]
